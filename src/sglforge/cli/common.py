@@ -1,0 +1,146 @@
+"""Shared click plumbing: the root group, global options, rendering and error handling."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import functools
+import json
+import os
+import platform
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from sglforge import __version__
+from sglforge.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, SglforgeError
+from sglforge.util import find_root
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass
+class State:
+    root_option: str | None = None
+    _root: Path | None = None
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = find_root(self.root_option)
+        return self._root
+
+
+class Group(click.Group):
+    """A group whose commands map project errors to exit codes in one place."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SglforgeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            log = _crash_log(ctx, exc)
+            click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"  a log for bug reports is at {log}", err=True)
+            ctx.exit(EXIT_UNEXPECTED)
+
+
+def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
+    state = ctx.find_object(State)
+    try:
+        base = state.root / "build" / "logs" if state else Path.cwd()
+    except SglforgeError:
+        base = Path.cwd() / "build" / "logs"
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = base / f"crash-{stamp}.log"
+    path.write_text(
+        f"sglforge {__version__}\npython {sys.version}\nplatform {platform.platform()}\n"
+        f"argv {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
+    )
+    return path
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sglforge")
+@click.option(
+    "--root",
+    "root",
+    envvar="SGLFORGE_ROOT",
+    type=click.Path(file_okay=False),
+    help="Folder holding patches/ (default: found by walking up from here).",
+)
+@click.pass_context
+def main(ctx: click.Context, root: str | None) -> None:
+    """sglforge: patch queue, ROCm images and MTP smoke tests for sglang on AMD MI355X.
+
+    \b
+    Examples:
+      sglforge patches list
+      sglforge patches check --ref v0.5.14 --ref v0.5.16 --upstream pypi:sglang
+      sglforge build --target mi355x --dry-run
+    """
+    ctx.obj = State(root_option=root)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(f)
+
+
+def to_jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {k: to_jsonable(v) for k, v in dataclasses.asdict(obj).items()}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    click.echo(json.dumps(to_jsonable(obj), indent=2, sort_keys=False))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain left-aligned text table."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, r in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def state(ctx: click.Context) -> State:
+    return ctx.ensure_object(State)
+
+
+def pass_state(f: F) -> F:
+    @functools.wraps(f)
+    @click.pass_context
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        return ctx.invoke(f, state(ctx), *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"

@@ -1,0 +1,61 @@
+"""The project's errors: one class per failure kind, each with its own exit code.
+
+A message is one or two lines: what failed, where, and the command that helps next.
+"""
+
+from __future__ import annotations
+
+# Exit codes; README.md documents them.
+EXIT_OK = 0
+EXIT_PROBLEMS = 1  # the command ran and found problems (lint findings, conflicts, failed checks)
+EXIT_USAGE = 2  # usage or configuration error
+EXIT_UPSTREAM = 3  # upstream unreachable, unknown ref, moved pin
+EXIT_PATCH = 4  # a patch could not be applied or written
+EXIT_ENGINE = 5  # no Docker engine reachable
+EXIT_BUILD = 6  # image build failed
+EXIT_SMOKE = 7  # smoke run could not run (preflight, container start)
+EXIT_PUBLISH = 8  # push or registry failure
+EXIT_INTERRUPTED = 130
+EXIT_UNEXPECTED = 70
+
+
+class SglforgeError(Exception):
+    """Base error: ``str(err)`` is the whole user-facing message."""
+
+    exit_code = EXIT_UNEXPECTED
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  next: {self.hint}"
+
+
+class ConfigError(SglforgeError):
+    exit_code = EXIT_USAGE
+
+
+class UpstreamError(SglforgeError):
+    exit_code = EXIT_UPSTREAM
+
+
+class PatchError(SglforgeError):
+    exit_code = EXIT_PATCH
+
+
+class EngineUnavailable(SglforgeError):
+    exit_code = EXIT_ENGINE
+
+
+class BuildError(SglforgeError):
+    exit_code = EXIT_BUILD
+
+
+class SmokeError(SglforgeError):
+    exit_code = EXIT_SMOKE
+
+
+class PublishError(SglforgeError):
+    exit_code = EXIT_PUBLISH
