@@ -1,0 +1,492 @@
+"""Registry operations: pushes with every event read, digest checks, tag moves, credentials.
+
+The Docker SDK reports most push failures in-band: the HTTP call succeeds and an event in the
+stream carries ``error``/``errorDetail``. Every event is read here and such an event becomes a
+PublishError. Transient failures (connection refused or reset, timeouts, 5xx) are retried with
+exponential backoff; authentication failures are not (retrying cannot fix a wrong password and
+may lock the account).
+
+After a push, the digest the registry serves for the tag (``HEAD /v2/<name>/manifests/<tag>``,
+``Docker-Content-Digest``) is compared with the engine's local RepoDigests.
+
+Credentials come from ``SGLFORGE_REGISTRY_USER``/``SGLFORGE_REGISTRY_PASSWORD`` or the Docker
+config (``~/.docker/config.json`` or ``$DOCKER_CONFIG``). They never leave this module in a
+printable form: the password is excluded from ``repr`` and never put in a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import ipaddress
+import json
+import os
+import re
+import tarfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import docker.auth
+import docker.errors
+import requests.exceptions
+
+from sglforge.engine import LABEL, client
+from sglforge.errors import PublishError
+
+USER_ENV = "SGLFORGE_REGISTRY_USER"
+PASSWORD_ENV = "SGLFORGE_REGISTRY_PASSWORD"
+
+# Every manifest type a registry may hold for an image; without them a registry may convert
+# the manifest (schema 1) and answer with a digest that is not the pushed one.
+MANIFEST_ACCEPT = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+    ]
+)
+
+_AUTH_PATTERNS = (
+    "unauthorized",
+    "authentication required",
+    "no basic auth credentials",
+    "denied",
+    "forbidden",
+    "incorrect username or password",
+    " 401",
+    " 403",
+)
+_TRANSIENT_PATTERNS = (
+    "connection refused",
+    "connection reset",
+    "broken pipe",
+    "timeout",
+    "timed out",
+    "temporarily unavailable",
+    "service unavailable",
+    "bad gateway",
+    "gateway time",
+    "internal server error",
+    "too many requests",
+    "unexpected eof",
+    "no such host",  # DNS hiccups on CI runners
+)
+_STATUS_5XX = re.compile(r"\b5\d\d\b")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A registry login; the password is never part of ``repr``."""
+
+    username: str
+    password: str = field(repr=False)
+    source: str = "env"
+
+    def auth_config(self) -> dict[str, str]:
+        """The dict the Docker SDK sends (base64 in a header, never logged by sglforge)."""
+        return {"username": self.username, "password": self.password}
+
+    def basic(self) -> str:
+        raw = f"{self.username}:{self.password}".encode()
+        return "Basic " + base64.b64encode(raw).decode()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An image reference split into registry host, repository path and tag."""
+
+    registry: str
+    repository: str
+    tag: str
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.repository}:{self.tag}"
+
+    @property
+    def name(self) -> str:
+        """``registry/repository`` (what RepoDigests entries start with)."""
+        return f"{self.registry}/{self.repository}"
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """One reference pushed: the digest the engine reported and the attempts it took."""
+
+    ref: str
+    digest: str
+    attempts: int
+
+
+def parse_ref(ref: str) -> Reference:
+    """Split ``host[:port]/path:tag``; the registry part is required (no implicit Docker Hub)."""
+    if "@" in ref:
+        raise PublishError(f"{ref}: a digest reference cannot be pushed", "push a tag instead")
+    first, sep, rest = ref.partition("/")
+    if not sep or not ("." in first or ":" in first or first == "localhost"):
+        raise PublishError(
+            f"{ref}: no registry host in the reference",
+            "name the registry, e.g. --registry 127.0.0.1:5000",
+        )
+    repo, colon, tag = rest.rpartition(":")
+    if not colon or "/" in tag:
+        repo, tag = rest, "latest"
+    if not repo or repo != repo.lower():
+        raise PublishError(f"{ref}: repository names must be lowercase and non-empty")
+    return Reference(first, repo, tag)
+
+
+def is_loopback(registry: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost (registries the engine talks plain HTTP to)."""
+    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --- credentials ----------------------------------------------------------------------------
+
+
+def credentials(registry: str, env: dict[str, str] | None = None) -> Credentials | None:
+    """The login for ``registry``: the environment first, then the Docker config, else None."""
+    env = dict(os.environ) if env is None else env
+    user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
+    if user or password:
+        if not (user and password):
+            missing = PASSWORD_ENV if user else USER_ENV
+            raise PublishError(
+                f"{USER_ENV} and {PASSWORD_ENV} must be set together ({missing} is empty)",
+                f"export {missing}=... or unset both to use the Docker config",
+            )
+        return Credentials(user, password, "env")
+    try:
+        config = docker.auth.load_config(config_path=None)
+        found = config.resolve_authconfig(registry)
+    except (docker.errors.DockerException, OSError, ValueError) as exc:
+        raise PublishError(
+            f"cannot read registry credentials for {registry} from the Docker config: "
+            f"{type(exc).__name__}",
+            f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {registry}`",
+        ) from None
+    if not found:
+        return None
+    user = found.get("Username") or found.get("username")
+    password = found.get("Password") or found.get("password")
+    if user and password:
+        return Credentials(user, password, "docker-config")
+    return None
+
+
+# --- error classification -------------------------------------------------------------------
+
+
+def classify(message: str) -> str:
+    """``auth``, ``transient`` or ``fatal`` for a registry or engine error message."""
+    low = f" {message.lower()}"
+    if any(p in low for p in _AUTH_PATTERNS):
+        return "auth"
+    if any(p in low for p in _TRANSIENT_PATTERNS) or _STATUS_5XX.search(low):
+        return "transient"
+    return "fatal"
+
+
+class _Failure(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def _scrub(message: str, creds: Credentials | None) -> str:
+    # Registries do not echo passwords, but a proxy or a URL with userinfo could; never risk it.
+    message = re.sub(r"//[^/@\s]+:[^/@\s]+@", "//***@", message)
+    if creds and creds.password:
+        message = message.replace(creds.password, "***")
+    return message.strip()
+
+
+# --- push -----------------------------------------------------------------------------------
+
+
+def _push_once(
+    ref: Reference, creds: Credentials | None, progress: Callable[[str], None] | None
+) -> str:
+    api = client().api
+    kwargs: dict[str, object] = {"tag": ref.tag, "stream": True, "decode": True}
+    if creds:
+        kwargs["auth_config"] = creds.auth_config()
+    digest: str | None = None
+    try:
+        events: Iterable[dict[str, object]] = api.push(ref.name, **kwargs)
+        for event in events:
+            if not isinstance(event, dict):
+                continue
+            if "error" in event or "errorDetail" in event:
+                detail = event.get("errorDetail")
+                msg = (detail.get("message") if isinstance(detail, dict) else None) or str(
+                    event.get("error") or "unknown error"
+                )
+                raise _Failure(classify(msg), _scrub(msg, creds))
+            aux = event.get("aux")
+            if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
+                digest = aux["Digest"]
+            status = event.get("status")
+            if progress and isinstance(status, str) and "id" not in event:
+                progress(_scrub(status, creds))
+    except docker.errors.APIError as exc:
+        msg = str(exc.explanation or exc)
+        kind = "fatal" if exc.status_code == 404 else classify(msg)
+        raise _Failure(kind, _scrub(msg, creds)) from None
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        raise _Failure("transient", f"engine connection: {type(exc).__name__}") from None
+    if not digest:
+        raise _Failure("fatal", "the push stream ended without a digest (no aux event)")
+    return digest
+
+
+def push(
+    ref: str,
+    creds: Credentials | None = None,
+    attempts: int = 4,
+    backoff: float = 2.0,
+    progress: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Pushed:
+    """Push ``ref``, read every event, retry transient errors; PublishError on failure."""
+    parsed = parse_ref(ref)
+    attempts = max(1, attempts)
+    last: _Failure | None = None
+    for attempt in range(1, attempts + 1):
+        try:
+            digest = _push_once(parsed, creds, progress)
+            return Pushed(ref, digest, attempt)
+        except _Failure as failure:
+            last = failure
+            if failure.kind == "auth":
+                who = (
+                    f"refused the login of {creds.username!r} (from {creds.source})"
+                    if creds
+                    else "requires a login and none was found"
+                )
+                raise PublishError(
+                    f"push {ref}: registry {parsed.registry} {who}: {failure.message}",
+                    f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {parsed.registry}`",
+                ) from None
+            if failure.kind != "transient" or attempt == attempts:
+                break
+            wait = backoff * (2 ** (attempt - 1))
+            if progress:
+                progress(
+                    f"push {ref}: {failure.message}; retry {attempt}/{attempts - 1} in {wait:g}s"
+                )
+            sleep(wait)
+    assert last is not None
+    tried = f" after {attempts} attempts" if last.kind == "transient" else ""
+    raise PublishError(
+        f"push {ref} failed{tried}: {last.message}",
+        f"check that the registry {parsed.registry} is up (curl http://{parsed.registry}/v2/) "
+        "and rerun sglforge publish",
+    )
+
+
+def tag(image: str, ref: str) -> None:
+    """Point ``ref`` at ``image`` in the local engine (moving it if it existed)."""
+    parsed = parse_ref(ref)
+    try:
+        ok = client().api.tag(image, parsed.name, parsed.tag, force=True)
+    except docker.errors.APIError as exc:
+        raise PublishError(f"tag {image} as {ref}: {exc.explanation or exc}") from None
+    if not ok:
+        raise PublishError(f"tag {image} as {ref}: the engine refused")
+
+
+def local_id(ref: str) -> str | None:
+    """The local image id ``ref`` points at, or None if it does not exist locally."""
+    try:
+        return str(client().api.inspect_image(ref)["Id"])
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        raise PublishError(f"inspect {ref}: {exc.explanation or exc}") from None
+
+
+def local_repo_digest(ref: str) -> str | None:
+    """The digest in the local image's RepoDigests for ``ref``'s repository, if any."""
+    parsed = parse_ref(ref)
+    try:
+        attrs = client().api.inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        raise PublishError(f"inspect {ref}: {exc.explanation or exc}") from None
+    for entry in attrs.get("RepoDigests") or []:
+        name, _, digest = str(entry).partition("@")
+        if name == parsed.name:
+            return digest
+    return None
+
+
+# --- the registry HTTP API -----------------------------------------------------------------
+
+
+def _base_url(registry: str) -> str:
+    scheme = "http" if is_loopback(registry) else "https"
+    return f"{scheme}://{registry}"
+
+
+def _bearer_token(challenge: str, creds: Credentials | None, timeout: float) -> str:
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    realm = params.pop("realm", "")
+    if not realm:
+        raise PublishError("registry asked for a bearer token without a realm")
+    url = realm + "?" + urllib.parse.urlencode(params)
+    req = urllib.request.Request(url)
+    if creds:
+        req.add_header("Authorization", creds.basic())
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - registry realm
+        body = json.loads(resp.read() or b"{}")
+    token = body.get("token") or body.get("access_token")
+    if not token:
+        raise PublishError("the registry's token service returned no token")
+    return str(token)
+
+
+def registry_digest(ref: str, creds: Credentials | None = None, timeout: float = 15.0) -> str:
+    """The digest the registry serves for ``ref`` (``HEAD /v2/<name>/manifests/<tag>``)."""
+    parsed = parse_ref(ref)
+    url = f"{_base_url(parsed.registry)}/v2/{parsed.repository}/manifests/{parsed.tag}"
+    auth: str | None = None
+    for _ in range(2):
+        req = urllib.request.Request(url, method="HEAD")
+        req.add_header("Accept", MANIFEST_ACCEPT)
+        if auth:
+            req.add_header("Authorization", auth)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+                digest = resp.headers.get("Docker-Content-Digest")
+                if digest:
+                    return str(digest)
+                raise PublishError(
+                    f"{ref}: the registry answered without a Docker-Content-Digest header"
+                )
+        except urllib.error.HTTPError as exc:
+            challenge = exc.headers.get("WWW-Authenticate", "") if exc.headers else ""
+            if exc.code == 401 and auth is None and challenge:
+                if challenge.lower().startswith("bearer"):
+                    auth = "Bearer " + _bearer_token(challenge, creds, timeout)
+                    continue
+                if creds:
+                    auth = creds.basic()
+                    continue
+            if exc.code in (401, 403):
+                raise PublishError(
+                    f"{ref}: registry {parsed.registry} refused the credentials "
+                    f"(HTTP {exc.code}) while checking the digest",
+                    f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {parsed.registry}`",
+                ) from None
+            if exc.code == 404:
+                raise PublishError(
+                    f"{ref}: the registry has no such tag (HTTP 404) after the push",
+                    "rerun sglforge publish; check the registry's storage",
+                ) from None
+            raise PublishError(f"{ref}: registry answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PublishError(
+                f"{ref}: registry {parsed.registry} unreachable while checking the digest: "
+                f"{_scrub(str(reason), creds)}",
+                f"check that the registry is up: curl {_base_url(parsed.registry)}/v2/",
+            ) from None
+    raise PublishError(f"{ref}: registry refused the credentials while checking the digest")
+
+
+def verify(ref: str, pushed_digest: str, creds: Credentials | None = None) -> str:
+    """Check registry digest == local RepoDigest == the digest the push reported."""
+    remote = registry_digest(ref, creds)
+    local = local_repo_digest(ref)
+    if local is None:
+        raise PublishError(
+            f"{ref}: the engine recorded no RepoDigest for this repository after the push",
+            "rerun sglforge publish",
+        )
+    if not (remote == local == pushed_digest):
+        raise PublishError(
+            f"{ref}: digest mismatch: registry {remote}, local {local}, push reported "
+            f"{pushed_digest}",
+            "someone else may be pushing the same tag; rerun sglforge publish",
+        )
+    return remote
+
+
+# --- reading an image without running it ----------------------------------------------------
+
+
+def image_attrs(image: str) -> dict[str, object]:
+    """The engine's inspect data for ``image`` (labels under Config.Labels)."""
+    try:
+        return dict(client().api.inspect_image(image))
+    except docker.errors.ImageNotFound:
+        raise PublishError(
+            f"{image}: no such image in the local engine",
+            f"pull it first: docker pull {image}",
+        ) from None
+    except docker.errors.APIError as exc:
+        raise PublishError(f"inspect {image}: {exc.explanation or exc}") from None
+
+
+def pull(ref: str, creds: Credentials | None = None) -> str:
+    """Pull ``ref`` into the local engine and return its image id."""
+    parsed = parse_ref(ref)
+    kwargs: dict[str, object] = {"tag": parsed.tag, "stream": True, "decode": True}
+    if creds:
+        kwargs["auth_config"] = creds.auth_config()
+    try:
+        for event in client().api.pull(parsed.name, **kwargs):
+            if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
+                raise PublishError(f"pull {ref}: {_scrub(str(event.get('error')), creds)}")
+    except docker.errors.APIError as exc:
+        raise PublishError(f"pull {ref}: {_scrub(str(exc.explanation or exc), creds)}") from None
+    found = local_id(ref)
+    if not found:
+        raise PublishError(f"pull {ref}: the engine has no image after the pull")
+    return found
+
+
+def read_image_file(image: str, path: str) -> bytes | None:
+    """The bytes of ``path`` inside ``image`` (a created, never started container), or None."""
+    api = client().api
+    try:
+        container = api.create_container(
+            image,
+            command=["/nonexistent-never-started"],
+            labels={LABEL: "1"},
+            network_disabled=True,
+        )
+    except docker.errors.APIError as exc:
+        raise PublishError(f"{image}: cannot create a container to read {path}: {exc}") from None
+    cid = container["Id"]
+    try:
+        try:
+            stream, _ = api.get_archive(cid, path)
+        except docker.errors.NotFound:
+            return None
+        data = b"".join(stream)
+    finally:
+        try:
+            api.remove_container(cid, force=True)
+        except docker.errors.APIError:
+            pass
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                fh = tar.extractfile(member)
+                return fh.read() if fh else None
+    return None
