@@ -1,0 +1,350 @@
+"""Release records (``build/releases/<version>.json``) and release entries in CHANGELOG.md.
+
+A release is one published image: its references, digest, upstream pin, patch queue hash,
+patches and the smoke figures measured before it was pushed. The CHANGELOG entry follows Keep a
+Changelog: a ``## [version] - date`` heading, the upstream pin, the patches added, refreshed or
+dropped since the previous release of the same target, and the smoke figures.
+
+Both writes are idempotent (the version is the key: the same inputs never add a second entry)
+and atomic (temporary file + rename).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sglforge.errors import ConfigError
+from sglforge.util import atomic_write
+
+RECORD_SCHEMA = 1
+CHANGELOG = "CHANGELOG.md"
+_HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\]", re.MULTILINE)
+_UNTESTED = "**untested**"
+
+
+@dataclass(frozen=True)
+class PatchInfo:
+    """A patch as released: name, subject, checksum and upstream status."""
+
+    name: str
+    subject: str = ""
+    sha256: str = ""
+    kind: str = ""
+    upstream_status: str = ""
+
+    @property
+    def slug(self) -> str:
+        """The name without its series number (patches are renumbered when others drop)."""
+        return re.sub(r"^\d+-", "", self.name)
+
+
+@dataclass(frozen=True)
+class Smoke:
+    """What the smoke run before publishing measured."""
+
+    passed: bool
+    scenario: str = ""
+    verdict: str = ""
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published image; ``version`` (the immutable tag) is the record's key."""
+
+    version: str
+    date: str
+    target: str
+    image: str
+    digest: str
+    references: tuple[str, ...]
+    upstream_url: str
+    upstream_ref: str
+    upstream_commit: str
+    upstream_version: str
+    queue_hash: str
+    patches: tuple[PatchInfo, ...]
+    smoke: Smoke | None
+    gpu_arch: str = ""
+    base: str = ""
+    base_digest: str = ""
+    published_at: str = ""  # ISO 8601 UTC; orders releases made on the same day
+    schema: int = RECORD_SCHEMA
+
+    @property
+    def tested(self) -> bool:
+        """True only when a smoke run passed before the push."""
+        return self.smoke is not None and self.smoke.passed
+
+
+@dataclass(frozen=True)
+class PatchDiff:
+    """Patches added, refreshed (same slug, new checksum) and dropped since a release."""
+
+    previous: str | None
+    added: tuple[PatchInfo, ...]
+    refreshed: tuple[PatchInfo, ...]
+    dropped: tuple[PatchInfo, ...]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``record_release`` did: the record's path and whether CHANGELOG.md changed."""
+
+    record: Path
+    record_written: bool
+    changelog: Path
+    changelog_written: bool
+    diff: PatchDiff
+
+
+# --- records --------------------------------------------------------------------------------
+
+
+def releases_dir(root: Path) -> Path:
+    """The folder holding the release records."""
+    return Path(root) / "build" / "releases"
+
+
+def _safe(version: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", version)
+
+
+def record_path(root: Path, version: str) -> Path:
+    """Where the record for ``version`` lives."""
+    return releases_dir(root) / f"{_safe(version)}.json"
+
+
+def to_dict(release: Release) -> dict[str, Any]:
+    """The record as JSON-ready data (``tested`` included for readers of the file)."""
+    data = dataclasses.asdict(release)
+    data["references"] = list(release.references)
+    data["patches"] = [dataclasses.asdict(p) for p in release.patches]
+    data["smoke"] = (
+        None
+        if release.smoke is None
+        else {**dataclasses.asdict(release.smoke), "figures": dict(release.smoke.figures)}
+    )
+    data["tested"] = release.tested
+    return data
+
+
+def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Release:
+    """A Release from record data; ConfigError naming the file if it is malformed."""
+    try:
+        smoke = data.get("smoke")
+        return Release(
+            version=str(data["version"]),
+            date=str(data["date"]),
+            target=str(data["target"]),
+            image=str(data["image"]),
+            digest=str(data["digest"]),
+            references=tuple(str(r) for r in data.get("references", ())),
+            upstream_url=str(data.get("upstream_url", "")),
+            upstream_ref=str(data.get("upstream_ref", "")),
+            upstream_commit=str(data.get("upstream_commit", "")),
+            upstream_version=str(data.get("upstream_version", "")),
+            queue_hash=str(data.get("queue_hash", "")),
+            patches=tuple(PatchInfo(**p) for p in data.get("patches", ())),
+            smoke=None
+            if smoke is None
+            else Smoke(
+                passed=bool(smoke["passed"]),
+                scenario=str(smoke.get("scenario", "")),
+                verdict=str(smoke.get("verdict", "")),
+                figures=dict(smoke.get("figures") or {}),
+            ),
+            gpu_arch=str(data.get("gpu_arch", "")),
+            base=str(data.get("base", "")),
+            base_digest=str(data.get("base_digest", "")),
+            published_at=str(data.get("published_at", "")),
+            schema=int(data.get("schema", RECORD_SCHEMA)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{source}: not a valid release record ({type(exc).__name__}: {exc})",
+            "remove the file; the next sglforge publish writes it again",
+        ) from None
+
+
+def load_record(path: Path) -> Release:
+    """Read one release record."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read release record: {exc}") from None
+    return from_dict(data, path)
+
+
+def load_records(root: Path) -> list[Release]:
+    """Every release record under build/releases/, oldest first."""
+    folder = releases_dir(root)
+    if not folder.is_dir():
+        return []
+    records = [load_record(p) for p in sorted(folder.glob("*.json"))]
+    return sorted(records, key=lambda r: (r.published_at or r.date, r.version))
+
+
+def find_by_digest(root: Path, digest: str) -> Release | None:
+    """The newest record for an image digest (how ``inspect`` finds smoke figures)."""
+    found = [r for r in load_records(root) if r.digest == digest]
+    return found[-1] if found else None
+
+
+def previous_release(root: Path, target: str, version: str) -> Release | None:
+    """The newest release of ``target`` other than ``version``."""
+    others = [r for r in load_records(root) if r.target == target and r.version != version]
+    return others[-1] if others else None
+
+
+def diff_patches(previous: Release | None, patches: Sequence[PatchInfo]) -> PatchDiff:
+    """Patches added, refreshed and dropped relative to ``previous`` (all added if None)."""
+    if previous is None:
+        return PatchDiff(None, tuple(patches), (), ())
+    before = {p.slug: p for p in previous.patches}
+    now = {p.slug: p for p in patches}
+    added = tuple(p for p in patches if p.slug not in before)
+    refreshed = tuple(p for p in patches if p.slug in before and before[p.slug].sha256 != p.sha256)
+    dropped = tuple(p for p in previous.patches if p.slug not in now)
+    return PatchDiff(previous.version, added, refreshed, dropped)
+
+
+def _write_record(root: Path, release: Release) -> tuple[Path, bool]:
+    path = record_path(root, release.version)
+    if path.is_file():
+        old = load_record(path)
+        # A retested release replaces an untested one; otherwise the first record stands,
+        # with any new references (another registry, a moved friendly tag) merged in.
+        refs = tuple(dict.fromkeys((*old.references, *release.references)))
+        if old.digest == release.digest and (old.tested or not release.tested):
+            merged = dataclasses.replace(old, references=refs)
+            if merged == old:
+                return path, False
+            release = merged
+        else:
+            release = dataclasses.replace(release, references=refs)
+    atomic_write(path, json.dumps(to_dict(release), indent=2) + "\n")
+    return path, True
+
+
+# --- CHANGELOG.md ---------------------------------------------------------------------------
+
+
+def _fmt_figure(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def changelog_entry(release: Release, diff: PatchDiff) -> str:
+    """The Keep a Changelog entry for ``release`` (ends with a blank line)."""
+    short = release.upstream_commit[:12] if release.upstream_commit else "unknown commit"
+    upstream = f"sglang {release.upstream_version or release.upstream_ref}"
+    lines = [
+        f"## [{release.version}] - {release.date}",
+        "",
+        f"Image `{release.image}` (`{release.digest}`), target {release.target}"
+        + (f" ({release.gpu_arch})" if release.gpu_arch else "")
+        + ".",
+    ]
+    friendly = [r for r in release.references if r != release.image]
+    if friendly:
+        lines.append("Also tagged " + ", ".join(f"`{r}`" for r in friendly) + ".")
+    lines += [
+        f"Upstream pin: {upstream} (`{release.upstream_ref}` = `{short}`"
+        + (f" from {release.upstream_url}" if release.upstream_url else "")
+        + f"); patch queue `{release.queue_hash[:16]}` with {len(release.patches)} patches.",
+        "",
+    ]
+    since = f" since {diff.previous}" if diff.previous else ""
+    if diff.added:
+        lines += ["### Added", ""]
+        lines += [f"- Patch `{p.name}`: {p.subject}" for p in diff.added]
+        lines.append("")
+    if diff.refreshed:
+        lines += ["### Changed", ""]
+        lines += [
+            f"- Patch `{p.name}` refreshed{since} (sha256 `{p.sha256[:12]}`): {p.subject}"
+            for p in diff.refreshed
+        ]
+        lines.append("")
+    if diff.dropped:
+        lines += ["### Removed", ""]
+        lines += [
+            f"- Patch `{p.name}` dropped{since}"
+            + (f" (upstream status: {p.upstream_status})" if p.upstream_status else "")
+            + f": {p.subject}"
+            for p in diff.dropped
+        ]
+        lines.append("")
+    lines += ["### Smoke", ""]
+    smoke = release.smoke
+    if smoke is None:
+        lines.append(f"- {_UNTESTED}: published with `--skip-smoke`; no smoke run before the push.")
+    else:
+        state = "passed" if smoke.passed else "FAILED"
+        head = f"- {state}" + (f" (scenario `{smoke.scenario}`)" if smoke.scenario else "")
+        lines.append(head + (f": {smoke.verdict}" if smoke.verdict else ""))
+        lines += [f"- {k}: {_fmt_figure(v)}" for k, v in sorted(smoke.figures.items())]
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _entry_span(text: str, version: str) -> tuple[int, int] | None:
+    for m in _HEADING.finditer(text):
+        if m.group("version") == version:
+            nxt = _HEADING.search(text, m.end())
+            return m.start(), nxt.start() if nxt else len(text)
+    return None
+
+
+def _insert_at(text: str) -> int:
+    """Where a new release goes: after the Unreleased section, before the newest release."""
+    for m in _HEADING.finditer(text):
+        if m.group("version").lower() != "unreleased":
+            return m.start()
+    return len(text)
+
+
+def write_changelog(path: Path, release: Release, diff: PatchDiff) -> bool:
+    """Add the entry for ``release`` unless one exists; True if the file changed.
+
+    An existing entry is only replaced when it is marked untested and this release is tested
+    (a ``--skip-smoke`` emergency push that was later smoke-tested).
+    """
+    path = Path(path)
+    text = path.read_text() if path.is_file() else "# Changelog\n\n## [Unreleased]\n\n"
+    entry = changelog_entry(release, diff)
+    span = _entry_span(text, release.version)
+    if span is not None:
+        old = text[span[0] : span[1]]
+        if not (release.tested and _UNTESTED in old):
+            return False
+        new = text[: span[0]] + entry + text[span[1] :]
+    else:
+        at = _insert_at(text)
+        before = text[:at]
+        if before and not before.endswith("\n\n"):
+            before = before.rstrip("\n") + "\n\n"
+        new = before + entry + text[at:]
+    if new == text:
+        return False
+    atomic_write(path, new)
+    return True
+
+
+def record_release(root: Path, release: Release, changelog: Path | None = None) -> Recorded:
+    """Write the release record and the CHANGELOG entry (each only if new)."""
+    root = Path(root)
+    changelog = changelog or root / CHANGELOG
+    prev = previous_release(root, release.target, release.version)
+    diff = diff_patches(prev, release.patches)
+    path, written = _write_record(root, release)
+    changed = write_changelog(changelog, release, diff)
+    return Recorded(path, written, changelog, changed, diff)
