@@ -142,8 +142,12 @@ def parse_ref(ref: str) -> Reference:
 
 def is_loopback(registry: str) -> bool:
     """True for 127.0.0.0/8, ::1 and localhost (registries the engine talks plain HTTP to)."""
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    host = host.strip("[]")
+    if registry.startswith("["):
+        host = registry[1 : registry.find("]")]
+    elif registry.count(":") == 1:
+        host = registry.rsplit(":", 1)[0]
+    else:
+        host = registry
     if host == "localhost":
         return True
     try:
