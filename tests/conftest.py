@@ -1,0 +1,98 @@
+"""Fixtures shared by every test folder: git identity, the Docker engine, stand-ins, registries.
+
+Folder-specific fixtures belong in that folder's own conftest.py (tests/docker/conftest.py...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import docker
+from sglforge import engine
+from sglforge.errors import EngineUnavailable
+from standin.base import (
+    SERVER_PY,
+    cleanup,
+    ensure_debian_base,
+    ensure_sglang_base,
+    new_session_id,
+    object_labels,
+)
+from standin.registry import Registry, start_registry
+
+ENGINE_HINT = "start the engine (as root): `bash .ci/setup`, or point DOCKER_HOST at one"
+
+
+@pytest.fixture(autouse=True)
+def git_identity(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """Pin the git identity and isolate HOME so no test reads or writes the user's config."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.delenv(var, raising=False)
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "sglforge tests")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "tests@sglforge.invalid")
+    return home
+
+
+@pytest.fixture(scope="session")
+def sglforge_session() -> str:
+    """Id labelling this session's Docker objects, so cleanup spares concurrent sessions."""
+    return new_session_id()
+
+
+@pytest.fixture(scope="session")
+def docker_labels(sglforge_session: str) -> dict[str, str]:
+    """Labels every image and container a test creates must carry."""
+    return object_labels(sglforge_session)
+
+
+@pytest.fixture(scope="session")
+def docker_client(sglforge_session: str) -> Iterator[docker.DockerClient]:
+    """The engine's client; fails (never skips) with how to start one. Cleans up at the end."""
+    try:
+        client = engine.client()
+    except EngineUnavailable as exc:
+        pytest.fail(f"no Docker engine reachable ({exc.message}); {ENGINE_HINT}", pytrace=False)
+    yield client
+    cleanup(client, session=sglforge_session)
+
+
+@pytest.fixture(scope="session")
+def standin_base(docker_client: docker.DockerClient) -> str:
+    """Tag of the Debian bookworm + python3 stand-in base (TEST DOUBLE)."""
+    return ensure_debian_base(docker_client)
+
+
+@pytest.fixture(scope="session")
+def standin_sglang_base(docker_client: docker.DockerClient) -> str:
+    """Tag of the fake sglang 0.5.14 ROCm image (TEST DOUBLE) running tests/standin/server.py."""
+    if not SERVER_PY.is_file():
+        pytest.fail(f"{SERVER_PY} is missing: the stand-in sglang server", pytrace=False)
+    return ensure_sglang_base(client=docker_client)
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Callable[..., Registry]]:
+    """Factory: ``registry()`` or ``registry(username, password)`` starts a local registry.
+
+    Every registry started is killed at teardown.
+    """
+    started: list[Registry] = []
+
+    def start(username: str | None = None, password: str | None = None) -> Registry:
+        try:
+            reg = start_registry(tmp_path / f"registry-{len(started)}", username, password)
+        except RuntimeError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        started.append(reg)
+        return reg
+
+    yield start
+    for reg in started:
+        reg.stop()
