@@ -1,0 +1,21 @@
+# sglforge overlay image: a released sglang image plus only the files the patch queue changes.
+#
+# Rendered by sglforge.build (`sglforge build --dry-run` prints the result); the {{NAME}}
+# placeholders are filled in there. Only classic-builder syntax: the engine builds it
+# through the Docker API, without BuildKit. Labels (OCI and io.sglforge.*) are added by the
+# build call, not here, so this file stays identical between builds of the same inputs.
+FROM {{BASE}}
+
+# One layer: the changed files staged at their paths in the image, plus
+# /opt/sglforge/manifest.json. Deterministic file times and owners (root) come from the
+# build context, so the layer holds the changed bytes and nothing else.
+COPY overlay/ /
+{{DELETE}}
+# Runtime defaults for {{TARGET}} ({{GPU_ARCH}}, {{ROCM}}); `docker run -e` overrides them.
+{{ENV}}
+
+# `docker run IMAGE --model-path M --tp 8 ...` starts the server with exactly those
+# arguments: they replace CMD, so CMD holds no server flags that would silently vanish.
+# With no arguments the image prints the server's options.
+ENTRYPOINT ["python3", "-m", "sglang.launch_server"]
+CMD ["--help"]

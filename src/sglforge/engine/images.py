@@ -1,0 +1,454 @@
+"""Image operations on the Docker engine: inspect, look up, build, tag, remove.
+
+Owns every image-level call sglforge makes through the Docker SDK, and the registry
+queries that go with them: whether a tag exists (the engine's distribution API) and which
+tags a repository has (the registry's ``/v2/<name>/tags/list``). Also runs a throwaway
+container in a base image to read which sglang it holds (cached by image ID), and builds
+from an in-memory context with the engine's classic builder, streaming progress.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import requests
+
+import docker
+from sglforge.engine import LABEL, client
+from sglforge.errors import BuildError, ConfigError
+from sglforge.util import atomic_write
+
+DEFAULT_REGISTRY = "docker.io"
+# Docker Hub serves its registry API from another host than its name.
+_REGISTRY_API = {"docker.io": "registry-1.docker.io"}
+REGISTRY_TIMEOUT = 10.0
+MAX_TAG_PAGES = 20
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What sglforge needs to know about a local image."""
+
+    ref: str
+    id: str
+    repo_digests: tuple[str, ...]
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    size: int
+    layers: tuple[str, ...]
+
+    @property
+    def digest(self) -> str | None:
+        """The registry digest (``sha256:...``) when the image came from or went to one."""
+        for rd in self.repo_digests:
+            return rd.partition("@")[2] or None
+        return None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An image reference split the way the engine reads it."""
+
+    registry: str
+    name: str
+    tag: str
+
+    @property
+    def repository(self) -> str:
+        """The repository as written by users (no ``docker.io/`` prefix)."""
+        if self.registry == DEFAULT_REGISTRY:
+            return self.name.removeprefix("library/")
+        return f"{self.registry}/{self.name}"
+
+
+@dataclass(frozen=True)
+class RemoteTag:
+    """The answer of a registry about one tag: exists True/False, or None when unknown."""
+
+    exists: bool | None
+    digest: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SglangInfo:
+    """Which sglang an image holds and where its package lives."""
+
+    image_id: str
+    version: str | None
+    path: str | None
+    python: str | None
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """A progress event: the builder started step ``n`` of ``total``."""
+
+    n: int
+    total: int
+    instruction: str
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One history entry of an image: the instruction and the bytes it added."""
+
+    created_by: str
+    size: int
+
+
+def parse_reference(ref: str) -> Reference:
+    """Split ``[registry/]name[:tag]`` (digests are not accepted as build bases)."""
+    if "@" in ref:
+        raise ConfigError(f"image {ref}: pin a tag, not a digest", "pass --base-image REPO:TAG")
+    name, tag = ref, "latest"
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, _, tag = ref.rpartition(":")
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return Reference(first, rest, tag)
+    if not rest:
+        name = f"library/{name}"
+    return Reference(DEFAULT_REGISTRY, name, tag)
+
+
+def _api(c: docker.DockerClient | None = None) -> Any:
+    return (c or client()).api
+
+
+def inspect(ref: str) -> ImageInfo | None:
+    """The local image ``ref`` names, or None when the engine has no such image."""
+    try:
+        data = _api().inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        if exc.status_code == 404:
+            return None
+        raise BuildError(f"image {ref}: engine error: {exc.explanation or exc}") from exc
+    cfg = data.get("Config") or {}
+    return ImageInfo(
+        ref=ref,
+        id=data["Id"],
+        repo_digests=tuple(data.get("RepoDigests") or ()),
+        tags=tuple(data.get("RepoTags") or ()),
+        labels=dict(cfg.get("Labels") or {}),
+        size=int(data.get("Size") or 0),
+        layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+    )
+
+
+def local_tags(repository: str) -> list[str]:
+    """Tags of the local images in ``repository`` (``lmsysorg/sglang``)."""
+    out: set[str] = set()
+    for img in _api().images(name=repository):
+        for rt in img.get("RepoTags") or ():
+            repo, _, tag = rt.rpartition(":")
+            if repo == repository and tag:
+                out.add(tag)
+    return sorted(out)
+
+
+def remote_tag(ref: str) -> RemoteTag:
+    """Ask the image's registry, through the engine, whether tag ``ref`` exists."""
+    try:
+        data = _api().inspect_distribution(ref)
+    except docker.errors.NotFound:
+        return RemoteTag(False, None)
+    except docker.errors.APIError as exc:
+        text = str(exc.explanation or exc)
+        if "manifest unknown" in text or "not found" in text.lower():
+            return RemoteTag(False, None)
+        return RemoteTag(None, None, _first_line(text))
+    return RemoteTag(True, (data.get("Descriptor") or {}).get("digest"))
+
+
+def remote_tags(repository: str, timeout: float = REGISTRY_TIMEOUT) -> list[str] | None:
+    """The tags a registry lists for ``repository``; None when it cannot be asked."""
+    ref = parse_reference(repository + ":x")
+    host = _REGISTRY_API.get(ref.registry, ref.registry)
+    local = host.split(":")[0] in ("localhost", "127.0.0.1", "::1")
+    url = f"{'http' if local else 'https'}://{host}/v2/{ref.name}/tags/list?n=1000"
+    session = requests.Session()
+    tags: list[str] = []
+    try:
+        for _ in range(MAX_TAG_PAGES):
+            resp = session.get(url, timeout=timeout)
+            if resp.status_code == 401:
+                token = _bearer_token(session, resp, timeout)
+                if token is None:
+                    return None
+                session.headers["Authorization"] = f"Bearer {token}"
+                resp = session.get(url, timeout=timeout)
+            if resp.status_code != 200:
+                return None
+            tags.extend(resp.json().get("tags") or [])
+            nxt = resp.links.get("next", {}).get("url")
+            if not nxt:
+                break
+            url = requests.compat.urljoin(url, nxt)
+    except (requests.RequestException, ValueError):
+        return None
+    return sorted(set(tags))
+
+
+def _bearer_token(session: requests.Session, resp: requests.Response, timeout: float) -> str | None:
+    # The registry token protocol: the 401 names the realm, service and scope to ask for
+    # an anonymous pull token.
+    challenge = resp.headers.get("WWW-Authenticate", "")
+    if not challenge.lower().startswith("bearer "):
+        return None
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    realm = params.pop("realm", None)
+    if not realm:
+        return None
+    tok = session.get(realm, params=params, timeout=timeout)
+    if tok.status_code != 200:
+        return None
+    body = tok.json()
+    return body.get("token") or body.get("access_token")
+
+
+_SGLANG_PROBE = r"""
+import importlib.util, json, os, re, sys
+out = {"version": None, "path": None, "python": sys.version.split()[0]}
+spec = importlib.util.find_spec("sglang")
+if spec is not None and spec.submodule_search_locations:
+    path = list(spec.submodule_search_locations)[0]
+    out["path"] = os.path.realpath(path)
+    try:
+        text = open(os.path.join(path, "version.py")).read()
+        m = re.search(r"__version__\s*=\s*[\"']([^\"']+)", text)
+        out["version"] = m.group(1) if m else None
+    except OSError:
+        pass
+    if out["version"] is None:
+        try:
+            from importlib.metadata import version
+            out["version"] = version("sglang")
+        except Exception:
+            pass
+    if out["version"] is None:
+        try:
+            import sglang
+            out["version"] = getattr(sglang, "__version__", None)
+        except Exception as exc:
+            out["error"] = repr(exc)
+print("SGLFORGE-PROBE " + json.dumps(out))
+"""
+
+
+def sglang_info(ref: str, cache_dir: Path, labels: Mapping[str, str] | None = None) -> SglangInfo:
+    """The sglang version and package path inside image ``ref`` (cached by image ID)."""
+    info = inspect(ref)
+    if info is None:
+        raise BuildError(f"image {ref} is not present on the engine", f"docker pull {ref}")
+    cache = Path(cache_dir) / f"sglang-{info.id.removeprefix('sha256:')}.json"
+    if cache.is_file():
+        try:
+            data = json.loads(cache.read_text())
+            return SglangInfo(info.id, data.get("version"), data.get("path"), data.get("python"))
+        except (ValueError, OSError):
+            pass  # a damaged cache entry is simply recomputed
+    # Reading version.py rather than importing sglang: the import pulls in torch and needs
+    # far longer, and the file is what the running server reports anyway.
+    text = run_python(ref, _SGLANG_PROBE, labels=labels)
+    line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-PROBE ")), None)
+    if line is None:
+        raise BuildError(
+            f"image {ref}: could not read sglang's version: {_first_line(text)}",
+            f"docker run --rm --entrypoint python3 {ref} -c 'import sglang'",
+        )
+    data = json.loads(line.removeprefix("SGLFORGE-PROBE "))
+    atomic_write(cache, json.dumps(data, indent=2) + "\n")
+    return SglangInfo(info.id, data.get("version"), data.get("path"), data.get("python"))
+
+
+def run_python(
+    ref: str, code: str, labels: Mapping[str, str] | None = None, timeout: float = 300
+) -> str:
+    """Run ``python3 -c CODE`` in a throwaway container (no network); its output."""
+    c = client()
+    all_labels = {LABEL: "1", "io.sglforge.role": "probe", **(labels or {})}
+    container = None
+    try:
+        container = c.containers.create(
+            ref,
+            entrypoint=["python3", "-c", code],
+            command=[],
+            network_mode="none",
+            labels=all_labels,
+            detach=True,
+        )
+        container.start()
+        result = container.wait(timeout=timeout)
+        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+    except docker.errors.DockerException as exc:
+        raise BuildError(f"image {ref}: could not run python3 in it: {exc}") from exc
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except docker.errors.DockerException:
+                pass
+    if int(result.get("StatusCode", 1)) != 0:
+        raise BuildError(
+            f"image {ref}: python3 exited with {result.get('StatusCode')}: {_last_line(output)}",
+            f"docker run --rm --entrypoint python3 {ref} --version",
+        )
+    return output
+
+
+def build(
+    context: bytes,
+    tag: str,
+    log_path: Path,
+    labels: Mapping[str, str] | None = None,
+    progress: Callable[[BuildStep], None] | None = None,
+) -> str:
+    """Build a plain-tar ``context`` (holding ``Dockerfile``) as ``tag``; the image ID.
+
+    The engine's classic builder runs the steps; every line goes to ``log_path`` and each
+    ``Step n/m`` to ``progress``. A failing step raises BuildError naming it, with the
+    last lines of its output.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    image_id: str | None = None
+    step: BuildStep | None = None
+    tail: list[str] = []
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"# sglforge build {tag} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        try:
+            stream = _api().build(
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                labels=dict(labels or {}),
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                # RUN steps of an overlay never need the network.
+                network_mode="none",
+            )
+            for event in stream:
+                if "stream" in event:
+                    for line in str(event["stream"]).splitlines():
+                        log.write(line + "\n")
+                        m = _STEP.match(line.strip())
+                        if m:
+                            step = BuildStep(int(m.group(1)), int(m.group(2)), m.group(3))
+                            tail = []
+                            if progress is not None:
+                                progress(step)
+                        elif line.strip():
+                            tail = (tail + [line.rstrip()])[-20:]
+                elif "aux" in event and isinstance(event["aux"], dict):
+                    image_id = event["aux"].get("ID") or image_id
+                elif "error" in event:
+                    message = str(event.get("error", "")).strip()
+                    log.write(f"ERROR: {message}\n")
+                    raise _step_failed(tag, step, message, tail, log_path)
+        except docker.errors.BuildError as exc:
+            raise _step_failed(tag, step, str(exc), tail, log_path) from exc
+        except docker.errors.APIError as exc:
+            log.write(f"ERROR: {exc}\n")
+            raise _step_failed(tag, step, str(exc.explanation or exc), tail, log_path) from exc
+    if image_id is None:
+        found = inspect(tag)
+        if found is None:
+            raise BuildError(f"build of {tag} produced no image", f"see {log_path}")
+        image_id = found.id
+    return image_id
+
+
+def _step_failed(
+    tag: str, step: BuildStep | None, message: str, tail: list[str], log_path: Path
+) -> BuildError:
+    where = f"step {step.n}/{step.total} ({step.instruction})" if step else "before the first step"
+    last = "\n".join(f"    {ln}" for ln in tail[-8:])
+    text = f"build of {tag} failed at {where}: {_first_line(message)}"
+    if last:
+        text += f"\n  last output:\n{last}"
+    return BuildError(text, f"full log: {log_path}")
+
+
+def tag(image: str, ref: str) -> None:
+    """Point ``ref`` (``repo:tag``) at ``image``."""
+    repo, _, t = ref.rpartition(":")
+    if not repo or "/" in t:
+        repo, t = ref, "latest"
+    try:
+        _api().tag(image, repo, t)
+    except docker.errors.APIError as exc:
+        raise BuildError(f"could not tag {image} as {ref}: {exc.explanation or exc}") from exc
+
+
+def remove(ref: str, force: bool = True) -> bool:
+    """Remove a local image; False when it was not there."""
+    try:
+        _api().remove_image(ref, force=force)
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if exc.status_code == 404:
+            return False
+        raise BuildError(f"could not remove image {ref}: {exc.explanation or exc}") from exc
+    return True
+
+
+def history(ref: str) -> list[Layer]:
+    """The image's history, oldest first: each instruction and the bytes it added."""
+    try:
+        rows = _api().history(ref)
+    except docker.errors.APIError as exc:
+        raise BuildError(f"image {ref}: no history: {exc.explanation or exc}") from exc
+    return [Layer(str(r.get("CreatedBy", "")), int(r.get("Size") or 0)) for r in reversed(rows)]
+
+
+def managed_images(extra: Mapping[str, str] | None = None) -> list[str]:
+    """IDs of the local images carrying sglforge's label (and ``extra`` labels)."""
+    filters = [f"{LABEL}=1", *(f"{k}={v}" for k, v in (extra or {}).items())]
+    return [img["Id"] for img in _api().images(filters={"label": filters})]
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0].strip() if lines else "(no output)"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+__all__ = [
+    "BuildStep",
+    "ImageInfo",
+    "Layer",
+    "Reference",
+    "RemoteTag",
+    "SglangInfo",
+    "build",
+    "history",
+    "inspect",
+    "local_tags",
+    "managed_images",
+    "parse_reference",
+    "remote_tag",
+    "remote_tags",
+    "remove",
+    "run_python",
+    "sglang_info",
+    "tag",
+]
