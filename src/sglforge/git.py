@@ -154,8 +154,15 @@ def ensure_cache(cache_root: Path, url: str) -> Path:
 
 
 def _fetch(path: Path, url: str) -> None:
-    args = ["fetch", "--quiet", "--prune", "--tags", "--force", "origin",
-            "+refs/heads/*:refs/heads/*"]
+    args = [
+        "fetch",
+        "--quiet",
+        "--prune",
+        "--tags",
+        "--force",
+        "origin",
+        "+refs/heads/*:refs/heads/*",
+    ]
     res = run(path, *args, check=False)
     if res.status != 0:
         msg = (res.stderr or res.stdout).strip().splitlines()

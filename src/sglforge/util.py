@@ -108,3 +108,84 @@ def unique(items: Iterable[str]) -> list[str]:
     for item in items:
         seen.setdefault(item, None)
     return list(seen)
+
+
+# --- multi-file transactions ----------------------------------------------------------------
+#
+# A refresh rewrites several patch files, the series, the pin and CHANGELOG.md. Renames are
+# atomic one file at a time only, so the set of renames is journalled first: a crash before
+# the journal is written leaves everything old; a crash after it is rolled forward by the
+# next command that reads the queue (``recover_transactions``), giving everything new.
+
+JOURNAL = ".sglforge-txn.json"
+TMP_SUFFIX = ".sglforge-tmp"
+# Test hook: exit abruptly after this many renames, to prove recovery (see tests).
+CRASH_ENV = "SGLFORGE_TEST_CRASH_AFTER_RENAMES"
+
+
+def commit_files(journal_dir: Path, files: dict[Path, str | bytes | None]) -> None:
+    """Replace (or delete, for None) all ``files`` as one all-or-nothing change."""
+    import json
+
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    ops: list[dict[str, str | None]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path).resolve()
+            if data is None:
+                ops.append({"tmp": None, "target": str(path)})
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            raw = data.encode() if isinstance(data, str) else data
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(raw)
+                fh.flush()
+                os.fsync(fh.fileno())
+            ops.append({"tmp": tmp, "target": str(path)})
+        atomic_write(journal_dir / JOURNAL, json.dumps(ops, indent=1))
+    except BaseException:
+        for op in ops:
+            if op["tmp"]:
+                Path(op["tmp"]).unlink(missing_ok=True)
+        raise
+    _roll_forward(journal_dir, ops)
+
+
+def _roll_forward(journal_dir: Path, ops: list[dict[str, str | None]]) -> None:
+    crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
+    done = 0
+    for op in ops:
+        target = Path(str(op["target"]))
+        tmp = op["tmp"]
+        if tmp is None:
+            target.unlink(missing_ok=True)
+        elif Path(tmp).exists():
+            os.replace(tmp, target)
+        done += 1
+        if crash_after and done >= crash_after:
+            os._exit(99)
+    (journal_dir / JOURNAL).unlink(missing_ok=True)
+
+
+def recover_transactions(journal_dir: Path) -> bool:
+    """Finish a journalled change interrupted by a crash; drop stray temp files. True if any."""
+    import json
+
+    journal = journal_dir / JOURNAL
+    recovered = False
+    if journal.exists():
+        try:
+            ops = json.loads(journal.read_text())
+        except ValueError:
+            ops = None
+        if isinstance(ops, list):
+            _roll_forward(journal_dir, ops)
+            recovered = True
+        else:  # a torn journal cannot exist (atomic_write); be safe and drop it
+            journal.unlink(missing_ok=True)
+    for folder in (journal_dir, journal_dir.parent, journal_dir / "retired"):
+        if folder.is_dir():
+            for stray in folder.glob(f".*{TMP_SUFFIX}"):
+                stray.unlink(missing_ok=True)
+    return recovered

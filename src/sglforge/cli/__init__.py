@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from sglforge.cli.common import main
-
 # Each command group lives in its own module; importing registers it on ``main``.
-# command modules are imported below as they land
+from sglforge.cli import patches as _patches  # noqa: E402,F401
+from sglforge.cli.common import main
 
 __all__ = ["main"]

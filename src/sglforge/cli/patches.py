@@ -1,0 +1,260 @@
+"""``sglforge patches ...``: the patch queue commands."""
+
+from __future__ import annotations
+
+import click
+
+from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.errors import EXIT_PROBLEMS
+
+upstream_option = click.option(
+    "--upstream",
+    metavar="URL|PATH|pypi:PROJECT[SPEC]",
+    help="Upstream to use instead of the pin's URL (also $SGLFORGE_UPSTREAM). "
+    "`pypi:sglang` builds a python/-only history from released wheels.",
+)
+
+
+@main.group("patches")
+def patches_group() -> None:
+    """Inspect, check and maintain the patch queue in patches/."""
+
+
+@patches_group.command("list")
+@json_option
+@pass_state
+def list_cmd(st: State, as_json: bool) -> None:
+    """List the queue: index, file, subject, status, kind, files, lines +/-."""
+    from sglforge.patches.series import load_queue
+
+    q = load_queue(st.root)
+    rows = [
+        {
+            "index": p.index,
+            "name": p.name,
+            "subject": p.subject,
+            "status": p.upstream_status,
+            "applies_to": p.applies_to,
+            "fixed_in": p.fixed_in,
+            "kind": p.kind,
+            "files": list(p.files),
+            "added": p.added,
+            "removed": p.removed,
+            "sha256": p.sha256,
+        }
+        for p in q.patches
+    ]
+    if as_json:
+        print_json(
+            {
+                "pin": {"url": q.pin.url, "ref": q.pin.ref, "commit": q.pin.commit},
+                "hash": q.hash,
+                "patches": rows,
+            }
+        )
+        return
+    click.echo(f"upstream {q.pin.url} @ {q.pin.ref}  queue {q.hash[:12]}")
+    click.echo(
+        table(
+            ["#", "file", "subject", "status", "kind", "files", "+/-"],
+            [
+                [
+                    r["index"],
+                    r["name"],
+                    _cut(r["subject"], 48),
+                    _cut(r["status"], 24),
+                    r["kind"],
+                    len(r["files"]),
+                    f"+{r['added']}/-{r['removed']}",
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "~"
+
+
+@patches_group.command("lint")
+@json_option
+@pass_state
+def lint_cmd(st: State, as_json: bool) -> None:
+    """Check series vs files, metadata and diffs; every finding names file and line."""
+    from sglforge.patches.lint import lint_queue
+
+    findings = lint_queue(st.root)
+    if as_json:
+        print_json({"ok": not findings, "findings": findings})
+    else:
+        for f in findings:
+            click.echo(str(f))
+        click.echo("lint: clean" if not findings else f"lint: {len(findings)} problem(s)")
+    if findings:
+        raise SystemExit(EXIT_PROBLEMS)
+
+
+@patches_group.command("apply")
+@click.option("--ref", help="Upstream ref (default: the pin).")
+@upstream_option
+@click.option("--force", is_flag=True, help="Discard uncommitted or unexported worktree work.")
+@json_option
+@pass_state
+def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_json: bool) -> None:
+    """Apply the queue in build/worktrees/<ref>, one commit per patch (git am --3way)."""
+    from sglforge.patches.apply import apply_queue
+
+    a = apply_queue(st.root, ref=ref, upstream=upstream, force=force)
+    if as_json:
+        print_json(a)
+        return
+    click.echo(
+        f"{'reused' if a.reused else 'applied'} at {a.ref} ({a.commit[:12]}) in {a.worktree}"
+    )
+    click.echo(
+        table(["patch", "status", "detail"], [[p.name, p.status, p.detail] for p in a.patches])
+    )
+    if a.python_only:
+        click.echo("note: this upstream is built from PyPI wheels and holds python/ only")
+
+
+@patches_group.command("check")
+@click.option("--ref", "refs", multiple=True, help="Upstream ref to check (repeatable).")
+@click.option("--tags", metavar="SPEC", help="Also every tag whose version matches SPEC.")
+@upstream_option
+@click.option("--jobs", type=int, help="Refs checked in parallel (default: CPU count).")
+@json_option
+@pass_state
+def check_cmd(
+    st: State,
+    refs: tuple[str, ...],
+    tags: str | None,
+    upstream: str | None,
+    jobs: int | None,
+    as_json: bool,
+) -> None:
+    """Apply the whole series at each ref (no worktree touched) and report a matrix.
+
+    \b
+    Example:
+      sglforge patches check --upstream pypi:sglang --tags '>=0.5.10,<=0.5.23'
+    """
+    from sglforge.patches.check import check_refs
+
+    report = check_refs(st.root, list(refs), upstream=upstream, tags=tags, jobs=jobs)
+    if as_json:
+        print_json(report)
+    else:
+        names = [p.name for p in report.refs[0].patches] if report.refs else []
+        click.echo(
+            table(["ref"] + names, [[r.ref] + [p.status for p in r.patches] for r in report.refs])
+        )
+        for r in report.refs:
+            for p in r.patches:
+                if p.detail and p.status not in ("clean",):
+                    click.echo(f"{r.ref} {p.name}: {p.status}: {p.detail}")
+        if report.python_only:
+            click.echo("note: upstream built from PyPI wheels: the tree holds python/ only")
+    if not report.ok:
+        raise SystemExit(EXIT_PROBLEMS)
+
+
+@patches_group.command("refresh")
+@click.option("--ref", "new_ref", required=True, help="The new upstream ref to rebase onto.")
+@upstream_option
+@click.option(
+    "--drop-upstreamed",
+    is_flag=True,
+    help="Retire patches upstream already has to patches/retired/.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
+@json_option
+@pass_state
+def refresh_cmd(
+    st: State,
+    new_ref: str,
+    upstream: str | None,
+    drop_upstreamed: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Rebase the queue onto NEWREF (3-way) and move the pin; all or nothing."""
+    from sglforge.patches.refresh import refresh_queue
+
+    r = refresh_queue(
+        st.root, new_ref, upstream=upstream, drop_upstreamed=drop_upstreamed, dry_run=dry_run
+    )
+    if as_json:
+        print_json(r)
+    else:
+        click.echo(
+            table(
+                ["patch", "action", "status", "detail"],
+                [[p.name, p.action, p.status, "; ".join(p.hunks) or p.detail] for p in r.patches],
+            )
+        )
+        if not r.ok:
+            click.echo(
+                f"refresh: conflicts at {new_ref}; nothing was changed. Resolve with "
+                f"`sglforge patches apply --ref {new_ref}`, edit, "
+                f"`sglforge patches export --ref {new_ref}`."
+            )
+        elif r.written:
+            click.echo(f"refresh: queue now on {new_ref}")
+    if not r.ok:
+        raise SystemExit(EXIT_PROBLEMS)
+
+
+@patches_group.command("export")
+@click.option("--ref", help="Worktree ref (default: the pin).")
+@json_option
+@pass_state
+def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
+    """Write the worktree branch's commits back to patch files (series order kept)."""
+    from sglforge.patches.export import export_queue
+
+    r = export_queue(st.root, ref)
+    if as_json:
+        print_json(r)
+    else:
+        click.echo(
+            f"export: {len(r.written)} rewritten, {len(r.added)} added, "
+            f"{len(r.unchanged)} unchanged"
+        )
+        for n in r.written:
+            click.echo(f"  rewritten {n}")
+        for n in r.added:
+            click.echo(f"  added     {n}")
+
+
+@patches_group.command("new")
+@click.argument("name")
+@click.option("--ref", help="Worktree ref (default: the pin).")
+@click.option("-m", "--message", help="Subject line (default: NAME with spaces).")
+@json_option
+@pass_state
+def new_cmd(st: State, name: str, ref: str | None, message: str | None, as_json: bool) -> None:
+    """Start patch NAME from the uncommitted changes in the ref's worktree."""
+    from sglforge.patches.export import new_patch
+
+    r = new_patch(st.root, name, ref=ref, message=message)
+    if as_json:
+        print_json(r)
+    else:
+        for n in r.added:
+            click.echo(f"new patch patches/{n} (Upstream-Status: Pending; edit its description)")
+
+
+@patches_group.command("hash")
+@json_option
+@pass_state
+def hash_cmd(st: State, as_json: bool) -> None:
+    """Print the queue fingerprint (pin + series order + patch contents)."""
+    from sglforge.patches.series import load_queue
+
+    q = load_queue(st.root)
+    if as_json:
+        print_json({"hash": q.hash, "short": q.hash[:8]})
+    else:
+        click.echo(q.hash)

@@ -1,0 +1,212 @@
+"""The queue applied in a real worktree: ``build/worktrees/<ref>`` on ``sglforge/<ref>``.
+
+Each patch becomes its own commit through ``git am --3way``. A record next to the worktree
+says what was applied, so a rerun with the same queue reuses it and a worktree holding
+someone's unexported work is never thrown away.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglforge import git
+from sglforge.errors import PatchError
+from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref
+from sglforge.patches.series import Queue, load_queue, ref_version
+from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
+from sglforge.util import atomic_write
+
+
+@dataclass(frozen=True)
+class AppliedPatch:
+    name: str
+    status: str
+    commit: str | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Applied:
+    ref: str
+    commit: str
+    version: str | None
+    worktree: Path
+    branch: str
+    head: str
+    patches: tuple[AppliedPatch, ...]
+    changed_files: tuple[str, ...]
+    queue_hash: str
+    reused: bool
+    python_only: bool
+
+
+def safe_ref(ref: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", ref)
+
+
+def worktree_path(root: Path, ref: str) -> Path:
+    return root / "build" / "worktrees" / safe_ref(ref)
+
+
+def record_path(root: Path, ref: str) -> Path:
+    return root / "build" / "worktrees" / f".{safe_ref(ref)}.sglforge.json"
+
+
+def read_record(root: Path, ref: str) -> dict | None:  # type: ignore[type-arg]
+    path = record_path(root, ref)
+    try:
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return None
+
+
+def apply_queue(
+    root: Path,
+    ref: str | None = None,
+    upstream: str | None = None,
+    force: bool = False,
+) -> Applied:
+    """Apply the queue at ``ref`` (default: the pin) in its worktree, one commit per patch."""
+    queue = load_queue(root)
+    up = open_upstream(root, queue.pin, upstream)
+    pin_commit = pinned_commit(root, queue.pin, up)
+    ref = ref or queue.pin.ref
+    commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
+    return apply_at(queue, up, ref, commit, pin_commit, force=force)
+
+
+def apply_at(
+    queue: Queue, up: Upstream, ref: str, commit: str, pin_commit: str, force: bool = False
+) -> Applied:
+    root = queue.root
+    wt = worktree_path(root, ref)
+    branch = f"sglforge/{safe_ref(ref)}"
+    record = read_record(root, ref)
+    if wt.exists() and (wt / ".git").exists():
+        _abort_stale_am(wt)
+        if not force:
+            _refuse_if_unsaved(wt, ref, record)
+        if (
+            record
+            and record.get("queue_hash") == queue.hash
+            and record.get("upstream_commit") == commit
+            and git.out(wt, "rev-parse", "HEAD") == record.get("head")
+        ):
+            return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=True)
+    report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
+    _ensure_worktree(up.cache, wt, branch, commit)
+    results: list[AppliedPatch] = []
+    for patch, st in zip(queue.patches, report.patches, strict=True):
+        if st.status in (UPSTREAMED, SKIPPED):
+            results.append(AppliedPatch(patch.name, st.status, None, st.detail))
+            continue
+        # A conflicting patch still goes through `git am --3way`: it stops with conflict
+        # markers in the worktree, which is where the user resolves it.
+        res = git.run(
+            wt, "am", "--3way", "--keep-cr", "--quiet", str(patch.path.resolve()), check=False
+        )
+        if res.status != 0 or st.status not in APPLIED:
+            detail = st.detail if st.status not in APPLIED else (res.stderr or res.stdout)
+            _conflict(wt, ref, patch.name, detail.strip(), am=res.status != 0)
+        results.append(
+            AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
+        )
+    head = git.out(wt, "rev-parse", "HEAD")
+    record = {
+        "ref": ref,
+        "upstream_commit": commit,
+        "queue_hash": queue.hash,
+        "head": head,
+        "patches": [r.__dict__ for r in results],
+    }
+    atomic_write(record_path(root, ref), json.dumps(record, indent=2))
+    return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=False)
+
+
+def _applied_from_record(
+    queue: Queue,
+    up: Upstream,
+    ref: str,
+    commit: str,
+    wt: Path,
+    branch: str,
+    record: dict,  # type: ignore[type-arg]
+    reused: bool,
+) -> Applied:
+    changed = git.out(wt, "diff", "--name-only", "--no-renames", commit, record["head"])
+    version = ref_version(ref)
+    return Applied(
+        ref=ref,
+        commit=commit,
+        version=str(version) if version else None,
+        worktree=wt,
+        branch=branch,
+        head=record["head"],
+        patches=tuple(AppliedPatch(**p) for p in record["patches"]),
+        changed_files=tuple(f for f in changed.splitlines() if f),
+        queue_hash=queue.hash,
+        reused=reused,
+        python_only=up.python_only,
+    )
+
+
+def _abort_stale_am(wt: Path) -> None:
+    rebase_dir = Path(git.out(wt, "rev-parse", "--git-path", "rebase-apply"))
+    if not rebase_dir.is_absolute():
+        rebase_dir = wt / rebase_dir
+    if rebase_dir.exists():
+        git.run(wt, "am", "--abort", check=False)
+        shutil.rmtree(rebase_dir, ignore_errors=True)
+
+
+def _refuse_if_unsaved(wt: Path, ref: str, record: dict | None) -> None:  # type: ignore[type-arg]
+    dirty = git.out(wt, "status", "--porcelain", "--untracked-files=normal")
+    if dirty:
+        first = dirty.splitlines()[0][3:]
+        raise PatchError(
+            f"worktree {wt} has uncommitted changes ({first}"
+            + (f" and {len(dirty.splitlines()) - 1} more" if len(dirty.splitlines()) > 1 else "")
+            + ")",
+            f"save them with `sglforge patches new NAME --ref {ref}`, or rerun with --force "
+            "to discard them",
+        )
+    head = git.out(wt, "rev-parse", "HEAD")
+    if record and record.get("head") and head != record["head"]:
+        base = record.get("upstream_commit", "")
+        if base and git.is_ancestor(wt, record["head"], head):
+            raise PatchError(
+                f"worktree {wt} has commits not yet exported to patches/",
+                f"run `sglforge patches export --ref {ref}`, or rerun with --force to drop them",
+            )
+
+
+def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:
+    if wt.exists() and not (wt / ".git").exists():
+        shutil.rmtree(wt)
+    if not wt.exists():
+        git.run(cache, "worktree", "prune", check=False)
+        wt.parent.mkdir(parents=True, exist_ok=True)
+        git.run(cache, "worktree", "add", "--force", "-B", branch, str(wt), commit)
+    else:
+        git.run(wt, "checkout", "--force", "-B", branch, commit)
+        git.run(wt, "clean", "-fdq")
+
+
+def _conflict(wt: Path, ref: str, name: str, detail: str, am: bool = False) -> None:
+    if am:
+        resolve = (
+            f"resolve the conflict in {wt}, `git -C {wt} am --continue`, then "
+            f"`sglforge patches export --ref {ref}`"
+        )
+    else:
+        resolve = (
+            f"edit the files in {wt} by hand, `sglforge patches new` or "
+            f"`sglforge patches export --ref {ref}` (or `sglforge patches check --ref {ref}`)"
+        )
+    raise PatchError(
+        f"{name} does not apply at {ref}: {detail.splitlines()[0] if detail else ''}", resolve
+    )

@@ -1,0 +1,420 @@
+"""The queue checked against many upstream refs at once, without any worktree.
+
+Each ref gets a private index file (``git read-tree``); patches are applied to it in
+series order with ``git apply --cached``, so no files are checked out and the user's
+worktrees are never touched. Statuses, per patch and ref: clean, offset, three-way,
+conflict, upstreamed, skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+from unidiff import PatchSet
+
+from sglforge import git
+from sglforge.patches.series import Patch, Queue, ref_version
+from sglforge.patches.upstream import Upstream
+
+CLEAN, OFFSET, THREE_WAY, CONFLICT, UPSTREAMED, SKIPPED = (
+    "clean",
+    "offset",
+    "three-way",
+    "conflict",
+    "upstreamed",
+    "skipped",
+)
+APPLIED = (CLEAN, OFFSET, THREE_WAY)
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    name: str
+    status: str
+    detail: str = ""
+    files: tuple[str, ...] = ()
+    hunks: tuple[str, ...] = ()
+    moved: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RefReport:
+    ref: str
+    commit: str
+    version: str | None
+    patches: tuple[PatchStatus, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.status != CONFLICT for p in self.patches)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    upstream: str
+    python_only: bool
+    pin: str
+    refs: tuple[RefReport, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.refs)
+
+
+class _Index:
+    """A private index file inside the upstream cache's object store."""
+
+    def __init__(self, cache: Path, tmpdir: Path) -> None:
+        self.cache = cache
+        fd, name = tempfile.mkstemp(dir=tmpdir, prefix="index-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(name)
+        self.path = name
+
+    def git(self, *args: str, stdin: str | None = None, check: bool = False) -> git.GitResult:
+        return git.run(
+            self.cache, *args, stdin=stdin, env={"GIT_INDEX_FILE": self.path}, check=check
+        )
+
+    def load(self, tree: str) -> None:
+        self.git("read-tree", tree, check=True)
+
+    def tree(self) -> str:
+        return self.git("write-tree", check=True).stdout
+
+    def close(self) -> None:
+        Path(self.path).unlink(missing_ok=True)
+
+
+def check_queue(
+    queue: Queue,
+    up: Upstream,
+    refs: list[str],
+    pin_commit: str,
+    jobs: int | None = None,
+) -> CheckReport:
+    """Check every patch of ``queue`` at every ref; never touches a worktree."""
+    tmpdir = queue.root / "build" / "tmp"
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    commits = [(ref, up.resolve(ref)) for ref in refs]
+    workers = max(1, min(jobs or (os.cpu_count() or 2), len(commits)))
+
+    def one(item: tuple[str, str]) -> RefReport:
+        ref, commit = item
+        return check_ref(queue, up, ref, commit, pin_commit, tmpdir)
+
+    if workers == 1:
+        reports = [one(c) for c in commits]
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            reports = list(pool.map(one, commits))
+    return CheckReport(
+        upstream=up.source, python_only=up.python_only, pin=queue.pin.ref, refs=tuple(reports)
+    )
+
+
+def check_ref(
+    queue: Queue, up: Upstream, ref: str, commit: str, pin_commit: str, tmpdir: Path
+) -> RefReport:
+    """Apply the series in order at one ref on a private index and classify each patch."""
+    version = ref_version(ref)
+    index = _Index(up.cache, tmpdir)
+    renames: dict[str, str] | None = None
+    results: list[PatchStatus] = []
+    failed: dict[str, str] = {}  # patch name -> why it failed (for dependants)
+    try:
+        index.load(commit)
+        for patch in queue.patches:
+            blocker = _failed_dependency(patch, queue, failed)
+            if blocker:
+                st = PatchStatus(patch.name, SKIPPED, blocker, patch.files)
+                results.append(st)
+                failed[patch.name] = "skipped"
+                continue
+            if renames is None and _needs_renames(index, patch):
+                renames = _renames(up.cache, pin_commit, commit)
+            st = _check_patch(patch, index, up, pin_commit, commit, version, renames or {})
+            results.append(st)
+            if st.status == CONFLICT or (st.status == SKIPPED and "Applies-To" not in st.detail):
+                failed[patch.name] = st.status
+    finally:
+        index.close()
+    return RefReport(ref, commit, str(version) if version else None, tuple(results))
+
+
+def _failed_dependency(patch: Patch, queue: Queue, failed: dict[str, str]) -> str:
+    for name in patch.depends_on:
+        if name in failed:
+            return f"depends on {name}, which is {failed[name]} here (Depends-On)"
+    for earlier in queue.patches:
+        if earlier.index >= patch.index:
+            break
+        if earlier.name in failed and set(earlier.files) & set(patch.files):
+            return f"depends on {earlier.name} (same files), which is {failed[earlier.name]} here"
+    return ""
+
+
+def _needs_renames(index: _Index, patch: Patch) -> bool:
+    # Only files that exist in the patch's preimage yet are missing here can have moved.
+    for f in patch.files:
+        if not index.git("ls-files", "--error-unmatch", "--", f).status == 0:
+            return True
+    return False
+
+
+def _renames(cache: Path, a: str, b: str) -> dict[str, str]:
+    """Files renamed between two commits (either direction of history)."""
+    res = git.run(
+        cache,
+        "diff",
+        "--name-status",
+        "-M",
+        f"-l{git.RENAME_LIMIT}",
+        "--diff-filter=R",
+        a,
+        b,
+        check=False,
+    )
+    moved: dict[str, str] = {}
+    for line in res.stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0].startswith("R"):
+            moved[parts[1]] = parts[2]
+    return moved
+
+
+def _check_patch(
+    patch: Patch,
+    index: _Index,
+    up: Upstream,
+    pin_commit: str,
+    commit: str,
+    version: Version | None,
+    renames: dict[str, str],
+) -> PatchStatus:
+    if not patch.diff.strip():
+        return PatchStatus(patch.name, CONFLICT, "empty patch: no diff", patch.files)
+    allowed = patch.applies_at(version)
+    text = patch.path.read_text(errors="replace")
+    if allowed is not False:
+        res = _apply(index, text)
+        if res.status == 0:
+            offset = "offset" in res.stderr
+            return PatchStatus(
+                patch.name,
+                OFFSET if offset else CLEAN,
+                _offset_detail(res.stderr) if offset else "",
+                patch.files,
+            )
+    evidence = _upstreamed(patch, text, index, up, pin_commit, commit, version, renames)
+    if evidence:
+        note = f" (outside Applies-To {patch.applies_to})" if allowed is False else ""
+        moved = {a: b for a, b in renames.items() if a in patch.files}
+        return PatchStatus(patch.name, UPSTREAMED, evidence + note, patch.files, moved=moved)
+    if allowed is False:
+        return PatchStatus(
+            patch.name,
+            SKIPPED,
+            f"Applies-To {patch.applies_to} excludes {version}",
+            patch.files,
+        )
+    before = index.tree()
+    res = _apply(index, text, "--3way")
+    if res.status == 0:
+        return PatchStatus(patch.name, THREE_WAY, "merged with git's 3-way fallback", patch.files)
+    index.load(before)
+    moved = {a: b for a, b in renames.items() if a in patch.files}
+    if moved:
+        moved_text = _retarget(text, moved)
+        res = _apply(index, moved_text)
+        where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
+        if res.status == 0:
+            return PatchStatus(
+                patch.name, OFFSET, f"applied at moved path ({where})", patch.files, moved=moved
+            )
+        res = _apply(index, moved_text, "--3way")
+        if res.status == 0:
+            return PatchStatus(
+                patch.name, THREE_WAY, f"3-way at moved path ({where})", patch.files, moved=moved
+            )
+        index.load(before)
+    files, hunks = _failing_hunks(index, text, patch)
+    return PatchStatus(
+        patch.name,
+        CONFLICT,
+        "does not apply: " + "; ".join(hunks or files or ("see git apply output",)),
+        files or patch.files,
+        hunks,
+    )
+
+
+def _apply(index: _Index, text: str, *extra: str) -> git.GitResult:
+    return index.git("apply", "--cached", "-v", *extra, "-", stdin=text)
+
+
+def _offset_detail(stderr: str) -> str:
+    found = re.findall(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", stderr)
+    return ", ".join(f"hunk {h} at line {line} (offset {off})" for h, line, off in found)
+
+
+def _retarget(text: str, moved: dict[str, str]) -> str:
+    for old, new in moved.items():
+        text = re.sub(
+            rf"^(diff --git a/){re.escape(old)}( b/){re.escape(old)}$",
+            rf"\g<1>{new}\g<2>{new}",
+            text,
+            flags=re.M,
+        )
+        text = re.sub(rf"^(--- a/){re.escape(old)}$", rf"\g<1>{new}", text, flags=re.M)
+        text = re.sub(rf"^(\+\+\+ b/){re.escape(old)}$", rf"\g<1>{new}", text, flags=re.M)
+    return text
+
+
+def _upstreamed(
+    patch: Patch,
+    text: str,
+    index: _Index,
+    up: Upstream,
+    pin_commit: str,
+    commit: str,
+    version: Version | None,
+    renames: dict[str, str],
+) -> str:
+    """Evidence that upstream already has this change, strongest first; '' when none."""
+    rev = index.git("apply", "--cached", "--check", "--reverse", "-", stdin=text)
+    if rev.status == 0:
+        return "change already present: the patch reverse-applies here"
+    pid = _patch_id(up.cache, text)
+    if pid and commit != pin_commit:
+        found = _commit_with_patch_id(up.cache, pin_commit, commit, patch.files, pid)
+        if found:
+            return f"same change as upstream commit {found[:12]} (patch-id {pid[:12]})"
+    moved = {a: b for a, b in renames.items() if a in patch.files}
+    if moved:
+        rev = index.git(
+            "apply", "--cached", "--check", "--reverse", "-", stdin=_retarget(text, moved)
+        )
+        if rev.status == 0:
+            where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
+            return f"file moved ({where}) and the change is present at the new path"
+    if patch.fixed_in and version is not None:
+        try:
+            fixed = Version(patch.fixed_in)
+        except InvalidVersion:
+            fixed = None
+        if fixed is not None and version >= fixed:
+            return f"Upstream-Fixed-In {fixed} and this ref is {version}"
+    return ""
+
+
+def _patch_id(cache: Path, text: str) -> str:
+    res = git.run(cache, "patch-id", "--stable", stdin=text, check=False)
+    return res.stdout.split()[0] if res.stdout else ""
+
+
+def _commit_with_patch_id(
+    cache: Path, pin_commit: str, commit: str, files: tuple[str, ...], pid: str
+) -> str:
+    base = git.run(cache, "merge-base", pin_commit, commit, check=False).stdout or pin_commit
+    log = git.run(
+        cache,
+        "log",
+        "-p",
+        "--no-merges",
+        "--format=commit %H",
+        f"{base}..{commit}",
+        "--",
+        *files,
+        check=False,
+        strip=False,
+    )
+    if not log.stdout.strip():
+        return ""
+    ids = git.run(cache, "patch-id", "--stable", stdin=log.stdout, check=False).stdout
+    for line in ids.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == pid:
+            return parts[1]
+    return ""
+
+
+def _failing_hunks(
+    index: _Index, text: str, patch: Patch
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    res = index.git("apply", "--cached", "--check", "-v", "-", stdin=text)
+    files: list[str] = []
+    hunks: list[str] = []
+    try:
+        parsed = PatchSet(patch.diff)
+    except Exception:  # noqa: BLE001 - lint reports unparsable diffs; here we only need names
+        parsed = None
+    for m in re.finditer(r"error: patch failed: (\S+):(\d+)", res.stderr):
+        path, line = m.group(1), int(m.group(2))
+        files.append(path)
+        label = f"{path}:{line}"
+        if parsed is not None:
+            for pf in parsed:
+                if pf.path == path:
+                    for n, h in enumerate(pf, 1):
+                        if h.source_start == line or (
+                            h.source_start <= line < h.source_start + max(h.source_length, 1)
+                        ):
+                            label = f"{path} hunk {n} (@@ -{h.source_start},{h.source_length} @@)"
+                            break
+        hunks.append(label)
+    for m in re.finditer(
+        r"error: (\S+): (does not exist in index|already exists in index)", res.stderr
+    ):
+        files.append(m.group(1))
+        hunks.append(f"{m.group(1)}: {m.group(2)}")
+    return tuple(dict.fromkeys(files)), tuple(dict.fromkeys(hunks))
+
+
+def select_tags(up: Upstream, spec: str, pre: bool = False) -> list[str]:
+    """Upstream tags whose version matches the PEP 440 ``spec``, oldest first."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    from sglforge.errors import ConfigError
+
+    try:
+        wanted = SpecifierSet(spec)
+    except InvalidSpecifier as exc:
+        raise ConfigError(
+            f"--tags {spec!r} is not a PEP 440 specifier", "for example --tags '>=0.5.10,<=0.5.23'"
+        ) from exc
+    found = []
+    for tag in git.tags(up.cache):
+        v = ref_version(tag)
+        if v is not None and wanted.contains(v, prereleases=pre) and (pre or not v.is_prerelease):
+            found.append((v, tag))
+    return [t for _, t in sorted(found)]
+
+
+def check_refs(
+    root: Path,
+    refs: list[str],
+    upstream: str | None = None,
+    tags: str | None = None,
+    jobs: int | None = None,
+) -> CheckReport:
+    """Load the queue, open upstream, and check it at ``refs`` (plus tags matching ``tags``)."""
+    from sglforge.errors import ConfigError
+    from sglforge.patches.series import load_queue
+    from sglforge.patches.upstream import open_upstream, pinned_commit
+
+    queue = load_queue(root)
+    up = open_upstream(root, queue.pin, upstream)
+    pin_commit = pinned_commit(root, queue.pin, up)
+    queue = load_queue(root)
+    wanted = list(refs)
+    if tags:
+        wanted += [t for t in select_tags(up, tags) if t not in wanted]
+    if not wanted:
+        raise ConfigError("no refs to check", "pass --ref REF (repeatable) or --tags SPEC")
+    return check_queue(queue, up, wanted, pin_commit, jobs=jobs)

@@ -1,0 +1,225 @@
+"""Static checks of the queue: series vs files, metadata, and the diffs themselves."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from sglforge.patches.series import STATUSES, Patch, parse_patch, read_series
+from sglforge.util import recover_transactions
+
+PATCH_SUFFIXES = (".patch", ".diff")
+# Statuses whose bracketed detail is required (DEP-3 / Yocto conventions).
+NEEDS_DETAIL = {"Submitted", "Backport", "Inappropriate"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str  # relative to the project root
+    line: int
+    code: str
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.code}: {self.message}"
+
+
+def lint_queue(root: Path) -> list[Finding]:
+    """Every problem found in ``root/patches``, in file and line order."""
+    recover_transactions(root / "patches")
+    findings: list[Finding] = []
+    pdir = root / "patches"
+    series_rel = "patches/series"
+    entries = read_series(root)
+    if not (pdir / "series").exists():
+        findings.append(Finding(series_rel, 0, "series-missing", "patches/series does not exist"))
+    seen: dict[str, int] = {}
+    for e in entries:
+        if e.name in seen:
+            findings.append(
+                Finding(
+                    series_rel,
+                    e.line,
+                    "duplicate-entry",
+                    f"{e.name} is listed twice (first on line {seen[e.name]})",
+                )
+            )
+            continue
+        seen[e.name] = e.line
+        if not (pdir / e.name).is_file():
+            findings.append(
+                Finding(series_rel, e.line, "missing-patch", f"{e.name} is listed but not there")
+            )
+    for f in sorted(pdir.iterdir()) if pdir.is_dir() else []:
+        if f.is_file() and f.name.endswith(PATCH_SUFFIXES) and f.name not in seen:
+            findings.append(
+                Finding(
+                    f"patches/{f.name}",
+                    0,
+                    "orphan-patch",
+                    "patch file is not listed in patches/series",
+                )
+            )
+    changes: dict[str, str] = {}
+    for i, e in enumerate(entries, 1):
+        path = pdir / e.name
+        if not path.is_file() or seen.get(e.name) != e.line:
+            continue
+        patch = parse_patch(path, i)
+        findings.extend(lint_patch(patch, f"patches/{e.name}"))
+        key = _change_key(patch)
+        if key and key in changes:
+            findings.append(
+                Finding(
+                    f"patches/{e.name}", 1, "duplicate-change", f"same change as {changes[key]}"
+                )
+            )
+        elif key:
+            changes[key] = e.name
+    return sorted(findings, key=lambda f: (f.file, f.line, f.code))
+
+
+def lint_patch(patch: Patch, rel: str) -> list[Finding]:
+    """Findings for one patch file (metadata and diff)."""
+    out: list[Finding] = []
+    raw = patch.path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.splitlines(keepends=True)
+    header_lines = patch.header.count("\n")
+
+    def line_of(pattern: str) -> int:
+        for n, line in enumerate(lines, 1):
+            if re.match(pattern, line):
+                return n
+        return 1
+
+    if not patch.subject:
+        out.append(Finding(rel, 1, "missing-subject", "no Subject: header (or first line)"))
+    status = patch.upstream_status
+    if not status:
+        out.append(
+            Finding(
+                rel,
+                max(1, header_lines),
+                "missing-status",
+                "no Upstream-Status: trailer (Pending, Submitted [where], Backport [ver], "
+                "Denied, Inactive-Upstream, Inappropriate [reason])",
+            )
+        )
+    else:
+        m = re.match(r"^([A-Za-z-]+)\s*(\[(.*)\])?\s*$", status)
+        n = line_of(r"^Upstream-Status:")
+        if not m or m.group(1) not in STATUSES:
+            out.append(
+                Finding(
+                    rel,
+                    n,
+                    "invalid-status",
+                    f"Upstream-Status {status!r} is not one of {', '.join(STATUSES)}",
+                )
+            )
+        elif m.group(1) in NEEDS_DETAIL and not (m.group(3) or "").strip():
+            out.append(
+                Finding(rel, n, "invalid-status", f"Upstream-Status {m.group(1)} needs a [detail]")
+            )
+    if patch.applies_to is not None:
+        try:
+            SpecifierSet(patch.applies_to)
+        except InvalidSpecifier:
+            out.append(
+                Finding(
+                    rel,
+                    line_of(r"^Applies-To:"),
+                    "invalid-specifier",
+                    f"Applies-To {patch.applies_to!r} is not a PEP 440 specifier",
+                )
+            )
+    if patch.fixed_in is not None:
+        try:
+            Version(patch.fixed_in.lstrip("v"))
+        except InvalidVersion:
+            out.append(
+                Finding(
+                    rel,
+                    line_of(r"^Upstream-Fixed-In:"),
+                    "invalid-version",
+                    f"Upstream-Fixed-In {patch.fixed_in!r} is not a version",
+                )
+            )
+    if not patch.diff.strip():
+        out.append(Finding(rel, max(1, len(lines)), "empty-patch", "no diff in this patch"))
+        return out
+    try:
+        parsed = PatchSet(patch.diff)
+    except UnidiffParseError as exc:
+        out.append(Finding(rel, header_lines + _parse_line(str(exc)), "unparsable-diff", str(exc)))
+        parsed = None
+    if parsed is not None and len(parsed) == 0 and "GIT binary patch" not in patch.diff:
+        out.append(Finding(rel, header_lines + 1, "empty-patch", "the diff has no file changes"))
+    diff_start = header_lines
+    for n, line in enumerate(lines[diff_start:], diff_start + 1):
+        body = line.rstrip("\n")
+        m = re.match(r"^diff --git a/(\S+) b/(\S+)", body)
+        if m:
+            for p in (m.group(1), m.group(2)):
+                if p.startswith("/") or ".." in p.split("/"):
+                    out.append(Finding(rel, n, "unsafe-path", f"path {p!r} leaves the tree"))
+            continue
+        m = re.match(r"^(?:---|\+\+\+) (\S+)", body)
+        if m and m.group(1) != "/dev/null":
+            p = re.sub(r"^[ab]/", "", m.group(1))
+            if m.group(1).startswith("/") or ".." in p.split("/"):
+                out.append(Finding(rel, n, "unsafe-path", f"path {m.group(1)!r} leaves the tree"))
+            continue
+        if body.startswith("index ") and re.search(r"^index [0-9a-f]{1,39}\.\.", body):
+            nxt = "".join(lines[n : n + 4])
+            if "GIT binary patch" in nxt:
+                out.append(
+                    Finding(
+                        rel,
+                        n,
+                        "binary-without-full-index",
+                        "binary patch without full index (make it with --full-index)",
+                    )
+                )
+        if body.startswith("Binary files ") and body.endswith(" differ"):
+            out.append(
+                Finding(
+                    rel,
+                    n,
+                    "binary-without-data",
+                    "binary change without data (make it with --binary --full-index)",
+                )
+            )
+        if body.startswith("+") and not body.startswith("+++"):
+            if body.endswith("\r"):
+                out.append(Finding(rel, n, "crlf", "added line ends with CRLF"))
+            elif body != body.rstrip():
+                out.append(
+                    Finding(rel, n, "trailing-whitespace", "added line ends with whitespace")
+                )
+    return out
+
+
+def _parse_line(msg: str) -> int:
+    m = re.search(r"line (\d+)", msg)
+    return int(m.group(1)) if m else 1
+
+
+def _change_key(patch: Patch) -> str:
+    """A key equal for two patches making the same change (like git's patch-id)."""
+    if not patch.diff.strip():
+        return ""
+    h = hashlib.sha256()
+    for line in patch.diff.splitlines():
+        if line.startswith(("diff --git", "+", "-")) and not line.startswith(("+++", "---")):
+            h.update(re.sub(r"\s+", "", line).encode() + b"\n")
+    return h.hexdigest()

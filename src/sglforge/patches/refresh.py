@@ -1,0 +1,187 @@
+"""Rebasing the queue onto a new upstream ref, all or nothing.
+
+The series is replayed with ``git am --3way`` in a scratch worktree; only when every patch
+went through are the patch files, series, pin and CHANGELOG.md replaced, in one journalled
+change (see ``sglforge.util.commit_files``). Patches upstream already has are retired to
+``patches/retired/`` with the evidence, never deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglforge import git
+from sglforge.changelog import add_unreleased
+from sglforge.errors import PatchError
+from sglforge.patches.check import APPLIED, CONFLICT, SKIPPED, UPSTREAMED, RefReport, check_ref
+from sglforge.patches.export import format_commit, merge_header, split_patch
+from sglforge.patches.series import Patch, Queue, load_queue, render_pin
+from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
+from sglforge.util import commit_files
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    name: str
+    action: str  # refreshed | unchanged | retired | kept | conflict
+    status: str  # the check status at the new ref
+    detail: str = ""
+    hunks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    old_ref: str
+    new_ref: str
+    new_commit: str
+    ok: bool
+    written: bool
+    patches: tuple[PatchOutcome, ...]
+    report: RefReport
+    changelog: tuple[str, ...] = ()
+
+
+def refresh_queue(
+    root: Path,
+    new_ref: str,
+    upstream: str | None = None,
+    drop_upstreamed: bool = False,
+    retire_excluded: bool = False,
+    dry_run: bool = False,
+    changelog: bool = True,
+) -> RefreshResult:
+    """Rebase the queue onto ``new_ref``; writes nothing unless every patch goes through."""
+    queue = load_queue(root)
+    up = open_upstream(root, queue.pin, upstream)
+    pin_commit = pinned_commit(root, queue.pin, up)
+    queue = load_queue(root)  # the pin may just have been recorded
+    new_commit = up.resolve(new_ref)
+    report = check_ref(queue, up, new_ref, new_commit, pin_commit, root / "build" / "tmp")
+    outcomes: list[PatchOutcome] = []
+    conflicts = [s for s in report.patches if s.status == CONFLICT]
+    if conflicts:
+        for s in report.patches:
+            action = "conflict" if s.status == CONFLICT else "unchanged"
+            outcomes.append(PatchOutcome(s.name, action, s.status, s.detail, s.hunks))
+        return RefreshResult(
+            queue.pin.ref, new_ref, new_commit, False, False, tuple(outcomes), report
+        )
+    texts = _replay(queue, up, report, new_commit)
+    files: dict[Path, str | bytes | None] = {}
+    series_names: list[str] = []
+    notes: list[str] = []
+    for patch, st in zip(queue.patches, report.patches, strict=True):
+        retire = (st.status == UPSTREAMED and drop_upstreamed) or (
+            st.status == SKIPPED and retire_excluded and "Applies-To" in st.detail
+        )
+        if retire:
+            files[root / "patches" / "retired" / patch.name] = retired_text(
+                patch, new_ref, st.detail
+            )
+            files[patch.path] = None
+            outcomes.append(PatchOutcome(patch.name, "retired", st.status, st.detail))
+            notes.append(f"Retired `{patch.name}` at {new_ref}: {st.detail}.")
+            continue
+        series_names.append(patch.name)
+        if patch.name in texts:
+            new_text = texts[patch.name]
+            if split_patch(new_text)[1] != patch.diff:
+                files[patch.path] = new_text
+                outcomes.append(PatchOutcome(patch.name, "refreshed", st.status, st.detail))
+                notes.append(f"Refreshed `{patch.name}` onto {new_ref} ({st.status}).")
+                continue
+        action = "unchanged" if st.status in APPLIED else "kept"
+        outcomes.append(PatchOutcome(patch.name, action, st.status, st.detail))
+    series_path = root / "patches" / "series"
+    files[series_path] = _rewrite_series(series_path, series_names)
+    pin = queue.pin
+    sources = dict(pin.sources)
+    if up.key == pin.url:
+        new_pin = dataclasses.replace(pin, ref=new_ref, commit=new_commit)
+    else:
+        sources[up.key] = {"ref": new_ref, "tree": up.tree(new_commit)}
+        # The pin URL's commit for the new tag is unknown from here; the first resolve
+        # against that URL records it.
+        new_pin = dataclasses.replace(pin, ref=new_ref, commit=None, sources=sources)
+    if new_pin != pin:
+        files[root / "patches" / "upstream.toml"] = render_pin(new_pin)
+        notes.insert(0, f"Upstream pin moved from {pin.ref} to {new_ref}.")
+    cl = root / "CHANGELOG.md"
+    if changelog and notes and cl.exists():
+        files[cl] = add_unreleased(cl.read_text(), "Changed", notes)
+    if not dry_run:
+        commit_files(root / "patches", files)
+    return RefreshResult(
+        pin.ref, new_ref, new_commit, True, not dry_run, tuple(outcomes), report, tuple(notes)
+    )
+
+
+def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[str, str]:
+    """Patch texts re-made on ``commit`` with ``git am --3way`` in a scratch worktree."""
+    tmp_root = queue.root / "build" / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    wt = Path(tempfile.mkdtemp(dir=tmp_root, prefix="refresh-"))
+    texts: dict[str, str] = {}
+    try:
+        git.run(up.cache, "worktree", "add", "--force", "--detach", str(wt), commit)
+        for patch, st in zip(queue.patches, report.patches, strict=True):
+            if st.status not in APPLIED:
+                continue
+            source = patch.path.read_text(errors="replace")
+            if st.moved:
+                from sglforge.patches.check import _retarget
+
+                source = _retarget(source, st.moved)
+            res = git.run(wt, "am", "--3way", "--keep-cr", "--quiet", stdin=source, check=False)
+            if res.status != 0:
+                git.run(wt, "am", "--abort", check=False)
+                raise PatchError(
+                    f"{patch.name} passed the check at {report.ref} but `git am` failed: "
+                    f"{(res.stderr or res.stdout).strip().splitlines()[0]}",
+                    f"sglforge patches apply --ref {report.ref}",
+                )
+            texts[patch.name] = merge_header(source, format_commit(wt, "HEAD"))
+    finally:
+        git.run(up.cache, "worktree", "remove", "--force", str(wt), check=False)
+        shutil.rmtree(wt, ignore_errors=True)
+        git.run(up.cache, "worktree", "prune", check=False)
+    return texts
+
+
+def _rewrite_series(path: Path, keep: list[str]) -> str:
+    """The series with dropped entries removed; comments and blank lines kept."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    out: list[str] = []
+    for line in lines:
+        name = line.split("#", 1)[0].strip().split()[0] if line.split("#", 1)[0].strip() else ""
+        if name and name not in keep:
+            continue
+        out.append(line)
+    present = {ln.split("#", 1)[0].strip().split()[0] for ln in out if ln.split("#", 1)[0].strip()}
+    out.extend(n for n in keep if n not in present)
+    return "\n".join(out) + "\n"
+
+
+def retired_text(patch: Patch, ref: str, evidence: str) -> str:
+    """The patch file as kept in ``patches/retired/``: Backport status plus the evidence."""
+    text = patch.path.read_text(errors="replace")
+    header, diff = split_patch(text)
+    version = ref.lstrip("v")
+    status = f"Upstream-Status: Backport [{patch.fixed_in or version}]"
+    if re.search(r"^Upstream-Status:.*$", header, re.M):
+        header = re.sub(r"^Upstream-Status:.*$", status, header, count=1, flags=re.M)
+    retired = f"Retired: {ref}: {evidence}"
+    if re.search(r"^Upstream-Status:.*$", header, re.M):
+        header = re.sub(
+            r"^(Upstream-Status:.*)$", rf"\1\n{_escape(retired)}", header, count=1, flags=re.M
+        )
+    return header + diff
+
+
+def _escape(s: str) -> str:
+    return s.replace("\\", "\\\\")

@@ -1,0 +1,383 @@
+"""Reading the queue on disk: the series file, patch files with their trailers, and the pin."""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from sglforge.errors import ConfigError
+from sglforge.util import atomic_write, recover_transactions, sha256_bytes
+
+STATUSES = (
+    "Pending",
+    "Submitted",
+    "Backport",
+    "Denied",
+    "Inactive-Upstream",
+    "Inappropriate",
+)
+TRAILERS = (
+    "Upstream-Status",
+    "Applies-To",
+    "Upstream-Fixed-In",
+    "Origin",
+    "Bug",
+    "Forwarded",
+    "Depends-On",
+    "Retired",
+)
+KINDS = ("python", "jit-kernel", "aot-kernel", "build", "other")
+PIN_KEYS = {"url", "ref", "commit", "sources"}
+
+_TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z-]*):\s*(?P<value>.*\S)?\s*$")
+_DIFF_START = re.compile(r"^(diff --git |--- |Index: )", re.M)
+_FILE_RE = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)", re.M)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The pinned upstream: ``url``, tag ``ref``, and the commit it resolved to."""
+
+    url: str
+    ref: str
+    commit: str | None = None
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def version(self) -> Version | None:
+        return ref_version(self.ref)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patch file of the queue with its metadata and what it touches."""
+
+    index: int
+    name: str
+    path: Path
+    subject: str
+    author: str
+    date: str
+    description: str
+    trailers: tuple[tuple[str, str], ...]
+    header: str  # everything before the diff, byte for byte
+    diff: str
+    files: tuple[str, ...]
+    added: int
+    removed: int
+    kind: str
+    sha256: str
+
+    def trailer(self, key: str) -> str | None:
+        for k, v in self.trailers:
+            if k.lower() == key.lower():
+                return v
+        return None
+
+    @property
+    def upstream_status(self) -> str:
+        return self.trailer("Upstream-Status") or ""
+
+    @property
+    def applies_to(self) -> str | None:
+        return self.trailer("Applies-To")
+
+    @property
+    def fixed_in(self) -> str | None:
+        return self.trailer("Upstream-Fixed-In")
+
+    @property
+    def depends_on(self) -> tuple[str, ...]:
+        value = self.trailer("Depends-On") or ""
+        return tuple(v for v in re.split(r"[,\s]+", value) if v)
+
+    def applies_at(self, version: Version | None) -> bool | None:
+        """True/False when Applies-To decides for ``version``; None when it cannot tell."""
+        spec = self.applies_to
+        if not spec:
+            return True
+        if version is None:
+            return None
+        try:
+            return SpecifierSet(spec).contains(version, prereleases=True)
+        except InvalidSpecifier:
+            return None
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    name: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Queue:
+    root: Path
+    pin: Pin
+    entries: tuple[SeriesEntry, ...]
+    patches: tuple[Patch, ...]
+    hash: str
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    def by_name(self, name: str) -> Patch:
+        for p in self.patches:
+            if p.name == name:
+                return p
+        raise ConfigError(f"patches/series: no patch named {name!r}", "sglforge patches list")
+
+
+def ref_version(ref: str | None) -> Version | None:
+    """The PEP 440 version a tag names (``v0.5.14`` -> 0.5.14), or None."""
+    if not ref:
+        return None
+    text = ref.rsplit("/", 1)[-1]
+    text = re.sub(r"^(?:release-|sglang-)?v?", "", text)
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def classify(paths: tuple[str, ...] | list[str]) -> str:
+    """The rebuild kind of a patch, from the paths it touches (the most demanding wins)."""
+    rank = {k: i for i, k in enumerate(("other", "python", "jit-kernel", "build", "aot-kernel"))}
+    best = None
+    for path in paths:
+        kind = _classify_one(path)
+        if best is None or rank[kind] > rank[best]:
+            best = kind
+    return best or "other"
+
+
+def _classify_one(path: str) -> str:
+    p = path.lower()
+    name = p.rsplit("/", 1)[-1]
+    if "/jit_kernel/" in f"/{p}" or "/kernels/jit/" in f"/{p}":
+        return "jit-kernel"
+    if p.startswith("sgl-kernel/") or "/kernels/aot/" in f"/{p}" or "/csrc/" in f"/{p}":
+        return "aot-kernel"
+    if (
+        "dockerfile" in name
+        or name in {"setup.py", "setup.cfg", "pyproject.toml", "cmakelists.txt", "makefile"}
+        or p.startswith("docker/")
+        or name.endswith((".cmake", "requirements.txt"))
+    ):
+        return "build"
+    if p.endswith((".py", ".pyi")):
+        return "python"
+    return "other"
+
+
+def split_patch(text: str) -> tuple[str, str]:
+    """Split a patch into its header (mail headers, description, diffstat) and its diff."""
+    m = re.search(r"^diff --git ", text, re.M) or _DIFF_START.search(text)
+    if not m:
+        return text, ""
+    return text[: m.start()], text[m.start() :]
+
+
+def parse_patch(path: Path, index: int = 0) -> Patch:
+    """Parse one patch file; raises ConfigError when it cannot be read at all."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})", "sglforge patches lint") from exc
+    text = raw.decode("utf-8", errors="replace")
+    header, diff = split_patch(text)
+    subject, author, date, body = _mail_fields(header)
+    description, trailers = _split_trailers(body)
+    files: list[str] = []
+    added = removed = 0
+    for m in _FILE_RE.finditer(diff):
+        files.append(m.group("b") if m.group("b") != "/dev/null" else m.group("a"))
+    if not files:
+        for m in re.finditer(r"^\+\+\+ (?:b/)?(\S+)", diff, re.M):
+            if m.group(1) != "/dev/null":
+                files.append(m.group(1))
+    in_hunk = False
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            in_hunk = True
+        elif line.startswith("diff --git "):
+            in_hunk = False
+        elif in_hunk and line.startswith("+") and not line.startswith("+++ "):
+            added += 1
+        elif in_hunk and line.startswith("-") and not line.startswith("--- "):
+            removed += 1
+    uniq = tuple(dict.fromkeys(files))
+    return Patch(
+        index=index,
+        name=path.name,
+        path=path,
+        subject=subject,
+        author=author,
+        date=date,
+        description=description,
+        trailers=tuple(trailers),
+        header=header,
+        diff=diff,
+        files=uniq,
+        added=added,
+        removed=removed,
+        kind=classify(uniq),
+        sha256=sha256_bytes(raw),
+    )
+
+
+def _mail_fields(header: str) -> tuple[str, str, str, str]:
+    lines = header.splitlines(keepends=True)
+    if lines and lines[0].startswith("From ") and not lines[0].startswith("From:"):
+        lines = lines[1:]  # the mbox separator line
+    text = "".join(lines)
+    if not re.match(r"^[A-Za-z-]+:", text):
+        # A plain description (quilt style): first line is the subject.
+        body = text.strip("\n")
+        first, _, rest = body.partition("\n")
+        return first.strip(), "", "", _strip_stat(rest)
+    msg = email.parser.Parser(policy=email.policy.compat32).parsestr(text)
+    subject = " ".join((msg.get("Subject") or "").split())
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
+    payload = msg.get_payload()
+    body = payload if isinstance(payload, str) else ""
+    return subject, msg.get("From") or "", msg.get("Date") or "", _strip_stat(body)
+
+
+def _strip_stat(body: str) -> str:
+    # format-patch puts "---" then a diffstat between the message and the diff.
+    parts = re.split(r"^---\s*$", body, maxsplit=1, flags=re.M)
+    return parts[0].strip("\n")
+
+
+def _split_trailers(body: str) -> tuple[str, list[tuple[str, str]]]:
+    trailers: list[tuple[str, str]] = []
+    desc_lines: list[str] = []
+    for line in body.splitlines():
+        m = _TRAILER_RE.match(line)
+        if (
+            m
+            and m.group("key") in TRAILERS
+            or (m and m.group("key") in {"Signed-off-by", "Reviewed-by", "Co-authored-by"})
+        ):
+            trailers.append((m.group("key"), (m.group("value") or "").strip()))
+        else:
+            desc_lines.append(line)
+    return "\n".join(desc_lines).strip("\n"), trailers
+
+
+def read_series(root: Path) -> tuple[SeriesEntry, ...]:
+    """Entries of ``patches/series`` (quilt format: ``#`` comments and blank lines ignored)."""
+    path = root / "patches" / "series"
+    if not path.exists():
+        return ()
+    entries = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        # quilt allows options after the name (e.g. -p1); the name is the first word.
+        entries.append(SeriesEntry(text.split()[0], n))
+    return tuple(entries)
+
+
+def load_pin(root: Path) -> Pin:
+    """The pin from ``patches/upstream.toml``, validated."""
+    path = root / "patches" / "upstream.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"{path}: missing (the upstream pin)",
+            'create it with url = "..." and ref = "vX.Y.Z"',
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}", f"fix {path}") from exc
+    unknown = set(data) - PIN_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(PIN_KEYS))})",
+            f"fix {path}",
+        )
+    for key in ("url", "ref"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise ConfigError(f"{path}: {key!r} must be a non-empty string", f"fix {path}")
+    commit = data.get("commit")
+    if commit is not None and not re.fullmatch(r"[0-9a-f]{40}", str(commit)):
+        raise ConfigError(
+            f"{path}: 'commit' must be a full 40-hex SHA, got {commit!r}", f"fix {path}"
+        )
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict):
+        raise ConfigError(f"{path}: 'sources' must be a table", f"fix {path}")
+    return Pin(url=data["url"], ref=data["ref"], commit=commit, sources=sources, path=path)
+
+
+def render_pin(pin: Pin) -> str:
+    """The TOML text of a pin (stable key order, comments kept minimal)."""
+
+    def q(s: str) -> str:
+        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [
+        "# The pinned upstream sglang. `commit` is filled in by the first resolve, then enforced.",
+        f"url = {q(pin.url)}",
+        f"ref = {q(pin.ref)}",
+    ]
+    if pin.commit:
+        lines.append(f"commit = {q(pin.commit)}")
+    for name in sorted(pin.sources):
+        lines.append("")
+        lines.append(f"[sources.{q(name)}]")
+        for k, v in sorted(pin.sources[name].items()):
+            lines.append(f"{k} = {q(str(v))}")
+    return "\n".join(lines) + "\n"
+
+
+def save_pin(root: Path, pin: Pin) -> None:
+    atomic_write(root / "patches" / "upstream.toml", render_pin(pin))
+
+
+def queue_hash(pin: Pin, entries: tuple[SeriesEntry, ...], root: Path) -> str:
+    """Fingerprint of pin + series order + patch bytes: any change gives another hash."""
+    h = hashlib.sha256()
+    h.update(f"url={pin.url}\nref={pin.ref}\ncommit={pin.commit or ''}\n".encode())
+    for e in entries:
+        path = root / "patches" / e.name
+        data = path.read_bytes() if path.is_file() else b"<missing>"
+        h.update(f"patch {e.name} {len(data)}\n".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def load_queue(root: Path) -> Queue:
+    """The queue at ``root`` (raises ConfigError for a series entry whose file is missing)."""
+    recover_transactions(root / "patches")
+    pin = load_pin(root)
+    entries = read_series(root)
+    patches = []
+    for i, e in enumerate(entries, 1):
+        path = root / "patches" / e.name
+        if not path.is_file():
+            raise ConfigError(
+                f"patches/series:{e.line}: {e.name} does not exist",
+                "sglforge patches lint (then fix patches/series)",
+            )
+        patches.append(parse_patch(path, i))
+    return Queue(
+        root=root,
+        pin=pin,
+        entries=entries,
+        patches=tuple(patches),
+        hash=queue_hash(pin, entries, root),
+    )

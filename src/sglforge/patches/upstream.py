@@ -1,0 +1,103 @@
+"""Where upstream comes from: a git URL or path, or a history built from PyPI wheels.
+
+Every source ends up as one shared bare cache under ``build/upstream/`` that is fetched,
+never re-cloned. The pin's commit is enforced here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglforge import git
+from sglforge.errors import UpstreamError
+from sglforge.patches.series import Pin, load_pin, save_pin
+
+UPSTREAM_ENV = "SGLFORGE_UPSTREAM"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An opened upstream: the source string, the key the pin records it under, the cache."""
+
+    source: str
+    key: str
+    cache: Path
+    python_only: bool  # a PyPI-built tree holds python/ only
+
+    def resolve(self, ref: str) -> str:
+        return git.resolve(self.cache, ref)
+
+    def tree(self, commit: str) -> str:
+        return git.out(self.cache, "rev-parse", f"{commit}^{{tree}}")
+
+
+def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream:
+    """Open (fetching into the cache) ``upstream``, else $SGLFORGE_UPSTREAM, else the pin URL."""
+    source = upstream or os.environ.get(UPSTREAM_ENV) or pin.url
+    cache_root = root / "build" / "upstream"
+    parsed = _parse_pypi(source)
+    if parsed:
+        from sglforge import pypi
+
+        project, spec = parsed
+        local = pypi.history(root / "build" / "pypi", project, spec)
+        cache = git.ensure_cache(cache_root, str(local))
+        return Upstream(source=source, key=f"pypi:{project}", cache=cache, python_only=True)
+    cache = git.ensure_cache(cache_root, source)
+    key = source if source == pin.url else _normalise(source)
+    return Upstream(source=source, key=key, cache=cache, python_only=False)
+
+
+def _parse_pypi(source: str) -> tuple[str, str] | None:
+    if not source.startswith("pypi:"):
+        return None
+    from sglforge import pypi
+
+    parsed = pypi.parse_source(source)
+    if parsed is None:
+        raise UpstreamError(
+            f"upstream {source!r}: not a valid PyPI source",
+            "use pypi:sglang or pypi:sglang>=0.5.10,<=0.5.23",
+        )
+    return parsed
+
+
+def _normalise(source: str) -> str:
+    if git.is_local(source):
+        return str(Path(source).expanduser().resolve())
+    return source
+
+
+def pinned_commit(root: Path, pin: Pin, up: Upstream) -> str:
+    """Resolve the pinned tag, record it on first use, refuse if it moved since."""
+    commit = up.resolve(pin.ref)
+    pin = load_pin(root)  # reread: another command may have recorded it meanwhile
+    if up.key == pin.url:
+        if pin.commit is None:
+            save_pin(root, dataclasses.replace(pin, commit=commit))
+        elif pin.commit != commit:
+            raise UpstreamError(
+                f"pinned tag {pin.ref} now resolves to {commit[:12]} in {up.source}, "
+                f"but patches/upstream.toml pins {pin.commit[:12]} (the tag moved)",
+                "check upstream, then re-pin with `sglforge patches refresh --ref "
+                f"{pin.ref}` or restore the tag",
+            )
+        return commit
+    # Another source (a mirror, a local clone, PyPI wheels) has commits of its own; a PyPI
+    # history is rebuilt from wheels, so its content (tree), not its commit, is what we pin.
+    tree = up.tree(commit)
+    recorded = pin.sources.get(up.key, {})
+    if recorded.get("ref") == pin.ref and recorded.get("tree") and recorded["tree"] != tree:
+        raise UpstreamError(
+            f"pinned tag {pin.ref} in {up.source} has other content ({tree[:12]}) than "
+            f"recorded in patches/upstream.toml ({recorded['tree'][:12]}): the tag moved",
+            f"check the source, then re-pin with `sglforge patches refresh --ref {pin.ref}`",
+        )
+    if recorded.get("ref") != pin.ref or not recorded.get("tree"):
+        sources = dict(pin.sources)
+        sources[up.key] = {"ref": pin.ref, "tree": tree}
+        save_pin(root, dataclasses.replace(pin, sources=sources))
+    return commit
