@@ -5,6 +5,8 @@ Folder-specific fixtures belong in that folder's own conftest.py (tests/docker/c
 
 from __future__ import annotations
 
+import gc
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -58,7 +60,16 @@ def docker_client(sglforge_session: str) -> Iterator[docker.DockerClient]:
     try:
         client = engine.client()
     except EngineUnavailable as exc:
-        pytest.fail(f"no Docker engine reachable ({exc.message}); {ENGINE_HINT}", pytrace=False)
+        problem = exc.message
+    else:
+        problem = None
+    if problem:
+        # The failed connection attempt leaves a socket for the garbage collector; collect it
+        # now, quietly, so the warnings-as-errors setting reports the engine, not the socket.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
+        pytest.fail(f"{problem}; {ENGINE_HINT}", pytrace=False)
     yield client
     cleanup(client, session=sglforge_session)
 
