@@ -309,7 +309,7 @@ def ensure_sglang_base(
         dockerfile = (
             f"FROM {base}\n"
             "COPY root/ /\n"
-            f"ENV PYTHONUNBUFFERED=1 SGLANG_VERSION={version}\n"
+            "ENV PYTHONUNBUFFERED=1\n"
             "WORKDIR /sgl-workspace\n"
             'CMD ["python3", "-m", "sglang.launch_server"]\n'
         )
