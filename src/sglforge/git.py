@@ -161,7 +161,9 @@ def _fetch(path: Path, url: str) -> None:
         "--tags",
         "--force",
         "origin",
-        "+refs/heads/*:refs/heads/*",
+        # Upstream branches go to refs/remotes/origin/*, never refs/heads/*: the cache's own
+        # branches are sglforge's worktree branches, which --prune must not delete.
+        "+refs/heads/*:refs/remotes/origin/*",
     ]
     res = run(path, *args, check=False)
     if res.status != 0:
@@ -174,7 +176,7 @@ def _fetch(path: Path, url: str) -> None:
 
 def resolve(repo: Path, ref: str) -> str:
     """The full commit SHA ``ref`` names in ``repo``."""
-    for cand in (f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
+    for cand in (f"refs/tags/{ref}", f"refs/remotes/origin/{ref}", ref):
         res = run(repo, "rev-parse", "--verify", "--quiet", f"{cand}^{{commit}}", check=False)
         if res.status == 0 and res.stdout:
             return res.stdout

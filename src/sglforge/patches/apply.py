@@ -74,6 +74,7 @@ def apply_queue(
     queue = load_queue(root)
     up = open_upstream(root, queue.pin, upstream)
     pin_commit = pinned_commit(root, queue.pin, up)
+    queue = load_queue(root)  # the first resolve records the pin's commit
     ref = ref or queue.pin.ref
     commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
     return apply_at(queue, up, ref, commit, pin_commit, force=force)

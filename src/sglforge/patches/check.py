@@ -72,6 +72,7 @@ class _Index:
 
     def __init__(self, cache: Path, tmpdir: Path) -> None:
         self.cache = cache
+        tmpdir.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=tmpdir, prefix="index-", suffix=".tmp")
         os.close(fd)
         os.unlink(name)

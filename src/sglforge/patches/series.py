@@ -12,6 +12,8 @@ from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
 
 from sglforge.errors import ConfigError
 from sglforge.util import atomic_write, recover_transactions, sha256_bytes
@@ -206,16 +208,7 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         for m in re.finditer(r"^\+\+\+ (?:b/)?(\S+)", diff, re.M):
             if m.group(1) != "/dev/null":
                 files.append(m.group(1))
-    in_hunk = False
-    for line in diff.splitlines():
-        if line.startswith("@@"):
-            in_hunk = True
-        elif line.startswith("diff --git "):
-            in_hunk = False
-        elif in_hunk and line.startswith("+") and not line.startswith("+++ "):
-            added += 1
-        elif in_hunk and line.startswith("-") and not line.startswith("--- "):
-            removed += 1
+    added, removed = _count(diff)
     uniq = tuple(dict.fromkeys(files))
     return Patch(
         index=index,
@@ -234,6 +227,27 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         kind=classify(uniq),
         sha256=sha256_bytes(raw),
     )
+
+
+def _count(diff: str) -> tuple[int, int]:
+    """Lines added and removed, by hunk lengths (a format-patch "-- " signature is no line)."""
+    try:
+        parsed = PatchSet(diff)
+        return sum(f.added for f in parsed), sum(f.removed for f in parsed)
+    except UnidiffParseError:
+        pass
+    added = removed = 0
+    in_hunk = False
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            in_hunk = True
+        elif line.startswith("diff --git ") or line == "-- ":
+            in_hunk = False
+        elif in_hunk and line.startswith("+"):
+            added += 1
+        elif in_hunk and line.startswith("-"):
+            removed += 1
+    return added, removed
 
 
 def _mail_fields(header: str) -> tuple[str, str, str, str]:
