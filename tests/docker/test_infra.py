@@ -125,6 +125,25 @@ def test_sglang_base_extra_files_land_under_workspace(docker_client, docker_labe
     docker_client.images.remove(tag)
 
 
+def test_sglang_base_is_reused_until_its_content_changes(docker_client, server_py):
+    tag = "sglforge-standin/sglang:infra-reuse"
+
+    def build(value: bytes) -> str:
+        ensure_sglang_base(
+            tag=tag, server_py=server_py, files={"python/sglang/x.py": value}, client=docker_client
+        )
+        return str(docker_client.images.get(tag).id)
+
+    first = build(b"A = 1\n")
+    assert build(b"A = 1\n") == first
+    second = build(b"A = 2\n")
+    assert second != first
+    # The outdated double is removed, not left dangling.
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(first)
+    docker_client.images.remove(tag)
+
+
 @pytest.mark.registry
 def test_registry_push_pull_round_trip(docker_client, standin_base, docker_labels, registry):
     reg = registry()

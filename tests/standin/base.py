@@ -295,7 +295,14 @@ def ensure_sglang_base(
         content[f"{WORKSPACE}/{rel.lstrip('/')}"] = data
     base = ensure_debian_base(client)
     base_id = client.images.get(base).id
-    h = hashlib.sha256(f"{RECIPE}\0{version}\0{base_id}\0".encode())
+    dockerfile = (
+        f"FROM {base}\n"
+        "COPY root/ /\n"
+        "ENV PYTHONUNBUFFERED=1\n"
+        "WORKDIR /sgl-workspace\n"
+        'CMD ["python3", "-m", "sglang.launch_server"]\n'
+    )
+    h = hashlib.sha256(f"{RECIPE}\0{version}\0{base_id}\0{dockerfile}\0".encode())
     for path, data in sorted(content.items()):
         h.update(f"{path}\0{len(data)}\0".encode() + data)
     digest = h.hexdigest()[:16]
@@ -306,13 +313,6 @@ def ensure_sglang_base(
             previous = client.images.get(tag).id
         except docker.errors.ImageNotFound:
             previous = None
-        dockerfile = (
-            f"FROM {base}\n"
-            "COPY root/ /\n"
-            "ENV PYTHONUNBUFFERED=1\n"
-            "WORKDIR /sgl-workspace\n"
-            'CMD ["python3", "-m", "sglang.launch_server"]\n'
-        )
         labels = {
             MANAGED: "1",
             STANDIN: "1",
