@@ -383,6 +383,19 @@ def _step_failed(
     return BuildError(text, f"full log: {log_path}")
 
 
+def pull(ref: str) -> None:
+    """Pull ``ref`` through the engine (its credentials), reading every progress event."""
+    r = parse_reference(ref)
+    try:
+        for event in _api().pull(r.repository, tag=r.tag, stream=True, decode=True):
+            if isinstance(event, dict) and event.get("error"):
+                raise BuildError(f"pulling {ref} failed: {event['error']}", f"docker pull {ref}")
+    except docker.errors.APIError as exc:
+        raise BuildError(
+            f"pulling {ref} failed: {exc.explanation or exc}", f"docker pull {ref}"
+        ) from exc
+
+
 def tag(image: str, ref: str) -> None:
     """Point ``ref`` (``repo:tag``) at ``image``."""
     repo, _, t = ref.rpartition(":")
@@ -445,6 +458,7 @@ __all__ = [
     "local_tags",
     "managed_images",
     "parse_reference",
+    "pull",
     "remote_tag",
     "remote_tags",
     "remove",

@@ -1,0 +1,1066 @@
+"""Image builds from the patched tree: plan, overlay build, source build, provenance.
+
+Owns ``sglforge build``. The public API, also used by ``publish`` and ``upgrade``::
+
+    build_image(root, target="mi355x", mode="auto", base_image=None, upstream=None,
+                tags=(), dry_run=False, progress=None, *, ref=None, labels=None,
+                offline=None) -> BuildResult
+
+- ``target``: ``mi355x`` (its first ROCm flavour) or ``mi355x-rocm720`` (images/targets.toml).
+- ``mode``: ``overlay`` starts from the release image of the pinned version and adds one
+  layer with only the files the queue changes; ``source`` runs upstream's
+  ``docker/rocm.Dockerfile`` on the patched tree through ``docker buildx build``; ``auto``
+  picks source when a patch is of kind aot-kernel or build, else overlay.
+- ``base_image`` replaces the target's base template; ``upstream`` is passed to
+  ``apply_queue`` (a URL, a path or ``pypi:sglang``); ``ref`` builds another upstream ref
+  than the pin; ``tags`` are extra references pointed at the image; ``labels`` are extra
+  image labels (tests add ``io.sglforge.test=1``); ``offline`` (default:
+  ``$SGLFORGE_OFFLINE``) never asks a registry, only the local engine.
+- ``progress`` receives ``Status`` (a phase) and ``engine.images.BuildStep`` (step n of m).
+- ``dry_run`` returns the plan without an engine (``BuildResult.plan``; ``id`` is None).
+
+The image reference is immutable and content-derived:
+``<repository>:v<version>-<rocm>-<target>-q<queue hash[:8]>``. Its labels carry the
+``inputs`` key (base image ID or digest, queue hash, upstream commit, Dockerfile, target,
+manifest and changed files); when the tag already exists locally with the same key, nothing
+is built and ``up_to_date`` is True. Every image carries OCI labels, ``io.sglforge.*``
+labels and ``/opt/sglforge/manifest.json`` (patch names and sha256s, files, base, upstream).
+
+Raises ConfigError (targets, mode), BuildError (missing base, wrong sglang version, failed
+step, no buildx) and EngineUnavailable (no engine; never for ``dry_run``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sglforge import __version__
+from sglforge.errors import BuildError, ConfigError
+from sglforge.images import BuildTarget, load_targets
+from sglforge.util import sha256_bytes, work_dir
+
+if TYPE_CHECKING:
+    from sglforge.engine.images import BuildStep
+
+MODES = ("auto", "overlay", "source")
+SOURCE_KINDS = frozenset({"aot-kernel", "build"})
+OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
+UPSTREAM_DOCKERFILE = "docker/rocm.Dockerfile"
+MANIFEST_PATH = "/opt/sglforge/manifest.json"
+MANIFEST_SCHEMA = "sglforge.manifest/1"
+OFFLINE_ENV = "SGLFORGE_OFFLINE"
+# Fixed file times in the build context (2000-01-01, the date sglforge's own commits carry):
+# the same inputs give the same layer bytes.
+MTIME = 946684800
+LICENSE = "Apache-2.0"  # sglang's license; the overlay only adds its patched files
+
+# Labels of our own; ``publish`` and ``upgrade`` read them.
+LABEL_MANAGED = "io.sglforge.managed"
+LABEL_INPUTS = "io.sglforge.inputs"
+LABEL_QUEUE = "io.sglforge.queue-hash"
+LABEL_PATCHES = "io.sglforge.patches"
+LABEL_TARGET = "io.sglforge.target"
+LABEL_ROCM = "io.sglforge.rocm"
+LABEL_GPU_ARCH = "io.sglforge.gpu-arch"
+LABEL_MODE = "io.sglforge.mode"
+LABEL_UPSTREAM = "io.sglforge.upstream"
+LABEL_UPSTREAM_REF = "io.sglforge.upstream-ref"
+LABEL_UPSTREAM_COMMIT = "io.sglforge.upstream-commit"
+LABEL_SGLANG_VERSION = "io.sglforge.sglang-version"
+LABEL_TOOL = "io.sglforge.version"
+OCI = "org.opencontainers.image"
+
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+_BUILDX_STEP = re.compile(r"^#\d+ \[(?:[^\]]*?\s)?(\d+)/(\d+)\] (.*)$")
+
+
+class PatchLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Status:
+    """A progress event: what the build is doing now."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the patched tree came from."""
+
+    url: str  # the pinned repository (OCI source)
+    source: str  # what was actually fetched (a mirror, a path, pypi:sglang)
+    ref: str
+    commit: str  # commit the patches were applied on (in ``source``)
+    revision: str  # the upstream commit for the OCI label (the pin's when known)
+
+
+@dataclass(frozen=True)
+class PatchFact:
+    """A patch as recorded in labels and the manifest."""
+
+    name: str
+    sha256: str
+    kind: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class ContextFile:
+    """One changed file: repository path, where it goes in the image, and its content."""
+
+    path: str
+    dest: str
+    size: int
+    sha256: str
+    mode: int
+    link: str | None = None  # symlink target, when the patched tree holds a symlink
+
+
+@dataclass(frozen=True)
+class Base:
+    """The base image of an overlay and what inspecting it told (None before that)."""
+
+    ref: str
+    id: str | None = None
+    digest: str | None = None
+    sglang_version: str | None = None
+    package_path: str | None = None
+
+    @property
+    def pinned(self) -> str | None:
+        """The identity that goes into labels and the inputs key: registry digest or ID."""
+        return self.digest or self.id
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build will do, computed without touching the engine."""
+
+    target: BuildTarget
+    version: str
+    mode: str
+    mode_reason: str
+    base: Base
+    workspace: str
+    workspace_source: str  # "inspected" or "assumed" (targets.toml, before inspection)
+    upstream: Upstream
+    queue_hash: str
+    patches: tuple[PatchFact, ...]
+    changed_files: tuple[str, ...]
+    files: tuple[ContextFile, ...]
+    deleted: tuple[str, ...]  # image paths the queue deletes
+    skipped: tuple[str, ...]  # repository paths with no place in the image
+    image: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    dockerfile: str
+    manifest: Mapping[str, Any]
+    inputs_key: str | None  # None until the base is known
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    context_dir: Path | None = None  # source mode: the patched worktree
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The outcome of ``build_image``."""
+
+    image: str
+    id: str | None
+    digest: str | None
+    mode: str
+    mode_reason: str
+    up_to_date: bool
+    changed_files: tuple[str, ...]
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    base: str
+    base_digest: str | None
+    log_path: Path | None
+    dry_run: bool
+    plan: BuildPlan
+    seconds: float = 0.0
+
+
+Progress = Callable[["Status | BuildStep"], None]
+
+
+# --- planning (pure) --------------------------------------------------------------------------
+
+
+def choose_mode(requested: str, patches: Sequence[PatchLike]) -> tuple[str, str]:
+    """The build mode and why: ``auto`` picks source when a patch needs compiling."""
+    if requested not in MODES:
+        raise ConfigError(
+            f"unknown build mode {requested!r} (known: {', '.join(MODES)})",
+            "sglforge build --mode auto",
+        )
+    needs_source = [p for p in patches if p.kind in SOURCE_KINDS]
+    if requested == "source":
+        return "source", "--mode source was given"
+    if requested == "overlay":
+        if needs_source:
+            p = needs_source[0]
+            raise ConfigError(
+                f"{p.name} is a {p.kind} patch: an overlay cannot rebuild what it changes",
+                "sglforge build --mode source (or --mode auto)",
+            )
+        return "overlay", "--mode overlay was given"
+    if needs_source:
+        p = needs_source[0]
+        more = f" (and {len(needs_source) - 1} more)" if len(needs_source) > 1 else ""
+        return "source", f"{p.name} is a {p.kind} patch{more}: compiled code must be rebuilt"
+    kinds = sorted({p.kind for p in patches})
+    if not patches:
+        return "overlay", "the queue is empty: the release image plus provenance"
+    return "overlay", (
+        f"all {len(patches)} patch(es) are {'/'.join(kinds)} kind: "
+        "replacing files in the release image is enough"
+    )
+
+
+def workspace_of(package_path: str | None, default: str) -> tuple[str, str]:
+    """Where the sglang checkout lives in the image: from the package path, else ``default``."""
+    if package_path:
+        p = PurePosixPath(package_path)
+        if p.parts[-2:] == ("python", "sglang"):
+            return str(p.parent.parent), "inspected"
+        # A regular (non-editable) install: only python/sglang/... has a place.
+        return str(p.parent), "inspected-site-packages"
+    return default, "assumed"
+
+
+def dest_for(repo_path: str, workspace: str, workspace_source: str) -> str | None:
+    """Image path of repository path ``repo_path``; None when it has no place in the image."""
+    if workspace_source == "inspected-site-packages":
+        if repo_path.startswith("python/sglang/"):
+            return f"{workspace}/{repo_path.removeprefix('python/')}"
+        return None
+    return f"{workspace.rstrip('/')}/{repo_path}"
+
+
+def version_of(ref: str) -> str | None:
+    """The release version a tag names: ``v0.5.14`` -> ``0.5.14``."""
+    m = re.fullmatch(r"(?:.*/)?v?(\d+(?:\.\d+)+(?:(?:\.?post|rc|a|b)\d+)?)", ref)
+    return m.group(1) if m else None
+
+
+def scan_files(
+    worktree: Path, changed: Iterable[str], workspace: str, workspace_source: str
+) -> tuple[tuple[ContextFile, ...], tuple[str, ...], tuple[str, ...]]:
+    """The changed files as they are in the patched tree: (files, deleted dests, skipped)."""
+    files: list[ContextFile] = []
+    deleted: list[str] = []
+    skipped: list[str] = []
+    for rel in sorted(set(changed)):
+        dest = dest_for(rel, workspace, workspace_source)
+        if dest is None:
+            skipped.append(rel)
+            continue
+        path = worktree / rel
+        if path.is_symlink():
+            target = os.readlink(path)
+            files.append(ContextFile(rel, dest, 0, sha256_bytes(target.encode()), 0o777, target))
+        elif path.is_file():
+            data = path.read_bytes()
+            mode = 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
+            files.append(ContextFile(rel, dest, len(data), sha256_bytes(data), mode))
+        elif not path.exists():
+            deleted.append(dest)
+        else:
+            skipped.append(rel)
+    return tuple(files), tuple(deleted), tuple(skipped)
+
+
+def render_overlay_dockerfile(
+    template: str, base: str, target: BuildTarget, deleted: Sequence[str]
+) -> str:
+    """The overlay Dockerfile for ``base`` and ``target`` from ``images/overlay.Dockerfile``."""
+    env = target.env
+    env_lines = (
+        "ENV " + " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in env.items())
+        if env
+        else "# (no runtime defaults for this target)"
+    )
+    delete = ""
+    if deleted:
+        # A layer cannot delete through COPY; a RUN adds whiteouts only (a few bytes).
+        paths = " ".join(json.dumps(d) for d in sorted(deleted))
+        delete = f"# Files the queue deletes.\nRUN rm -f -- {paths}\n"
+    values = {
+        "BASE": base,
+        "DELETE": delete,
+        "ENV": env_lines,
+        "TARGET": target.key,
+        "GPU_ARCH": target.gpu_arch,
+        "ROCM": target.rocm.name,
+    }
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in values:
+            raise ConfigError(
+                f"{OVERLAY_TEMPLATE}: unknown placeholder {{{{{m.group(1)}}}}} "
+                f"(known: {', '.join(sorted(values))})",
+                f"fix {OVERLAY_TEMPLATE}",
+            )
+        return values[m.group(1)]
+
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def make_manifest(
+    *,
+    image: str,
+    version: str,
+    target: BuildTarget,
+    mode: str,
+    base: Base | None,
+    upstream: Upstream,
+    queue_hash: str,
+    patches: Sequence[PatchFact],
+    files: Sequence[ContextFile],
+    deleted: Sequence[str],
+) -> dict[str, Any]:
+    """The provenance manifest written to ``/opt/sglforge/manifest.json`` (no timestamps)."""
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "image": image,
+        "sglang_version": version,
+        "target": target.name,
+        "rocm": target.rocm.name,
+        "gpu_arch": target.gpu_arch,
+        "mode": mode,
+        "base": {"name": base.ref, "digest": base.pinned} if base else None,
+        "upstream": {
+            "url": upstream.url,
+            "source": upstream.source,
+            "ref": upstream.ref,
+            "commit": upstream.commit,
+            "revision": upstream.revision,
+        },
+        "queue": {
+            "hash": queue_hash,
+            "patches": [
+                {"name": p.name, "sha256": p.sha256, "kind": p.kind, "subject": p.subject}
+                for p in patches
+            ],
+        },
+        "files": [
+            {"path": f.path, "dest": f.dest, "sha256": f.sha256, "size": f.size} for f in files
+        ],
+        "deleted": list(deleted),
+        "sglforge": __version__,
+    }
+
+
+def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def inputs_key(
+    *,
+    base_pinned: str | None,
+    queue_hash: str,
+    commit: str,
+    dockerfile: str,
+    target: BuildTarget,
+    mode: str,
+    manifest: Mapping[str, Any],
+) -> str | None:
+    """The hash of everything that decides the image's content; None without a base."""
+    if mode == "overlay" and not base_pinned:
+        return None
+    doc = {
+        "base": base_pinned,
+        "queue": queue_hash,
+        "commit": commit,
+        "dockerfile": sha256_bytes(dockerfile.encode()),
+        "target": target.key,
+        "mode": mode,
+        "manifest": sha256_bytes(manifest_bytes(manifest)),
+    }
+    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
+
+
+def make_labels(
+    *,
+    image: str,
+    version: str,
+    target: BuildTarget,
+    mode: str,
+    base: Base | None,
+    upstream: Upstream,
+    queue_hash: str,
+    patches: Sequence[PatchFact],
+    inputs: str | None,
+    created: str,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """OCI labels plus sglforge's own (queue hash, patches, target, GPU arch, mode, inputs)."""
+    names = [p.name for p in patches]
+    described = ", ".join(names) if names else "no patches"
+    labels = {
+        f"{OCI}.source": upstream.url,
+        f"{OCI}.revision": upstream.revision,
+        f"{OCI}.version": version,
+        f"{OCI}.created": created,
+        f"{OCI}.title": f"sglang {version} for {target.name} ({target.gpu_arch}, "
+        f"{target.rocm.name}) + sglforge queue q{queue_hash[:8]}",
+        f"{OCI}.description": (
+            f"sglang {upstream.ref} with {len(names)} sglforge patch(es): {described}. "
+            f"Built by sglforge {__version__} ({mode} mode). Run: docker run ... {image} "
+            "--model-path MODEL [server options]"
+        ),
+        f"{OCI}.licenses": LICENSE,
+        f"{OCI}.ref.name": image.rpartition(":")[2],
+        LABEL_MANAGED: "1",
+        LABEL_QUEUE: queue_hash,
+        LABEL_PATCHES: ",".join(names),
+        LABEL_TARGET: target.name,
+        LABEL_ROCM: target.rocm.name,
+        LABEL_GPU_ARCH: target.gpu_arch,
+        LABEL_MODE: mode,
+        LABEL_UPSTREAM: upstream.source,
+        LABEL_UPSTREAM_REF: upstream.ref,
+        LABEL_UPSTREAM_COMMIT: upstream.commit,
+        LABEL_SGLANG_VERSION: version,
+        LABEL_TOOL: __version__,
+    }
+    if base is not None:
+        labels[f"{OCI}.base.name"] = base.ref
+        if base.pinned:
+            labels[f"{OCI}.base.digest"] = base.pinned
+    if inputs:
+        labels[LABEL_INPUTS] = inputs
+    for k, v in (extra or {}).items():
+        labels.setdefault(k, v)
+    return labels
+
+
+def plan_overlay(
+    *,
+    target: BuildTarget,
+    version: str,
+    mode_reason: str,
+    base: Base,
+    upstream: Upstream,
+    queue_hash: str,
+    patches: Sequence[PatchFact],
+    worktree: Path,
+    changed_files: Sequence[str],
+    template: str,
+    tags: Sequence[str] = (),
+    extra_labels: Mapping[str, str] | None = None,
+    created: str | None = None,
+) -> BuildPlan:
+    """The overlay plan for a patched worktree (no engine: ``base`` says what is known)."""
+    workspace, ws_source = workspace_of(base.package_path, target.workspace)
+    files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
+    image = target.image_ref(version, queue_hash)
+    dockerfile = render_overlay_dockerfile(template, base.ref, target, deleted)
+    manifest = make_manifest(
+        image=image,
+        version=version,
+        target=target,
+        mode="overlay",
+        base=base,
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=patches,
+        files=files,
+        deleted=deleted,
+    )
+    key = inputs_key(
+        base_pinned=base.pinned,
+        queue_hash=queue_hash,
+        commit=upstream.commit,
+        dockerfile=dockerfile,
+        target=target,
+        mode="overlay",
+        manifest=manifest,
+    )
+    labels = make_labels(
+        image=image,
+        version=version,
+        target=target,
+        mode="overlay",
+        base=base,
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=patches,
+        inputs=key,
+        created=created or _now(),
+        extra=extra_labels,
+    )
+    return BuildPlan(
+        target=target,
+        version=version,
+        mode="overlay",
+        mode_reason=mode_reason,
+        base=base,
+        workspace=workspace,
+        workspace_source=ws_source,
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=tuple(patches),
+        changed_files=tuple(changed_files),
+        files=files,
+        deleted=deleted,
+        skipped=skipped,
+        image=image,
+        tags=tuple(tags),
+        labels=labels,
+        dockerfile=dockerfile,
+        manifest=manifest,
+        inputs_key=key,
+    )
+
+
+def plan_source(
+    *,
+    target: BuildTarget,
+    version: str,
+    mode_reason: str,
+    upstream: Upstream,
+    queue_hash: str,
+    patches: Sequence[PatchFact],
+    worktree: Path,
+    changed_files: Sequence[str],
+    tags: Sequence[str] = (),
+    extra_labels: Mapping[str, str] | None = None,
+    created: str | None = None,
+) -> BuildPlan:
+    """The source plan: upstream's docker/rocm.Dockerfile on the patched tree."""
+    dockerfile_path = worktree / UPSTREAM_DOCKERFILE
+    if not dockerfile_path.is_file():
+        raise BuildError(
+            f"{dockerfile_path}: upstream's ROCm Dockerfile is not in the patched tree "
+            "(a PyPI-built upstream holds python/ only)",
+            "pass --upstream with a git clone of sglang, or use --mode overlay",
+        )
+    dockerfile = dockerfile_path.read_text()
+    image = target.image_ref(version, queue_hash)
+    files, deleted, _ = scan_files(worktree, changed_files, target.workspace, "assumed")
+    build_args = {
+        # The Dockerfile's local-source path copies the build context instead of cloning.
+        "BRANCH_TYPE": "local",
+        "GPU_ARCH": target.source_gpu_arch,
+        "SGL_BRANCH": upstream.ref,
+        # The context's .git points outside it; setuptools_scm needs the version given.
+        "SETUPTOOLS_SCM_PRETEND_VERSION": version,
+    }
+    manifest = make_manifest(
+        image=image,
+        version=version,
+        target=target,
+        mode="source",
+        base=None,
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=patches,
+        files=files,
+        deleted=deleted,
+    )
+    key = inputs_key(
+        base_pinned=None,
+        queue_hash=queue_hash,
+        commit=upstream.commit,
+        dockerfile=dockerfile + json.dumps(build_args, sort_keys=True),
+        target=target,
+        mode="source",
+        manifest=manifest,
+    )
+    labels = make_labels(
+        image=image,
+        version=version,
+        target=target,
+        mode="source",
+        base=None,
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=patches,
+        inputs=key,
+        created=created or _now(),
+        extra=extra_labels,
+    )
+    return BuildPlan(
+        target=target,
+        version=version,
+        mode="source",
+        mode_reason=mode_reason,
+        base=Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})"),
+        workspace=target.workspace,
+        workspace_source="assumed",
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=tuple(patches),
+        changed_files=tuple(changed_files),
+        files=files,
+        deleted=deleted,
+        skipped=(),
+        image=image,
+        tags=tuple(tags),
+        labels=labels,
+        dockerfile=dockerfile,
+        manifest=manifest,
+        inputs_key=key,
+        build_args=build_args,
+        context_dir=worktree,
+    )
+
+
+def context_tar(plan: BuildPlan, worktree: Path) -> bytes:
+    """The overlay build context: Dockerfile, ``overlay/<image path>`` files, the manifest.
+
+    Entries are sorted, owned by root, dated ``MTIME``: the same plan gives the same bytes.
+    Directories get mode 0755, the mode release images give theirs.
+    """
+    buf = io.BytesIO()
+    entries: dict[str, tuple[bytes | None, int, str | None]] = {}
+    for f in plan.files:
+        data = None if f.link else (worktree / f.path).read_bytes()
+        if data is not None and sha256_bytes(data) != f.sha256:
+            raise BuildError(
+                f"{worktree / f.path} changed while building",
+                "rerun `sglforge build` once nothing else writes to the worktree",
+            )
+        entries["overlay" + f.dest] = (data, f.mode, f.link)
+    entries["overlay" + MANIFEST_PATH] = (manifest_bytes(plan.manifest), 0o644, None)
+    dirs: set[str] = set()
+    for name in entries:
+        parent = PurePosixPath(name).parent
+        while str(parent) not in (".", ""):
+            dirs.add(str(parent))
+            parent = parent.parent
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(
+            _tarinfo("Dockerfile", len(plan.dockerfile.encode()), 0o644),
+            io.BytesIO(plan.dockerfile.encode()),
+        )
+        for d in sorted(dirs):
+            info = _tarinfo(d, 0, 0o755)
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        for name in sorted(entries):
+            data, mode, link = entries[name]
+            if link is not None:
+                info = _tarinfo(name, 0, 0o777)
+                info.type = tarfile.SYMTYPE
+                info.linkname = link
+                tar.addfile(info)
+            else:
+                assert data is not None
+                tar.addfile(_tarinfo(name, len(data), mode), io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = mode
+    info.mtime = MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def buildx_command(plan: BuildPlan, docker: str = "docker") -> list[str]:
+    """The ``docker buildx build`` command line of a source-mode plan."""
+    assert plan.context_dir is not None
+    cmd = [
+        docker,
+        "buildx",
+        "build",
+        "--file",
+        str(plan.context_dir / UPSTREAM_DOCKERFILE),
+        "--progress",
+        "plain",
+        "--load",
+    ]
+    for k, v in sorted(plan.build_args.items()):
+        cmd += ["--build-arg", f"{k}={v}"]
+    for k, v in sorted(plan.labels.items()):
+        cmd += ["--label", f"{k}={v}"]
+    for t in (plan.image, *plan.tags):
+        cmd += ["--tag", t]
+    cmd.append(str(plan.context_dir))
+    return cmd
+
+
+# --- the build -------------------------------------------------------------------------------
+
+
+def build_image(
+    root: Path,
+    target: str = "mi355x",
+    mode: str = "auto",
+    base_image: str | None = None,
+    upstream: str | None = None,
+    tags: Sequence[str] = (),
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    *,
+    ref: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    offline: bool | None = None,
+) -> BuildResult:
+    """Apply the queue and build (or, with ``dry_run``, plan) the image for ``target``."""
+    from sglforge.patches.apply import apply_queue
+    from sglforge.patches.series import load_queue
+
+    started = time.monotonic()
+    say = _sayer(progress)
+    root = Path(root)
+    bt = load_targets(root).resolve(target)
+    if mode not in MODES:
+        choose_mode(mode, ())  # raises the ConfigError naming the known modes
+    offline = _offline(offline)
+    queue = load_queue(root)
+    chosen, reason = choose_mode(mode, queue.patches)
+    patches = tuple(PatchFact(p.name, p.sha256, p.kind, p.subject) for p in queue.patches)
+    the_ref = ref or queue.pin.ref
+    version = version_of(the_ref)
+    template = _overlay_template(root) if chosen == "overlay" else ""
+
+    base: Base | None = None
+    if chosen == "overlay" and version is not None:
+        base = Base(ref=base_image or bt.base_image(version))
+        if not dry_run:
+            # Before any work: a base tag that was never published is a lost day.
+            say(f"checking base image {base.ref}")
+            base = _check_base(base, bt, offline, say)
+
+    say(f"applying the patch queue at {the_ref}")
+    applied = apply_queue(root, ref=ref, upstream=upstream)
+    version = version or applied.version
+    if version is None:
+        raise ConfigError(
+            f"upstream ref {applied.ref!r} names no release version, so no base image fits",
+            'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
+        )
+    up = Upstream(
+        url=queue.pin.url,
+        source=upstream or os.environ.get("SGLFORGE_UPSTREAM") or queue.pin.url,
+        ref=applied.ref,
+        commit=applied.commit,
+        revision=(
+            queue.pin.commit
+            if applied.ref == queue.pin.ref and queue.pin.commit
+            else applied.commit
+        ),
+    )
+
+    if chosen == "source":
+        plan = plan_source(
+            target=bt,
+            version=version,
+            mode_reason=reason,
+            upstream=up,
+            queue_hash=queue.hash,
+            patches=patches,
+            worktree=applied.worktree,
+            changed_files=applied.changed_files,
+            tags=tags,
+            extra_labels=labels,
+        )
+        if dry_run:
+            return _result(plan, None, False, None, True, started)
+        return _build_source(root, plan, say, progress, started)
+
+    if base is None:
+        base = Base(ref=base_image or bt.base_image(version))
+        if not dry_run:
+            say(f"checking base image {base.ref}")
+            base = _check_base(base, bt, offline, say)
+    if not dry_run:
+        base = _inspect_base(root, base, version, labels)
+
+    def make_plan(b: Base) -> BuildPlan:
+        return plan_overlay(
+            target=bt,
+            version=version,
+            mode_reason=reason,
+            base=b,
+            upstream=up,
+            queue_hash=queue.hash,
+            patches=patches,
+            worktree=applied.worktree,
+            changed_files=applied.changed_files,
+            template=template,
+            tags=tags,
+            extra_labels=labels,
+        )
+
+    plan = make_plan(base)
+    if dry_run:
+        return _result(plan, None, False, None, True, started)
+    return _build_overlay(root, plan, applied.worktree, say, progress, started)
+
+
+def _build_overlay(
+    root: Path,
+    plan: BuildPlan,
+    worktree: Path,
+    say: Callable[[str], None],
+    progress: Progress | None,
+    started: float,
+) -> BuildResult:
+    from sglforge.engine import images as eng
+
+    existing = eng.inspect(plan.image)
+    if existing is not None and existing.labels.get(LABEL_INPUTS) == plan.inputs_key:
+        _retag(existing.id, plan.tags)
+        return _result(
+            replace(plan, labels=dict(existing.labels)), existing, True, None, False, started
+        )
+    context = context_tar(plan, worktree)
+    log_path = _log_path(root, plan)
+    say(f"building {plan.image} ({len(plan.files)} file(s), {len(context)} bytes of context)")
+    image_id = eng.build(
+        context,
+        plan.image,
+        log_path,
+        labels=plan.labels,
+        progress=(lambda s: progress(s)) if progress else None,
+    )
+    _retag(image_id, plan.tags)
+    info = eng.inspect(plan.image)
+    return _result(plan, info, False, log_path, False, started, image_id=image_id)
+
+
+def _build_source(
+    root: Path,
+    plan: BuildPlan,
+    say: Callable[[str], None],
+    progress: Progress | None,
+    started: float,
+) -> BuildResult:
+    from sglforge.engine import images as eng
+    from sglforge.engine.images import BuildStep
+
+    existing = eng.inspect(plan.image)
+    if existing is not None and existing.labels.get(LABEL_INPUTS) == plan.inputs_key:
+        _retag(existing.id, plan.tags)
+        return _result(
+            replace(plan, labels=dict(existing.labels)), existing, True, None, False, started
+        )
+    docker = shutil.which("docker")
+    have = (
+        docker is not None
+        and subprocess.run([docker, "buildx", "version"], capture_output=True).returncode == 0
+    )
+    if not have or docker is None:
+        raise BuildError(
+            "source mode needs `docker buildx` (upstream's rocm.Dockerfile uses BuildKit "
+            "heredocs, which the engine's classic builder cannot run), and it is not installed",
+            "install the buildx plugin (Debian: apt-get install docker-buildx), "
+            "or use --mode overlay when no patch needs compiling",
+        )
+    log_path = _log_path(root, plan)
+    say(f"building {plan.image} from source with docker buildx (log: {log_path})")
+    tail: list[str] = []
+    step: BuildStep | None = None
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("# " + " ".join(buildx_command(plan, docker)) + "\n")
+        proc = subprocess.Popen(
+            buildx_command(plan, docker),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            tail = (tail + [line.rstrip()])[-20:]
+            m = _BUILDX_STEP.match(line.strip())
+            if m and progress is not None:
+                step = BuildStep(int(m.group(1)), int(m.group(2)), m.group(3))
+                progress(step)
+        rc = proc.wait()
+    if rc != 0:
+        where = f"step {step.n}/{step.total} ({step.instruction})" if step else "the start"
+        last = "\n".join(f"    {ln}" for ln in tail[-8:])
+        raise BuildError(
+            f"docker buildx build of {plan.image} failed at {where}\n  last output:\n{last}",
+            f"full log: {log_path}",
+        )
+    info = eng.inspect(plan.image)
+    if info is None:
+        raise BuildError(
+            f"docker buildx finished but {plan.image} is not on the engine", f"full log: {log_path}"
+        )
+    return _result(plan, info, False, log_path, False, started)
+
+
+def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> Base:
+    """The base with its ID/digest; BuildError naming the closest existing tags if missing."""
+    from sglforge.engine import images as eng
+
+    info = eng.inspect(base.ref)
+    if info is not None:
+        return replace(base, id=info.id, digest=info.digest)
+    answer = None if offline else eng.remote_tag(base.ref)
+    if answer is not None and answer.exists:
+        say(f"pulling {base.ref} (not on the engine yet)")
+        eng.pull(base.ref)
+        info = eng.inspect(base.ref)
+        if info is None:
+            raise BuildError(f"pulled {base.ref} but the engine does not list it")
+        return replace(base, id=info.id, digest=info.digest or answer.digest)
+    ref = eng.parse_reference(base.ref)
+    known = set(eng.local_tags(ref.repository))
+    remote = None if offline else eng.remote_tags(ref.repository)
+    known |= set(remote or ())
+    close = closest_tags(ref.tag, known, bt)
+    where = "on the engine" if offline or remote is None else "on the engine or in its registry"
+    why = ""
+    if answer is not None and answer.exists is None:
+        why = f" (registry not reachable: {answer.error})"
+    elif offline:
+        why = f" (${OFFLINE_ENV} is set: registries not asked)"
+    found = (
+        f"closest existing tags for {bt.key}: {', '.join(close)}"
+        if close
+        else f"no tags of {ref.repository} found for {bt.key}"
+    )
+    raise BuildError(
+        f"base image {base.ref} does not exist {where}{why}; {found}",
+        "pass --base-image with an existing tag, or pin an upstream release that has one",
+    )
+
+
+def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5) -> list[str]:
+    """The ``n`` known tags most like ``wanted``, preferring those of target ``bt``."""
+    import difflib
+
+    known = sorted(set(known))
+    pattern = re.compile(
+        "^"
+        + re.escape(bt.target.base.rpartition(":")[2])
+        .replace(re.escape("{version}"), r".+")
+        .replace(re.escape("{rocm}"), "(?:" + "|".join(map(re.escape, bt.target.rocm)) + ")")
+        .replace(re.escape("{gpu_arch}"), re.escape(bt.gpu_arch))
+        .replace(re.escape("{target}"), re.escape(bt.name))
+        + "$"
+    )
+    mine = [t for t in known if pattern.match(t)] or known
+    ranked = sorted(mine, key=lambda t: -difflib.SequenceMatcher(None, wanted, t).ratio())
+    return ranked[:n]
+
+
+def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
+    """Read the sglang version and package path of the base; refuse a version mismatch."""
+    from sglforge.engine import images as eng
+
+    info = eng.sglang_info(base.ref, work_dir(root, "cache"), labels=labels)
+    if info.path is None:
+        raise BuildError(
+            f"base image {base.ref} holds no importable sglang package",
+            "pass --base-image with an sglang release image",
+        )
+    if not _same_version(info.version, version):
+        raise BuildError(
+            f"base image {base.ref} holds sglang {info.version}, but the queue is pinned to "
+            f"{version}",
+            "pass --base-image with the release image of the pinned version, or re-pin",
+        )
+    return replace(base, sglang_version=info.version, package_path=info.path)
+
+
+def _same_version(a: str | None, b: str) -> bool:
+    if a is None:
+        return False
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a.removeprefix("v") == b.removeprefix("v")
+
+
+def _retag(image_id: str, tags: Iterable[str]) -> None:
+    from sglforge.engine import images as eng
+
+    for t in tags:
+        eng.tag(image_id, t)
+
+
+def _result(
+    plan: BuildPlan,
+    info: Any,
+    up_to_date: bool,
+    log_path: Path | None,
+    dry_run: bool,
+    started: float,
+    image_id: str | None = None,
+) -> BuildResult:
+    return BuildResult(
+        image=plan.image,
+        id=(info.id if info is not None else image_id),
+        digest=(info.digest if info is not None else None),
+        mode=plan.mode,
+        mode_reason=plan.mode_reason,
+        up_to_date=up_to_date,
+        changed_files=plan.changed_files,
+        tags=(plan.image, *plan.tags),
+        labels=dict(plan.labels),
+        base=plan.base.ref,
+        base_digest=plan.base.pinned,
+        log_path=log_path,
+        dry_run=dry_run,
+        plan=plan,
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def _log_path(root: Path, plan: BuildPlan) -> Path:
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", plan.image.rpartition(":")[2])
+    return work_dir(root, "logs") / f"build-{name}-{stamp}.log"
+
+
+def _overlay_template(root: Path) -> str:
+    path = root / OVERLAY_TEMPLATE
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: the overlay Dockerfile is missing",
+            "copy images/ from the sglforge repository into the project root",
+        ) from None
+
+
+def _offline(given: bool | None) -> bool:
+    if given is not None:
+        return given
+    return os.environ.get(OFFLINE_ENV, "").lower() not in ("", "0", "false", "no")
+
+
+def _sayer(progress: Progress | None) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        if progress is not None:
+            progress(Status(message))
+
+    return say
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

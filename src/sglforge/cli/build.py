@@ -1,0 +1,182 @@
+"""``sglforge build``: click code over ``sglforge.build.build_image``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from sglforge.build import MODES, BuildResult, Status, build_image
+from sglforge.cli.common import State, is_tty, json_option, main, pass_state, print_json, table
+from sglforge.errors import ConfigError
+
+
+@main.command("build")
+@click.option(
+    "--target",
+    default="mi355x",
+    show_default=True,
+    help="Target from images/targets.toml: mi355x, mi300x, or NAME-ROCM (mi355x-rocm720).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="auto",
+    show_default=True,
+    help="overlay: release image + changed files; source: upstream's rocm.Dockerfile "
+    "(docker buildx); auto: source only when a patch is aot-kernel or build kind.",
+)
+@click.option("--base-image", metavar="IMG", help="Base image instead of the target's template.")
+@click.option("--upstream", metavar="URL|PATH", help="Where to fetch upstream (default: the pin).")
+@click.option("--ref", metavar="REF", help="Upstream ref to build (default: the pinned tag).")
+@click.option("--tag", "tags", multiple=True, metavar="T", help="Extra tag (repeatable).")
+@click.option(
+    "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra label (repeatable)."
+)
+@click.option("--offline", is_flag=True, help="Never ask a registry; only local images count.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; needs no Docker engine.")
+@json_option
+@pass_state
+def build_cmd(
+    state: State,
+    target: str,
+    mode: str,
+    base_image: str | None,
+    upstream: str | None,
+    ref: str | None,
+    tags: tuple[str, ...],
+    labels: tuple[str, ...],
+    offline: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Build the image of the patch queue for a GPU target.
+
+    Applies the queue at the pin (reusing its worktree), then builds an overlay of the
+    release image holding only the changed files, or, for compiled patches, a source
+    build. The tag is derived from the inputs; the same inputs build nothing.
+
+    \b
+    Examples:
+      sglforge build --dry-run
+      sglforge build --target mi355x
+      sglforge build --target mi300x-rocm720 --tag registry.example.com/sglang:glm5
+      sglforge build --json
+    """
+    extra = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--label {item!r}: expected KEY=VALUE", "--label team=infra")
+        extra[key] = value
+    result = build_image(
+        state.root,
+        target=target,
+        mode=mode,
+        base_image=base_image,
+        upstream=upstream,
+        tags=tags,
+        dry_run=dry_run,
+        progress=_progress(),
+        ref=ref,
+        labels=extra,
+        offline=True if offline else None,
+    )
+    if as_json:
+        print_json(to_json(result))
+    elif dry_run:
+        click.echo(render_plan(result))
+    else:
+        click.echo(render_result(result))
+
+
+def to_json(r: BuildResult) -> dict[str, Any]:
+    """The ``--json`` document: the result without the nested plan, plus plan facts."""
+    doc: dict[str, Any] = {
+        "image": r.image,
+        "id": r.id,
+        "digest": r.digest,
+        "mode": r.mode,
+        "mode_reason": r.mode_reason,
+        "up_to_date": r.up_to_date,
+        "dry_run": r.dry_run,
+        "changed_files": list(r.changed_files),
+        "tags": list(r.tags),
+        "labels": dict(r.labels),
+        "base": r.base,
+        "base_digest": r.base_digest,
+        "log_path": str(r.log_path) if r.log_path else None,
+        "seconds": r.seconds,
+        "files": [
+            {"path": f.path, "dest": f.dest, "size": f.size, "sha256": f.sha256}
+            for f in r.plan.files
+        ],
+        "deleted": list(r.plan.deleted),
+        "skipped": list(r.plan.skipped),
+    }
+    if r.dry_run:
+        doc["dockerfile"] = r.plan.dockerfile
+        doc["build_args"] = dict(r.plan.build_args)
+    return doc
+
+
+def render_plan(r: BuildResult) -> str:
+    """The dry-run plan for people."""
+    p = r.plan
+    lines = [
+        f"image     {p.image}",
+        f"target    {p.target.key} ({p.target.gpu_arch}, ROCm {p.target.rocm.version})",
+        f"mode      {p.mode}: {p.mode_reason}",
+        f"base      {p.base.ref}" + ("" if p.base.pinned else "  (not checked in a dry run)"),
+        f"upstream  {p.upstream.source} {p.upstream.ref} ({p.upstream.commit[:12]})",
+        f"queue     q{p.queue_hash[:8]}: {len(p.patches)} patch(es)",
+    ]
+    if p.tags:
+        lines.append("tags      " + ", ".join(p.tags))
+    if p.mode == "overlay":
+        note = "" if p.workspace_source.startswith("inspected") else " (assumed until inspected)"
+        lines.append(f"workspace {p.workspace}{note}")
+        lines += ["", "files that go in:"]
+        rows = [(f.path, f.dest, f.size) for f in p.files]
+        lines.append(table(["repository path", "image path", "bytes"], rows) if rows else "  none")
+        for d in p.deleted:
+            lines.append(f"  deleted: {d}")
+        for s in p.skipped:
+            lines.append(f"  not in the image (no place for it): {s}")
+    else:
+        lines += ["", "build arguments:"]
+        lines += [f"  {k}={v}" for k, v in sorted(p.build_args.items())]
+    lines += ["", "labels:"]
+    lines += [f"  {k}={v}" for k, v in sorted(p.labels.items())]
+    if p.mode == "overlay":
+        lines += ["", "Dockerfile:", p.dockerfile.rstrip()]
+    return "\n".join(lines)
+
+
+def render_result(r: BuildResult) -> str:
+    """The outcome for people: the image reference and ID (and where the log is)."""
+    if r.up_to_date:
+        head = f"up to date: {r.image} (same inputs; nothing built)"
+    else:
+        head = f"built {r.image} ({r.mode}) in {r.seconds:.1f}s"
+    lines = [head, f"  id      {r.id}", f"  digest  {r.digest or '(none until pushed)'}"]
+    lines.append(f"  base    {r.base}" + (f" @ {r.base_digest}" if r.base_digest else ""))
+    lines.append(f"  files   {len(r.changed_files)} changed by the queue")
+    for t in r.tags[1:]:
+        lines.append(f"  tag     {t}")
+    if r.log_path:
+        lines.append(f"  log     {r.log_path}")
+    return "\n".join(lines)
+
+
+def _progress() -> Any:
+    tty = is_tty()
+
+    def show(event: Any) -> None:
+        if isinstance(event, Status):
+            click.echo(f"... {event.message}", err=True)
+        else:
+            text = f"[{event.n}/{event.total}] {event.instruction}"
+            click.echo(text[:160] if tty else text, err=True)
+
+    return show
