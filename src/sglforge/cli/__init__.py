@@ -5,6 +5,7 @@ from __future__ import annotations
 # Each command group lives in its own module; importing registers it on ``main``.
 from sglforge.cli import build as _build  # noqa: E402,F401
 from sglforge.cli import patches as _patches  # noqa: E402,F401
+from sglforge.cli import publish as _publish  # noqa: E402,F401
 from sglforge.cli.common import main
 
 __all__ = ["main"]

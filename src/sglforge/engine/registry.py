@@ -412,6 +412,24 @@ def registry_digest(ref: str, creds: Credentials | None = None, timeout: float =
     raise PublishError(f"{ref}: registry refused the credentials while checking the digest")
 
 
+def registry_digest_or_none(ref: str, creds: Credentials | None = None) -> str | None:
+    """The registry's digest for ``ref``; None when the tag is absent or the registry is down.
+
+    A registry that is down is left to ``push``, which retries and reports it; a refused
+    login is raised here (retrying cannot fix it).
+    """
+    parsed = parse_ref(ref)
+    url = f"{_base_url(parsed.registry)}/v2/{parsed.repository}/manifests/{parsed.tag}"
+    try:
+        return registry_digest(ref, creds)
+    except PublishError as exc:
+        if "refused the credentials" in exc.message:
+            raise
+        if "HTTP 404" in exc.message or "unreachable" in exc.message:
+            return None
+        raise PublishError(f"{exc.message} ({url})", exc.hint) from None
+
+
 def verify(ref: str, pushed_digest: str, creds: Credentials | None = None) -> str:
     """Check registry digest == local RepoDigest == the digest the push reported."""
     remote = registry_digest(ref, creds)

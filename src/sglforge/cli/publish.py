@@ -1,0 +1,350 @@
+"""``sglforge publish`` and ``sglforge inspect``: click code over sglforge.publish/inspect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sglforge.build import MODES
+from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.errors import ConfigError, SglforgeError
+from sglforge.inspect import Provenance, inspect_image
+from sglforge.publish import (
+    PublishResult,
+    failure_summary,
+    junit_xml,
+    markdown,
+    publish,
+    summary,
+)
+from sglforge.util import atomic_write
+
+
+def _labels(items: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--label {item!r}: expected KEY=VALUE", "--label team=infra")
+        out[key] = value
+    return out
+
+
+@main.command("publish")
+@click.option(
+    "--target",
+    default="mi355x",
+    show_default=True,
+    help="Target from images/targets.toml: mi355x, mi300x, or NAME-ROCM (mi355x-rocm720).",
+)
+@click.option(
+    "--registry",
+    required=True,
+    metavar="HOST[:PORT][/NS]",
+    help="Registry to push to, e.g. 127.0.0.1:5000 or ghcr.io/ORG.",
+)
+@click.option("--model", metavar="PATH", help="Model folder for the smoke run.")
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Smoke scenario (default: the smoke/*.toml whose target matches).",
+)
+@click.option(
+    "--skip-smoke",
+    is_flag=True,
+    help="Emergency only: push the immutable tag without a smoke run; recorded as untested. "
+    "Friendly tags do not move.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="auto",
+    show_default=True,
+    help="Build mode (see sglforge build).",
+)
+@click.option("--base-image", metavar="IMG", help="Base image instead of the target's template.")
+@click.option("--upstream", metavar="URL|PATH", help="Where to fetch upstream (default: the pin).")
+@click.option(
+    "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label (repeatable)."
+)
+@click.option("--offline", is_flag=True, help="Build without asking a registry for the base.")
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 20),
+    default=3,
+    show_default=True,
+    help="Retries of a push after a transient registry error (exponential backoff).",
+)
+@click.option(
+    "--backoff",
+    type=click.FloatRange(0, 300),
+    default=2.0,
+    show_default=True,
+    help="Seconds before the first retry; doubles each time.",
+)
+@click.option("--dry-run", is_flag=True, help="Show the plan: what would be built, smoked, pushed.")
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a JUnit XML report here (one case per stage and smoke check).",
+)
+@click.option(
+    "--summary",
+    "summary_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append a Markdown summary here (CI: $GITHUB_STEP_SUMMARY).",
+)
+@json_option
+@pass_state
+def publish_cmd(
+    state: State,
+    target: str,
+    registry: str,
+    model: str | None,
+    scenario: Path | None,
+    skip_smoke: bool,
+    mode: str,
+    base_image: str | None,
+    upstream: str | None,
+    labels: tuple[str, ...],
+    offline: bool,
+    retries: int,
+    backoff: float,
+    dry_run: bool,
+    junit: Path | None,
+    summary_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Build, smoke-test and push an image; friendly tags move only after all passed.
+
+    Builds the target's image (or reuses it when the inputs are unchanged), runs the
+    target's smoke scenario, and only if it passed pushes the immutable tag, checks that
+    the registry serves the local digest, then moves the friendly tags
+    (v0.5.14-rocm700-mi355x, latest-mi355x). Writes a release record under
+    build/releases/ and one CHANGELOG.md entry per release. Credentials come from
+    SGLFORGE_REGISTRY_USER/SGLFORGE_REGISTRY_PASSWORD or the Docker config.
+
+    \b
+    Examples:
+      sglforge publish --registry 127.0.0.1:5000 --dry-run
+      sglforge publish --target mi355x --registry ghcr.io/ORG --model /models/glm
+      sglforge publish --registry 127.0.0.1:5000 --json --junit build/reports/p.xml
+    """
+    say = (lambda msg: click.echo(f"... {msg}", err=True)) if not as_json else _quiet
+    try:
+        result = publish(
+            state.root,
+            target,
+            registry,
+            model=model,
+            scenario=scenario,
+            skip_smoke=skip_smoke,
+            dry_run=dry_run,
+            mode=mode,
+            base_image=base_image,
+            upstream=upstream,
+            labels=_labels(labels),
+            offline=True if offline else None,
+            attempts=retries + 1,
+            backoff=backoff,
+            progress=say,
+        )
+    except SglforgeError as exc:
+        # Reports still get written: CI shows why nothing was published.
+        _reports(None, target, junit, summary_path, str(exc))
+        if as_json:
+            print_json(failure_summary(target, registry, exc))
+        raise
+    _reports(result, target, junit, summary_path, result.error)
+    if as_json:
+        print_json(summary(result))
+    else:
+        click.echo(render(result))
+    if result.error:
+        click.echo(f"error: {result.error}", err=True)
+        raise click.exceptions.Exit(result.exit_code or 1)
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def _reports(
+    result: PublishResult | None,
+    target: str,
+    junit: Path | None,
+    summary_path: Path | None,
+    error: str | None,
+) -> None:
+    if junit:
+        atomic_write(junit, junit_xml(result, target, error))
+    if summary_path:
+        # GitHub's step summary file is appended to by every step.
+        summary_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(summary_path, "a") as fh:
+            fh.write(markdown(result, target, error))
+
+
+def render(r: PublishResult) -> str:
+    """The outcome (or the plan) for people."""
+    lines = []
+    if r.dry_run:
+        lines.append(f"plan for {r.target} -> {r.registry} (dry run; nothing done)")
+        lines.append(f"  image     {r.image}" + ("  (up to date)" if r.build_reused else ""))
+        smoke = "skipped (--skip-smoke; recorded untested)" if r.skip_smoke else r.scenario
+        lines.append(f"  smoke     {smoke}")
+        lines.append(f"  push      {r.immutable}")
+        for ref in r.friendly:
+            lines.append(f"  then tag  {ref}")
+        return "\n".join(lines)
+    rows = [
+        (
+            s.name,
+            {True: "ok", False: "FAILED", None: "skipped"}[s.ok],
+            f"{s.seconds:.1f}s",
+            s.detail,
+        )
+        for s in r.steps
+    ]
+    lines.append(table(["step", "result", "time", "detail"], rows))
+    if r.smoke_figures:
+        lines.append("")
+        lines.append(
+            table(["smoke figure", "value"], [(k, v) for k, v in sorted(r.smoke_figures.items())])
+        )
+    if r.pushed:
+        lines.append("")
+        lines += [f"pushed  {ref}" for ref in r.pushed]
+        lines.append(f"digest  {r.digest}")
+    if r.ok and not r.tested:
+        lines.append("UNTESTED: published with --skip-smoke; friendly tags were not moved")
+    if r.release_record:
+        note = "entry added" if r.changelog_written else "entry already present"
+        lines.append(f"record  {r.release_record} (CHANGELOG.md: {note})")
+    return "\n".join(lines)
+
+
+@main.command("inspect")
+@click.argument("image")
+@click.option("--pull", is_flag=True, help="Pull the image from its registry first.")
+@json_option
+@pass_state
+def inspect_cmd(state: State, image: str, pull: bool, as_json: bool) -> None:
+    """Show where an image came from: upstream, patches, queue hash, base, smoke figures.
+
+    Reads the image's labels and /opt/sglforge/manifest.json; the smoke figures
+    measured when it was published come from the release record under build/releases/
+    that has the image's digest (when run inside the checkout that published it).
+
+    \b
+    Examples:
+      sglforge inspect sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d
+      sglforge inspect --pull 127.0.0.1:5000/sglforge/sglang:latest-mi355x --json
+    """
+    try:
+        root: Path | None = state.root
+    except SglforgeError:
+        root = None  # anyone holding an image can inspect it, without a checkout
+    prov = inspect_image(image, root=root, pull=pull)
+    if as_json:
+        print_json(prov_json(prov))
+    else:
+        click.echo(render_provenance(prov))
+
+
+def prov_json(p: Provenance) -> dict[str, Any]:
+    """The ``inspect --json`` document."""
+    return {
+        "image": p.image,
+        "id": p.id,
+        "repo_digests": list(p.repo_digests),
+        "sglforge_image": p.is_sglforge_image,
+        "upstream": {
+            "version": p.sglang_version,
+            "url": p.upstream_url,
+            "source": p.upstream_source,
+            "ref": p.upstream_ref,
+            "commit": p.upstream_commit,
+        },
+        "queue_hash": p.queue_hash,
+        "patches": [
+            {
+                "name": x.name,
+                "subject": x.subject,
+                "sha256": x.sha256,
+                "kind": x.kind,
+                "upstream_status": x.upstream_status,
+            }
+            for x in p.patches
+        ],
+        "target": p.target,
+        "rocm": p.rocm,
+        "gpu_arch": p.gpu_arch,
+        "mode": p.mode,
+        "base": {"name": p.base, "digest": p.base_digest},
+        "built_by": p.built_by,
+        "created": p.created,
+        "manifest_found": p.manifest_found,
+        "release": p.release,
+        "published_at": p.published_at,
+        "references": list(p.references),
+        "tested": p.tested,
+        "smoke": None
+        if p.smoke is None
+        else {
+            "passed": p.smoke.passed,
+            "scenario": p.smoke.scenario,
+            "verdict": p.smoke.verdict,
+            "figures": dict(p.smoke.figures),
+        },
+        "labels": dict(p.labels),
+    }
+
+
+def render_provenance(p: Provenance) -> str:
+    """Provenance for people."""
+    if not p.is_sglforge_image:
+        return (
+            f"{p.image}: not built by sglforge (no io.sglforge.* labels and no "
+            "/opt/sglforge/manifest.json)"
+        )
+    lines = [
+        f"image     {p.image}",
+        f"id        {p.id}",
+    ]
+    lines += [f"digest    {d}" for d in p.repo_digests]
+    lines += [
+        f"upstream  sglang {p.sglang_version} ({p.upstream_ref} = {p.upstream_commit[:12]}) "
+        f"from {p.upstream_url}"
+        + (
+            f" via {p.upstream_source}"
+            if p.upstream_source and p.upstream_source != p.upstream_url
+            else ""
+        ),
+        f"target    {p.target} ({p.gpu_arch}, {p.rocm}), {p.mode} build",
+        f"base      {p.base}" + (f" @ {p.base_digest}" if p.base_digest else ""),
+        f"queue     {p.queue_hash} ({len(p.patches)} patches)",
+    ]
+    if not p.manifest_found:
+        lines.append("manifest  missing: patch checksums unknown (labels only)")
+    if p.patches:
+        lines.append("")
+        rows = [
+            (x.name, x.upstream_status or "-", x.sha256[:16] or "-", x.subject) for x in p.patches
+        ]
+        lines.append(table(["patch", "upstream status", "sha256", "subject"], rows))
+    lines.append("")
+    if p.release is None:
+        lines.append("release   no release record for this image here (smoke figures unknown)")
+    else:
+        lines.append(f"release   {p.release}, published {p.published_at}")
+        if p.smoke is None:
+            lines.append("smoke     UNTESTED (published with --skip-smoke)")
+        else:
+            state = "passed" if p.smoke.passed else "FAILED"
+            lines.append(f"smoke     {state} ({p.smoke.scenario}): {p.smoke.verdict}")
+            for k, v in sorted(p.smoke.figures.items()):
+                lines.append(f"  {k:<22} {v}")
+    return "\n".join(lines)

@@ -1,0 +1,606 @@
+"""``sglforge publish``: build (or reuse), smoke-test, push, verify, then move friendly tags.
+
+The order is the point. An image is pushed only after its target's smoke scenario passed; the
+immutable tag (``v0.5.14-rocm700-mi355x-q<queue hash>``) is pushed first, every push event is
+read, and the registry's digest is checked against the local one; only then do the friendly
+tags (``v0.5.14-rocm700-mi355x``, ``latest-mi355x``) move. A failed smoke run or push leaves
+every friendly tag where it was. ``--skip-smoke`` (emergencies) pushes the immutable tag only
+and records the release as untested.
+
+Also owns the machine-readable outputs of a publish: the JUnit report and the Markdown step
+summary CI shows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from sglforge.engine import registry as reg
+from sglforge.errors import ConfigError, PublishError, SglforgeError
+from sglforge.release import PatchInfo, Release, Smoke, record_release
+
+SMOKE_DIR = "smoke"
+MANIFEST_PATH = "/opt/sglforge/manifest.json"
+_QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}$")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stage of a publish: ``ok`` is None when the stage did not run."""
+
+    name: str
+    ok: bool | None
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SmokeCheck:
+    """One smoke check as reported (for JUnit and the summary)."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a publish did (or, with ``dry_run``, would do)."""
+
+    target: str
+    registry: str
+    image: str  # the local, immutable image reference
+    immutable: str  # the immutable reference in the registry
+    friendly: tuple[str, ...]  # the friendly references in the registry
+    scenario: str | None
+    dry_run: bool
+    skip_smoke: bool
+    pushed: tuple[str, ...] = ()
+    digest: str | None = None
+    smoke_passed: bool | None = None
+    smoke_verdict: str = ""
+    smoke_figures: Mapping[str, Any] = field(default_factory=dict)
+    smoke_checks: tuple[SmokeCheck, ...] = ()
+    tested: bool = False
+    build_reused: bool | None = None
+    steps: tuple[Step, ...] = ()
+    release_record: str | None = None
+    changelog_written: bool = False
+    error: str | None = None
+    exit_code: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when everything planned happened (or the dry run found nothing wrong)."""
+        return self.error is None
+
+
+# --- scenarios and references ---------------------------------------------------------------
+
+
+def find_scenario(root: Path, target: str, target_key: str | None = None) -> Path:
+    """The ``smoke/*.toml`` whose ``target`` names this target; ConfigError if none or many."""
+    folder = Path(root) / SMOKE_DIR
+    names = {target, target_key} - {None}
+    found: list[Path] = []
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read smoke scenario: {exc}", f"fix {path}") from None
+        wanted = data.get("target")
+        wanted_list = wanted if isinstance(wanted, list) else [wanted]
+        if any(w in names for w in wanted_list):
+            found.append(path)
+    if not found:
+        raise ConfigError(
+            f"no smoke scenario in {folder} has target = {target!r}",
+            "add one, or pass --scenario FILE (or --skip-smoke in an emergency)",
+        )
+    if len(found) > 1:
+        exact = [p for p in found if target_key and _target_of(p) == target_key]
+        if len(exact) == 1:
+            return exact[0]
+        listed = ", ".join(p.name for p in found)
+        raise ConfigError(
+            f"several smoke scenarios name target {target!r}: {listed}",
+            "pick one with --scenario FILE",
+        )
+    return found[0]
+
+
+def _target_of(path: Path) -> object:
+    try:
+        return tomllib.loads(path.read_text()).get("target")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+
+
+def registry_prefix(registry: str) -> str:
+    """``127.0.0.1:5000`` or ``ghcr.io/org`` with scheme and trailing slashes removed."""
+    value = re.sub(r"^[a-z]+://", "", registry.strip()).rstrip("/")
+    if not value:
+        raise ConfigError("--registry is empty", "pass --registry HOST[:PORT][/NAMESPACE]")
+    host = value.split("/", 1)[0]
+    if not ("." in host or ":" in host or host == "localhost"):
+        raise ConfigError(
+            f"--registry {registry!r}: the first part must be a registry host",
+            "e.g. --registry 127.0.0.1:5000 or --registry ghcr.io/ORG",
+        )
+    return value
+
+
+def references(
+    registry: str, image: str, target: str, default_rocm: bool = True
+) -> tuple[str, tuple[str, ...]]:
+    """The immutable registry reference for ``image`` and its friendly references.
+
+    ``sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d`` in ``127.0.0.1:5000`` gives
+    ``127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d`` plus
+    ``...:v0.5.14-rocm700-mi355x`` and ``...:latest-mi355x``.
+    """
+    prefix = registry_prefix(registry)
+    repo, sep, tag = image.rpartition(":")
+    if not sep or "/" in tag:
+        raise PublishError(f"{image}: built image reference has no tag", "rebuild: sglforge build")
+    repo = repo.split("/", 1)[1] if _has_registry(repo) else repo
+    immutable = f"{prefix}/{repo}:{tag}"
+    friendly_tag = _QUEUE_SUFFIX.sub("", tag)
+    latest = f"latest-{target}"
+    if not default_rocm:
+        rocm = re.search(r"-(rocm\d+)-", tag)
+        latest += f"-{rocm.group(1)}" if rocm else ""
+    friendly = tuple(
+        f"{prefix}/{repo}:{t}" for t in dict.fromkeys((friendly_tag, latest)) if t != tag
+    )
+    return immutable, friendly
+
+
+def _has_registry(repo: str) -> bool:
+    first = repo.split("/", 1)[0]
+    return "/" in repo and ("." in first or ":" in first or first == "localhost")
+
+
+# --- the publish flow -----------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self._t = time.monotonic()
+
+    def done(self, name: str, ok: bool | None, detail: str = "") -> None:
+        now = time.monotonic()
+        self.steps.append(Step(name, ok, round(now - self._t, 3), detail))
+        self._t = now
+
+    def reset(self) -> None:
+        self._t = time.monotonic()
+
+
+def publish(
+    root: Path,
+    target: str,
+    registry: str,
+    *,
+    model: str | None = None,
+    scenario: Path | None = None,
+    skip_smoke: bool = False,
+    dry_run: bool = False,
+    mode: str = "auto",
+    base_image: str | None = None,
+    upstream: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    offline: bool | None = None,
+    attempts: int = 4,
+    backoff: float = 2.0,
+    date: str | None = None,
+    progress: Progress | None = None,
+) -> PublishResult:
+    """Build or reuse, smoke, push the immutable tag, verify, move friendly tags, record.
+
+    Smoke failures and push errors come back as a result with ``error`` set and nothing moved;
+    errors that stop the flow before anything ran (configuration, engine) are raised.
+    """
+    from sglforge.build import build_image  # the build engineer's module; imported late
+    from sglforge.images import load_targets
+
+    root = Path(root)
+    say = progress or (lambda _msg: None)
+    clock = _Clock()
+    build_target = load_targets(root).resolve(target)
+    default_rocm = build_target.rocm.name == build_target.target.rocm[0]
+    scenario_path: Path | None = None
+    if not skip_smoke:
+        scenario_path = (
+            Path(scenario) if scenario else find_scenario(root, build_target.name, build_target.key)
+        )
+        if not scenario_path.is_file():
+            raise ConfigError(f"{scenario_path}: no such smoke scenario", "pass --scenario FILE")
+    prefix = registry_prefix(registry)
+    host = prefix.split("/", 1)[0]
+
+    say(f"build {build_target.key} ({'plan' if dry_run else 'or reuse'})")
+    built = build_image(
+        root,
+        target,
+        mode=mode,
+        base_image=base_image,
+        upstream=upstream,
+        dry_run=dry_run,
+        progress=lambda event: say(_event_text(event)),
+        labels=dict(labels or {}),
+        offline=offline,
+    )
+    immutable, friendly = references(prefix, built.image, build_target.name, default_rocm)
+    moving = () if skip_smoke else friendly
+    clock.done(
+        "build", None if dry_run else True, "up to date, reused" if built.up_to_date else "built"
+    )
+    result = PublishResult(
+        target=build_target.key,
+        registry=prefix,
+        image=built.image,
+        immutable=immutable,
+        friendly=moving,
+        scenario=str(scenario_path) if scenario_path else None,
+        dry_run=dry_run,
+        skip_smoke=skip_smoke,
+        build_reused=bool(built.up_to_date),
+    )
+    if dry_run:
+        steps = [*clock.steps]
+        steps.append(
+            Step(
+                "smoke", None, detail="skipped (--skip-smoke)" if skip_smoke else str(scenario_path)
+            )
+        )
+        steps.append(Step("push", None, detail=immutable))
+        steps += [Step("tag", None, detail=ref) for ref in moving]
+        return replace(result, steps=tuple(steps))
+
+    creds = reg.credentials(host)
+
+    # --- smoke gate ---
+    smoke: Smoke | None = None
+    if not skip_smoke:
+        from sglforge.smoke import run_smoke  # the smoke engineer's module; imported late
+
+        assert scenario_path is not None
+        say(f"smoke {built.image} with {scenario_path}")
+        clock.reset()
+        report = run_smoke(root, built.image, scenario_path, model=model)
+        checks = tuple(_checks(report))
+        figures = dict(getattr(report, "figures", {}) or {})
+        verdict = str(getattr(report, "verdict", "") or "")
+        smoke = Smoke(bool(report.passed), scenario_path.stem, verdict, figures)
+        clock.done("smoke", smoke.passed, verdict)
+        result = replace(
+            result,
+            smoke_passed=smoke.passed,
+            smoke_verdict=verdict,
+            smoke_figures=figures,
+            smoke_checks=checks,
+        )
+        if not smoke.passed:
+            return replace(
+                result,
+                steps=tuple(clock.steps),
+                error=f"smoke scenario {scenario_path.name} failed on {built.image}: {verdict}; "
+                "nothing was pushed",
+                exit_code=1,
+            )
+    else:
+        clock.done("smoke", None, "skipped (--skip-smoke): the release is recorded as untested")
+
+    # --- push the immutable tag, verify, then move friendly tags ---
+    pushed: list[str] = []
+    try:
+        clock.reset()
+        digest = _push_immutable(built.image, immutable, creds, attempts, backoff, say)
+        pushed.append(immutable)
+        clock.done("push", True, f"{immutable}@{digest}")
+        for ref in moving:
+            clock.reset()
+            say(f"move {ref}")
+            reg.tag(built.image, ref)
+            moved = reg.push(ref, creds, attempts=attempts, backoff=backoff, progress=say)
+            remote = reg.registry_digest(ref, creds)
+            if not (moved.digest == remote == digest):
+                raise PublishError(
+                    f"{ref}: after the move the registry serves {remote}, expected {digest}",
+                    "rerun sglforge publish",
+                )
+            pushed.append(ref)
+            clock.done("tag", True, ref)
+    except PublishError as exc:
+        clock.done("push" if not pushed else "tag", False, exc.message)
+        return replace(
+            result,
+            pushed=tuple(pushed),
+            steps=tuple(clock.steps),
+            error=str(exc),
+            exit_code=exc.exit_code,
+        )
+
+    # --- release record and CHANGELOG entry ---
+    release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
+    recorded = record_release(root, release)
+    clock.done("record", True, str(recorded.record))
+    return replace(
+        result,
+        pushed=tuple(pushed),
+        digest=digest,
+        tested=release.tested,
+        steps=tuple(clock.steps),
+        release_record=str(recorded.record),
+        changelog_written=recorded.changelog_written,
+    )
+
+
+def _event_text(event: Any) -> str:
+    message = getattr(event, "message", None)
+    if message is not None:
+        return f"build: {message}"
+    if hasattr(event, "n") and hasattr(event, "total"):
+        return f"build [{event.n}/{event.total}] {getattr(event, 'instruction', '')}"
+    return f"build: {event}"
+
+
+def _push_immutable(
+    image: str,
+    immutable: str,
+    creds: reg.Credentials | None,
+    attempts: int,
+    backoff: float,
+    say: Progress,
+) -> str:
+    # An immutable tag never changes what it names: if the registry already holds it for
+    # another image, refuse instead of overwriting a published release.
+    existing = reg.registry_digest_or_none(immutable, creds)
+    reg.tag(image, immutable)
+    if existing is not None:
+        local = reg.local_repo_digest(immutable)
+        if local is not None and local != existing:
+            raise PublishError(
+                f"{immutable} already names {existing} in the registry, but the local image "
+                f"is {local}: an immutable tag is never overwritten",
+                "delete the tag in the registry if it is wrong, or change the patch queue",
+            )
+    say(f"push {immutable}")
+    pushed = reg.push(immutable, creds, attempts=attempts, backoff=backoff, progress=say)
+    if existing is not None and existing != pushed.digest:
+        raise PublishError(
+            f"{immutable} named {existing} in the registry and now {pushed.digest}: another "
+            "build overwrote an immutable tag",
+            "investigate the registry; rerun sglforge publish",
+        )
+    return reg.verify(immutable, pushed.digest, creds)
+
+
+def _checks(report: Any) -> list[SmokeCheck]:
+    out: list[SmokeCheck] = []
+    for check in getattr(report, "checks", ()) or ():
+        if isinstance(check, Mapping):
+            name = str(check.get("name", "check"))
+            passed = bool(check.get("passed", check.get("ok", False)))
+            detail = str(check.get("detail", check.get("message", "")))
+        else:
+            name = str(getattr(check, "name", "check"))
+            passed = bool(getattr(check, "passed", getattr(check, "ok", False)))
+            detail = str(getattr(check, "detail", getattr(check, "message", "")) or "")
+        out.append(SmokeCheck(name, passed, detail))
+    return out
+
+
+def _manifest(image: str) -> dict[str, Any]:
+    raw = reg.read_image_file(image, MANIFEST_PATH)
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def patch_infos(manifest: Mapping[str, Any]) -> tuple[PatchInfo, ...]:
+    """The patches listed in an image manifest."""
+    out = []
+    for p in manifest.get("patches") or ():
+        if isinstance(p, Mapping) and p.get("name"):
+            out.append(
+                PatchInfo(
+                    name=str(p["name"]),
+                    subject=str(p.get("subject", "")),
+                    sha256=str(p.get("sha256", "")),
+                    kind=str(p.get("kind", "")),
+                    upstream_status=str(p.get("upstream_status", p.get("status", "")) or ""),
+                )
+            )
+    return tuple(out)
+
+
+def _release(
+    root: Path,
+    built: Any,
+    build_target: Any,
+    immutable: str,
+    pushed: Sequence[str],
+    digest: str,
+    smoke: Smoke | None,
+    date: str | None,
+) -> Release:
+    from sglforge.inspect import provenance_from
+
+    labels = dict(getattr(built, "labels", {}) or {})
+    prov = provenance_from(built.image, labels, _manifest(built.image))
+    patches = prov.patches
+    if not patches:  # an image without a manifest: fall back to the queue on disk
+        from sglforge.patches.series import load_queue
+
+        queue = load_queue(root)
+        patches = tuple(
+            PatchInfo(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
+        )
+    now = _dt.datetime.now(_dt.UTC)
+    return Release(
+        version=immutable.rpartition(":")[2],
+        date=date or now.strftime("%Y-%m-%d"),
+        target=build_target.name,
+        image=immutable,
+        digest=digest,
+        references=tuple(pushed),
+        upstream_url=prov.upstream_url,
+        upstream_ref=prov.upstream_ref,
+        upstream_commit=prov.upstream_commit,
+        upstream_version=prov.upstream_version,
+        queue_hash=prov.queue_hash,
+        patches=patches,
+        smoke=smoke,
+        gpu_arch=prov.gpu_arch or build_target.gpu_arch,
+        base=prov.base or str(getattr(built, "base", "") or ""),
+        base_digest=prov.base_digest or str(getattr(built, "base_digest", "") or ""),
+        published_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+# --- reports --------------------------------------------------------------------------------
+
+
+def summary(result: PublishResult) -> dict[str, Any]:
+    """The ``--json`` document (``pushed``, ``digest`` and ``smoke_passed`` always present)."""
+    return {
+        "target": result.target,
+        "pushed": list(result.pushed),
+        "digest": result.digest,
+        "smoke_passed": result.smoke_passed,
+        "tested": result.tested,
+        "dry_run": result.dry_run,
+        "skip_smoke": result.skip_smoke,
+        "image": result.image,
+        "immutable": result.immutable,
+        "friendly": list(result.friendly),
+        "registry": result.registry,
+        "scenario": result.scenario,
+        "build_reused": result.build_reused,
+        "smoke": {
+            "verdict": result.smoke_verdict,
+            "figures": dict(result.smoke_figures),
+            "checks": [
+                {"name": c.name, "passed": c.passed, "detail": c.detail}
+                for c in result.smoke_checks
+            ],
+        },
+        "steps": [
+            {"name": s.name, "ok": s.ok, "seconds": s.seconds, "detail": s.detail}
+            for s in result.steps
+        ],
+        "release_record": result.release_record,
+        "changelog_written": result.changelog_written,
+        "error": result.error,
+    }
+
+
+def failure_summary(target: str, registry: str, error: SglforgeError) -> dict[str, Any]:
+    """The ``--json`` document when publish stopped before it had a result."""
+    return {
+        "target": target,
+        "registry": registry,
+        "pushed": [],
+        "digest": None,
+        "smoke_passed": None,
+        "error": str(error),
+        "exit_code": error.exit_code,
+    }
+
+
+def junit_xml(result: PublishResult | None, target: str, error: str | None = None) -> str:
+    """A JUnit report: one test case per stage and per smoke check."""
+    cases: list[str] = []
+
+    def case(name: str, seconds: float, ok: bool | None, detail: str) -> None:
+        head = f"  <testcase classname={quoteattr('publish.' + target)} name={quoteattr(name)}"
+        head += f' time="{seconds:.3f}"'
+        if ok is None:
+            cases.append(f"{head}>\n    <skipped message={quoteattr(detail)}/>\n  </testcase>")
+        elif ok:
+            cases.append(f"{head}/>")
+        else:
+            cases.append(
+                f"{head}>\n    <failure message={quoteattr(detail[:500])}>"
+                f"{escape(detail)}</failure>\n  </testcase>"
+            )
+
+    if result is None:
+        case("publish", 0.0, False, error or "publish failed")
+    else:
+        for step in result.steps:
+            case(f"{step.name} {step.detail}".strip()[:200], step.seconds, step.ok, step.detail)
+        for check in result.smoke_checks:
+            case(f"smoke: {check.name}", 0.0, check.passed, check.detail)
+        if result.error and not any(s.ok is False for s in result.steps):
+            case("publish", 0.0, False, result.error)
+    failures = sum("<failure" in c for c in cases)
+    skipped = sum("<skipped" in c for c in cases)
+    body = "\n".join(cases)
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<testsuite name={quoteattr("sglforge publish " + target)} tests="{len(cases)}" '
+        f'failures="{failures}" errors="0" skipped="{skipped}">\n{body}\n</testsuite>\n'
+    )
+
+
+def markdown(result: PublishResult | None, target: str, error: str | None = None) -> str:
+    """The GitHub step summary for one target."""
+    if result is None:
+        return f"## sglforge publish {target}: failed\n\n```\n{error}\n```\n"
+    state = (
+        "dry run"
+        if result.dry_run
+        else "published"
+        if result.ok and result.tested
+        else "published UNTESTED (--skip-smoke)"
+        if result.ok
+        else "failed, nothing moved"
+        if not result.pushed
+        else "failed after a partial push"
+    )
+    lines = [f"## sglforge publish {result.target}: {state}", ""]
+    if result.error:
+        lines += ["```", result.error, "```", ""]
+    lines += [
+        f"- image: `{result.image}`",
+        f"- digest: `{result.digest or '-'}`",
+        f"- smoke: {_smoke_word(result)}" + (f" ({result.scenario})" if result.scenario else ""),
+    ]
+    lines += [f"- pushed: `{ref}`" for ref in result.pushed]
+    if result.smoke_figures:
+        lines += ["", "| figure | value |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in sorted(result.smoke_figures.items())]
+    if result.smoke_checks:
+        lines += ["", "| check | result | detail |", "|---|---|---|"]
+        lines += [
+            f"| {c.name} | {'pass' if c.passed else 'FAIL'} | {c.detail.replace('|', '/')} |"
+            for c in result.smoke_checks
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _smoke_word(result: PublishResult) -> str:
+    if result.skip_smoke:
+        return "skipped (untested)"
+    if result.smoke_passed is None:
+        return "not run"
+    return "passed" if result.smoke_passed else "FAILED"
