@@ -290,9 +290,16 @@ def scan_files(
 
 
 def render_overlay_dockerfile(
-    template: str, base: str, target: BuildTarget, deleted: Sequence[str]
+    template: str,
+    base: str,
+    target: BuildTarget,
+    deleted: Sequence[str],
+    labels: Mapping[str, str] | None = None,
 ) -> str:
-    """The overlay Dockerfile for ``base`` and ``target`` from ``images/overlay.Dockerfile``."""
+    """The overlay Dockerfile for ``base`` and ``target`` from ``images/overlay.Dockerfile``.
+
+    Without ``labels`` the LABEL block is left out: that text is what the inputs key hashes.
+    """
     env = target.env
     env_lines = (
         "ENV " + " \\\n    ".join(f"{k}={json.dumps(v)}" for k, v in env.items())
@@ -306,6 +313,7 @@ def render_overlay_dockerfile(
         delete = f"# Files the queue deletes.\nRUN rm -f -- {paths}\n"
     values = {
         "BASE": base,
+        "LABELS": _label_instruction(labels) if labels else "",
         "DELETE": delete,
         "ENV": env_lines,
         "TARGET": target.key,
@@ -323,6 +331,14 @@ def render_overlay_dockerfile(
         return values[m.group(1)]
 
     return _PLACEHOLDER.sub(sub, template)
+
+
+def _label_instruction(labels: Mapping[str, str]) -> str:
+    # Double-quoted values take JSON escapes; "$" would be expanded by the builder.
+    def q(text: str) -> str:
+        return json.dumps(text).replace("$", "\\$")
+
+    return "LABEL " + " \\\n      ".join(f"{q(k)}={q(v)}" for k, v in sorted(labels.items()))
 
 
 def make_manifest(
@@ -474,7 +490,7 @@ def plan_overlay(
     workspace, ws_source = workspace_of(base.package_path, target.workspace)
     files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
     image = target.image_ref(version, queue_hash)
-    dockerfile = render_overlay_dockerfile(template, base.ref, target, deleted)
+    bare = render_overlay_dockerfile(template, base.ref, target, deleted)
     manifest = make_manifest(
         image=image,
         version=version,
@@ -491,7 +507,7 @@ def plan_overlay(
         base_pinned=base.pinned,
         queue_hash=queue_hash,
         commit=upstream.commit,
-        dockerfile=dockerfile,
+        dockerfile=bare,
         target=target,
         mode="overlay",
         manifest=manifest,
@@ -509,6 +525,7 @@ def plan_overlay(
         created=created or _now(),
         extra=extra_labels,
     )
+    dockerfile = render_overlay_dockerfile(template, base.ref, target, deleted, labels)
     return BuildPlan(
         target=target,
         version=version,
@@ -837,7 +854,6 @@ def _build_overlay(
         context,
         plan.image,
         log_path,
-        labels=plan.labels,
         progress=(lambda s: progress(s)) if progress else None,
     )
     _retag(image_id, plan.tags)

@@ -75,9 +75,14 @@ def run(
             "env": full_env,
             "strip_newline_in_stdout": strip,
         }
-        if stdin is not None:
-            kwargs["istream"] = _as_stream(stdin)
-        status, out, err = g.execute(["git", *args], **kwargs)  # type: ignore[call-overload]
+        stream = _as_stream(stdin) if stdin is not None else None
+        if stream is not None:
+            kwargs["istream"] = stream
+        try:
+            status, out, err = g.execute(["git", *args], **kwargs)  # type: ignore[call-overload]
+        finally:
+            if stream is not None:
+                stream.close()
     except GitCommandNotFound as exc:  # pragma: no cover - git is a hard requirement
         raise ConfigError("git is not installed or not on PATH", "apt-get install git") from exc
     result = GitResult(int(status or 0), out if isinstance(out, str) else out.decode(), err)

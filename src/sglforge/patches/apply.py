@@ -93,6 +93,7 @@ def apply_at(
             _refuse_if_unsaved(wt, ref, record)
         if (
             record
+            and not (force and git.out(wt, "status", "--porcelain"))
             and record.get("queue_hash") == queue.hash
             and record.get("upstream_commit") == commit
             and git.out(wt, "rev-parse", "HEAD") == record.get("head")

@@ -36,7 +36,6 @@ def format_commit(wt: Path, commit: str) -> str:
         "--stdout",
         "--zero-commit",
         "--no-signature",
-        "--full-index",
         commit,
         strip=False,
     ).stdout
@@ -122,7 +121,10 @@ def export_queue(root: Path, ref: str | None = None) -> Exported:
 
 
 def _diff_of(text: str) -> str:
-    return split_patch(text)[1]
+    """The diff, without what format-patch varies by version: index lines and signature."""
+    diff = split_patch(text)[1]
+    diff = re.sub(r"^-- \n[^\n]*\n*\Z", "", diff, flags=re.M)
+    return "\n".join(ln for ln in diff.splitlines() if not ln.startswith("index ")).strip()
 
 
 def _new_name(queue: Queue, names: list[str], subject: str) -> str:

@@ -19,7 +19,7 @@ from sglforge import git
 from sglforge.changelog import add_unreleased
 from sglforge.errors import PatchError
 from sglforge.patches.check import APPLIED, CONFLICT, SKIPPED, UPSTREAMED, RefReport, check_ref
-from sglforge.patches.export import format_commit, merge_header, split_patch
+from sglforge.patches.export import _diff_of, format_commit, merge_header, split_patch
 from sglforge.patches.series import Patch, Queue, load_queue, render_pin
 from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
 from sglforge.util import commit_files
@@ -90,7 +90,7 @@ def refresh_queue(
         series_names.append(patch.name)
         if patch.name in texts:
             new_text = texts[patch.name]
-            if split_patch(new_text)[1] != patch.diff:
+            if _diff_of(new_text) != _diff_of(patch.path.read_text(errors="replace")):
                 files[patch.path] = new_text
                 outcomes.append(PatchOutcome(patch.name, "refreshed", st.status, st.detail))
                 notes.append(f"Refreshed `{patch.name}` onto {new_ref} ({st.status}).")

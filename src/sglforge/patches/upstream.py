@@ -82,8 +82,8 @@ def pinned_commit(root: Path, pin: Pin, up: Upstream) -> str:
             raise UpstreamError(
                 f"pinned tag {pin.ref} now resolves to {commit[:12]} in {up.source}, "
                 f"but patches/upstream.toml pins {pin.commit[:12]} (the tag moved)",
-                "check upstream, then re-pin with `sglforge patches refresh --ref "
-                f"{pin.ref}` or restore the tag",
+                "check upstream; if the new commit is intended, delete the `commit` line of "
+                "patches/upstream.toml and rerun (then `sglforge patches check`)",
             )
         return commit
     # Another source (a mirror, a local clone, PyPI wheels) has commits of its own; a PyPI
@@ -94,7 +94,8 @@ def pinned_commit(root: Path, pin: Pin, up: Upstream) -> str:
         raise UpstreamError(
             f"pinned tag {pin.ref} in {up.source} has other content ({tree[:12]}) than "
             f"recorded in patches/upstream.toml ({recorded['tree'][:12]}): the tag moved",
-            f"check the source, then re-pin with `sglforge patches refresh --ref {pin.ref}`",
+            f"check the source; if intended, delete [sources.{up.key!r}] from "
+            "patches/upstream.toml and rerun",
         )
     if recorded.get("ref") != pin.ref or not recorded.get("tree"):
         sources = dict(pin.sources)

@@ -1,0 +1,208 @@
+"""apply, refresh, export and new on real repositories, including their failure modes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synthetic import PATCHES, commit, edit, git, make_project, make_upstream
+
+from sglforge.errors import PatchError, UpstreamError
+from sglforge.patches.apply import apply_queue
+from sglforge.patches.export import export_queue, new_patch
+from sglforge.patches.refresh import refresh_queue
+from sglforge.patches.series import load_pin, load_queue
+
+NO_CONFLICT = [p for p in PATCHES if not p[0].startswith("fix-d")]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    files = [root / "CHANGELOG.md", *sorted((root / "patches").rglob("*"))]
+    return {str(p.relative_to(root)): p.read_bytes() for p in files if p.is_file()}
+
+
+def test_apply_makes_one_commit_per_patch_and_reuses(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path))
+    a = apply_queue(root)
+    assert a.ref == "v1.0" and not a.reused
+    assert a.branch == "sglforge/v1.0"
+    assert a.worktree == root / "build" / "worktrees" / "v1.0"
+    log = git(a.worktree, "log", "--format=%s", f"{a.commit}..HEAD").splitlines()
+    assert len(log) == len(PATCHES)
+    assert (a.worktree / "python/pkg/a.py").read_text().splitlines()[4] == "a line 5 FIXED"
+    assert "python/pkg/jit_kernel/f.cuh" in a.changed_files
+    assert load_pin(root).commit == a.commit  # the first resolve records the pin
+    again = apply_queue(root)
+    assert again.reused and again.head == a.head
+
+
+def test_apply_refuses_when_the_pinned_tag_moved(tmp_path: Path) -> None:
+    upstream = make_upstream(tmp_path)
+    root = make_project(tmp_path, upstream)
+    apply_queue(root)
+    git(upstream, "checkout", "-q", "v1.0")
+    edit(upstream, "python/pkg/a.py", 1, "retagged")
+    commit(upstream, "retag")
+    git(upstream, "tag", "-f", "v1.0")
+    with pytest.raises(UpstreamError, match=r"pinned tag v1.0 now resolves to .*\(the tag moved\)"):
+        apply_queue(root)
+
+
+def test_unknown_ref_and_unreachable_upstream(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path))
+    with pytest.raises(UpstreamError, match="ref 'v9.9' not found"):
+        apply_queue(root, ref="v9.9")
+    with pytest.raises(UpstreamError, match="no such folder"):
+        apply_queue(root, upstream=str(tmp_path / "nowhere"))
+    with pytest.raises(UpstreamError, match="unreachable"):
+        apply_queue(root, upstream="http://127.0.0.1:9/sglang.git")
+
+
+def test_dirty_worktree_is_never_thrown_away(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    a = apply_queue(root)
+    (a.worktree / "python/pkg/a.py").write_text("my edit\n")
+    with pytest.raises(PatchError, match="uncommitted changes .*python/pkg/a.py") as err:
+        apply_queue(root)
+    assert "sglforge patches new" in str(err.value)
+    assert (a.worktree / "python/pkg/a.py").read_text() == "my edit\n"
+    forced = apply_queue(root, force=True)
+    assert "my edit" not in (forced.worktree / "python/pkg/a.py").read_text()
+
+
+def test_unexported_commits_are_refused(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    a = apply_queue(root)
+    edit(a.worktree, "python/pkg/a.py", 20, "committed, not exported")
+    commit(a.worktree, "extra")
+    with pytest.raises(PatchError, match="not yet exported"):
+        apply_queue(root)
+
+
+def test_stale_am_session_is_aborted(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    a = apply_queue(root)
+    # Leave a failed `git am` behind, as a killed earlier run would.
+    bad = root / "patches" / "0004-fix-e.patch"
+    git(a.worktree, "checkout", "-q", "HEAD~3")
+    res = subprocess.run(["git", "am", "--3way", str(bad)], cwd=a.worktree, capture_output=True)
+    rebase = a.worktree / git(a.worktree, "rev-parse", "--git-path", "rebase-apply")
+    assert res.returncode != 0 or rebase.exists() or True
+    git(a.worktree, "checkout", "-q", "-f", "sglforge/v1.0")
+    (rebase).mkdir(parents=True, exist_ok=True)
+    (rebase / "applying").write_text("")
+    again = apply_queue(root)
+    assert not rebase.exists()
+    assert again.head == a.head
+
+
+def test_conflict_at_a_ref_leaves_am_session_and_names_the_hunk(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path))
+    with pytest.raises(PatchError, match=r"0004-fix-d.patch does not apply at v1.1") as err:
+        apply_queue(root, ref="v1.1")
+    assert "python/pkg/d.py hunk 1" in str(err.value)
+    assert "sglforge patches export --ref v1.1" in str(err.value)
+
+
+def test_refresh_all_or_nothing_on_conflict(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path))
+    before = snapshot(root)
+    r = refresh_queue(root, "v1.1", drop_upstreamed=True)
+    assert not r.ok and not r.written
+    assert {p.name: p.action for p in r.patches}["0004-fix-d.patch"] == "conflict"
+    after = snapshot(root)
+    # the only permitted change: the pin's commit recorded by the first resolve
+    after.pop("patches/upstream.toml")
+    before.pop("patches/upstream.toml")
+    assert after == before
+
+
+def test_refresh_rebases_retires_and_notes_changelog(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    old = load_queue(root)
+    r = refresh_queue(root, "v1.1", drop_upstreamed=True)
+    assert r.ok and r.written
+    actions = {p.name: p.action for p in r.patches}
+    assert actions == {
+        "0001-fix-a.patch": "unchanged",
+        "0002-fix-b.patch": "refreshed",
+        "0003-fix-c.patch": "refreshed",
+        "0004-fix-e.patch": "retired",
+        "0005-fix-f.patch": "retired",
+        "0006-fix-g.patch": "kept",
+    }
+    q = load_queue(root)
+    assert q.pin.ref == "v1.1"
+    assert [p.name for p in q.patches] == [
+        "0001-fix-a.patch", "0002-fix-b.patch", "0003-fix-c.patch", "0006-fix-g.patch"
+    ]
+    assert q.hash != old.hash
+    # headers it did not create are kept
+    assert "Why: tests." in (root / "patches/0002-fix-b.patch").read_text()
+    assert "@@ -20,7 +20,7 @@" in (root / "patches/0002-fix-b.patch").read_text()
+    retired = (root / "patches/retired/0005-fix-f.patch").read_text()
+    assert "Upstream-Status: Backport [1.1]" in retired
+    assert "Retired: v1.1: file moved" in retired
+    assert not (root / "patches/0005-fix-f.patch").exists()
+    changelog = (root / "CHANGELOG.md").read_text()
+    assert "Upstream pin moved from v1.0 to v1.1." in changelog
+    assert "Retired `0005-fix-f.patch`" in changelog
+    # the refreshed queue applies clean at the new pin
+    a = apply_queue(root)
+    assert [p.status for p in a.patches] == ["clean", "clean", "clean", "skipped"]
+
+
+def test_interrupted_refresh_is_all_old_or_all_new(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    apply_queue(root)  # records the pin commit first
+    before = snapshot(root)
+    code = (
+        "import sys; from pathlib import Path;"
+        "from sglforge.patches.refresh import refresh_queue;"
+        f"refresh_queue(Path({str(root)!r}), 'v1.1', drop_upstreamed=True)"
+    )
+    env = {**os.environ, "SGLFORGE_TEST_CRASH_AFTER_RENAMES": "2"}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+    assert res.returncode == 99  # killed in the middle of the renames
+    assert (root / "patches" / ".sglforge-txn.json").exists()
+    # The next command that reads the queue finishes the change: everything new.
+    q = load_queue(root)
+    assert q.pin.ref == "v1.1"
+    assert not (root / "patches" / ".sglforge-txn.json").exists()
+    assert not list(root.rglob("*.sglforge-tmp"))
+    assert [p.name for p in q.patches][:3] == [
+        "0001-fix-a.patch", "0002-fix-b.patch", "0003-fix-c.patch"
+    ]
+    assert (root / "patches/retired/0004-fix-e.patch").exists()
+    assert snapshot(root) != before
+
+
+def test_interrupt_before_the_journal_leaves_everything_old(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    apply_queue(root)
+    before = snapshot(root)
+    # A crash after temp files were written but before the journal: stray temps only.
+    (root / "patches" / ".0001-fix-a.patch.x.sglforge-tmp").write_text("half")
+    load_queue(root)
+    assert snapshot(root) == before
+
+
+def test_export_round_trip_and_new_patch(tmp_path: Path) -> None:
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    a = apply_queue(root)
+    before = (root / "patches/0001-fix-a.patch").read_text()
+    r = export_queue(root)
+    assert r.written == () and len(r.unchanged) == len(NO_CONFLICT)
+    assert (root / "patches/0001-fix-a.patch").read_text() == before
+    # amend the first patch's commit by rewriting history on the branch
+    git(a.worktree, "rebase", "-q", "--exec", "true", a.commit)
+    edit(a.worktree, "python/pkg/g.py", 20, "new work")
+    made = new_patch(root, "tune-g", message="Tune g for ROCm")
+    assert made.added == ("0007-tune-g-for-rocm.patch",)
+    text = (root / "patches/0007-tune-g-for-rocm.patch").read_text()
+    assert "Subject: [PATCH] Tune g for ROCm" in text and "Upstream-Status: Pending" in text
+    assert load_queue(root).patches[-1].name == "0007-tune-g-for-rocm.patch"
+    assert apply_queue(root).reused
