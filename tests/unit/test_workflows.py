@@ -1,0 +1,128 @@
+"""The GitHub workflows parse, and every `sglforge` command and option they use exists."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from sglforge.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = REPO / ".github" / "workflows"
+
+
+def load(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    assert isinstance(data, dict), f"{name} is not a mapping"
+    # YAML 1.1 reads the key `on` as the boolean True.
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def run_scripts(workflow: dict[str, Any]) -> list[str]:
+    return [
+        step["run"]
+        for job in workflow["jobs"].values()
+        for step in job.get("steps", [])
+        if "run" in step
+    ]
+
+
+def sglforge_calls(script: str) -> list[list[str]]:
+    """Every `sglforge ...` command line in a shell script, as tokens up to `>`, `|`, `;`."""
+    script = script.replace("\\\n", " ")
+    calls = []
+    for line in script.splitlines():
+        for m in re.finditer(r"(?:^|[\s;&|(])(?:python3? -m )?sglforge(\s[^;&|>]*)?", line):
+            words = shlex.split(m.group(1) or "", posix=True)
+            calls.append(words)
+    return calls
+
+
+def resolve(words: list[str]) -> tuple[click.Command, list[str], list[click.Command]]:
+    """Walk the click groups along ``words``: the command reached and the rest of the words."""
+    cmd: click.Command = main
+    chain = [cmd]
+    rest = list(words)
+    while isinstance(cmd, click.Group) and rest and not rest[0].startswith("-"):
+        sub = cmd.get_command(click.Context(cmd), rest[0])
+        assert sub is not None, f"`sglforge {' '.join(words)}`: no command {rest[0]!r}"
+        cmd = sub
+        chain.append(cmd)
+        rest = rest[1:]
+    return cmd, rest, chain
+
+
+def options_of(cmd: click.Command) -> set[str]:
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "publish.yml"])
+def test_workflow_parses_and_its_sglforge_calls_exist(name: str) -> None:
+    wf = load(name)
+    assert wf["jobs"], f"{name} has no jobs"
+    for job_name, job in wf["jobs"].items():
+        assert job.get("steps"), f"{name}: job {job_name} has no steps"
+        assert "runs-on" in job, f"{name}: job {job_name} has no runs-on"
+    for script in run_scripts(wf):
+        for words in sglforge_calls(script):
+            cmd, rest, chain = resolve(words)
+            known = set().union(*(options_of(c) for c in chain)) | {"--help", "-h"}
+            if isinstance(cmd, click.Group):
+                assert "--help" in rest, f"{name}: `sglforge {' '.join(words)}` runs no command"
+            for word in rest:
+                if word.startswith("--"):
+                    opt = word.split("=", 1)[0]
+                    assert opt in known, f"{name}: `sglforge {' '.join(words)}`: no option {opt}"
+
+
+def test_the_scanner_sees_commands_and_rejects_unknown_ones() -> None:
+    # Guards the test above against passing because it found nothing.
+    calls = sglforge_calls('sglforge publish --target "$T" \\\n  --json > out.json\nsglforge x')
+    assert calls == [["publish", "--target", "$T", "--json"], ["x"]]
+    with pytest.raises(AssertionError, match="no command 'x'"):
+        resolve(["x"])
+    cmd, rest, chain = resolve(["publish", "--nope"])
+    assert "--nope" not in set().union(*(options_of(c) for c in chain))
+    publish_calls = [c for s in run_scripts(load("publish.yml")) for c in sglforge_calls(s)]
+    assert any(c[:1] == ["publish"] and "--json" in c and "--junit" in c for c in publish_calls)
+
+
+def test_ci_runs_lint_and_the_ci_script_on_push_and_pull_request() -> None:
+    wf = load("ci.yml")
+    assert {"push", "pull_request"} <= set(wf["on"])
+    scripts = "\n".join(run_scripts(wf))
+    assert "bash .ci/run" in scripts and (REPO / ".ci" / "run").is_file()
+    assert "ruff check" in scripts
+
+
+def test_publish_runs_per_target_on_gpu_runners_with_secrets_and_reports() -> None:
+    wf = load("publish.yml")
+    on = wf["on"]
+    assert "workflow_dispatch" in on and any(t.startswith("v") for t in on["push"]["tags"])
+    job = wf["jobs"]["publish"]
+    targets = job["strategy"]["matrix"]["target"]
+    known = tomllib.loads((REPO / "images" / "targets.toml").read_text())["targets"]
+    assert targets and set(targets) <= set(known), f"matrix {targets} vs targets.toml {known}"
+    assert job["runs-on"][0] == "self-hosted" and "${{ matrix.target }}" in job["runs-on"]
+    steps = job["steps"]
+    push_step = next(
+        s for s in steps if "run" in s and "--registry" in s["run"] and "--dry-run" not in s["run"]
+    )
+    env = push_step.get("env", {})
+    assert env.get("SGLFORGE_REGISTRY_USER", "").startswith("${{ secrets.")
+    assert env.get("SGLFORGE_REGISTRY_PASSWORD", "").startswith("${{ secrets.")
+    assert "$GITHUB_STEP_SUMMARY" in push_step["run"]
+    upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload.get("if") == "always()"
+    assert "build/reports/" in upload["with"]["path"]
+    # Secrets never sit in the job-wide environment, where every step (and action) sees them.
+    assert not any("secrets." in str(v) for v in job.get("env", {}).values())
