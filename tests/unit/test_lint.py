@@ -1,0 +1,178 @@
+"""patches lint and the queue reader on hand-written bad inputs (no subprocess)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglforge.errors import ConfigError
+from sglforge.patches.lint import lint_queue
+from sglforge.patches.series import classify, load_pin, load_queue, parse_patch, ref_version
+
+GOOD = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: Dev <dev@example.invalid>
+Date: Mon, 1 Jan 2024 00:00:00 +0000
+Subject: [PATCH] Guard the include
+
+Fails to compile on ROCm.
+
+Upstream-Status: Backport [v0.5.15]
+Applies-To: >=0.5.10,<0.5.15
+Upstream-Fixed-In: 0.5.15
+---
+ python/x.cuh | 1 +
+ 1 file changed, 1 insertion(+)
+
+diff --git a/python/x.cuh b/python/x.cuh
+index 1111111..2222222 100644
+--- a/python/x.cuh
++++ b/python/x.cuh
+@@ -1,2 +1,3 @@
+ a
++b
+ c
+-- 
+2.39.5
+"""
+
+
+def project(tmp_path: Path, patches: dict[str, str], series: str | None = None) -> Path:
+    root = tmp_path / "p"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "upstream.toml").write_text('url = "x"\nref = "v0.5.14"\n')
+    for name, text in patches.items():
+        (root / "patches" / name).write_bytes(text.encode())
+    if series is None:
+        series = "".join(f"{n}\n" for n in patches)
+    (root / "patches" / "series").write_text(series)
+    return root
+
+
+def codes(root: Path) -> list[tuple[str, int, str]]:
+    return [(f.file, f.line, f.code) for f in lint_queue(root)]
+
+
+def test_good_patch_is_clean_and_parsed(tmp_path: Path) -> None:
+    root = project(tmp_path, {"0001-guard.patch": GOOD})
+    assert codes(root) == []
+    p = load_queue(root).patches[0]
+    assert p.subject == "Guard the include"
+    assert p.upstream_status == "Backport [v0.5.15]"
+    assert p.applies_to == ">=0.5.10,<0.5.15"
+    assert p.fixed_in == "0.5.15"
+    assert p.files == ("python/x.cuh",)
+    assert (p.added, p.removed) == (1, 0)  # the "-- " signature is not a removed line
+    assert p.description == "Fails to compile on ROCm."
+
+
+def test_series_problems_name_file_and_line(tmp_path: Path) -> None:
+    root = project(
+        tmp_path,
+        {"0001-guard.patch": GOOD, "0002-orphan.patch": GOOD.replace("+b", "+z")},
+        series="# queue\n0001-guard.patch\n\n0001-guard.patch\n0003-missing.patch\n",
+    )
+    assert codes(root) == [
+        ("patches/0002-orphan.patch", 0, "orphan-patch"),
+        ("patches/series", 4, "duplicate-entry"),
+        ("patches/series", 5, "missing-patch"),
+    ]
+    with pytest.raises(ConfigError, match=r"patches/series:5: 0003-missing.patch does not exist"):
+        load_queue(root)
+
+
+def test_metadata_problems(tmp_path: Path) -> None:
+    bad = (
+        GOOD.replace("Subject: [PATCH] Guard the include\n", "")
+        .replace("Upstream-Status: Backport [v0.5.15]", "Upstream-Status: Maybe")
+        .replace("Applies-To: >=0.5.10,<0.5.15", "Applies-To: >>0.5")
+        .replace("Upstream-Fixed-In: 0.5.15", "Upstream-Fixed-In: soon")
+    )
+    root = project(tmp_path, {"0001-bad.patch": bad})
+    found = {c for _, _, c in codes(root)}
+    assert found == {"missing-subject", "invalid-status", "invalid-specifier", "invalid-version"}
+    nostatus = GOOD.replace("Upstream-Status: Backport [v0.5.15]\n", "")
+    root2 = project(tmp_path / "b", {"0001-x.patch": nostatus})
+    assert [c for _, _, c in codes(root2)] == ["missing-status"]
+    bare = GOOD.replace("Backport [v0.5.15]", "Backport")
+    root3 = project(tmp_path / "c", {"0001-x.patch": bare})
+    assert [(line, c) for _, line, c in codes(root3)] == [(8, "invalid-status")]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "code", "line"),
+    [
+        ("+b\n", "+b  \n", "trailing-whitespace", 21),
+        ("+b\n", "+b\r\n", "crlf", 21),
+        ("a/python/x.cuh b/python/x.cuh", "a/../x.cuh b/../x.cuh", "unsafe-path", 15),
+        ("+++ b/python/x.cuh", "+++ /etc/x", "unsafe-path", 18),
+    ],
+)
+def test_diff_problems(tmp_path: Path, old: str, new: str, code: str, line: int) -> None:
+    root = project(tmp_path, {"0001-x.patch": GOOD.replace(old, new)})
+    assert ("patches/0001-x.patch", line, code) in codes(root)
+
+
+def test_malformed_empty_binary_and_duplicate(tmp_path: Path) -> None:
+    malformed = GOOD.replace("@@ -1,2 +1,3 @@", "@@ -1,2 +1,9 @@")
+    empty = GOOD.split("diff --git")[0]
+    binary = GOOD.split("diff --git")[0] + (
+        "diff --git a/python/w.bin b/python/w.bin\n"
+        "index 1111111..2222222 100644\n"
+        "GIT binary patch\nliteral 1\nIcmZ?d00001\n\nliteral 0\nHcmV?d00001\n\n"
+    )
+    root = project(
+        tmp_path,
+        {
+            "0001-x.patch": GOOD,
+            "0002-malformed.patch": malformed,
+            "0003-empty.patch": empty,
+            "0004-binary.patch": binary,
+            "0005-again.patch": GOOD.replace("Guard the include", "Same again"),
+        },
+    )
+    found = {(f, c) for f, _, c in codes(root)}
+    assert ("patches/0002-malformed.patch", "unparsable-diff") in found
+    assert ("patches/0003-empty.patch", "empty-patch") in found
+    assert ("patches/0004-binary.patch", "binary-without-full-index") in found
+    assert ("patches/0005-again.patch", "duplicate-change") in found
+
+
+def test_kinds_follow_the_paths() -> None:
+    assert classify(["python/sglang/srt/models/deepseek_nextn.py"]) == "python"
+    assert classify(["python/sglang/jit_kernel/csrc/elementwise/x.cuh"]) == "jit-kernel"
+    assert classify(["python/sglang/kernels/jit/x.cuh"]) == "jit-kernel"
+    assert classify(["sgl-kernel/csrc/x.cu"]) == "aot-kernel"
+    assert classify(["python/sglang/kernels/aot/x.cu"]) == "aot-kernel"
+    assert classify(["docker/rocm.Dockerfile"]) == "build"
+    assert classify(["python/pyproject.toml"]) == "build"
+    assert classify(["README.md"]) == "other"
+    # the most demanding kind wins
+    assert classify(["python/a.py", "sgl-kernel/setup.py"]) == "aot-kernel"
+
+
+def test_ref_versions() -> None:
+    assert str(ref_version("v0.5.14")) == "0.5.14"
+    assert str(ref_version("v0.5.10.post1")) == "0.5.10.post1"
+    assert str(ref_version("refs/tags/v0.5.16")) == "0.5.16"
+    assert ref_version("main") is None
+
+
+def test_pin_validation(tmp_path: Path) -> None:
+    root = project(tmp_path, {})
+    (root / "patches" / "upstream.toml").write_text('url = "x"\nref = "v1"\ncolour = "red"\n')
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
+        load_pin(root)
+    (root / "patches" / "upstream.toml").write_text('url = "x"\nref = "v1"\ncommit = "abc"\n')
+    with pytest.raises(ConfigError, match="full 40-hex SHA"):
+        load_pin(root)
+
+
+def test_quilt_style_patch_without_mail_headers(tmp_path: Path) -> None:
+    text = "Fix the thing\n\nUpstream-Status: Pending\n\n" + GOOD.split("\n\ndiff", 1)[0][:0]
+    text += "--- a/python/x.cuh\n+++ b/python/x.cuh\n@@ -1,2 +1,3 @@\n a\n+b\n c\n"
+    path = tmp_path / "q.patch"
+    path.write_text(text)
+    p = parse_patch(path)
+    assert p.subject == "Fix the thing" and p.files == ("python/x.cuh",)
