@@ -78,10 +78,9 @@ def test_workflow_parses_and_its_sglforge_calls_exist(name: str) -> None:
             known = set().union(*(options_of(c) for c in chain)) | {"--help", "-h"}
             if isinstance(cmd, click.Group):
                 assert "--help" in rest, f"{name}: `sglforge {' '.join(words)}` runs no command"
-            for word in rest:
-                if word.startswith("--"):
-                    opt = word.split("=", 1)[0]
-                    assert opt in known, f"{name}: `sglforge {' '.join(words)}`: no option {opt}"
+            # Options inside shell expansions (`${MODEL:+--model "$MODEL"}`) count too.
+            for opt in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", " ".join(rest)):
+                assert opt in known, f"{name}: `sglforge {' '.join(words)}`: no option {opt}"
 
 
 def test_the_scanner_sees_commands_and_rejects_unknown_ones() -> None:
