@@ -24,6 +24,7 @@ START_HINT = (
 
 @functools.lru_cache(maxsize=4)
 def _client(base_url: str | None) -> docker.DockerClient:
+    client = None
     try:
         if base_url:
             client = docker.DockerClient(base_url=base_url, timeout=600)
@@ -31,6 +32,8 @@ def _client(base_url: str | None) -> docker.DockerClient:
             client = docker.from_env(timeout=600)
         client.ping()
     except (docker.errors.DockerException, OSError) as exc:
+        if client is not None:
+            client.close()  # do not leak the socket of a failed attempt
         where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         raise EngineUnavailable(f"no Docker engine reachable at {where}", START_HINT) from exc
     return client
