@@ -1,10 +1,13 @@
 # sglforge overlay image: a released sglang image plus only the files the patch queue changes.
 #
-# Rendered by sglforge.build (`sglforge build --dry-run` prints the result); the {{NAME}}
+# Rendered by sglforge.build (`sglforge build --dry-run` prints the result); the double-brace
 # placeholders are filled in there. Only classic-builder syntax: the engine builds it
-# through the Docker API, without BuildKit. Labels (OCI and io.sglforge.*) are added by the
-# build call, not here, so this file stays identical between builds of the same inputs.
+# through the Docker API, without BuildKit.
 FROM {{BASE}}
+
+# Provenance (OCI and io.sglforge.* labels) first, so every layer of the build carries them,
+# including the leftovers of a failed build. They are left out of the inputs key.
+{{LABELS}}
 
 # One layer: the changed files staged at their paths in the image, plus
 # /opt/sglforge/manifest.json. Deterministic file times and owners (root) come from the

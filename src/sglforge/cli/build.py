@@ -170,13 +170,14 @@ def render_result(r: BuildResult) -> str:
 
 
 def _progress() -> Any:
-    tty = is_tty()
+    width = 160 if is_tty() else 300
 
     def show(event: Any) -> None:
         if isinstance(event, Status):
             click.echo(f"... {event.message}", err=True)
         else:
-            text = f"[{event.n}/{event.total}] {event.instruction}"
-            click.echo(text[:160] if tty else text, err=True)
+            # LABEL steps are one long line; the full text is in the log.
+            text = " ".join(f"[{event.n}/{event.total}] {event.instruction}".split())
+            click.echo(text if len(text) <= width else text[: width - 3] + "...", err=True)
 
     return show

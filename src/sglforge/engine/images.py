@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import docker
 import docker.errors
 import requests
 
-import docker
 from sglforge.engine import LABEL, client
 from sglforge.errors import BuildError, ConfigError
 from sglforge.util import atomic_write
