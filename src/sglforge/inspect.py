@@ -133,7 +133,8 @@ def provenance_from(
     )
 
 
-def _statuses(root: Path | None) -> dict[str, str]:
+def queue_statuses(root: Path | None) -> dict[str, str]:
+    """Upstream-Status by patch sha256, from the queue on disk (empty without a checkout)."""
     if root is None:
         return {}
     try:
@@ -160,7 +161,7 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
             manifest = loaded if isinstance(loaded, dict) else None
         except json.JSONDecodeError:
             manifest = None
-    prov = provenance_from(image, labels, manifest, _statuses(root))
+    prov = provenance_from(image, labels, manifest, queue_statuses(root))
     repo_digests = tuple(str(d) for d in attrs.get("RepoDigests") or ())  # type: ignore[union-attr]
     prov = replace(prov, id=str(attrs.get("Id") or "") or None, repo_digests=repo_digests)
     if root is None:

@@ -25,7 +25,13 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from sglforge.engine import registry as reg
-from sglforge.errors import ConfigError, PublishError, SglforgeError
+from sglforge.errors import (
+    EXIT_PROBLEMS,
+    EXIT_SMOKE,
+    ConfigError,
+    PublishError,
+    SglforgeError,
+)
 from sglforge.release import PatchInfo, Release, Smoke, record_release
 
 SMOKE_DIR = "smoke"
@@ -47,10 +53,10 @@ class Step:
 
 @dataclass(frozen=True)
 class SmokeCheck:
-    """One smoke check as reported (for JUnit and the summary)."""
+    """One smoke check as reported (for JUnit and the summary); ``passed`` None: skipped."""
 
     name: str
-    passed: bool
+    passed: bool | None
     detail: str = ""
 
 
@@ -99,7 +105,8 @@ def find_scenario(root: Path, target: str, target_key: str | None = None) -> Pat
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read smoke scenario: {exc}", f"fix {path}") from None
-        wanted = data.get("target")
+        table = data.get("scenario")
+        wanted = table.get("target") if isinstance(table, dict) else data.get("target")
         wanted_list = wanted if isinstance(wanted, list) else [wanted]
         if any(w in names for w in wanted_list):
             found.append(path)
@@ -122,9 +129,11 @@ def find_scenario(root: Path, target: str, target_key: str | None = None) -> Pat
 
 def _target_of(path: Path) -> object:
     try:
-        return tomllib.loads(path.read_text()).get("target")
+        data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError):
         return None
+    table = data.get("scenario")
+    return table.get("target") if isinstance(table, dict) else data.get("target")
 
 
 def registry_prefix(registry: str) -> str:
@@ -195,6 +204,7 @@ def publish(
     registry: str,
     *,
     model: str | None = None,
+    port: int | None = None,
     scenario: Path | None = None,
     skip_smoke: bool = False,
     dry_run: bool = False,
@@ -280,11 +290,22 @@ def publish(
         assert scenario_path is not None
         say(f"smoke {built.image} with {scenario_path}")
         clock.reset()
-        report = run_smoke(root, built.image, scenario_path, model=model)
+        report = run_smoke(
+            root,
+            built.image,
+            scenario_path,
+            model=model,
+            port=port,
+            labels=dict(labels or {}),
+            progress=say,
+        )
         checks = tuple(_checks(report))
         figures = dict(getattr(report, "figures", {}) or {})
         verdict = str(getattr(report, "verdict", "") or "")
-        smoke = Smoke(bool(report.passed), scenario_path.stem, verdict, figures)
+        reason = str(getattr(report, "reason", "") or "")
+        failed = [c.name for c in checks if c.passed is False]
+        name = str(getattr(report, "scenario", "") or scenario_path.stem)
+        smoke = Smoke(bool(report.passed), name, verdict, figures)
         clock.done("smoke", smoke.passed, verdict)
         result = replace(
             result,
@@ -294,12 +315,15 @@ def publish(
             smoke_checks=checks,
         )
         if not smoke.passed:
+            why = reason or (f"failed checks: {', '.join(failed)}" if failed else verdict)
+            log_dir = getattr(report, "report_dir", None)
             return replace(
                 result,
                 steps=tuple(clock.steps),
-                error=f"smoke scenario {scenario_path.name} failed on {built.image}: {verdict}; "
-                "nothing was pushed",
-                exit_code=1,
+                error=f"smoke {verdict}: {scenario_path.name} on {built.image}: {why}; nothing "
+                "was pushed and no tag moved"
+                + (f"\n  next: read the smoke reports in {log_dir}" if log_dir else ""),
+                exit_code=EXIT_SMOKE if verdict == "cannot-run" else EXIT_PROBLEMS,
             )
     else:
         clock.done("smoke", None, "skipped (--skip-smoke): the release is recorded as untested")
@@ -354,7 +378,8 @@ def _event_text(event: Any) -> str:
     if message is not None:
         return f"build: {message}"
     if hasattr(event, "n") and hasattr(event, "total"):
-        return f"build [{event.n}/{event.total}] {getattr(event, 'instruction', '')}"
+        text = f"build [{event.n}/{event.total}] {getattr(event, 'instruction', '')}"
+        return text if len(text) <= 160 else text[:157] + "..."
     return f"build: {event}"
 
 
@@ -400,6 +425,9 @@ def _checks(report: Any) -> list[SmokeCheck]:
             name = str(getattr(check, "name", "check"))
             passed = bool(getattr(check, "passed", getattr(check, "ok", False)))
             detail = str(getattr(check, "detail", getattr(check, "message", "")) or "")
+            if getattr(check, "skipped", False):
+                out.append(SmokeCheck(name, None, detail))
+                continue
         out.append(SmokeCheck(name, passed, detail))
     return out
 
@@ -442,10 +470,10 @@ def _release(
     smoke: Smoke | None,
     date: str | None,
 ) -> Release:
-    from sglforge.inspect import provenance_from
+    from sglforge.inspect import provenance_from, queue_statuses
 
     labels = dict(getattr(built, "labels", {}) or {})
-    prov = provenance_from(built.image, labels, _manifest(built.image))
+    prov = provenance_from(built.image, labels, _manifest(built.image), queue_statuses(root))
     patches = prov.patches
     if not patches:  # an image without a manifest: fall back to the queue on disk
         from sglforge.patches.series import load_queue
@@ -592,10 +620,14 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
     if result.smoke_checks:
         lines += ["", "| check | result | detail |", "|---|---|---|"]
         lines += [
-            f"| {c.name} | {'pass' if c.passed else 'FAIL'} | {c.detail.replace('|', '/')} |"
+            f"| {c.name} | {_word(c.passed)} | {c.detail.replace('|', '/')} |"
             for c in result.smoke_checks
         ]
     return "\n".join(lines) + "\n"
+
+
+def _word(passed: bool | None) -> str:
+    return "skipped" if passed is None else "pass" if passed else "FAIL"
 
 
 def _smoke_word(result: PublishResult) -> str:

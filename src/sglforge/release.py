@@ -256,6 +256,9 @@ def changelog_entry(release: Release, diff: PatchDiff) -> str:
     friendly = [r for r in release.references if r != release.image]
     if friendly:
         lines.append("Also tagged " + ", ".join(f"`{r}`" for r in friendly) + ".")
+    if release.base:
+        at = f" (`{release.base_digest}`)" if release.base_digest else ""
+        lines.append(f"Base image: `{release.base}`{at}.")
     lines += [
         f"Upstream pin: {upstream} (`{release.upstream_ref}` = `{short}`"
         + (f" from {release.upstream_url}" if release.upstream_url else "")
@@ -290,7 +293,8 @@ def changelog_entry(release: Release, diff: PatchDiff) -> str:
     else:
         state = "passed" if smoke.passed else "FAILED"
         head = f"- {state}" + (f" (scenario `{smoke.scenario}`)" if smoke.scenario else "")
-        lines.append(head + (f": {smoke.verdict}" if smoke.verdict else ""))
+        verdict = "" if smoke.verdict in ("", "passed", "failed") else f": {smoke.verdict}"
+        lines.append(head + verdict)
         lines += [f"- {k}: {_fmt_figure(v)}" for k, v in sorted(smoke.figures.items())]
     lines.append("")
     return "\n".join(lines) + "\n"

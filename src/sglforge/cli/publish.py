@@ -47,6 +47,9 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--model", metavar="PATH", help="Model folder for the smoke run.")
 @click.option(
+    "--port", type=click.IntRange(1, 65535), help="Smoke server port (overrides the scenario)."
+)
+@click.option(
     "--scenario",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Smoke scenario (default: the smoke/*.toml whose target matches).",
@@ -103,6 +106,7 @@ def publish_cmd(
     target: str,
     registry: str,
     model: str | None,
+    port: int | None,
     scenario: Path | None,
     skip_smoke: bool,
     mode: str,
@@ -139,6 +143,7 @@ def publish_cmd(
             target,
             registry,
             model=model,
+            port=port,
             scenario=scenario,
             skip_smoke=skip_smoke,
             dry_run=dry_run,
