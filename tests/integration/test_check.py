@@ -104,3 +104,19 @@ def test_tags_spec_selects_releases(project: Path) -> None:
         main, ["--root", str(project), "patches", "check", "--tags", ">=1.0", "--json"]
     )
     assert [r["ref"] for r in json.loads(res.output)["refs"]] == ["v1.0", "v1.1"]
+
+
+def test_whole_series_fast_path_reports_offsets_per_patch(tmp_path: Path) -> None:
+    from synthetic import PATCHES
+
+    upstream = make_upstream(tmp_path)
+    keep = [p for p in PATCHES if p[0] in ("fix-a", "fix-b", "fix-c")][:2]
+    keep.append(("fix-b-again", "python/pkg/b.py", 25, "b line 25 FIXED", ""))
+    root = make_project(tmp_path, upstream, keep)
+    report = check_refs(root, ["v1.1"])
+    got = {p.name: (p.status, p.detail) for p in report.refs[0].patches}
+    assert got == {
+        "0001-fix-a.patch": ("clean", ""),
+        "0002-fix-b.patch": ("offset", "hunk 1 at line 20 (offset 3)"),
+        "0003-fix-b-again.patch": ("offset", "hunk 1 at line 25 (offset 3)"),
+    }

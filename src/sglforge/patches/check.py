@@ -131,6 +131,9 @@ def check_ref(
     failed: dict[str, str] = {}  # patch name -> why it failed (for dependants)
     try:
         index.load(commit)
+        fast = _fast_path(queue, index, version)
+        if fast is not None:
+            return RefReport(ref, commit, str(version) if version else None, fast)
         for patch in queue.patches:
             blocker = _failed_dependency(patch, queue, failed)
             if blocker:
@@ -147,6 +150,43 @@ def check_ref(
     finally:
         index.close()
     return RefReport(ref, commit, str(version) if version else None, tuple(results))
+
+
+def _fast_path(
+    queue: Queue, index: _Index, version: Version | None
+) -> tuple[PatchStatus, ...] | None:
+    """One `git apply` of the whole series; None unless every patch applies (the common case).
+
+    git applies the files in order and reports, per file section, any hunk it had to move;
+    those reports are mapped back to patches by the order of their file sections.
+    """
+    patches = queue.patches
+    if not patches or any(p.applies_at(version) is False or not p.diff.strip() for p in patches):
+        return None
+    paths = [str(p.path.resolve()) for p in patches]
+    res = index.git("apply", "--cached", "-v", *paths)
+    if res.status != 0:
+        return None  # git apply is atomic: the index is unchanged
+    owners = [p for p in patches for _ in _file_sections(p)]
+    sections = re.split(r"^Checking patch ", res.stderr, flags=re.M)[1:]
+    if len(sections) != len(owners):
+        return None  # unexpected output: let the per-patch path decide
+    offsets: dict[str, list[str]] = {}
+    for owner, section in zip(owners, sections, strict=True):
+        detail = _offset_detail(section)
+        if detail:
+            offsets.setdefault(owner.name, []).append(detail)
+    return tuple(
+        PatchStatus(p.name, OFFSET, ", ".join(offsets[p.name]), p.files)
+        if p.name in offsets
+        else PatchStatus(p.name, CLEAN, "", p.files)
+        for p in patches
+    )
+
+
+def _file_sections(patch: Patch) -> list[str]:
+    found = re.findall(r"^diff --git a/\S+ b/(\S+)", patch.diff, re.M)
+    return found or re.findall(r"^\+\+\+ (?:b/)?(\S+)", patch.diff, re.M)
 
 
 def _failed_dependency(patch: Patch, queue: Queue, failed: dict[str, str]) -> str:
