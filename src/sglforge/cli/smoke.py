@@ -1,0 +1,118 @@
+"""``sglforge smoke``: click code over :func:`sglforge.smoke.run_smoke`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sglforge import smoke as core
+from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
+
+
+def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        key, sep, val = v.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{v!r} is not KEY=VALUE", param_hint=what)
+        out[key] = val
+    return out
+
+
+@main.command("smoke")
+@click.option("--image", required=True, help="Image to test (tag or ID).")
+@click.option(
+    "--scenario",
+    "scenario",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Scenario file, e.g. smoke/glm5-mxfp4-mtp-mi355x.toml.",
+)
+@click.option(
+    "--model", type=click.Path(), help="Model folder on this host (overrides the scenario)."
+)
+@click.option("--port", type=click.IntRange(1, 65535), help="Server port (overrides the scenario).")
+@click.option("--load-timeout", type=float, help="Seconds to wait for readiness (overrides).")
+@click.option("--env", "env", multiple=True, help="Extra container environment KEY=VALUE.")
+@click.option("--label", "label", multiple=True, help="Extra container label KEY=VALUE.")
+@click.option("--log-dir", type=click.Path(file_okay=False), help="Where the log and reports go.")
+@click.option("--junit", type=click.Path(dir_okay=False), help="Also write JUnit XML here.")
+@json_option
+@pass_state
+def smoke_cmd(
+    state: State,
+    image: str,
+    scenario: str,
+    model: str | None,
+    port: int | None,
+    load_timeout: float | None,
+    env: tuple[str, ...],
+    label: tuple[str, ...],
+    log_dir: str | None,
+    junit: str | None,
+    as_json: bool,
+) -> None:
+    """Prove an image serves with speculative decoding: launch it, check it, remove it.
+
+    Preflight (devices, GPU arch and count, model folder, free port) decides whether the run
+    can happen here; then the container starts, readiness is polled while the container is
+    watched (a crash is reported at once with its exit code and last log lines), and the
+    scenario's checks run: output, arithmetic answers, speculative accept length, decode
+    speed, forbidden log lines. The container is removed whatever happens.
+
+    Exit code 0 when every check passed, 1 when some failed, 7 when it cannot run here.
+
+    \b
+    Examples:
+      sglforge smoke --image sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d \\
+          --scenario smoke/glm5-mxfp4-mtp-mi355x.toml --model /data/GLM-5.2-MXFP4
+      sglforge smoke --image sglforge-standin/sglang:v0.5.14-rocm700-mi35x \\
+          --scenario smoke/standin-cpu.toml --json --junit build/smoke.xml
+    """
+
+    def say(message: str) -> None:
+        click.echo(f"smoke: {message}", err=True)
+
+    report = core.run_smoke(
+        state.root,
+        image,
+        Path(scenario),
+        model=model,
+        port=port,
+        log_dir=Path(log_dir) if log_dir else None,
+        env=_pairs(env, "--env"),
+        load_timeout=load_timeout,
+        labels=_pairs(label, "--label"),
+        progress=say,
+    )
+    if junit:
+        core.write_junit(report, Path(junit))
+    core.append_step_summary(report)
+    if as_json:
+        print_json(core.report_dict(report))
+    else:
+        headers, rows = core.table_rows(report)
+        click.echo(f"{report.scenario} on {report.image} ({report.image_digest or 'no digest'})")
+        click.echo(table(headers, rows))
+        if report.figures:
+            click.echo("figures: " + ", ".join(f"{k}={v}" for k, v in report.figures.items()))
+        if report.log_tail:
+            click.echo(f"last {len(report.log_tail)} log lines:", err=True)
+            for line in report.log_tail:
+                click.echo(f"  | {line}", err=True)
+        verdict = {"passed": "PASSED", "failed": "FAILED", "cannot-run": "CANNOT RUN HERE"}
+        click.echo(f"{verdict[report.verdict]}" + (f": {report.reason}" if report.reason else ""))
+        if report.log_path:
+            click.echo(f"server log: {report.log_path}")
+        click.echo(f"reports: {report.report_dir}")
+    sys.stdout.flush()
+    if report.verdict == "passed":
+        code = EXIT_OK
+    elif report.verdict == "failed":
+        code = EXIT_PROBLEMS
+    else:
+        code = SmokeError.exit_code
+    click.get_current_context().exit(code)

@@ -1,0 +1,336 @@
+"""Long-running containers on the Docker engine: start with a profile, stream logs, always remove.
+
+Owns the container side of ``sglforge smoke``: turning a :class:`Profile` (ROCm devices, the
+``video`` group, host IPC, shared memory, seccomp, ``SYS_PTRACE``, the open-files limit, host
+networking, read-only mounts, environment) into the engine's create options; streaming the
+container's output to a log file; noticing the moment it exits; and removing it whatever
+happens -- success, failure, timeout, Ctrl-C or SIGTERM -- through :func:`running`.
+
+``docker.errors.*`` are translated here into :class:`~sglforge.errors.SmokeError` naming the
+image (a container that cannot start means the smoke run cannot run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+import requests
+
+from sglforge.engine import LABEL, client
+from sglforge.errors import SmokeError
+
+# Labels on every smoke container: which runner (host + pid) owns it, so an orphan left by a
+# runner that was SIGKILLed can be recognised and removed by the next run.
+ROLE_LABEL = "io.sglforge.role"
+OWNER_HOST_LABEL = "io.sglforge.owner-host"
+OWNER_PID_LABEL = "io.sglforge.owner-pid"
+# How long to wait for the log stream to drain after the container stopped.
+LOG_DRAIN_S = 1.0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (or SIGHUP) arrived while a container was running; handled like Ctrl-C."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount from the engine's host into the container (read-only by default)."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How a container runs: the ``docker run`` flags a ROCm serving container needs."""
+
+    devices: tuple[str, ...] = ()
+    group_add: tuple[str, ...] = ()
+    ipc_mode: str | None = None
+    shm_size: str | None = None
+    security_opt: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    nofile: int | None = None
+    network_mode: str = "host"
+    mounts: tuple[Mount, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def create_options(profile: Profile) -> dict[str, Any]:
+    """The Docker SDK keyword arguments for ``profile`` (``containers.create``)."""
+    opts: dict[str, Any] = {
+        "network_mode": profile.network_mode,
+        "environment": dict(profile.env),
+    }
+    if profile.devices:
+        # host:container:permissions, the same path on both sides (as `--device /dev/kfd`).
+        opts["devices"] = [f"{d}:{d}:rwm" for d in profile.devices]
+    if profile.group_add:
+        opts["group_add"] = list(profile.group_add)
+    if profile.ipc_mode:
+        opts["ipc_mode"] = profile.ipc_mode
+    if profile.shm_size:
+        opts["shm_size"] = profile.shm_size
+    if profile.security_opt:
+        opts["security_opt"] = list(profile.security_opt)
+    if profile.cap_add:
+        opts["cap_add"] = list(profile.cap_add)
+    if profile.nofile:
+        opts["ulimits"] = [
+            docker.types.Ulimit(name="nofile", soft=profile.nofile, hard=profile.nofile)
+        ]
+    if profile.mounts:
+        opts["mounts"] = [
+            docker.types.Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+            for m in profile.mounts
+        ]
+    return opts
+
+
+def _parse_time(value: str | None) -> float | None:
+    """Epoch seconds from the engine's RFC 3339 time (nanoseconds trimmed), None when unset."""
+    if not value or value.startswith("0001-"):
+        return None
+    head, _, frac = value.rstrip("Z").partition(".")
+    frac = "".join(ch for ch in frac if ch.isdigit())[:6]
+    stamp = _dt.datetime.fromisoformat(head).replace(tzinfo=_dt.UTC)
+    return stamp.timestamp() + (int(frac.ljust(6, "0")) / 1e6 if frac else 0.0)
+
+
+class Container:
+    """A started container: its log file, whether and when it exited, and its exit code."""
+
+    def __init__(self, raw: Any, log_path: Path) -> None:
+        self._raw = raw
+        self.id: str = raw.id
+        self.name: str = raw.name
+        self.log_path = log_path
+        self.started = time.monotonic()
+        self.exited = threading.Event()
+        self.exit_code: int | None = None
+        self.noticed_exit_at: float | None = None  # time.time() when the watcher saw the exit
+        self._log_done = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._stream_logs, name=f"logs-{self.name}", daemon=True),
+            threading.Thread(target=self._watch_exit, name=f"wait-{self.name}", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _stream_logs(self) -> None:
+        try:
+            with open(self.log_path, "ab", buffering=0) as fh:
+                for chunk in self._raw.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    fh.write(chunk)
+        except (docker.errors.DockerException, requests.RequestException, OSError):
+            pass  # the container went away under us; what was written is what there is
+        finally:
+            self._log_done.set()
+
+    def _watch_exit(self) -> None:
+        # `wait` blocks until the container stops; a long model load can outlast the client's
+        # read timeout, so a timeout just means "still running": ask again.
+        while True:
+            try:
+                result = self._raw.wait(condition="not-running")
+            except requests.exceptions.ReadTimeout:
+                continue
+            except (docker.errors.DockerException, requests.RequestException):
+                result = {"StatusCode": None}
+            self.noticed_exit_at = time.time()
+            code = result.get("StatusCode") if isinstance(result, dict) else None
+            self.exit_code = int(code) if code is not None else None
+            self.exited.set()
+            return
+
+    def wait_exit(self, timeout: float) -> bool:
+        """True once the container has exited (waits at most ``timeout`` seconds)."""
+        return self.exited.wait(timeout)
+
+    def drain_logs(self, timeout: float = LOG_DRAIN_S) -> None:
+        """Wait (briefly) for the log stream to reach the end after the container stopped."""
+        self._log_done.wait(timeout)
+
+    def finished_at(self) -> float | None:
+        """Epoch seconds at which the engine saw the process exit (None while running)."""
+        try:
+            self._raw.reload()
+        except docker.errors.DockerException:
+            return None
+        return _parse_time((self._raw.attrs.get("State") or {}).get("FinishedAt"))
+
+    def status(self) -> str:
+        """The engine's status word (``running``, ``exited``...), ``gone`` once removed."""
+        try:
+            self._raw.reload()
+        except docker.errors.NotFound:
+            return "gone"
+        return str(self._raw.status)
+
+    def tail(self, n: int = 50) -> list[str]:
+        """The last ``n`` lines of the log file."""
+        return tail_lines(self.log_path, n)
+
+
+def tail_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` lines of a text file (empty when there is none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [line.rstrip("\n") for line in deque(fh, maxlen=n)]
+    except OSError:
+        return []
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Make SIGTERM/SIGHUP raise :class:`Terminated` in the main thread (for cleanup)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Terminated(f"received {signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """Hold off SIGINT/SIGTERM/SIGHUP while cleaning up; yields the signals that arrived."""
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda signum, _f: arrived.append(signum)) for s in sigs}
+    try:
+        yield arrived
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def remove(container_id: str) -> bool:
+    """Kill and remove a container; False when it was already gone."""
+    try:
+        client().api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        # "removal already in progress" means someone (the engine) is on it already.
+        if exc.status_code == 409:
+            return False
+        raise SmokeError(
+            f"container {container_id[:12]}: could not remove it: {exc.explanation or exc}",
+            f"docker rm -f {container_id[:12]}",
+        ) from exc
+    return True
+
+
+def reap_orphans(role: str) -> list[str]:
+    """Remove ``role`` containers whose runner process on this host is gone; their names."""
+    host = socket.gethostname()
+    gone: list[str] = []
+    filters = {"label": [f"{LABEL}=1", f"{ROLE_LABEL}={role}", f"{OWNER_HOST_LABEL}={host}"]}
+    for c in client().containers.list(all=True, filters=filters):
+        try:
+            pid = int(c.labels.get(OWNER_PID_LABEL, "0"))
+        except ValueError:
+            continue
+        if pid and not _pid_alive(pid) and remove(c.id):
+            gone.append(c.name)
+    return gone
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def running(
+    image: str,
+    *,
+    entrypoint: Sequence[str],
+    command: Sequence[str],
+    profile: Profile,
+    log_path: Path,
+    role: str = "smoke",
+    labels: Mapping[str, str] | None = None,
+    name: str | None = None,
+) -> Iterator[Container]:
+    """Start ``image`` with ``profile``; yield the running :class:`Container`; always remove it.
+
+    The container is removed when the block ends for any reason, including Ctrl-C and
+    SIGTERM (re-raised as :class:`Terminated`); signals arriving during removal are held
+    until it is done.
+    """
+    c = client()
+    all_labels = {
+        LABEL: "1",
+        ROLE_LABEL: role,
+        OWNER_HOST_LABEL: socket.gethostname(),
+        OWNER_PID_LABEL: str(os.getpid()),
+        **(labels or {}),
+    }
+    name = name or f"sglforge-{role}-{uuid.uuid4().hex[:8]}"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
+    raw = None
+    with _signals_raise():
+        try:
+            try:
+                raw = c.containers.create(
+                    image,
+                    entrypoint=list(entrypoint),
+                    command=list(command),
+                    name=name,
+                    labels=all_labels,
+                    detach=True,
+                    **create_options(profile),
+                )
+                raw.start()
+            except docker.errors.ImageNotFound as exc:
+                raise SmokeError(
+                    f"image {image} is not present on the engine",
+                    f"sglforge build, or docker pull {image}",
+                ) from exc
+            except docker.errors.APIError as exc:
+                raise SmokeError(
+                    f"image {image}: the container could not start: {exc.explanation or exc}",
+                    "check the scenario's [container] settings against this host "
+                    "(devices, group, mounts)",
+                ) from exc
+            yield Container(raw, log_path)
+        finally:
+            if raw is not None:
+                with _signals_deferred() as arrived:
+                    remove(raw.id)
+                if arrived:
+                    raise Terminated(f"received {signal.Signals(arrived[0]).name}")

@@ -1,0 +1,1403 @@
+"""Smoke tests of serving images: scenarios, preflight, checks, the runner and its reports.
+
+Owns ``sglforge smoke``: a scenario (``smoke/*.toml``, loaded with tomllib into frozen
+dataclasses, unknown keys rejected naming the key and the file) says how to launch sglang in
+an image (launch arguments, container profile, model mount, port, load timeout) and what to
+check (readiness, non-empty output, arithmetic answers, speculative accept length, single
+stream decode speed, forbidden log lines). :func:`run_smoke` checks the host first (devices,
+GPU arch and count, model path, port: a failed preflight is a "cannot-run" verdict, not a
+crash), starts the container through :mod:`sglforge.engine.containers`, polls readiness
+while watching the container (a dead server is reported within about a second of its exit,
+with its exit code and last log lines), runs the checks over HTTP on 127.0.0.1 and returns a
+:class:`SmokeReport`. Reports render as table rows, JSON, JUnit XML and markdown.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import tomllib
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sglforge.errors import ConfigError, SglforgeError, SmokeError
+from sglforge.util import atomic_write, work_dir
+
+DEFAULT_PORT = 30000
+DEFAULT_LOAD_TIMEOUT = 1800.0
+DEFAULT_ACCEPT_LENGTH = 2.5
+DEFAULT_COMMAND = ("python3", "-m", "sglang.launch_server")
+PLACEHOLDERS = frozenset({"port", "model"})
+LOG_TAIL_LINES = 50
+# After a failed request: how long to wait for the engine to report the container's exit.
+EXIT_GRACE_S = 2.0
+HTTP_FAILED = "request failed: "
+ARCH_LABEL = "io.sglforge.gpu-arch"
+TARGET_LABEL = "io.sglforge.target"
+ACCELERATORS = ("rocm", "none")
+Value = float | int | str | None
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass(frozen=True)
+class ForbiddenPattern:
+    """A log line that fails the run: a regular expression, its name and why it matters."""
+
+    name: str
+    pattern: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question with one known answer (the answer must appear as a whole number/word)."""
+
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """The ``[container]`` table: how the serving container runs."""
+
+    devices: tuple[str, ...] = ()
+    group_add: tuple[str, ...] = ()
+    ipc_mode: str | None = None
+    shm_size: str | None = None
+    security_opt: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    nofile: int | None = None
+    network_mode: str = "host"
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Checks:
+    """The ``[checks]`` tables: prompts and thresholds."""
+
+    request_timeout: float
+    chat_extra: Mapping[str, Any]
+    prompts: tuple[str, ...]
+    chat_prompt: str
+    serve_max_new_tokens: int
+    questions: tuple[Question, ...]
+    question_max_tokens: int
+    spec_enabled: bool
+    min_accept_length: float
+    speed_prompt: str
+    speed_max_new_tokens: int
+    min_decode_tok_s: float
+    forbidden: tuple[ForbiddenPattern, ...]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One smoke scenario (``smoke/NAME.toml``)."""
+
+    path: Path
+    name: str
+    description: str
+    target: str | None
+    accelerator: str
+    port: int
+    load_timeout: float
+    model_path: Path | None
+    model_mount: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    container: ContainerSettings
+    checks: Checks
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs the launch arguments need: tensor parallel x data parallel."""
+        tp = _flag_int(self.args, ("--tp", "--tp-size"), 1)
+        dp = _flag_int(self.args, ("--dp", "--dp-size"), 1)
+        # With DP attention sglang's data-parallel ranks live inside the TP group.
+        if "--enable-dp-attention" in self.args:
+            dp = 1
+        return tp * dp
+
+    def launch_args(self, port: int) -> list[str]:
+        """The launch arguments with ``<port>`` and ``<model>`` filled in."""
+        values = {"port": str(port), "model": self.model_mount}
+        return [re.sub(r"<([a-z_]+)>", lambda m: values[m.group(1)], a) for a in self.args]
+
+
+def _flag_int(args: Sequence[str], names: Sequence[str], default: int) -> int:
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                value = args[i + 1]
+            elif a.startswith(n + "="):
+                value = a.split("=", 1)[1]
+            else:
+                continue
+            try:
+                return int(value)
+            except ValueError:
+                return default
+    return default
+
+
+_REQUIRED = object()
+
+
+class _Table:
+    """One TOML table being read: typed access, and unknown keys rejected at the end."""
+
+    def __init__(self, data: Any, path: Path, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: [{where}] must be a table", f"see {path}")
+        self.data, self.path, self.where, self.seen = data, path, where, set()
+
+    def _key(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def _bad(self, key: str, want: str) -> ConfigError:
+        return ConfigError(
+            f"{self.path}: '{self._key(key)}' must be {want}, not {self.data[key]!r}",
+            f"fix '{self._key(key)}' in {self.path}",
+        )
+
+    def get(self, key: str, kind: str, default: Any = _REQUIRED) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if default is _REQUIRED:
+                raise ConfigError(
+                    f"{self.path}: missing '{self._key(key)}'", f"add it to {self.path}"
+                )
+            return default
+        v = self.data[key]
+        if kind == "str" and isinstance(v, str):
+            return v
+        if kind == "int" and isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if kind == "float" and isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v)
+        if kind == "bool" and isinstance(v, bool):
+            return v
+        if kind == "strs" and isinstance(v, list) and all(isinstance(x, str) for x in v):
+            return tuple(v)
+        if kind == "table" and isinstance(v, dict):
+            return v
+        if kind == "tables" and isinstance(v, list) and all(isinstance(x, dict) for x in v):
+            return v
+        want = {"strs": "a list of strings", "tables": "a list of tables"}.get(kind, f"a {kind}")
+        raise self._bad(key, want)
+
+    def table(self, key: str) -> _Table:
+        return _Table(self.get(key, "table", {}), self.path, self._key(key))
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            known = ", ".join(sorted(self.seen)) or "none"
+            raise ConfigError(
+                f"{self.path}: unknown key '{self._key(unknown[0])}'",
+                f"known keys in [{self.where or 'top level'}]: {known}",
+            )
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Load and validate one scenario file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such scenario", "ls smoke/ for the scenarios that exist"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}", f"fix {path}") from None
+    return parse_scenario(data, path)
+
+
+def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
+    """Validate a scenario's TOML data (``path`` names the file in errors, resolves paths)."""
+    top = _Table(dict(data), path, "")
+    sc = top.table("scenario")
+    name = sc.get("name", "str", path.stem)
+    description = sc.get("description", "str", "")
+    target = sc.get("target", "str", None)
+    accelerator = sc.get("accelerator", "str", "rocm")
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(
+            f"{path}: 'scenario.accelerator' must be one of {', '.join(ACCELERATORS)}, "
+            f"not {accelerator!r}",
+            f"fix {path}",
+        )
+    port = sc.get("port", "int", DEFAULT_PORT)
+    if not 0 < port < 65536:
+        raise ConfigError(f"{path}: 'scenario.port' {port} is not a TCP port", f"fix {path}")
+    load_timeout = sc.get("load_timeout", "float", DEFAULT_LOAD_TIMEOUT)
+    sc.done()
+
+    mt = top.table("model")
+    raw_model = mt.get("path", "str", None)
+    model_path = (path.parent / raw_model).resolve() if raw_model else None
+    model_mount = mt.get("mount", "str", "/model")
+    if not model_mount.startswith("/"):
+        raise ConfigError(
+            f"{path}: 'model.mount' must be an absolute path in the container",
+            f"fix {path}",
+        )
+    mt.done()
+
+    la = top.table("launch")
+    command = la.get("command", "strs", DEFAULT_COMMAND)
+    args = la.get("args", "strs")
+    la.done()
+    if not command:
+        raise ConfigError(f"{path}: 'launch.command' is empty", f"fix {path}")
+    for a in args:
+        for ph in re.findall(r"<([^<>\s]+)>", a):
+            if ph not in PLACEHOLDERS:
+                raise ConfigError(
+                    f"{path}: unknown placeholder <{ph}> in 'launch.args'",
+                    "known placeholders: <port>, <model>",
+                )
+    if "<port>" not in args:
+        raise ConfigError(
+            f"{path}: 'launch.args' must pass the port as <port> (e.g. --port <port>)",
+            f'add "--port", "<port>" to launch.args in {path}',
+        )
+
+    ct = top.table("container")
+    env_tbl = ct.get("env", "table", {})
+    env: list[tuple[str, str]] = []
+    for k, v in env_tbl.items():
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise ConfigError(
+                f"{path}: 'container.env.{k}' must be a string or number", f"fix {path}"
+            )
+        env.append((k, str(v)))
+    container = ContainerSettings(
+        devices=ct.get("devices", "strs", ()),
+        group_add=ct.get("group_add", "strs", ()),
+        ipc_mode=ct.get("ipc_mode", "str", None),
+        shm_size=ct.get("shm_size", "str", None),
+        security_opt=ct.get("security_opt", "strs", ()),
+        cap_add=ct.get("cap_add", "strs", ()),
+        nofile=ct.get("nofile", "int", None),
+        network_mode=ct.get("network_mode", "str", "host"),
+        env=tuple(env),
+    )
+    ct.done()
+    if container.network_mode != "host":
+        # The runner reaches the server on 127.0.0.1:<port>, which only host networking gives.
+        raise ConfigError(
+            f"{path}: 'container.network_mode' must be \"host\" (the runner talks to 127.0.0.1)",
+            f"fix {path}",
+        )
+
+    checks = _parse_checks(top.table("checks"), path)
+    top.done()
+    return Scenario(
+        path=path,
+        name=name,
+        description=description,
+        target=target,
+        accelerator=accelerator,
+        port=port,
+        load_timeout=load_timeout,
+        model_path=model_path,
+        model_mount=model_mount,
+        command=tuple(command),
+        args=tuple(args),
+        container=container,
+        checks=checks,
+    )
+
+
+def _parse_checks(ch: _Table, path: Path) -> Checks:
+    request_timeout = ch.get("request_timeout", "float", 300.0)
+    chat_extra = ch.get("chat_extra", "table", {})
+
+    sv = ch.table("serves")
+    prompts = sv.get("prompts", "strs")
+    chat_prompt = sv.get("chat_prompt", "str")
+    serve_max = sv.get("max_new_tokens", "int", 32)
+    sv.done()
+    if not prompts:
+        raise ConfigError(f"{path}: 'checks.serves.prompts' is empty", f"fix {path}")
+
+    ar = ch.table("arithmetic")
+    questions = []
+    for i, q in enumerate(ar.get("questions", "tables", [])):
+        qt = _Table(q, path, f"checks.arithmetic.questions[{i}]")
+        questions.append(Question(qt.get("prompt", "str"), qt.get("answer", "str")))
+        qt.done()
+    question_max = ar.get("max_tokens", "int", 64)
+    ar.done()
+
+    sp = ch.table("spec")
+    spec_enabled = sp.get("enabled", "bool", True)
+    min_accept = sp.get("min_accept_length", "float", DEFAULT_ACCEPT_LENGTH)
+    sp.done()
+
+    sd = ch.table("speed")
+    speed_prompt = sd.get("prompt", "str")
+    speed_max = sd.get("max_new_tokens", "int", 256)
+    min_tok_s = sd.get("min_decode_tok_s", "float")
+    sd.done()
+    if speed_max < 8:
+        raise ConfigError(
+            f"{path}: 'checks.speed.max_new_tokens' must be at least 8 to measure decoding",
+            f"fix {path}",
+        )
+
+    lg = ch.table("logs")
+    forbidden = []
+    for i, f in enumerate(lg.get("forbidden", "tables", [])):
+        ft = _Table(f, path, f"checks.logs.forbidden[{i}]")
+        fp = ForbiddenPattern(
+            ft.get("name", "str"), ft.get("pattern", "str"), ft.get("why", "str", "")
+        )
+        ft.done()
+        try:
+            re.compile(fp.pattern)
+        except re.error as exc:
+            raise ConfigError(
+                f"{path}: forbidden log pattern {fp.name!r} is not a valid regular "
+                f"expression: {exc}",
+                f"fix checks.logs.forbidden[{i}].pattern in {path}",
+            ) from None
+        forbidden.append(fp)
+    lg.done()
+    ch.done()
+    return Checks(
+        request_timeout=request_timeout,
+        chat_extra=chat_extra,
+        prompts=prompts,
+        chat_prompt=chat_prompt,
+        serve_max_new_tokens=serve_max,
+        questions=tuple(questions),
+        question_max_tokens=question_max,
+        spec_enabled=spec_enabled,
+        min_accept_length=min_accept,
+        speed_prompt=speed_prompt,
+        speed_max_new_tokens=speed_max,
+        min_decode_tok_s=min_tok_s,
+        forbidden=tuple(forbidden),
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome: measured ``value`` against ``threshold``."""
+
+    name: str
+    passed: bool
+    value: Value = None
+    threshold: Value = None
+    detail: str = ""
+    skipped: bool = False
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class SmokeReport:
+    """What a smoke run found. ``verdict`` is ``passed``, ``failed`` or ``cannot-run``."""
+
+    passed: bool
+    verdict: str
+    checks: tuple[Check, ...]
+    image: str
+    image_digest: str | None
+    image_id: str | None
+    scenario: str
+    scenario_path: Path
+    figures: Mapping[str, Value]
+    log_path: Path | None
+    report_dir: Path | None
+    exit_code: int | None = None
+    log_tail: tuple[str, ...] = ()
+    reason: str = ""
+    started_at: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed and not c.skipped]
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The host's AMD GPUs (one gfx arch per GPU) and where that was read from."""
+
+    archs: tuple[str, ...]
+    source: str
+    problem: str = ""
+
+
+_GFX = re.compile(r"\bgfx[0-9a-f]{3,4}\b")
+
+
+def parse_rocminfo(text: str) -> list[str]:
+    """The gfx arch of every GPU agent in ``rocminfo`` output."""
+    archs: list[str] = []
+    name: str | None = None
+    kind: str | None = None
+
+    def flush() -> None:
+        if kind == "GPU" and name:
+            m = _GFX.search(name)
+            if m:
+                archs.append(m.group(0))
+
+    for line in text.splitlines():
+        if re.match(r"^\s*Agent\s+\d+\s*$", line):
+            flush()
+            name = kind = None
+            continue
+        m = re.match(r"^\s*(Name|Device Type):\s*(.*?)\s*$", line)
+        if not m:
+            continue
+        # The agent's own Name comes first; later "Name:" lines belong to its ISA list.
+        if m.group(1) == "Name" and name is None:
+            name = m.group(2)
+        elif m.group(1) == "Device Type" and kind is None:
+            kind = m.group(2)
+    flush()
+    return archs
+
+
+def parse_amd_smi(text: str) -> list[str]:
+    """The gfx arch of every GPU in ``amd-smi static --asic --json`` output (any version)."""
+    data = json.loads(text)
+    archs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            value = node.get("target_graphics_version")
+            if isinstance(value, str) and _GFX.search(value):
+                archs.append(_GFX.search(value).group(0))  # type: ignore[union-attr]
+                return
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(data)
+    return archs
+
+
+def gfx_from_target_version(version: int) -> str | None:
+    """``gfx950`` from KFD's ``gfx_target_version`` 90500 (None for CPUs: 0)."""
+    if version <= 0:
+        return None
+    major, minor, step = version // 10000, (version // 100) % 100, version % 100
+    return f"gfx{major}{minor}{step:x}"
+
+
+def read_kfd_topology(nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> list[str]:
+    """The gfx arch of every GPU node the amdgpu driver's KFD topology lists."""
+    archs: list[str] = []
+    if not nodes.is_dir():
+        return archs
+    for node in sorted(nodes.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+        try:
+            props = dict(
+                line.split(None, 1)
+                for line in (node / "properties").read_text().splitlines()
+                if " " in line
+            )
+        except OSError:
+            continue
+        gfx = gfx_from_target_version(int(props.get("gfx_target_version", "0") or 0))
+        if gfx:
+            archs.append(gfx)
+    return archs
+
+
+def detect_gpus(timeout: float = 60.0) -> GpuInventory:
+    """The host's GPUs from ``rocminfo``, else ``amd-smi``, else the KFD sysfs topology."""
+    problems: list[str] = []
+    probes: list[tuple[str, list[str], Callable[[str], list[str]]]] = [
+        ("rocminfo", ["rocminfo"], parse_rocminfo),
+        ("amd-smi", ["amd-smi", "static", "--asic", "--json"], parse_amd_smi),
+    ]
+    for name, cmd, parse in probes:
+        exe = shutil.which(cmd[0]) or (
+            f"/opt/rocm/bin/{cmd[0]}" if os.access(f"/opt/rocm/bin/{cmd[0]}", os.X_OK) else None
+        )
+        if not exe:
+            problems.append(f"{cmd[0]} not found")
+            continue
+        try:
+            proc = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        if proc.returncode != 0:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            problems.append(f"{name} exited {proc.returncode}: {last[0]}")
+            continue
+        try:
+            archs = parse(proc.stdout)
+        except ValueError as exc:
+            problems.append(f"{name}: unreadable output ({exc})")
+            continue
+        if archs:
+            return GpuInventory(tuple(archs), name)
+        problems.append(f"{name} lists no GPU")
+    archs = read_kfd_topology()
+    if archs:
+        return GpuInventory(tuple(archs), "kfd-sysfs")
+    problems.append("no GPU in /sys/class/kfd")
+    return GpuInventory((), "none", "; ".join(problems))
+
+
+def expected_arch(
+    root: Path, scenario: Scenario, labels: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """The GPU arch the image needs and where that came from (image label, then target)."""
+    from_label = labels.get(ARCH_LABEL)
+    from_target = None
+    target = scenario.target or labels.get(TARGET_LABEL)
+    if target:
+        try:
+            from sglforge.images import load_targets
+
+            from_target = load_targets(root).resolve(target).gpu_arch
+        except SglforgeError:
+            from_target = None
+    if from_label and from_target and from_label != from_target:
+        return None, (
+            f"the image is labelled {ARCH_LABEL}={from_label} but target {target} is {from_target}"
+        )
+    if from_label:
+        return from_label, f"image label {ARCH_LABEL}"
+    if from_target:
+        return from_target, f"target {target} in images/targets.toml"
+    return None, f"no {ARCH_LABEL} label on the image and no known target ({target or 'none'})"
+
+
+def port_in_use(port: int) -> bool:
+    """True when something already answers on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def preflight(
+    scenario: Scenario,
+    *,
+    image: str,
+    image_found: bool,
+    model_path: Path | None,
+    port: int,
+    gpus: GpuInventory | None,
+    arch: tuple[str | None, str],
+    exists: Callable[[str], bool] = os.path.exists,
+    port_busy: Callable[[int], bool] = port_in_use,
+) -> list[Check]:
+    """The checks that decide whether this host can run ``scenario`` at all."""
+    out = [
+        Check(
+            "preflight.image",
+            image_found,
+            image if image_found else "missing",
+            "present",
+            "" if image_found else f"{image} is not on the engine: build or pull it first",
+        )
+    ]
+    if scenario.accelerator == "rocm":
+        missing = [d for d in scenario.container.devices if not exists(d)]
+        out.append(
+            Check(
+                "preflight.devices",
+                not missing,
+                ", ".join(missing) + " missing" if missing else "present",
+                ", ".join(scenario.container.devices),
+                "the amdgpu driver is not loaded or the devices are not visible here"
+                if missing
+                else "",
+            )
+        )
+        inv = gpus or GpuInventory((), "none", "not probed")
+        want, why = arch
+        have = sorted(set(inv.archs))
+        if not inv.archs:
+            ok, detail = False, f"no GPU found ({inv.problem})"
+        elif want is None:
+            ok, detail = False, f"cannot tell which GPU arch the image needs: {why}"
+        else:
+            ok = all(a == want for a in inv.archs)
+            detail = f"from {inv.source}; expected from {why}" + (
+                "" if ok else f": the host has {', '.join(have)}, the image needs {want}"
+            )
+        out.append(Check("preflight.gpu-arch", ok, ", ".join(have) or None, want, detail))
+        need = scenario.gpus_needed
+        out.append(
+            Check(
+                "preflight.gpu-count",
+                len(inv.archs) >= need,
+                len(inv.archs),
+                need,
+                f"the launch arguments need {need} GPUs" if len(inv.archs) < need else "",
+            )
+        )
+    if model_path is None:
+        out.append(
+            Check("preflight.model", False, None, "a folder", "no model path: pass --model PATH")
+        )
+    else:
+        ok = model_path.is_dir()
+        out.append(
+            Check(
+                "preflight.model",
+                ok,
+                str(model_path),
+                "a folder",
+                "" if ok else f"{model_path} is not a folder on this host (pass --model PATH)",
+            )
+        )
+    busy = port_busy(port)
+    out.append(
+        Check(
+            "preflight.port",
+            not busy,
+            port,
+            "free",
+            f"something already listens on 127.0.0.1:{port}; pass --port" if busy else "",
+        )
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+class HttpError(Exception):
+    """A request to the server failed (connection, status, or an unreadable answer)."""
+
+
+def _request(
+    url: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0
+) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data else {}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read() if exc.fp else b""
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise HttpError(f"{url}: {getattr(exc, 'reason', exc)}") from exc
+
+
+def _json(url: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0) -> Any:
+    status, raw = _request(url, body, timeout)
+    if status != 200:
+        raise HttpError(f"{url}: HTTP {status}: {raw[:200].decode(errors='replace')}")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise HttpError(f"{url}: not JSON: {raw[:200].decode(errors='replace')}") from exc
+
+
+def _stream(
+    url: str, body: Mapping[str, Any], timeout: float
+) -> list[tuple[float, dict[str, Any]]]:
+    """POST a streaming ``/generate``; (arrival time, chunk) for every ``data:`` event."""
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    chunks: list[tuple[float, dict[str, Any]]] = []
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            for line in resp:
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                chunks.append((time.monotonic(), json.loads(payload)))
+    except urllib.error.HTTPError as exc:
+        raise HttpError(f"{url}: HTTP {exc.code}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise HttpError(f"{url}: {getattr(exc, 'reason', exc)}") from exc
+    return chunks
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def strip_reasoning(text: str) -> str:
+    """The answer part of a reasoning model's output (``<think>...</think>`` removed)."""
+    text = re.sub(r"<think>.*?</think>", "", text, flags=re.S)
+    return text.split("</think>")[-1]
+
+
+def answer_matches(text: str, answer: str) -> bool:
+    """True when ``answer`` appears in ``text`` as a whole number or word."""
+    pattern = rf"(?<![\w.]){re.escape(answer)}(?![\w]|\.\d)"
+    return re.search(pattern, strip_reasoning(text)) is not None
+
+
+def decode_speed(chunks: Sequence[tuple[float, Mapping[str, Any]]]) -> tuple[float, int]:
+    """Single-stream decode tokens/s from streamed chunks, and the tokens generated.
+
+    Counts tokens after the first chunk (prefill's token) over the time after it, so the
+    prompt's prefill time does not dilute the decode speed.
+    """
+    timed = [(t, int((c.get("meta_info") or {}).get("completion_tokens") or 0)) for t, c in chunks]
+    if len(timed) < 2:
+        return 0.0, timed[-1][1] if timed else 0
+    (t0, n0), (t1, n1) = timed[0], timed[-1]
+    if t1 <= t0 or n1 <= n0:
+        return 0.0, n1
+    return (n1 - n0) / (t1 - t0), n1
+
+
+def accept_length_from_meta(metas: Iterable[Mapping[str, Any]]) -> tuple[float | None, str]:
+    """Accept length over ``/generate`` responses: verify-step weighted mean, and detail.
+
+    Uses ``spec_accept_length`` when the server reports it, else ``completion_tokens /
+    spec_verify_ct`` (older servers); None when no response carries speculative statistics.
+    """
+    tokens = 0.0
+    steps = 0
+    seen = 0
+    for m in metas:
+        verify = m.get("spec_verify_ct")
+        if verify is None:
+            continue
+        seen += 1
+        verify = int(verify)
+        if verify <= 0:
+            continue
+        length = m.get("spec_accept_length")
+        if length is None:
+            length = int(m.get("completion_tokens") or 0) / verify
+        tokens += float(length) * verify
+        steps += verify
+    if not seen:
+        return None, "no spec_verify_ct in any /generate meta_info: speculative decoding is off"
+    if not steps:
+        return 0.0, f"{seen} responses, none with a verify step"
+    return tokens / steps, f"{steps} verify steps over {seen} responses"
+
+
+def accept_length_from_server_info(info: Mapping[str, Any]) -> float | None:
+    """Mean ``avg_spec_accept_length`` over ``internal_states`` (None when not reported)."""
+    values = []
+    for state in info.get("internal_states") or []:
+        if isinstance(state, Mapping) and state.get("avg_spec_accept_length") is not None:
+            values.append(float(state["avg_spec_accept_length"]))
+    if not values and info.get("avg_spec_accept_length") is not None:
+        values.append(float(info["avg_spec_accept_length"]))
+    return sum(values) / len(values) if values else None
+
+
+def scan_log(path: Path, patterns: Sequence[ForbiddenPattern], limit: int = 5) -> list[str]:
+    """Lines of the log matching a forbidden pattern (``name: line N: text``), at most ``limit``."""
+    compiled = [(p, re.compile(p.pattern)) for p in patterns]
+    hits: list[str] = []
+    try:
+        fh = open(path, encoding="utf-8", errors="replace")
+    except OSError:
+        return hits
+    with fh:
+        for n, line in enumerate(fh, 1):
+            for p, rx in compiled:
+                if rx.search(line):
+                    hits.append(f"{p.name}: line {n}: {line.strip()[:200]}")
+                    if len(hits) >= limit:
+                        return hits
+    return hits
+
+
+def _timed(name: str, fn: Callable[[], Check]) -> Check:
+    started = time.monotonic()
+    try:
+        check = fn()
+    except HttpError as exc:
+        check = Check(name, False, None, None, f"{HTTP_FAILED}{exc}")
+    return replace(check, seconds=round(time.monotonic() - started, 3))
+
+
+class _Session:
+    """The checks of one running server, collecting figures and ``meta_info`` as they go."""
+
+    def __init__(self, scenario: Scenario, port: int) -> None:
+        self.s = scenario
+        self.c = scenario.checks
+        self.base = f"http://127.0.0.1:{port}"
+        self.metas: list[dict[str, Any]] = []
+        self.figures: dict[str, Value] = {}
+
+    def _generate(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+        body = {
+            "text": prompt,
+            "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
+        }
+        out = _json(f"{self.base}/generate", body, self.c.request_timeout)
+        if isinstance(out, list):
+            out = out[0]
+        self.metas.append(out.get("meta_info") or {})
+        return out
+
+    def _chat(self, model: str, prompt: str, max_tokens: int) -> str:
+        body = {
+            **dict(self.c.chat_extra),
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0,
+            "max_tokens": max_tokens,
+        }
+        out = _json(f"{self.base}/v1/chat/completions", body, self.c.request_timeout)
+        msg = (out.get("choices") or [{}])[0].get("message") or {}
+        return str(msg.get("content") or "")
+
+    def model_name(self) -> str:
+        try:
+            data = _json(f"{self.base}/v1/models", timeout=30).get("data") or []
+            return str(data[0]["id"]) if data else "default"
+        except (HttpError, KeyError, TypeError, AttributeError):
+            return "default"
+
+    def serves(self) -> Check:
+        empty: list[str] = []
+        for p in self.c.prompts:
+            text = str(self._generate(p, self.c.serve_max_new_tokens).get("text") or "")
+            if not text.strip():
+                empty.append(f"/generate {p[:40]!r}")
+        chat = self._chat(self.model_name(), self.c.chat_prompt, self.c.serve_max_new_tokens)
+        if not strip_reasoning(chat).strip():
+            empty.append(f"chat {self.c.chat_prompt[:40]!r}")
+        total = len(self.c.prompts) + 1
+        return Check(
+            "serves",
+            not empty,
+            total - len(empty),
+            total,
+            "empty output from " + "; ".join(empty) if empty else "",
+        )
+
+    def arithmetic(self) -> Check:
+        model = self.model_name()
+        wrong: list[str] = []
+        for q in self.c.questions:
+            text = self._chat(model, q.prompt, self.c.question_max_tokens)
+            if not answer_matches(text, q.answer):
+                shown = strip_reasoning(text).strip().replace("\n", " ")[:60]
+                wrong.append(f"{q.prompt[:40]!r} -> {shown!r} (want {q.answer})")
+        total = len(self.c.questions)
+        return Check("arithmetic", not wrong, total - len(wrong), total, "; ".join(wrong))
+
+    def speed(self) -> Check:
+        body = {
+            "text": self.c.speed_prompt,
+            "stream": True,
+            "sampling_params": {
+                "temperature": 0,
+                "max_new_tokens": self.c.speed_max_new_tokens,
+                "ignore_eos": True,
+            },
+        }
+        chunks = _stream(f"{self.base}/generate", body, self.c.request_timeout)
+        if chunks:
+            self.metas.append(chunks[-1][1].get("meta_info") or {})
+        tok_s, tokens = decode_speed(chunks)
+        self.figures["decode_tok_s"] = round(tok_s, 2)
+        self.figures["decode_tokens"] = tokens
+        ok = tok_s >= self.c.min_decode_tok_s
+        return Check(
+            "decode-speed",
+            ok,
+            round(tok_s, 2),
+            self.c.min_decode_tok_s,
+            f"{tokens} tokens, single stream, {len(chunks)} chunks",
+        )
+
+    def spec_requests(self) -> Check:
+        value, detail = accept_length_from_meta(self.metas)
+        if value is not None:
+            self.figures["spec_accept_length_requests"] = round(value, 3)
+        ok = value is not None and value >= self.c.min_accept_length
+        return Check(
+            "spec-accept.requests",
+            ok,
+            None if value is None else round(value, 3),
+            self.c.min_accept_length,
+            detail,
+        )
+
+    def spec_server(self) -> Check:
+        source = "/server_info"
+        status, raw = _request(f"{self.base}/server_info", None, 30)
+        if status == 404:
+            source = "/get_server_info"
+            status, raw = _request(f"{self.base}/get_server_info", None, 30)
+        if status != 200:
+            raise HttpError(f"{self.base}{source}: HTTP {status}")
+        try:
+            info = json.loads(raw)
+        except ValueError as exc:
+            raise HttpError(f"{self.base}{source}: not JSON") from exc
+        value = accept_length_from_server_info(info)
+        if value is not None:
+            self.figures["spec_accept_length_server"] = round(value, 3)
+        if info.get("version"):
+            self.figures["sglang_version"] = str(info["version"])
+        ok = value is not None and value >= self.c.min_accept_length
+        detail = f"avg_spec_accept_length from {source}"
+        if value is None:
+            detail = f"no avg_spec_accept_length in {source} internal_states"
+        return Check(
+            "spec-accept.server",
+            ok,
+            None if value is None else round(value, 3),
+            self.c.min_accept_length,
+            detail,
+        )
+
+
+# --------------------------------------------------------------------------- runner
+
+CHECK_ORDER = (
+    "ready",
+    "serves",
+    "arithmetic",
+    "decode-speed",
+    "spec-accept.requests",
+    "spec-accept.server",
+    "stays-up",
+    "logs",
+)
+
+
+def _stamp() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def run_smoke(
+    root: Path,
+    image: str,
+    scenario_path: Path | str,
+    model: Path | str | None = None,
+    port: int | None = None,
+    log_dir: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    load_timeout: float | None = None,
+    labels: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    gpus: GpuInventory | None = None,
+) -> SmokeReport:
+    """Run ``scenario_path`` against ``image`` and return the report (never raises on a
+    failing server; raises ConfigError for a bad scenario, EngineUnavailable without engine)."""
+    from sglforge.engine import containers
+    from sglforge.engine import images as engine_images
+
+    say = progress or (lambda _m: None)
+    t_start = time.monotonic()
+    started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    scenario = load_scenario(scenario_path)
+    port = port or scenario.port
+    timeout = float(load_timeout if load_timeout is not None else scenario.load_timeout)
+    model_path = Path(model).resolve() if model else scenario.model_path
+    report_dir = (
+        Path(log_dir) if log_dir else work_dir(root, "smoke", f"{scenario.name}-{_stamp()}")
+    )
+    report_dir.mkdir(parents=True, exist_ok=True)
+    log_path = report_dir / "server.log"
+
+    reaped = containers.reap_orphans("smoke")
+    if reaped:
+        say(f"removed {len(reaped)} container(s) left by a killed run: {', '.join(reaped)}")
+    info = engine_images.inspect(image)
+    labels_of_image = dict(info.labels) if info else {}
+    if scenario.accelerator == "rocm" and gpus is None:
+        say("preflight: probing GPUs (rocminfo / amd-smi / KFD topology)")
+        gpus = detect_gpus()
+    arch = expected_arch(root, scenario, labels_of_image)
+    checks = preflight(
+        scenario,
+        image=image,
+        image_found=info is not None,
+        model_path=model_path,
+        port=port,
+        gpus=gpus,
+        arch=arch,
+    )
+    figures: dict[str, Value] = {}
+    if gpus is not None and gpus.archs:
+        figures["gpus"] = len(gpus.archs)
+        figures["gpu_arch"] = ",".join(sorted(set(gpus.archs)))
+    common = dict(
+        image=image,
+        image_digest=(info.digest or info.id) if info else None,
+        image_id=info.id if info else None,
+        scenario=scenario.name,
+        scenario_path=scenario.path,
+        report_dir=report_dir,
+        started_at=started_at,
+    )
+
+    def finish(**kw: Any) -> SmokeReport:
+        all_checks = tuple(kw.pop("checks"))
+        cannot = any(not c.passed and c.name.startswith("preflight.") for c in all_checks)
+        cannot = cannot or kw.pop("cannot_run", False)
+        passed = not cannot and all(c.passed for c in all_checks)
+        verdict = "cannot-run" if cannot else ("passed" if passed else "failed")
+        fig = {**figures, **kw.pop("figures", {})}
+        crash_at = kw.pop("crash_at", None)
+        if crash_at is not None:
+            fig["exit_to_verdict_s"] = round(time.time() - crash_at, 3)
+        report = SmokeReport(
+            passed=passed,
+            verdict=verdict,
+            checks=all_checks,
+            figures=fig,
+            duration_s=round(time.monotonic() - t_start, 3),
+            **common,
+            **kw,
+        )
+        atomic_write(report_dir / "report.json", json.dumps(report_dict(report), indent=2) + "\n")
+        return report
+
+    if any(not c.passed for c in checks):
+        bad = [c.name for c in checks if not c.passed]
+        return finish(
+            checks=checks,
+            log_path=None,
+            reason=f"cannot run here: {', '.join(bad)} failed",
+        )
+
+    assert model_path is not None  # preflight.model passed
+    s_env = {**dict(scenario.container.env), **dict(env or {})}
+    profile = containers.Profile(
+        devices=scenario.container.devices,
+        group_add=scenario.container.group_add,
+        ipc_mode=scenario.container.ipc_mode,
+        shm_size=scenario.container.shm_size,
+        security_opt=scenario.container.security_opt,
+        cap_add=scenario.container.cap_add,
+        nofile=scenario.container.nofile,
+        network_mode=scenario.container.network_mode,
+        mounts=(containers.Mount(str(model_path), scenario.model_mount, read_only=True),),
+        env=s_env,
+    )
+    session = _Session(scenario, port)
+    exit_code: int | None = None
+    tail: tuple[str, ...] = ()
+    crash_at: float | None = None
+    reason = ""
+    live: list[Check] = []
+    say(f"starting {image} ({scenario.name}) on 127.0.0.1:{port}; log: {log_path}")
+    try:
+        with containers.running(
+            image,
+            entrypoint=scenario.command,
+            command=scenario.launch_args(port),
+            profile=profile,
+            log_path=log_path,
+            labels={"io.sglforge.smoke": scenario.name, **dict(labels or {})},
+        ) as box:
+            ready = _wait_ready(box, port, timeout, say)
+            live.append(ready)
+            if ready.passed:
+                figures["ready_s"] = ready.value
+                say(f"ready after {ready.value} s; running checks")
+                for name, fn in (
+                    ("serves", session.serves),
+                    ("arithmetic", session.arithmetic),
+                    ("decode-speed", session.speed),
+                    ("spec-accept.requests", session.spec_requests),
+                    ("spec-accept.server", session.spec_server),
+                ):
+                    if name.startswith("spec-") and not scenario.checks.spec_enabled:
+                        continue
+                    if box.exited.is_set():
+                        live.append(
+                            Check(
+                                name, False, None, None, "not run: the server exited", skipped=True
+                            )
+                        )
+                        continue
+                    say(f"check {name}")
+                    check = _timed(name, fn)
+                    live.append(check)
+                    if check.detail.startswith(HTTP_FAILED):
+                        # A refused or cut connection usually means the server just died; the
+                        # engine reports the exit a moment later, so give it that moment.
+                        box.wait_exit(EXIT_GRACE_S)
+                if box.wait_exit(0.05):
+                    live.append(
+                        Check(
+                            "stays-up",
+                            False,
+                            box.exit_code,
+                            "running",
+                            "the server exited during the checks",
+                        )
+                    )
+                else:
+                    live.append(Check("stays-up", True, "running", "running"))
+            if box.exited.is_set():
+                exit_code = box.exit_code
+                crash_at = box.finished_at() or box.noticed_exit_at
+                box.drain_logs()
+                reason = f"the server exited with code {exit_code}"
+            elif not ready.passed:
+                reason = ready.detail
+            if not all(c.passed for c in live):
+                tail = tuple(box.tail(LOG_TAIL_LINES))
+        # The container is gone: the log stream has reached its end, scan all of it.
+        hits = scan_log(log_path, scenario.checks.forbidden)
+        live.append(
+            Check(
+                "logs",
+                not hits,
+                len(hits),
+                0,
+                "; ".join(hits) if hits else f"{len(scenario.checks.forbidden)} patterns",
+            )
+        )
+        if not reason and not all(c.passed for c in live):
+            reason = "failed: " + ", ".join(c.name for c in live if not c.passed)
+        if not all(c.passed for c in live) and not tail:
+            tail = tuple(containers.tail_lines(log_path, LOG_TAIL_LINES))
+    except SmokeError as exc:
+        # The container would not start: the host cannot run this scenario as configured.
+        return finish(
+            checks=[*checks, Check("start", False, None, None, exc.message)],
+            log_path=log_path,
+            cannot_run=True,
+            reason=exc.message,
+        )
+    ran = {c.name for c in live}
+    for name in CHECK_ORDER:
+        if name not in ran and not (name.startswith("spec-") and not scenario.checks.spec_enabled):
+            live.append(
+                Check(
+                    name, False, None, None, "not run: the server never became ready", skipped=True
+                )
+            )
+    order = {n: i for i, n in enumerate(CHECK_ORDER)}
+    live.sort(key=lambda c: order.get(c.name, len(order)))
+    return finish(
+        checks=[*checks, *live],
+        figures=session.figures,
+        log_path=log_path,
+        exit_code=exit_code,
+        log_tail=tail,
+        reason=reason,
+        crash_at=crash_at,
+    )
+
+
+def _wait_ready(box: Any, port: int, timeout: float, say: Callable[[str], None]) -> Check:
+    """Poll ``GET /health_generate`` until 200, the container exits, or ``timeout`` passes."""
+    url = f"http://127.0.0.1:{port}/health_generate"
+    started = time.monotonic()
+    deadline = started + timeout
+    next_note = started + 30
+    while True:
+        if box.exited.is_set():
+            return Check(
+                "ready",
+                False,
+                None,
+                timeout,
+                f"the server exited with code {box.exit_code} after "
+                f"{time.monotonic() - started:.1f} s, before it was ready",
+            )
+        try:
+            status, _ = _request(
+                url, None, timeout=min(10.0, max(0.5, deadline - time.monotonic()))
+            )
+            if status == 200:
+                return Check("ready", True, round(time.monotonic() - started, 2), timeout)
+        except HttpError:
+            pass  # not listening yet: sglang opens its port only once the model is loaded
+        now = time.monotonic()
+        if now >= deadline:
+            return Check(
+                "ready",
+                False,
+                None,
+                timeout,
+                f"not ready after {timeout:g} s (the scenario's load timeout)",
+            )
+        if now >= next_note:
+            say(f"still loading after {now - started:.0f} s (timeout {timeout:g} s)")
+            next_note = now + 30
+        # Waiting on the exit event (not sleeping) is what makes a crash visible at once.
+        box.wait_exit(min(0.25, max(0.0, deadline - now)))
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def report_dict(report: SmokeReport) -> dict[str, Any]:
+    """The report as JSON-ready data (``passed``, ``verdict``, ``checks`` first)."""
+    data = asdict(report)
+    out: dict[str, Any] = {"passed": report.passed, "verdict": report.verdict}
+    out["checks"] = [dict(c) for c in data.pop("checks")]
+    for k, v in data.items():
+        if k in out:
+            continue
+        out[k] = str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v)
+    out["figures"] = dict(report.figures)
+    return out
+
+
+def _fmt(v: Value) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def table_rows(report: SmokeReport) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the human table (one row per check)."""
+    rows = []
+    for c in report.checks:
+        result = "skip" if c.skipped else ("ok" if c.passed else "FAIL")
+        rows.append([c.name, result, _fmt(c.value), _fmt(c.threshold), c.detail[:100]])
+    return ["check", "result", "value", "threshold", "detail"], rows
+
+
+def junit_xml(report: SmokeReport) -> str:
+    """JUnit XML: one test case per check; image, digest and figures as properties."""
+    suite = ET.Element(
+        "testsuite",
+        name=f"sglforge.smoke.{report.scenario}",
+        tests=str(len(report.checks)),
+        failures=str(len(report.failed_checks)),
+        errors="0",
+        skipped=str(sum(1 for c in report.checks if c.skipped)),
+        time=f"{report.duration_s:.3f}",
+        timestamp=report.started_at,
+        hostname=socket.gethostname(),
+    )
+    props = ET.SubElement(suite, "properties")
+    base_props: dict[str, Value] = {
+        "image": report.image,
+        "image_digest": report.image_digest,
+        "image_id": report.image_id,
+        "scenario": report.scenario,
+        "verdict": report.verdict,
+        "exit_code": report.exit_code,
+    }
+    for k, v in {**base_props, **{f"figure.{k}": v for k, v in report.figures.items()}}.items():
+        if v is not None:
+            ET.SubElement(props, "property", name=k, value=str(v))
+    for c in report.checks:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"smoke.{report.scenario}",
+            name=c.name,
+            time=f"{c.seconds:.3f}",
+        )
+        cprops = ET.SubElement(case, "properties")
+        ET.SubElement(cprops, "property", name="value", value=_fmt(c.value))
+        ET.SubElement(cprops, "property", name="threshold", value=_fmt(c.threshold))
+        if c.skipped:
+            ET.SubElement(case, "skipped", message=c.detail or "not run")
+        elif not c.passed:
+            failure = ET.SubElement(
+                case, "failure", message=c.detail or f"{c.name} failed", type="SmokeCheckFailed"
+            )
+            failure.text = f"value {_fmt(c.value)}, threshold {_fmt(c.threshold)}\n{c.detail}"
+    if report.log_tail:
+        out = ET.SubElement(suite, "system-out")
+        out.text = "\n".join(report.log_tail)
+    root = ET.Element("testsuites", name="sglforge smoke")
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def markdown(report: SmokeReport) -> str:
+    """A markdown summary (for ``$GITHUB_STEP_SUMMARY``)."""
+    icon = {"passed": "PASSED", "failed": "FAILED", "cannot-run": "CANNOT RUN"}[report.verdict]
+    lines = [
+        f"### sglforge smoke `{report.scenario}`: {icon}",
+        "",
+        f"Image `{report.image}`" + (f" (`{report.image_digest}`)" if report.image_digest else ""),
+        "",
+    ]
+    if report.reason:
+        lines += [f"> {report.reason}", ""]
+    lines += ["| check | result | value | threshold | detail |", "|---|---|---|---|---|"]
+    headers, rows = table_rows(report)
+    del headers
+    for r in rows:
+        cells = [x.replace("|", "\\|") for x in r]
+        lines.append("| " + " | ".join(cells) + " |")
+    if report.figures:
+        lines += ["", "| figure | value |", "|---|---|"]
+        lines += [f"| {k} | {_fmt(v)} |" for k, v in report.figures.items()]
+    if report.log_tail:
+        lines += ["", "<details><summary>last server log lines</summary>", "", "```"]
+        lines += list(report.log_tail)
+        lines += ["```", "", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(
+    report: SmokeReport, environ: Mapping[str, str] = os.environ
+) -> Path | None:
+    """Append the markdown summary to ``$GITHUB_STEP_SUMMARY`` when set; the file or None."""
+    target = environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    path = Path(target)
+    # The runner's summary file collects every step's output: append to it, never replace it.
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(markdown(report) + "\n")
+    return path
+
+
+def write_junit(report: SmokeReport, path: Path) -> None:
+    """Write the JUnit XML report to ``path``."""
+    atomic_write(Path(path), junit_xml(report))
+
+
+__all__ = [
+    "Check",
+    "GpuInventory",
+    "Scenario",
+    "SmokeReport",
+    "append_step_summary",
+    "detect_gpus",
+    "junit_xml",
+    "load_scenario",
+    "markdown",
+    "preflight",
+    "report_dict",
+    "run_smoke",
+    "table_rows",
+    "write_junit",
+]
