@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from synthetic import commit, edit, git, make_project, make_upstream
 
 from sglforge.cli import main
 from sglforge.patches.check import check_refs
+from synthetic import commit, edit, git, make_project, make_upstream
 
 
 @pytest.fixture

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from synthetic import PATCHES, commit, edit, git, make_project, make_upstream
 
 from sglforge.errors import PatchError, UpstreamError
 from sglforge.patches.apply import apply_queue
 from sglforge.patches.export import export_queue, new_patch
 from sglforge.patches.refresh import refresh_queue
 from sglforge.patches.series import load_pin, load_queue
+from synthetic import PATCHES, commit, edit, git, make_project, make_upstream
 
 NO_CONFLICT = [p for p in PATCHES if not p[0].startswith("fix-d")]
 
