@@ -964,22 +964,47 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
 
 
 def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5) -> list[str]:
-    """The ``n`` known tags most like ``wanted``, preferring those of target ``bt``."""
+    """The ``n`` known tags most like ``wanted``, preferring those of target ``bt``.
+
+    Tags of the target's shape rank by version distance first (0.5.13 is nearer to 0.5.14
+    than 0.5.4 is, which plain string similarity gets wrong), then by difflib similarity.
+    """
     import difflib
 
     known = sorted(set(known))
-    pattern = re.compile(
-        "^"
-        + re.escape(bt.target.base.rpartition(":")[2])
-        .replace(re.escape("{version}"), r".+")
-        .replace(re.escape("{rocm}"), "(?:" + "|".join(map(re.escape, bt.target.rocm)) + ")")
-        .replace(re.escape("{gpu_arch}"), re.escape(bt.gpu_arch))
-        .replace(re.escape("{target}"), re.escape(bt.name))
-        + "$"
-    )
+    shape = re.escape(bt.target.base.rpartition(":")[2])
+    for field_, rx in (
+        ("version", r"(?P<version>.+?)"),
+        ("rocm", "(?:" + "|".join(map(re.escape, bt.target.rocm)) + ")"),
+        ("gpu_arch", re.escape(bt.gpu_arch)),
+        ("target", re.escape(bt.name)),
+    ):
+        shape = shape.replace(re.escape("{" + field_ + "}"), rx, 1)
+        shape = shape.replace(re.escape("{" + field_ + "}"), ".+?")
+    pattern = re.compile(f"^{shape}$")
+    want = pattern.match(wanted)
+    want_v = _numbers(want.groupdict().get("version") if want else None)
     mine = [t for t in known if pattern.match(t)] or known
-    ranked = sorted(mine, key=lambda t: -difflib.SequenceMatcher(None, wanted, t).ratio())
-    return ranked[:n]
+
+    def rank(tag: str) -> tuple[tuple[int, ...], float]:
+        m = pattern.match(tag)
+        v = _numbers(m.groupdict().get("version") if m else None)
+        if want_v and v:
+            width = max(len(want_v), len(v))
+            a, b = want_v + (0,) * (width - len(want_v)), v + (0,) * (width - len(v))
+            dist = tuple(abs(x - y) for x, y in zip(a, b, strict=True))
+        else:
+            dist = (1 << 30,)
+        return dist, -difflib.SequenceMatcher(None, wanted, tag).ratio()
+
+    return sorted(mine, key=rank)[:n]
+
+
+def _numbers(version: str | None) -> tuple[int, ...]:
+    if not version:
+        return ()
+    m = re.match(r"v?(\d+(?:\.\d+)*)", version)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
 def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
