@@ -36,6 +36,7 @@ from sglforge.release import PatchInfo, Release, Smoke, record_release
 
 SMOKE_DIR = "smoke"
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
+INPUTS_LABEL = "io.sglforge.inputs"  # sglforge.build: the hash of everything an image is made of
 _QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}$")
 
 Progress = Callable[[str], None]
@@ -332,13 +333,13 @@ def publish(
     pushed: list[str] = []
     try:
         clock.reset()
-        digest = _push_immutable(built.image, immutable, creds, attempts, backoff, say)
+        digest, source = _push_immutable(built.image, immutable, creds, attempts, backoff, say)
         pushed.append(immutable)
         clock.done("push", True, f"{immutable}@{digest}")
         for ref in moving:
             clock.reset()
             say(f"move {ref}")
-            reg.tag(built.image, ref)
+            reg.tag(source, ref)
             moved = reg.push(ref, creds, attempts=attempts, backoff=backoff, progress=say)
             remote = reg.registry_digest(ref, creds)
             if not (moved.digest == remote == digest):
@@ -390,28 +391,34 @@ def _push_immutable(
     attempts: int,
     backoff: float,
     say: Progress,
-) -> str:
-    # An immutable tag never changes what it names: if the registry already holds it for
-    # another image, refuse instead of overwriting a published release.
+) -> tuple[str, str]:
+    """Push the immutable tag; (verified digest, local image the friendly tags must name)."""
+    # An immutable tag never changes what it names. The engine's classic builder stamps a
+    # creation time into every image, so a rebuild of the same inputs has another digest:
+    # when the registry already holds the tag from the same inputs, that image is the
+    # release (pulled, not overwritten); from other inputs, refuse.
     existing = reg.registry_digest_or_none(immutable, creds)
-    reg.tag(image, immutable)
-    if existing is not None:
-        local = reg.local_repo_digest(immutable)
-        if local is not None and local != existing:
+    if existing is not None and existing not in reg.local_repo_digests(image, immutable):
+        theirs = reg.registry_labels(immutable, creds).get(INPUTS_LABEL)
+        ours = _labels_of(image).get(INPUTS_LABEL)
+        if not (theirs and theirs == ours):
             raise PublishError(
-                f"{immutable} already names {existing} in the registry, but the local image "
-                f"is {local}: an immutable tag is never overwritten",
+                f"{immutable} already names {existing} in the registry, built from other "
+                f"inputs than {image}: an immutable tag is never overwritten",
                 "delete the tag in the registry if it is wrong, or change the patch queue",
             )
+        say(f"{immutable} is already published from the same inputs; reusing {existing}")
+        reg.pull(immutable, creds)
+        return reg.verify(immutable, existing, creds), immutable
+    reg.tag(image, immutable)
     say(f"push {immutable}")
     pushed = reg.push(immutable, creds, attempts=attempts, backoff=backoff, progress=say)
-    if existing is not None and existing != pushed.digest:
-        raise PublishError(
-            f"{immutable} named {existing} in the registry and now {pushed.digest}: another "
-            "build overwrote an immutable tag",
-            "investigate the registry; rerun sglforge publish",
-        )
-    return reg.verify(immutable, pushed.digest, creds)
+    return reg.verify(immutable, pushed.digest, creds), image
+
+
+def _labels_of(image: str) -> dict[str, str]:
+    config = reg.image_attrs(image).get("Config") or {}
+    return dict(config.get("Labels") or {}) if isinstance(config, dict) else {}
 
 
 def _checks(report: Any) -> list[SmokeCheck]:

@@ -338,6 +338,23 @@ def local_repo_digest(ref: str) -> str | None:
     return None
 
 
+def local_repo_digests(image: str, ref: str) -> tuple[str, ...]:
+    """Digests the local ``image`` has in the repository of ``ref`` (its RepoDigests)."""
+    name = parse_ref(ref).name
+    try:
+        attrs = client().api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        return ()
+    except docker.errors.APIError as exc:
+        raise PublishError(f"inspect {image}: {exc.explanation or exc}") from None
+    out = []
+    for entry in attrs.get("RepoDigests") or []:
+        repo, _, digest = str(entry).partition("@")
+        if repo == name:
+            out.append(digest)
+    return tuple(out)
+
+
 # --- the registry HTTP API -----------------------------------------------------------------
 
 
@@ -363,24 +380,36 @@ def _bearer_token(challenge: str, creds: Credentials | None, timeout: float) -> 
     return str(token)
 
 
-def registry_digest(ref: str, creds: Credentials | None = None, timeout: float = 15.0) -> str:
-    """The digest the registry serves for ``ref`` (``HEAD /v2/<name>/manifests/<tag>``)."""
-    parsed = parse_ref(ref)
-    url = f"{_base_url(parsed.registry)}/v2/{parsed.repository}/manifests/{parsed.tag}"
+class _Missing(PublishError):
+    """The registry has no such manifest or blob (HTTP 404)."""
+
+
+class _Unreachable(PublishError):
+    """The registry did not answer."""
+
+
+def _request(
+    ref: Reference,
+    path: str,
+    creds: Credentials | None,
+    *,
+    method: str = "GET",
+    accept: str | None = None,
+    what: str = "checking the digest",
+    timeout: float = 15.0,
+) -> tuple[dict[str, str], bytes]:
+    """One registry API call (``/v2/<name>/<path>``) with Basic or Bearer auth as challenged."""
+    url = f"{_base_url(ref.registry)}/v2/{ref.repository}/{path}"
     auth: str | None = None
     for _ in range(2):
-        req = urllib.request.Request(url, method="HEAD")
-        req.add_header("Accept", MANIFEST_ACCEPT)
+        req = urllib.request.Request(url, method=method)
+        if accept:
+            req.add_header("Accept", accept)
         if auth:
             req.add_header("Authorization", auth)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
-                digest = resp.headers.get("Docker-Content-Digest")
-                if digest:
-                    return str(digest)
-                raise PublishError(
-                    f"{ref}: the registry answered without a Docker-Content-Digest header"
-                )
+                return dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
             challenge = exc.headers.get("WWW-Authenticate", "") if exc.headers else ""
             if exc.code == 401 and auth is None and challenge:
@@ -391,25 +420,47 @@ def registry_digest(ref: str, creds: Credentials | None = None, timeout: float =
                     auth = creds.basic()
                     continue
             if exc.code in (401, 403):
+                login = f"the login of {creds.username!r}" if creds else "anonymous access"
                 raise PublishError(
-                    f"{ref}: registry {parsed.registry} refused the credentials "
-                    f"(HTTP {exc.code}) while checking the digest",
-                    f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {parsed.registry}`",
+                    f"{ref}: registry {ref.registry} refused the credentials ({login}, "
+                    f"HTTP {exc.code}) while {what}",
+                    f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {ref.registry}`",
                 ) from None
             if exc.code == 404:
-                raise PublishError(
-                    f"{ref}: the registry has no such tag (HTTP 404) after the push",
-                    "rerun sglforge publish; check the registry's storage",
-                ) from None
-            raise PublishError(f"{ref}: registry answered HTTP {exc.code}") from None
+                raise _Missing(f"{ref}: the registry has no {path} (HTTP 404)") from None
+            raise PublishError(f"{ref}: registry answered HTTP {exc.code} while {what}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise PublishError(
-                f"{ref}: registry {parsed.registry} unreachable while checking the digest: "
+            raise _Unreachable(
+                f"{ref}: registry {ref.registry} unreachable while {what}: "
                 f"{_scrub(str(reason), creds)}",
-                f"check that the registry is up: curl {_base_url(parsed.registry)}/v2/",
+                f"check that the registry is up: curl {_base_url(ref.registry)}/v2/",
             ) from None
-    raise PublishError(f"{ref}: registry refused the credentials while checking the digest")
+    raise PublishError(f"{ref}: registry {ref.registry} refused the credentials while {what}")
+
+
+def registry_digest(ref: str, creds: Credentials | None = None, timeout: float = 15.0) -> str:
+    """The digest the registry serves for ``ref`` (``HEAD /v2/<name>/manifests/<tag>``)."""
+    parsed = parse_ref(ref)
+    try:
+        headers, _ = _request(
+            parsed,
+            f"manifests/{parsed.tag}",
+            creds,
+            method="HEAD",
+            accept=MANIFEST_ACCEPT,
+            timeout=timeout,
+        )
+    except _Missing:
+        raise PublishError(
+            f"{ref}: the registry has no such tag (HTTP 404)",
+            "rerun sglforge publish; check the registry's storage",
+        ) from None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    digest = lowered.get("docker-content-digest")
+    if not digest:
+        raise PublishError(f"{ref}: the registry answered without a Docker-Content-Digest header")
+    return str(digest)
 
 
 def registry_digest_or_none(ref: str, creds: Credentials | None = None) -> str | None:
@@ -419,15 +470,44 @@ def registry_digest_or_none(ref: str, creds: Credentials | None = None) -> str |
     login is raised here (retrying cannot fix it).
     """
     parsed = parse_ref(ref)
-    url = f"{_base_url(parsed.registry)}/v2/{parsed.repository}/manifests/{parsed.tag}"
     try:
-        return registry_digest(ref, creds)
-    except PublishError as exc:
-        if "refused the credentials" in exc.message:
-            raise
-        if "HTTP 404" in exc.message or "unreachable" in exc.message:
-            return None
-        raise PublishError(f"{exc.message} ({url})", exc.hint) from None
+        headers, _ = _request(
+            parsed, f"manifests/{parsed.tag}", creds, method="HEAD", accept=MANIFEST_ACCEPT
+        )
+    except (_Missing, _Unreachable):
+        return None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    return lowered.get("docker-content-digest") or None
+
+
+def registry_labels(ref: str, creds: Credentials | None = None) -> dict[str, str]:
+    """The labels of the image ``ref`` names in the registry (manifest -> config blob)."""
+    parsed = parse_ref(ref)
+    what = "reading the image config"
+    _, body = _request(parsed, f"manifests/{parsed.tag}", creds, accept=MANIFEST_ACCEPT, what=what)
+    manifest = json.loads(body or b"{}")
+    if "manifests" in manifest:  # an index: take the linux/amd64 image (what the engine runs)
+        chosen = next(
+            (
+                m
+                for m in manifest["manifests"]
+                if (m.get("platform") or {}).get("architecture") in ("amd64", None)
+            ),
+            None,
+        )
+        if chosen is None:
+            return {}
+        _, body = _request(
+            parsed, f"manifests/{chosen['digest']}", creds, accept=MANIFEST_ACCEPT, what=what
+        )
+        manifest = json.loads(body or b"{}")
+    config_digest = (manifest.get("config") or {}).get("digest")
+    if not config_digest:
+        return {}
+    _, blob = _request(parsed, f"blobs/{config_digest}", creds, what=what)
+    config = json.loads(blob or b"{}")
+    labels = (config.get("config") or {}).get("Labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 def verify(ref: str, pushed_digest: str, creds: Credentials | None = None) -> str:
