@@ -350,6 +350,7 @@ def _tree_blobs(repo: Path, commit: str) -> dict[str, tuple[str, str]]:
 
 def _wheel_files(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
     """repo path -> (git mode, content) for the sources in the wheel's package folders."""
+    package = canonicalize_name(project).replace("-", "_")
     files: dict[str, tuple[str, bytes]] = {}
     try:
         zf = zipfile.ZipFile(wheel)
@@ -363,7 +364,7 @@ def _wheel_files(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
             top = name.split("/", 1)[0]
             # Only the import package: sglang/ -> python/sglang/. dist-info, tools/ etc. are
             # packaging artefacts whose place in the repository a wheel does not record.
-            if info.is_dir() or top != "sglang" or ".." in name.split("/"):
+            if info.is_dir() or top != package or ".." in name.split("/"):
                 continue
             if name.endswith(_BINARY_SUFFIXES) or ".so." in name or "/__pycache__/" in name:
                 continue
@@ -378,7 +379,7 @@ def _wheel_files(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
             files[f"python/{name}"] = (mode, data)
     if not files:
         raise UpstreamError(
-            f"{wheel.name}: no {project.replace('-', '_')}/ package folder in the wheel",
+            f"{wheel.name}: no {package}/ package folder in the wheel",
             "this source only understands wheels whose package folder is python/<package>/",
         )
     return files
@@ -398,13 +399,14 @@ def _import_release(
 ) -> tuple[str, dict[str, tuple[str, str]]]:
     """Commit one release on top of ``parent`` with git fast-import; returns (commit, files)."""
     files = _wheel_files(wheel, project)
+    package = canonicalize_name(project).replace("-", "_")
     have = {sha for _, sha in known.values()}
     when = _epoch(git.IDENTITY["GIT_COMMITTER_DATE"])
     who = f"{git.IDENTITY['GIT_COMMITTER_NAME']} <{git.IDENTITY['GIT_COMMITTER_EMAIL']}>"
     message = (
         f"{project} {version}: python/ tree of the released wheel\n\n"
         f"Built by sglforge (pypi source, format {FORMAT}) from the PyPI release {version}: the\n"
-        f"wheel's {project}/ folder placed at python/{project}/. This tree holds python/ only:\n"
+        f"wheel's {package}/ folder placed at python/{package}/. This tree holds python/ only:\n"
         f"no sgl-kernel/, docker/, 3rdparty/ or tests outside python/, and no compiled modules.\n"
     ).encode()
     chunks = [
