@@ -196,7 +196,15 @@ class _Table:
             return v
         if kind == "tables" and isinstance(v, list) and all(isinstance(x, dict) for x in v):
             return v
-        want = {"strs": "a list of strings", "tables": "a list of tables"}.get(kind, f"a {kind}")
+        want = {
+            "str": "a string",
+            "int": "an integer",
+            "float": "a number",
+            "bool": "true or false",
+            "strs": "a list of strings",
+            "table": "a table",
+            "tables": "a list of tables",
+        }[kind]
         raise self._bad(key, want)
 
     def table(self, key: str) -> _Table:

@@ -130,15 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
 class Engine:
     """The fake model: deterministic words, arithmetic, timing and speculative statistics."""
 
-    def __init__(self, args: argparse.Namespace, faults: frozenset[str]) -> None:
+    def __init__(
+        self, args: argparse.Namespace, faults: frozenset[str], env: dict | None = None
+    ) -> None:
+        env = dict(os.environ if env is None else env)
         self.args = args
         self.faults = faults
         self.spec = args.speculative_algorithm is not None
         default_speed = 4.0 if "slow" in faults else 400.0
-        self.tok_s = float(os.environ.get("STANDIN_DECODE_TOK_S", default_speed))
-        accept = (
-            1.3 if "low-accept" in faults else float(os.environ.get("STANDIN_ACCEPT_LENGTH", "3.4"))
-        )
+        self.tok_s = float(env.get("STANDIN_DECODE_TOK_S", default_speed))
+        accept = 1.3 if "low-accept" in faults else float(env.get("STANDIN_ACCEPT_LENGTH", "3.4"))
         # With top-k 1 a verify step can accept at most num_steps + 1 tokens.
         if args.speculative_num_steps:
             accept = min(accept, args.speculative_num_steps + 1)
@@ -414,16 +415,30 @@ def crash_while_loading(args: argparse.Namespace) -> None:
     sys.exit(1)
 
 
+def parse_faults(value: str) -> frozenset[str]:
+    """The faults named in a ``STANDIN_FAULT`` value (comma-separated)."""
+    return frozenset(f.strip() for f in value.split(",") if f.strip())
+
+
+def make_server(
+    args: argparse.Namespace, faults: frozenset[str], env: dict | None = None
+) -> ThreadingHTTPServer:
+    """A listening (not yet serving) stand-in HTTP server; ``.engine`` is its fake model."""
+    engine = Engine(args, faults, env)
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine, dict(vars(args))))
+    httpd.daemon_threads = True
+    httpd.engine = engine  # type: ignore[attr-defined]
+    return httpd
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse sglang's flags, pretend to load, then serve until killed."""
     args = build_parser().parse_args(argv)
-    faults = frozenset(f.strip() for f in os.environ.get("STANDIN_FAULT", "").split(",") if f)
+    faults = parse_faults(os.environ.get("STANDIN_FAULT", ""))
     unknown = faults - FAULTS
     if unknown:
         log(f"unknown STANDIN_FAULT {sorted(unknown)}; known: {sorted(FAULTS)}")
         return 2
-    # PID 1 in a container ignores SIGTERM unless a handler is set; exit like a server would.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     print("=" * 78, flush=True)
     log(BANNER)
     log(f"faults: {sorted(faults) or 'none'}")
@@ -436,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(config) as fh:
         arch = (json.load(fh).get("architectures") or ["?"])[0]
     log(f"model architecture {arch}; tp={args.tp_size}; speculative={args.speculative_algorithm}")
+    # PID 1 in a container ignores SIGTERM unless a handler is set; exit like a server would.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     if "crash" in faults:
         crash_while_loading(args)
     log("Load weight begin.")
@@ -450,12 +467,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3600)
     time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "0.5")))
     log("Load weight end.")
-    engine = Engine(args, faults)
-    info = {k: v for k, v in vars(args).items()}
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine, info))
-    httpd.daemon_threads = True
+    httpd = make_server(args, faults)
     log(f"Uvicorn running on http://{args.host}:{args.port} (stand-in: http.server)")
-    engine.generate("warmup", {"max_new_tokens": 1}, internal=True)
+    httpd.engine.generate("warmup", {"max_new_tokens": 1}, internal=True)  # type: ignore[attr-defined]
     log("The server is fired up and ready to roll! (stand-in)")
     try:
         httpd.serve_forever(poll_interval=0.2)

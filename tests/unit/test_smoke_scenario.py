@@ -1,0 +1,462 @@
+"""Smoke scenarios, preflight, check arithmetic and reports (no engine, no subprocess)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sglforge import smoke
+from sglforge.cli import main
+from sglforge.engine import containers
+from sglforge.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+GLM = ROOT / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
+CPU = ROOT / "smoke" / "standin-cpu.toml"
+
+
+def write(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def cpu_text() -> str:
+    return CPU.read_text()
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def test_the_mission_scenario_launches_glm5_with_mtp_5_1_6_on_tp8() -> None:
+    s = smoke.load_scenario(GLM)
+    args = s.launch_args(30555)
+    joined = " ".join(args)
+    for flags in (
+        "--tp 8",
+        "--trust-remote-code",
+        "--speculative-algorithm EAGLE",
+        "--speculative-num-steps 5",
+        "--speculative-eagle-topk 1",
+        "--speculative-num-draft-tokens 6",
+        "--kv-cache-dtype fp8_e4m3",
+        "--enable-aiter-allreduce-fusion",
+        "--host 127.0.0.1",
+        "--port 30555",
+        f"--model-path {s.model_mount}",
+    ):
+        assert flags in joined
+    assert s.command == ("python3", "-m", "sglang.launch_server")
+    assert s.target == "mi355x" and s.accelerator == "rocm" and s.gpus_needed == 8
+    assert s.load_timeout >= 1800
+    c = s.container
+    assert c.devices == ("/dev/kfd", "/dev/dri") and c.group_add == ("video",)
+    assert (c.ipc_mode, c.network_mode) == ("host", "host")
+    assert c.security_opt == ("seccomp=unconfined",) and c.cap_add == ("SYS_PTRACE",)
+    assert c.shm_size and c.nofile and c.nofile >= 65536
+    assert s.checks.min_accept_length == 2.5
+    names = {p.name for p in s.checks.forbidden}
+    assert {"python-traceback", "jit-compile-failure", "flydsl-heuristic-fallback"} <= names
+
+
+def test_mission_log_patterns_catch_the_known_failures() -> None:
+    s = smoke.load_scenario(GLM)
+    lines = {
+        "python-traceback": "Traceback (most recent call last):",
+        "jit-compile-failure": "fused_metadata_copy.cuh:3:10: fatal error: 'cuda_runtime.h' "
+        "file not found",
+        "aiter-moe-default": "[aiter] [fused_moe] using 2stage default for ('gfx950', 256, 1)",
+        "flydsl-heuristic-fallback": "[fused_moe] no tuned FlyDSL config for (...), using "
+        "heuristic FlyDSL fallback (kn1='x')",
+        "shape-mismatch": "RuntimeError: shape mismatch loading model.decoder.mlp",
+        "hip-no-binary": "hipErrorNoBinaryForGpu: Unable to find code object",
+    }
+    by_name = {p.name: re.compile(p.pattern) for p in s.checks.forbidden}
+    for name, line in lines.items():
+        assert by_name[name].search(line), name
+    healthy = "[aiter] [fused_moe] using 2stage (kernelName1='a', kernelName2='b') for (...)"
+    assert not any(rx.search(healthy) for rx in by_name.values())
+
+
+def test_cpu_scenario_needs_no_devices_and_resolves_the_model_next_to_the_file() -> None:
+    s = smoke.load_scenario(CPU)
+    assert s.accelerator == "none" and s.container.devices == ()
+    assert s.model_path == (ROOT / "tests" / "standin" / "model").resolve()
+    assert (s.model_path / "config.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda t: t.replace("[scenario]\n", "[scenario]\ncolour = 'red'\n"), "scenario.colour"),
+        (lambda t: t + "\n[extra]\nx = 1\n", "extra"),
+        (
+            lambda t: t.replace("[checks.speed]\n", "[checks.speed]\nmin_tok_s = 3\n"),
+            "checks.speed.min_tok_s",
+        ),
+        (
+            lambda t: t.replace(
+                'why = "an exception somewhere in the server"',
+                "why = \"an exception somewhere in the server\"\nseverity = 'low'",
+            ),
+            "checks.logs.forbidden[0].severity",
+        ),
+    ],
+)
+def test_unknown_keys_are_rejected_naming_key_and_file(tmp_path: Path, edit, key: str) -> None:
+    path = write(tmp_path, edit(cpu_text()))
+    with pytest.raises(ConfigError) as exc:
+        smoke.load_scenario(path)
+    assert f"unknown key '{key}'" in exc.value.message
+    assert str(path) in exc.value.message
+    assert exc.value.hint and "known keys" in exc.value.hint
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        ("port = 30123", "port = 'x'", "'scenario.port' must be an integer"),
+        ("port = 30123", "port = 70000", "not a TCP port"),
+        ('accelerator = "none"', 'accelerator = "cuda"', "'scenario.accelerator' must be one"),
+        ('"--port", "<port>",', '"--port", "30000",', "must pass the port as <port>"),
+        ('"--port", "<port>",', '"--port", "<port>", "<gpu>",', "unknown placeholder <gpu>"),
+        ('network_mode = "host"', 'network_mode = "bridge"', 'must be "host"'),
+        ("min_decode_tok_s = 50.0", "", "missing 'checks.speed.min_decode_tok_s'"),
+        (
+            "pattern = 'Traceback \\(most recent call last\\)'",
+            "pattern = 'Traceback ('",
+            "not a valid regular expression",
+        ),
+        ("max_new_tokens = 64", "max_new_tokens = 4", "at least 8"),
+    ],
+)
+def test_bad_values_are_rejected(tmp_path: Path, old: str, new: str, needle: str) -> None:
+    text = cpu_text()
+    assert old in text
+    path = write(tmp_path, text.replace(old, new, 1))
+    with pytest.raises(ConfigError) as exc:
+        smoke.load_scenario(path)
+    assert needle in exc.value.message and str(path) in exc.value.message
+
+
+def test_missing_and_invalid_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such scenario"):
+        smoke.load_scenario(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        smoke.load_scenario(write(tmp_path, "[scenario\n"))
+
+
+def test_gpus_needed_reads_tp_and_dp() -> None:
+    s = smoke.load_scenario(CPU)
+    from dataclasses import replace
+
+    assert replace(s, args=("--tp-size", "4", "--dp", "2", "--port", "<port>")).gpus_needed == 8
+    assert replace(s, args=("--tp=4", "--port", "<port>")).gpus_needed == 4
+    dpa = ("--tp", "8", "--dp", "8", "--enable-dp-attention", "--port", "<port>")
+    assert replace(s, args=dpa).gpus_needed == 8
+
+
+# --------------------------------------------------------------------------- preflight
+
+ROCMINFO = """\
+ROCk module version 6.12.12 is loaded
+=====================
+HSA Agents
+==========
+*******
+Agent 1
+*******
+  Name:                    AMD EPYC 9575F 64-Core Processor
+  Uuid:                    CPU-XX
+  Marketing Name:          AMD EPYC 9575F 64-Core Processor
+  Vendor Name:             CPU
+  Device Type:             CPU
+*******
+Agent 2
+*******
+  Name:                    gfx950
+  Uuid:                    GPU-5d1c3e0a6f1b2c3d
+  Marketing Name:          AMD Instinct MI355X
+  Vendor Name:             AMD
+  Device Type:             GPU
+  ISA Info:
+    ISA 1
+      Name:                    amdgcn-amd-amdhsa--gfx950:sramecc+:xnack-
+*******
+Agent 3
+*******
+  Name:                    gfx950
+  Marketing Name:          AMD Instinct MI355X
+  Device Type:             GPU
+"""
+
+
+def test_parse_rocminfo_lists_gpu_agents_only() -> None:
+    assert smoke.parse_rocminfo(ROCMINFO) == ["gfx950", "gfx950"]
+    assert smoke.parse_rocminfo("") == []
+
+
+def test_parse_amd_smi_old_list_and_new_wrapped_forms() -> None:
+    old = [
+        {"gpu": i, "asic": {"market_name": "MI300X", "target_graphics_version": "gfx942"}}
+        for i in range(2)
+    ]
+    new = {"gpu_data": [{"gpu": 0, "asic": {"target_graphics_version": "gfx950"}}]}
+    assert smoke.parse_amd_smi(json.dumps(old)) == ["gfx942", "gfx942"]
+    assert smoke.parse_amd_smi(json.dumps(new)) == ["gfx950"]
+    with pytest.raises(ValueError):
+        smoke.parse_amd_smi("amd-smi: not json")
+
+
+def test_kfd_topology(tmp_path: Path) -> None:
+    assert smoke.gfx_from_target_version(90500) == "gfx950"
+    assert smoke.gfx_from_target_version(90402) == "gfx942"
+    assert smoke.gfx_from_target_version(90010) == "gfx90a"
+    assert smoke.gfx_from_target_version(0) is None
+    for n, version in enumerate([0, 90500, 90500]):
+        node = tmp_path / str(n)
+        node.mkdir()
+        (node / "properties").write_text(f"cpu_cores_count 8\ngfx_target_version {version}\n")
+    assert smoke.read_kfd_topology(tmp_path) == ["gfx950", "gfx950"]
+    assert smoke.read_kfd_topology(tmp_path / "absent") == []
+
+
+def _preflight(scenario: smoke.Scenario, **kw: object) -> dict[str, smoke.Check]:
+    args: dict[str, object] = dict(
+        image="img",
+        image_found=True,
+        model_path=ROOT,
+        port=30000,
+        gpus=smoke.GpuInventory(("gfx950",) * 8, "rocminfo"),
+        arch=("gfx950", "target mi355x"),
+        exists=lambda _p: True,
+        port_busy=lambda _p: False,
+    )
+    args.update(kw)
+    return {c.name: c for c in smoke.preflight(scenario, **args)}  # type: ignore[arg-type]
+
+
+def test_preflight_passes_on_a_matching_host() -> None:
+    checks = _preflight(smoke.load_scenario(GLM))
+    assert all(c.passed for c in checks.values()), checks
+    assert set(checks) == {
+        "preflight.image",
+        "preflight.devices",
+        "preflight.gpu-arch",
+        "preflight.gpu-count",
+        "preflight.model",
+        "preflight.port",
+    }
+
+
+def test_preflight_names_each_reason_it_cannot_run(tmp_path: Path) -> None:
+    s = smoke.load_scenario(GLM)
+    wrong_arch = _preflight(s, gpus=smoke.GpuInventory(("gfx942",) * 8, "amd-smi"))
+    assert not wrong_arch["preflight.gpu-arch"].passed
+    assert "gfx942" in wrong_arch["preflight.gpu-arch"].detail
+    few = _preflight(s, gpus=smoke.GpuInventory(("gfx950",) * 4, "rocminfo"))
+    assert not few["preflight.gpu-count"].passed and few["preflight.gpu-count"].value == 4
+    none = _preflight(s, gpus=smoke.GpuInventory((), "none", "rocminfo not found"))
+    assert "rocminfo not found" in none["preflight.gpu-arch"].detail
+    devices = _preflight(s, exists=lambda p: p != "/dev/kfd")
+    assert devices["preflight.devices"].value == "/dev/kfd missing"
+    unknown = _preflight(s, arch=(None, "no label"))
+    assert "cannot tell" in unknown["preflight.gpu-arch"].detail
+    model = _preflight(s, model_path=tmp_path / "no-model")
+    assert not model["preflight.model"].passed and "--model" in model["preflight.model"].detail
+    assert not _preflight(s, model_path=None)["preflight.model"].passed
+    assert not _preflight(s, port_busy=lambda _p: True)["preflight.port"].passed
+    assert not _preflight(s, image_found=False)["preflight.image"].passed
+
+
+def test_cpu_scenario_preflight_skips_gpu_checks() -> None:
+    checks = _preflight(smoke.load_scenario(CPU), gpus=None, arch=(None, "none"))
+    assert set(checks) == {"preflight.image", "preflight.model", "preflight.port"}
+
+
+def test_expected_arch_from_label_then_targets_and_conflicts() -> None:
+    s = smoke.load_scenario(GLM)
+    assert smoke.expected_arch(ROOT, s, {})[0] == "gfx950"
+    assert smoke.expected_arch(ROOT, s, {smoke.ARCH_LABEL: "gfx950"})[0] == "gfx950"
+    arch, why = smoke.expected_arch(ROOT, s, {smoke.ARCH_LABEL: "gfx942"})
+    assert arch is None and "gfx942" in why and "gfx950" in why
+    cpu = smoke.load_scenario(CPU)
+    assert smoke.expected_arch(ROOT, cpu, {smoke.TARGET_LABEL: "mi300x"})[0] == "gfx942"
+    assert smoke.expected_arch(ROOT, cpu, {})[0] is None
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def test_answer_matching_ignores_reasoning_and_partial_numbers() -> None:
+    assert smoke.answer_matches("The answer is 42.", "42")
+    assert smoke.answer_matches("<think>40 + 2 is 42? or 43</think>\n42", "42")
+    assert not smoke.answer_matches("<think>it is 42</think> It is 43.", "42")
+    assert not smoke.answer_matches("1420", "42")
+    assert not smoke.answer_matches("4.42", "42")
+    assert not smoke.answer_matches("42.5", "42")
+
+
+def test_decode_speed_excludes_the_prefill_token() -> None:
+    chunks = [(10.0, {"meta_info": {"completion_tokens": 1}})]
+    chunks += [(10.0 + i, {"meta_info": {"completion_tokens": 1 + 3 * i}}) for i in range(1, 5)]
+    tok_s, tokens = smoke.decode_speed(chunks)
+    assert tokens == 13 and tok_s == pytest.approx(3.0)
+    assert smoke.decode_speed([]) == (0.0, 0)
+
+
+def test_accept_length_from_meta_new_and_old_servers() -> None:
+    new = [
+        {"spec_verify_ct": 10, "spec_accept_length": 3.0, "completion_tokens": 31},
+        {"spec_verify_ct": 30, "spec_accept_length": 4.0, "completion_tokens": 121},
+    ]
+    assert smoke.accept_length_from_meta(new)[0] == pytest.approx(3.75)
+    old = [{"spec_verify_ct": 20, "completion_tokens": 60}]
+    assert smoke.accept_length_from_meta(old)[0] == pytest.approx(3.0)
+    value, detail = smoke.accept_length_from_meta([{"completion_tokens": 8}])
+    assert value is None and "off" in detail
+
+
+def test_accept_length_from_server_info() -> None:
+    info = {"internal_states": [{"avg_spec_accept_length": 3.0}, {"avg_spec_accept_length": 4.0}]}
+    assert smoke.accept_length_from_server_info(info) == pytest.approx(3.5)
+    assert smoke.accept_length_from_server_info({"internal_states": [{}]}) is None
+    assert smoke.accept_length_from_server_info({"avg_spec_accept_length": 2.0}) == 2.0
+
+
+def test_scan_log_finds_forbidden_lines(tmp_path: Path) -> None:
+    s = smoke.load_scenario(GLM)
+    log = tmp_path / "server.log"
+    log.write_text("ok\n[aiter] [fused_moe] using 1stage default for (1,)\nfine\n")
+    hits = smoke.scan_log(log, s.checks.forbidden)
+    assert hits == ["aiter-moe-default: line 2: [aiter] [fused_moe] using 1stage default for (1,)"]
+    assert smoke.scan_log(tmp_path / "missing.log", s.checks.forbidden) == []
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def sample_report(tmp_path: Path) -> smoke.SmokeReport:
+    return smoke.SmokeReport(
+        passed=False,
+        verdict="failed",
+        checks=(
+            smoke.Check("ready", True, 12.5, 3600.0, seconds=12.5),
+            smoke.Check("spec-accept.server", False, 1.3, 2.5, "avg_spec_accept_length low"),
+            smoke.Check("stays-up", False, None, None, "not run", skipped=True),
+        ),
+        image="sglforge/sglang:v0.5.14-rocm700-mi355x-qabc",
+        image_digest="sha256:" + "d" * 64,
+        image_id="sha256:" + "e" * 64,
+        scenario="glm5",
+        scenario_path=GLM,
+        figures={"decode_tok_s": 201.5, "ready_s": 12.5},
+        log_path=tmp_path / "server.log",
+        report_dir=tmp_path,
+        log_tail=("line <one>", "line & two"),
+        reason="failed: spec-accept.server",
+        started_at="2026-11-30T06:00:00+00:00",
+        duration_s=20.0,
+    )
+
+
+def test_json_has_passed_and_checks_with_value_and_threshold(tmp_path: Path) -> None:
+    data = json.loads(json.dumps(smoke.report_dict(sample_report(tmp_path))))
+    assert data["passed"] is False and data["verdict"] == "failed"
+    assert {"name", "passed", "value", "threshold"} <= set(data["checks"][0])
+    assert data["checks"][1] == {**data["checks"][1], "name": "spec-accept.server", "value": 1.3}
+    assert data["figures"]["decode_tok_s"] == 201.5
+    assert data["log_path"].endswith("server.log")
+
+
+def test_junit_has_one_case_per_check_and_digest_and_figures(tmp_path: Path) -> None:
+    report = sample_report(tmp_path)
+    smoke.write_junit(report, tmp_path / "junit.xml")
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    props = {p.get("name"): p.get("value") for p in suite.find("properties") or []}
+    assert props["image_digest"] == report.image_digest
+    assert props["figure.decode_tok_s"] == "201.5"
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["ready", "spec-accept.server", "stays-up"]
+    assert cases[0].find("failure") is None and cases[1].find("failure") is not None
+    assert cases[2].find("skipped") is not None
+    assert "line & two" in (suite.findtext("system-out") or "")
+
+
+def test_markdown_appends_to_the_step_summary(tmp_path: Path) -> None:
+    report = sample_report(tmp_path)
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    assert smoke.append_step_summary(report, {"GITHUB_STEP_SUMMARY": str(summary)}) == summary
+    text = summary.read_text()
+    assert text.startswith("earlier step\n")
+    assert "FAILED" in text and "| spec-accept.server | FAIL | 1.3 | 2.5 |" in text
+    assert smoke.append_step_summary(report, {}) is None
+
+
+def test_table_rows_mark_results() -> None:
+    report = sample_report(Path("/tmp"))
+    headers, rows = smoke.table_rows(report)
+    assert headers[:4] == ["check", "result", "value", "threshold"]
+    assert [r[1] for r in rows] == ["ok", "FAIL", "skip"]
+
+
+# --------------------------------------------------------------------------- container profile
+
+
+def test_profile_becomes_docker_create_options() -> None:
+    s = smoke.load_scenario(GLM)
+    c = s.container
+    profile = containers.Profile(
+        devices=c.devices,
+        group_add=c.group_add,
+        ipc_mode=c.ipc_mode,
+        shm_size=c.shm_size,
+        security_opt=c.security_opt,
+        cap_add=c.cap_add,
+        nofile=c.nofile,
+        mounts=(containers.Mount("/data/m", "/models/m"),),
+        env=dict(c.env),
+    )
+    opts = containers.create_options(profile)
+    assert opts["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert opts["group_add"] == ["video"] and opts["ipc_mode"] == "host"
+    assert opts["network_mode"] == "host" and opts["security_opt"] == ["seccomp=unconfined"]
+    assert opts["cap_add"] == ["SYS_PTRACE"] and opts["shm_size"] == c.shm_size
+    (ulimit,) = opts["ulimits"]
+    assert (ulimit.name, ulimit.soft, ulimit.hard) == ("nofile", c.nofile, c.nofile)
+    (mount,) = opts["mounts"]
+    assert mount["ReadOnly"] is True and mount["Source"] == "/data/m"
+    assert opts["environment"]["SGLANG_USE_AITER"] == "1"
+    assert "devices" not in containers.create_options(containers.Profile())
+
+
+def test_engine_times_parse() -> None:
+    assert containers._parse_time("0001-01-01T00:00:00Z") is None
+    t = containers._parse_time("2026-11-30T06:00:01.123456789Z")
+    assert t is not None and t % 60 == pytest.approx(1.123457, abs=1e-5)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_smoke_command_is_registered_with_help() -> None:
+    result = CliRunner().invoke(main, ["smoke", "--help"])
+    assert result.exit_code == 0
+    for option in ("--image", "--scenario", "--model", "--junit", "--json", "--port"):
+        assert option in result.output
+
+
+def test_scenarios_are_valid_toml_with_a_header_comment() -> None:
+    for path in (GLM, CPU):
+        assert path.read_text().startswith("#")
+        tomllib.loads(path.read_text())
