@@ -7,6 +7,7 @@ from sglforge.cli import build as _build  # noqa: E402,F401
 from sglforge.cli import patches as _patches  # noqa: E402,F401
 from sglforge.cli import publish as _publish  # noqa: E402,F401
 from sglforge.cli import smoke as _smoke  # noqa: E402,F401
+from sglforge.cli import upgrade as _upgrade  # noqa: E402,F401
 from sglforge.cli.common import main
 
 __all__ = ["main"]

@@ -1,0 +1,133 @@
+"""``sglforge upgrade``: click code over ``sglforge.upgrade.upgrade``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.errors import EXIT_PROBLEMS
+
+
+@main.command("upgrade")
+@click.option(
+    "--to",
+    "to",
+    default="latest",
+    show_default=True,
+    help="Upstream ref to move to, or `latest` (newest release tag).",
+)
+@click.option("--pre", is_flag=True, help="With --to latest, consider pre-releases too.")
+@click.option(
+    "--upstream",
+    metavar="URL|PATH|pypi:PROJECT",
+    help="Upstream to use instead of the pin's URL (also $SGLFORGE_UPSTREAM).",
+)
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    default=("mi355x",),
+    show_default=True,
+    help="Target to build and smoke-test (repeatable).",
+)
+@click.option(
+    "--base-image",
+    metavar="IMG",
+    help="Base image; `{version}` is replaced by the new upstream version.",
+)
+@click.option("--model", metavar="PATH", help="Model path for the smoke scenario.")
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Smoke scenario instead of the target's own.",
+)
+@click.option("--port", type=int, help="Port for the smoke server.")
+@click.option("--no-build", is_flag=True, help="Refresh the queue only; no image, no smoke.")
+@click.option(
+    "--publish",
+    "do_publish",
+    is_flag=True,
+    help="Publish each image (the smoke gate still applies).",
+)
+@click.option("--registry", metavar="REG", help="Registry for --publish.")
+@click.option("--offline", is_flag=True, help="Never ask a registry for base images.")
+@click.option(
+    "--report-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to write report-<ref>.md/.json (default: build/upgrade/).",
+)
+@json_option
+@pass_state
+def upgrade_cmd(
+    st: State,
+    to: str,
+    pre: bool,
+    upstream: str | None,
+    targets: tuple[str, ...],
+    base_image: str | None,
+    model: str | None,
+    scenario: Path | None,
+    port: int | None,
+    no_build: bool,
+    do_publish: bool,
+    registry: str | None,
+    offline: bool,
+    report_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Move the queue to a new upstream release: refresh, retire, build, smoke, report.
+
+    Nothing in the project changes unless every step passed; the exit code is 0 only when
+    the upgrade is ready to merge.
+
+    \b
+    Examples:
+      sglforge upgrade --to latest --upstream pypi:sglang --no-build
+      sglforge upgrade --to v0.5.16 --upstream pypi:sglang \\
+          --base-image 'sglforge-standin/sglang:v{version}-rocm700-mi35x'
+    """
+    from sglforge.upgrade import to_dict, upgrade
+
+    r = upgrade(
+        st.root,
+        to,
+        upstream=upstream,
+        pre=pre,
+        targets=targets,
+        build=not no_build,
+        smoke=not no_build,
+        publish=do_publish,
+        registry=registry,
+        base_image=base_image,
+        model=model,
+        scenario=scenario,
+        port=port,
+        offline=offline or None,
+        report_dir=report_dir,
+        progress=None if as_json else (lambda m: click.echo(m, err=True)),
+    )
+    if as_json:
+        print_json(to_dict(r))
+    else:
+        click.echo(f"upgrade {r.old_ref} -> {r.new_ref}: {'READY' if r.ready else 'NOT READY'}")
+        click.echo(f"  {r.reason}")
+        if r.patches:
+            click.echo(
+                table(
+                    ["patch", "action", "status", "detail"],
+                    [
+                        [p.name, p.action, p.status, "; ".join(p.hunks) or p.detail]
+                        for p in r.patches
+                    ],
+                )
+            )
+        for t in r.targets:
+            click.echo(
+                f"  {t.target}: {t.image or '-'} ({t.build_mode or '-'}) smoke="
+                f"{t.smoke_verdict or '-'} {t.error}"
+            )
+        click.echo(f"  report: {r.report_md}")
+    if not r.ready:
+        raise SystemExit(EXIT_PROBLEMS)

@@ -1,0 +1,426 @@
+"""``sglforge upgrade``: move the queue to a new upstream release, prove it, report.
+
+The whole upgrade happens in a staging copy of the project (``build/upgrade/<ref>/project``:
+``patches/``, ``images/``, ``smoke/`` and ``CHANGELOG.md``, sharing the real ``build/``
+caches). The queue is refreshed there (3-way), upstreamed or excluded patches are retired
+to ``patches/retired/`` with their evidence, each target's image is built and smoke-tested
+(and, with ``publish``, published). Only when all of that passed is the staged queue copied
+back, in one journalled change; an interrupted or failed upgrade leaves the queue, the pin and
+CHANGELOG.md as they were. The report (markdown and JSON) says what happened either way.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sglforge.errors import ConfigError, SglforgeError
+from sglforge.patches.apply import safe_ref
+from sglforge.patches.check import select_tags
+from sglforge.patches.refresh import PatchOutcome, refresh_queue
+from sglforge.patches.series import load_queue, ref_version
+from sglforge.patches.upstream import open_upstream, pinned_commit
+from sglforge.util import atomic_write, commit_files
+
+STAGED = ("patches", "images", "smoke")
+
+
+@dataclass(frozen=True)
+class TargetOutcome:
+    target: str
+    image: str | None = None
+    build_mode: str | None = None
+    up_to_date: bool | None = None
+    build_seconds: float | None = None
+    changed_files: tuple[str, ...] = ()
+    smoke_passed: bool | None = None
+    smoke_verdict: str = ""
+    smoke_figures: dict[str, Any] = field(default_factory=dict)
+    published: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    old_ref: str
+    new_ref: str
+    new_commit: str | None
+    ready: bool  # ready to merge: queue refreshed and every target built and passed
+    applied: bool  # the staged queue was written back to the project
+    reason: str
+    patches: tuple[PatchOutcome, ...]
+    targets: tuple[TargetOutcome, ...]
+    changelog: tuple[str, ...]
+    stages: dict[str, float]
+    report_json: Path | None = None
+    report_md: Path | None = None
+
+
+def latest_release(root: Path, upstream: str | None = None, pre: bool = False) -> str:
+    """The newest upstream tag that parses as a version (pre-releases only with ``pre``)."""
+    queue = load_queue(root)
+    up = open_upstream(root, queue.pin, upstream)
+    tags = select_tags(up, ">=0", pre=pre)
+    if not tags:
+        raise ConfigError(
+            f"upstream {up.source} has no tags that parse as versions",
+            "pass --to REF explicitly",
+        )
+    return tags[-1]
+
+
+def upgrade(
+    root: Path,
+    to: str = "latest",
+    *,
+    upstream: str | None = None,
+    pre: bool = False,
+    targets: Sequence[str] = ("mi355x",),
+    build: bool = True,
+    smoke: bool = True,
+    publish: bool = False,
+    registry: str | None = None,
+    base_image: str | None = None,
+    model: str | None = None,
+    scenario: Path | None = None,
+    port: int | None = None,
+    labels: dict[str, str] | None = None,
+    offline: bool | None = None,
+    report_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> UpgradeResult:
+    """Upgrade the queue to ``to`` (a ref, or ``latest``); see the module docstring."""
+    say = progress or (lambda _m: None)
+    if publish and not registry:
+        raise ConfigError(
+            "--publish needs --registry REG", "sglforge upgrade --publish --registry REG"
+        )
+    stages: dict[str, float] = {}
+    t0 = time.monotonic()
+    queue = load_queue(root)
+    up = open_upstream(root, queue.pin, upstream)
+    pinned_commit(root, queue.pin, up)
+    queue = load_queue(root)
+    new_ref = latest_release(root, upstream, pre) if to == "latest" else to
+    old_ref = queue.pin.ref
+    new_version = ref_version(new_ref)
+    old_version = ref_version(old_ref)
+    if new_ref == old_ref or (
+        new_version is not None
+        and old_version is not None
+        and new_version <= old_version
+        and to == "latest"
+    ):
+        stages["check"] = time.monotonic() - t0
+        result = UpgradeResult(
+            old_ref,
+            new_ref,
+            None,
+            True,
+            False,
+            f"already at {old_ref}; nothing to upgrade",
+            (),
+            (),
+            (),
+            stages,
+        )
+        return _write_report(root, result, report_dir)
+    say(f"upgrade: {old_ref} -> {new_ref}")
+
+    stage = _stage(root, new_ref)
+    try:
+        # 1. queue: check + refresh (3-way) + retire, in the staging copy
+        t = time.monotonic()
+        refreshed = refresh_queue(
+            stage, new_ref, upstream=upstream, drop_upstreamed=True, retire_excluded=True
+        )
+        stages["check+refresh"] = time.monotonic() - t
+        if not refreshed.ok:
+            conflicts = [p for p in refreshed.patches if p.action == "conflict"]
+            hunks = "; ".join(h for p in conflicts for h in (p.hunks or (p.detail,)))
+            reason = (
+                f"{', '.join(p.name for p in conflicts)} conflict at {new_ref} ({hunks}); "
+                f"resolve with `sglforge patches apply --ref {new_ref}`, edit, "
+                f"`sglforge patches export --ref {new_ref}`"
+            )
+            result = UpgradeResult(
+                old_ref,
+                new_ref,
+                refreshed.new_commit,
+                False,
+                False,
+                reason,
+                refreshed.patches,
+                (),
+                (),
+                stages,
+            )
+            return _write_report(root, result, report_dir)
+        outcomes: list[TargetOutcome] = []
+        if build:
+            for target in targets:
+                outcomes.append(
+                    _prove_target(
+                        stage,
+                        target,
+                        new_ref,
+                        upstream=upstream,
+                        smoke=smoke,
+                        publish=publish,
+                        registry=registry,
+                        base_image=base_image,
+                        model=model,
+                        scenario=scenario,
+                        port=port,
+                        labels=labels,
+                        offline=offline,
+                        stages=stages,
+                        say=say,
+                    )
+                )
+        failed = [o for o in outcomes if o.error or (smoke and o.smoke_passed is False)]
+        if failed:
+            reason = "; ".join(f"{o.target}: {o.error or 'smoke failed'}" for o in failed)
+            result = UpgradeResult(
+                old_ref,
+                new_ref,
+                refreshed.new_commit,
+                False,
+                False,
+                reason,
+                refreshed.patches,
+                tuple(outcomes),
+                refreshed.changelog,
+                stages,
+            )
+            return _write_report(root, result, report_dir)
+        # 2. everything passed: the staged queue replaces the project's, all or nothing
+        t = time.monotonic()
+        _write_back(root, stage)
+        stages["write"] = time.monotonic() - t
+        stages["total"] = time.monotonic() - t0
+        what = "queue refreshed" + (", images built and smoke-tested" if build else "")
+        result = UpgradeResult(
+            old_ref,
+            new_ref,
+            refreshed.new_commit,
+            True,
+            True,
+            f"ready to merge: {what}",
+            refreshed.patches,
+            tuple(outcomes),
+            refreshed.changelog,
+            stages,
+        )
+        return _write_report(root, result, report_dir)
+    finally:
+        shutil.rmtree(stage.parent, ignore_errors=True)
+
+
+def _stage(root: Path, new_ref: str) -> Path:
+    """A staging copy of the project's data, sharing the real build/ caches."""
+    base = root / "build" / "upgrade" / safe_ref(new_ref)
+    shutil.rmtree(base, ignore_errors=True)
+    stage = base / "project"
+    stage.mkdir(parents=True)
+    for name in STAGED:
+        if (root / name).is_dir():
+            shutil.copytree(root / name, stage / name)
+    if (root / "CHANGELOG.md").exists():
+        shutil.copy2(root / "CHANGELOG.md", stage / "CHANGELOG.md")
+    (stage / "build").symlink_to((root / "build").resolve(), target_is_directory=True)
+    return stage
+
+
+def _write_back(root: Path, stage: Path) -> None:
+    files: dict[Path, str | bytes | None] = {}
+    staged = {p.relative_to(stage) for p in (stage / "patches").rglob("*") if p.is_file()}
+    current = {p.relative_to(root) for p in (root / "patches").rglob("*") if p.is_file()}
+    for rel in staged:
+        data = (stage / rel).read_bytes()
+        if rel not in current or (root / rel).read_bytes() != data:
+            files[root / rel] = data
+    for rel in current - staged:
+        if not rel.name.startswith("."):
+            files[root / rel] = None
+    if (stage / "CHANGELOG.md").exists():
+        files[root / "CHANGELOG.md"] = (stage / "CHANGELOG.md").read_bytes()
+    commit_files(root / "patches", files)
+
+
+def _prove_target(
+    stage: Path,
+    target: str,
+    new_ref: str,
+    *,
+    upstream: str | None,
+    smoke: bool,
+    publish: bool,
+    registry: str | None,
+    base_image: str | None,
+    model: str | None,
+    scenario: Path | None,
+    port: int | None,
+    labels: dict[str, str] | None,
+    offline: bool | None,
+    stages: dict[str, float],
+    say: Callable[[str], None],
+) -> TargetOutcome:
+    from sglforge.build import build_image
+
+    version = str(ref_version(new_ref) or new_ref.lstrip("v"))
+    base = base_image.format(version=version) if base_image else None
+    try:
+        t = time.monotonic()
+        say(f"{target}: building for {new_ref}")
+        built = build_image(
+            stage, target, base_image=base, upstream=upstream, labels=labels, offline=offline
+        )
+        stages[f"build {target}"] = time.monotonic() - t
+        out = TargetOutcome(
+            target,
+            built.image,
+            built.mode,
+            built.up_to_date,
+            round(time.monotonic() - t, 2),
+            built.changed_files,
+        )
+        if publish:
+            from sglforge.publish import publish as do_publish
+
+            t = time.monotonic()
+            say(f"{target}: publishing to {registry}")
+            res = do_publish(
+                stage,
+                target,
+                str(registry),
+                model=model,
+                port=port,
+                scenario=scenario,
+                base_image=base,
+                upstream=upstream,
+                labels=labels,
+                offline=offline,
+                skip_smoke=not smoke,
+            )
+            stages[f"smoke+publish {target}"] = time.monotonic() - t
+            return TargetOutcome(
+                target,
+                built.image,
+                built.mode,
+                built.up_to_date,
+                out.build_seconds,
+                built.changed_files,
+                res.smoke_passed,
+                res.smoke_verdict,
+                dict(res.smoke_figures),
+                tuple(res.pushed),
+                res.error or "",
+            )
+        if smoke:
+            from sglforge.publish import find_scenario
+            from sglforge.smoke import run_smoke
+
+            t = time.monotonic()
+            say(f"{target}: smoke test of {built.image}")
+            path = scenario or find_scenario(stage, target)
+            report = run_smoke(stage, built.image, path, model=model, port=port, labels=labels)
+            stages[f"smoke {target}"] = time.monotonic() - t
+            return TargetOutcome(
+                target,
+                built.image,
+                built.mode,
+                built.up_to_date,
+                out.build_seconds,
+                built.changed_files,
+                report.passed,
+                report.verdict,
+                dict(report.figures),
+                (),
+                "" if report.passed else (report.reason or "smoke failed"),
+            )
+        return out
+    except SglforgeError as exc:
+        return TargetOutcome(target, error=str(exc).splitlines()[0])
+
+
+def _write_report(root: Path, result: UpgradeResult, report_dir: Path | None) -> UpgradeResult:
+    folder = report_dir or (root / "build" / "upgrade")
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"report-{safe_ref(result.new_ref)}"
+    js = folder / f"{name}.json"
+    md = folder / f"{name}.md"
+    from dataclasses import replace
+
+    result = replace(result, report_json=js, report_md=md)
+    atomic_write(js, json.dumps(to_dict(result), indent=2) + "\n")
+    atomic_write(md, markdown(result))
+    return result
+
+
+def to_dict(result: UpgradeResult) -> dict[str, Any]:
+    """The JSON form of the report."""
+    from dataclasses import asdict
+
+    data = asdict(result)
+    data["report_json"] = str(result.report_json) if result.report_json else None
+    data["report_md"] = str(result.report_md) if result.report_md else None
+    data["generated"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    return data
+
+
+def markdown(result: UpgradeResult) -> str:
+    """The human report: pins, per patch what happened, builds, smoke figures, CHANGELOG."""
+    lines = [
+        f"# sglforge upgrade {result.old_ref} -> {result.new_ref}",
+        "",
+        f"**{'READY TO MERGE' if result.ready else 'NOT READY'}**: {result.reason}",
+        "",
+        f"- old pin: `{result.old_ref}`",
+        f"- new pin: `{result.new_ref}`"
+        + (f" (`{result.new_commit[:12]}`)" if result.new_commit else ""),
+        f"- written to the project: {'yes' if result.applied else 'no (nothing changed)'}",
+        "",
+    ]
+    if result.patches:
+        lines += [
+            "## Patches",
+            "",
+            "| patch | action | status at new ref | detail |",
+            "|---|---|---|---|",
+        ]
+        for p in result.patches:
+            detail = "; ".join(p.hunks) or p.detail
+            lines.append(f"| {p.name} | {p.action} | {p.status} | {detail.replace('|', '/')} |")
+        lines.append("")
+    if result.targets:
+        lines += [
+            "## Images and smoke tests",
+            "",
+            "| target | image | mode | build s | smoke | figures | error |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for t in result.targets:
+            figures = ", ".join(f"{k}={v}" for k, v in sorted(t.smoke_figures.items()))
+            smoke = t.smoke_verdict or ("-" if t.smoke_passed is None else str(t.smoke_passed))
+            lines.append(
+                f"| {t.target} | `{t.image or '-'}` | {t.build_mode or '-'} | "
+                f"{t.build_seconds if t.build_seconds is not None else '-'} | {smoke} | "
+                f"{figures or '-'} | {t.error or ''} |"
+            )
+        lines.append("")
+    if result.changelog:
+        lines += ["## CHANGELOG entry (Unreleased, Changed)", ""]
+        lines += [f"- {c}" for c in result.changelog]
+        lines.append("")
+    if result.stages:
+        lines += ["## Time by stage", "", "| stage | seconds |", "|---|---|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in result.stages.items()]
+        lines.append("")
+    return "\n".join(lines)
