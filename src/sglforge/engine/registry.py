@@ -228,8 +228,11 @@ def _push_once(
     if creds:
         kwargs["auth_config"] = creds.auth_config()
     digest: str | None = None
+    failure: _Failure | None = None
     try:
         events: Iterable[dict[str, object]] = api.push(ref.name, **kwargs)
+        # Read the stream to its end even after an error event: the first error is the one
+        # reported, and a half-read response would hold the engine connection open.
         for event in events:
             if not isinstance(event, dict):
                 continue
@@ -238,7 +241,8 @@ def _push_once(
                 msg = (detail.get("message") if isinstance(detail, dict) else None) or str(
                     event.get("error") or "unknown error"
                 )
-                raise _Failure(classify(msg), _scrub(msg, creds))
+                failure = failure or _Failure(classify(msg), _scrub(msg, creds))
+                continue
             aux = event.get("aux")
             if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
                 digest = aux["Digest"]
@@ -251,6 +255,8 @@ def _push_once(
         raise _Failure(kind, _scrub(msg, creds)) from None
     except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
         raise _Failure("transient", f"engine connection: {type(exc).__name__}") from None
+    if failure is not None:
+        raise failure
     if not digest:
         raise _Failure("fatal", "the push stream ended without a digest (no aux event)")
     return digest
@@ -550,12 +556,15 @@ def pull(ref: str, creds: Credentials | None = None) -> str:
     kwargs: dict[str, object] = {"tag": parsed.tag, "stream": True, "decode": True}
     if creds:
         kwargs["auth_config"] = creds.auth_config()
+    error: str | None = None
     try:
-        for event in client().api.pull(parsed.name, **kwargs):
+        for event in client().api.pull(parsed.name, **kwargs):  # read to the end, as in push
             if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
-                raise PublishError(f"pull {ref}: {_scrub(str(event.get('error')), creds)}")
+                error = error or _scrub(str(event.get("error")), creds)
     except docker.errors.APIError as exc:
         raise PublishError(f"pull {ref}: {_scrub(str(exc.explanation or exc), creds)}") from None
+    if error:
+        raise PublishError(f"pull {ref}: {error}", f"check the registry: docker pull {ref}")
     found = local_id(ref)
     if not found:
         raise PublishError(f"pull {ref}: the engine has no image after the pull")

@@ -1,0 +1,321 @@
+"""``sglforge publish`` and ``inspect`` against a real engine and real local registries.
+
+The images are built from a synthetic upstream on the stand-in base (TEST DOUBLES, see
+tests/standin/) and smoke-tested with the CPU stand-in scenario; the registries are Debian's
+``docker-registry`` on 127.0.0.1 (tests/standin/registry.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from click.testing import CliRunner, Result
+
+from helpers_build import STANDIN_REPO, make_build_project
+from sglforge.cli import main
+from sglforge.engine import registry as reg
+from sglforge.patches.series import load_queue
+from standin.base import ensure_sglang_base
+from standin.registry import Registry, free_port, start_registry
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+CHANGELOG = "# Changelog\n\n## [Unreleased]\n\n### Added\n- Something.\n"
+REPOSITORY = "sglforge/sglang"
+
+
+class Project:
+    """A tmp sglforge project with a queue, a stand-in base, a smoke scenario, a CHANGELOG."""
+
+    def __init__(self, tmp: Path, labels: dict[str, str]) -> None:
+        built = make_build_project(tmp)
+        ensure_sglang_base(tag=f"{STANDIN_REPO}:v0.5.14-rocm700-mi35x", files=built.base_files())
+        self.root = built.root
+        self.upstream = built.upstream
+        self.labels = labels
+        (self.root / "CHANGELOG.md").write_text(CHANGELOG)
+        self.write_scenario("standin-cpu.toml")
+
+    def write_scenario(self, name: str, min_tok_s: float | None = None) -> Path:
+        """The CPU stand-in scenario, aimed at target mi355x so publish finds it."""
+        text = (REPO / "smoke" / "standin-cpu.toml").read_text()
+        text = text.replace(
+            '"../tests/standin/model"', json.dumps(str(REPO / "tests/standin/model"))
+        )
+        text = text.replace("[scenario]\n", '[scenario]\ntarget = "mi355x"\n', 1)
+        if min_tok_s is not None:
+            assert "min_decode_tok_s = 50.0" in text
+            text = text.replace("min_decode_tok_s = 50.0", f"min_decode_tok_s = {min_tok_s}")
+        path = self.root / "smoke" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def publish(self, registry: str, *extra: str, env: dict[str, str] | None = None) -> Result:
+        args = ["--root", str(self.root), "publish", "--target", "mi355x"]
+        args += ["--registry", registry, "--upstream", str(self.upstream), "--offline"]
+        args += ["--port", str(free_port()), "--retries", "1", "--backoff", "0.2", "--json"]
+        for k, v in self.labels.items():
+            args += ["--label", f"{k}={v}"]
+        return CliRunner().invoke(main, [*args, *extra], env=env, catch_exceptions=False)
+
+    def entries(self) -> int:
+        return (self.root / "CHANGELOG.md").read_text().count("## [v0.5.14-rocm700-mi355x-q")
+
+
+def doc(result: Result) -> dict[str, Any]:
+    """The --json document publish printed on stdout."""
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"publish printed no JSON (exit {result.exit_code}):\n{result.output}")
+
+
+def manifest_digest(registry: Registry, tag: str) -> str | None:
+    status, headers, _ = registry.get(
+        f"/v2/{REPOSITORY}/manifests/{tag}", accept=reg.MANIFEST_ACCEPT
+    )
+    if status == 404:
+        return None
+    assert status == 200, (status, registry.log()[-1000:])
+    return {k.lower(): v for k, v in headers.items()}["docker-content-digest"]
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path, docker_client: docker.DockerClient, docker_labels: dict[str, str]
+) -> Project:
+    return Project(tmp_path / "p", docker_labels)
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in (reg.USER_ENV, reg.PASSWORD_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
+
+
+@pytest.fixture
+def old_image(
+    docker_client: docker.DockerClient, docker_labels: dict[str, str], standin_base: str
+) -> str:
+    """A small labelled image standing for the previous release behind the friendly tags."""
+    dockerfile = f"FROM {standin_base}\nLABEL io.sglforge.test.old-release={uuid.uuid4().hex}\n"
+    image, _ = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), labels=docker_labels, rm=True
+    )
+    return str(image.id)
+
+
+def seed_friendly(old: str, registry: Registry, creds: reg.Credentials | None) -> dict[str, str]:
+    """Push ``old`` as the friendly tags; returns tag -> digest the registry serves."""
+    out = {}
+    for tag in ("v0.5.14-rocm700-mi355x", "latest-mi355x"):
+        ref = registry.ref(REPOSITORY, tag)
+        reg.tag(old, ref)
+        out[tag] = reg.push(ref, creds, attempts=1).digest
+        assert manifest_digest(registry, tag) == out[tag]
+    return out
+
+
+def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
+    project: Project,
+    registry: Callable[..., Registry],
+    docker_client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = f"pw-{uuid.uuid4().hex}"
+    reg_auth = registry("publisher", secret)
+    monkeypatch.setenv(reg.USER_ENV, "publisher")
+    monkeypatch.setenv(reg.PASSWORD_ENV, secret)
+    junit = project.root / "build" / "reports" / "publish.xml"
+    summary = project.root / "build" / "reports" / "summary.md"
+
+    first = project.publish(reg_auth.address, "--junit", str(junit), "--summary", str(summary))
+    out = doc(first)
+    assert first.exit_code == 0, first.output
+    assert out["smoke_passed"] is True and out["tested"] is True
+    immutable, *friendly = out["pushed"]
+    assert immutable.startswith(f"{reg_auth.address}/{REPOSITORY}:v0.5.14-rocm700-mi355x-q")
+    assert [f.rpartition(":")[2] for f in friendly] == ["v0.5.14-rocm700-mi355x", "latest-mi355x"]
+    digest = out["digest"]
+    for ref in out["pushed"]:  # the registry serves the pushed digest under every tag
+        assert manifest_digest(reg_auth, ref.rpartition(":")[2]) == digest
+    local_id = docker_client.images.get(out["image"]).id
+    assert (
+        f"{reg_auth.address}/{REPOSITORY}@{digest}"
+        in docker_client.images.get(out["image"]).attrs["RepoDigests"]
+    )
+    assert project.entries() == 1
+    assert 'failures="0"' in junit.read_text() and "smoke: " in junit.read_text()
+    assert "published" in summary.read_text() and digest in summary.read_text()
+
+    # Round trip: drop every local name of the registry refs and pull one back by tag.
+    for ref in out["pushed"]:
+        docker_client.images.remove(ref)
+    pulled = docker_client.images.pull(
+        f"{reg_auth.address}/{REPOSITORY}", tag="latest-mi355x", auth_config=reg_auth.auth_config
+    )
+    assert pulled.id == local_id
+    assert f"{reg_auth.address}/{REPOSITORY}@{digest}" in pulled.attrs["RepoDigests"]
+
+    # Publishing the same inputs again: nothing new in CHANGELOG.md, same digest, reused build.
+    second = project.publish(reg_auth.address)
+    again = doc(second)
+    assert second.exit_code == 0, second.output
+    assert again["digest"] == digest and again["build_reused"] is True
+    assert again["changelog_written"] is False
+    assert project.entries() == 1
+
+    # inspect on the pushed image: provenance from labels + manifest + the release record.
+    docker_client.images.remove(friendly[1])
+    shown = CliRunner().invoke(
+        main,
+        ["--root", str(project.root), "inspect", "--pull", friendly[1], "--json"],
+        catch_exceptions=False,
+    )
+    assert shown.exit_code == 0, shown.output
+    prov = json.loads(shown.stdout)
+    queue = load_queue(project.root)
+    assert prov["queue_hash"] == queue.hash
+    assert [(p["name"], p["sha256"]) for p in prov["patches"]] == [
+        (p.name, p.sha256) for p in queue.patches
+    ]
+    assert {p["upstream_status"] for p in prov["patches"]} == {"Pending"}
+    assert prov["upstream"]["version"] == "0.5.14" and prov["upstream"]["ref"] == "v0.5.14"
+    assert len(prov["upstream"]["commit"]) == 40
+    assert (prov["target"], prov["gpu_arch"], prov["rocm"]) == ("mi355x", "gfx950", "rocm700")
+    assert prov["base"]["name"] == f"{STANDIN_REPO}:v0.5.14-rocm700-mi35x"
+    assert prov["base"]["digest"].startswith("sha256:")
+    assert prov["manifest_found"] is True and prov["tested"] is True
+    assert prov["release"] == immutable.rpartition(":")[2]
+    assert prov["smoke"]["figures"]["decode_tok_s"] > 50
+    text = CliRunner().invoke(main, ["--root", str(project.root), "inspect", friendly[1]])
+    assert "0001-mtp-quant-prefix.patch" in text.output and "decode_tok_s" in text.output
+
+    # The password is nowhere: output, records, CHANGELOG, logs, reports, image labels.
+    for result in (first, second, shown, text):
+        assert secret not in result.output
+    for path in project.root.rglob("*"):
+        if path.is_file() and ".git" not in path.parts and "worktrees" not in path.parts:
+            assert secret.encode() not in path.read_bytes(), path
+    assert secret not in json.dumps(docker_client.images.get(local_id).attrs)
+
+
+def test_failed_smoke_pushes_nothing_and_moves_nothing(
+    project: Project, registry: Callable[..., Registry]
+) -> None:
+    r = registry()
+    slow = project.write_scenario("impossible.toml", min_tok_s=1e9)
+    result = project.publish(r.address, "--scenario", str(slow))
+    out = doc(result)
+    assert result.exit_code == 1, result.output
+    assert out["smoke_passed"] is False and out["pushed"] == [] and out["digest"] is None
+    assert "decode-speed" in out["error"] and "nothing was pushed" in out["error"]
+    status, _, body = r.get("/v2/_catalog")
+    assert status == 200 and json.loads(body)["repositories"] == []
+    assert project.entries() == 0
+    assert not (project.root / "build" / "releases").exists()
+
+
+def test_registry_down_gives_a_clear_error_and_friendly_tags_stay(
+    project: Project, registry: Callable[..., Registry], old_image: str
+) -> None:
+    r = registry()
+    before = seed_friendly(old_image, r, None)
+    r.stop()
+    result = project.publish(r.address)
+    out = doc(result)
+    assert result.exit_code == 8, result.output
+    assert out["smoke_passed"] is True and out["pushed"] == []
+    assert "connection refused" in out["error"] and "after 2 attempts" in out["error"]
+    assert f"curl http://{r.address}/v2/" in out["error"]
+    # Back up (same storage, new port): the friendly tags still name the previous release.
+    restarted = start_registry(r.folder)
+    try:
+        for tag, digest in before.items():
+            assert manifest_digest(restarted, tag) == digest
+    finally:
+        restarted.stop()
+    assert project.entries() == 0
+
+
+def test_refused_credentials_fail_fast_and_friendly_tags_stay(
+    project: Project,
+    registry: Callable[..., Registry],
+    old_image: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = registry("publisher", "right-password")
+    before = seed_friendly(old_image, r, reg.Credentials("publisher", "right-password"))
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    monkeypatch.setenv(reg.USER_ENV, "publisher")
+    monkeypatch.setenv(reg.PASSWORD_ENV, wrong)
+    result = project.publish(r.address)
+    out = doc(result)
+    assert result.exit_code == 8, result.output
+    assert out["smoke_passed"] is True and out["pushed"] == []
+    assert "refused the credentials" in out["error"] and "'publisher'" in out["error"]
+    assert reg.USER_ENV in result.output and wrong not in result.output
+    for tag, digest in before.items():
+        assert manifest_digest(r, tag) == digest
+    assert manifest_digest(r, out["immutable"].rpartition(":")[2]) is None
+    assert project.entries() == 0
+
+
+def test_engine_push_reports_in_band_auth_errors_without_retrying(
+    registry: Callable[..., Registry], old_image: str
+) -> None:
+    r = registry("publisher", "right-password")
+    ref = r.ref(REPOSITORY, "probe")
+    reg.tag(old_image, ref)
+    slept: list[float] = []
+    with pytest.raises(reg.PublishError, match="refused the login of 'publisher'") as info:
+        reg.push(ref, reg.Credentials("publisher", "nope-123"), attempts=4, sleep=slept.append)
+    assert slept == [] and "nope-123" not in str(info.value)
+    with pytest.raises(reg.PublishError, match="requires a login"):
+        reg.push(ref, None, attempts=4, sleep=slept.append)
+    assert slept == []
+
+
+def test_skip_smoke_pushes_only_the_immutable_tag_and_records_untested(
+    project: Project, registry: Callable[..., Registry]
+) -> None:
+    r = registry()
+    result = project.publish(r.address, "--skip-smoke")
+    out = doc(result)
+    assert result.exit_code == 0, result.output
+    assert out["smoke_passed"] is None and out["tested"] is False
+    assert len(out["pushed"]) == 1 and out["pushed"][0].rpartition(":")[2].startswith("v0.5.14-")
+    assert manifest_digest(r, out["pushed"][0].rpartition(":")[2]) == out["digest"]
+    assert manifest_digest(r, "latest-mi355x") is None
+    assert manifest_digest(r, "v0.5.14-rocm700-mi355x") is None
+    record = json.loads(Path(out["release_record"]).read_text())
+    assert record["tested"] is False and record["smoke"] is None
+    assert "**untested**" in (project.root / "CHANGELOG.md").read_text()
+
+
+def test_dry_run_shows_the_plan_and_pushes_nothing(
+    project: Project, registry: Callable[..., Registry]
+) -> None:
+    r = registry()
+    result = project.publish(r.address, "--dry-run")
+    out = doc(result)
+    assert result.exit_code == 0, result.output
+    assert out["dry_run"] is True and out["pushed"] == []
+    assert out["immutable"].startswith(f"{r.address}/{REPOSITORY}:v0.5.14-rocm700-mi355x-q")
+    assert [f.rpartition(":")[2] for f in out["friendly"]] == [
+        "v0.5.14-rocm700-mi355x",
+        "latest-mi355x",
+    ]
+    status, _, body = r.get("/v2/_catalog")
+    assert json.loads(body)["repositories"] == []
+    assert project.entries() == 0
