@@ -7,10 +7,14 @@ tests/standin/) and smoke-tested with the CPU stand-in scenario; the registries 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import socket
+import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +323,69 @@ def test_dry_run_shows_the_plan_and_pushes_nothing(
     status, _, body = r.get("/v2/_catalog")
     assert json.loads(body)["repositories"] == []
     assert project.entries() == 0
+
+
+@contextlib.contextmanager
+def late_proxy(target: str, delay: float) -> Iterator[str]:
+    """A TCP forwarder to ``target`` that only starts listening after ``delay`` seconds.
+
+    Until then connections are refused, as from a registry that is restarting.
+    """
+    port = free_port()
+    stop = threading.Event()
+    host, _, tport = target.rpartition(":")
+    threads: list[threading.Thread] = []
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        if stop.wait(delay):
+            return
+        with socket.create_server(("127.0.0.1", port)) as server:
+            server.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    client, _ = server.accept()
+                except TimeoutError:
+                    continue
+                upstream = socket.create_connection((host, int(tport)))
+                for a, b in ((client, upstream), (upstream, client)):
+                    t = threading.Thread(target=pipe, args=(a, b), daemon=True)
+                    t.start()
+                    threads.append(t)
+                sockets.extend((client, upstream))
+
+    sockets: list[socket.socket] = []
+    main_thread = threading.Thread(target=serve, daemon=True)
+    main_thread.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop.set()
+        main_thread.join(timeout=5)
+        for sock in sockets:
+            sock.close()
+        for t in threads:
+            t.join(timeout=5)
+
+
+def test_push_retries_a_registry_that_comes_up_late(
+    registry: Callable[..., Registry], old_image: str
+) -> None:
+    r = registry()
+    with late_proxy(r.address, delay=1.0) as address:
+        ref = f"{address}/{REPOSITORY}:late"
+        reg.tag(old_image, ref)
+        notes: list[str] = []
+        started = time.monotonic()
+        pushed = reg.push(ref, None, attempts=5, backoff=0.5, progress=notes.append)
+        assert pushed.attempts >= 2, notes  # the first attempt met a closed port
+        assert any("connection refused" in n and "; retry 1/4 in 0.5s" in n for n in notes), notes
+        assert time.monotonic() - started >= 0.5
+        assert reg.verify(ref, pushed.digest) == pushed.digest
+    assert manifest_digest(r, "late") == pushed.digest
