@@ -136,7 +136,10 @@ def publish_cmd(
       sglforge publish --target mi355x --registry ghcr.io/ORG --model /models/glm
       sglforge publish --registry 127.0.0.1:5000 --json --junit build/reports/p.xml
     """
-    say = (lambda msg: click.echo(f"... {msg}", err=True)) if not as_json else _quiet
+    # Progress goes to stderr even with --json: stdout then holds only the JSON document.
+    def say(msg: str) -> None:
+        click.echo(f"... {msg}", err=True)
+
     try:
         result = publish(
             state.root,
@@ -170,10 +173,6 @@ def publish_cmd(
     if result.error:
         click.echo(f"error: {result.error}", err=True)
         raise click.exceptions.Exit(result.exit_code or 1)
-
-
-def _quiet(_msg: str) -> None:
-    pass
 
 
 def _reports(

@@ -1,0 +1,141 @@
+"""Publish helpers without an engine: references, scenario choice, reports, provenance."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from sglforge.errors import ConfigError
+from sglforge.inspect import provenance_from
+from sglforge.publish import (
+    PublishResult,
+    SmokeCheck,
+    Step,
+    find_scenario,
+    junit_xml,
+    markdown,
+    references,
+    registry_prefix,
+    summary,
+)
+
+IMAGE = "sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d"
+
+
+def test_references_immutable_first_then_friendly_tags() -> None:
+    immutable, friendly = references("127.0.0.1:5000", IMAGE, "mi355x")
+    assert immutable == "127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d"
+    assert friendly == (
+        "127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x",
+        "127.0.0.1:5000/sglforge/sglang:latest-mi355x",
+    )
+    # A ROCm flavour that is not the target's default gets its own latest tag.
+    other = "sglforge/sglang:v0.5.14-rocm720-mi355x-q1a2b3c4d"
+    _, friendly = references("ghcr.io/org/", other, "mi355x", default_rocm=False)
+    assert friendly == (
+        "ghcr.io/org/sglforge/sglang:v0.5.14-rocm720-mi355x",
+        "ghcr.io/org/sglforge/sglang:latest-mi355x-rocm720",
+    )
+
+
+def test_registry_prefix_needs_a_host() -> None:
+    assert registry_prefix("http://127.0.0.1:5000/") == "127.0.0.1:5000"
+    assert registry_prefix("ghcr.io/org") == "ghcr.io/org"
+    with pytest.raises(ConfigError, match="registry host"):
+        registry_prefix("myteam")
+    with pytest.raises(ConfigError, match="empty"):
+        registry_prefix(" ")
+
+
+def scenario(folder: Path, name: str, target: str | None) -> Path:
+    path = folder / "smoke" / name
+    path.parent.mkdir(exist_ok=True)
+    line = f'target = "{target}"\n' if target else ""
+    path.write_text(f'[scenario]\nname = "{path.stem}"\n{line}')
+    return path
+
+
+def test_find_scenario_by_target(tmp_path: Path) -> None:
+    scenario(tmp_path, "cpu.toml", None)
+    want = scenario(tmp_path, "glm.toml", "mi355x")
+    scenario(tmp_path, "mi300.toml", "mi300x")
+    assert find_scenario(tmp_path, "mi355x", "mi355x-rocm700") == want
+    with pytest.raises(ConfigError, match="target = 'gfx1100'"):
+        find_scenario(tmp_path, "gfx1100")
+    scenario(tmp_path, "glm-b.toml", "mi355x")
+    with pytest.raises(ConfigError, match="several smoke scenarios"):
+        find_scenario(tmp_path, "mi355x")
+    exact = scenario(tmp_path, "glm-720.toml", "mi355x-rocm720")
+    assert find_scenario(tmp_path, "mi355x", "mi355x-rocm720") == exact
+
+
+def result(**kw: object) -> PublishResult:
+    base = dict(
+        target="mi355x-rocm700",
+        registry="127.0.0.1:5000",
+        image=IMAGE,
+        immutable="127.0.0.1:5000/" + IMAGE,
+        friendly=("127.0.0.1:5000/sglforge/sglang:latest-mi355x",),
+        scenario="smoke/x.toml",
+        dry_run=False,
+        skip_smoke=False,
+    )
+    base.update(kw)
+    return PublishResult(**base)  # type: ignore[arg-type]
+
+
+def test_json_document_has_the_promised_keys_and_reports_parse() -> None:
+    failed = result(
+        smoke_passed=False,
+        smoke_checks=(SmokeCheck("serves", True), SmokeCheck("decode-speed", False, "12 < 50")),
+        steps=(Step("build", True, 1.0, "built"), Step("smoke", False, 3.0, "failed")),
+        error="smoke failed: decode-speed; nothing was pushed",
+        exit_code=1,
+    )
+    doc = summary(failed)
+    assert doc["pushed"] == [] and doc["digest"] is None and doc["smoke_passed"] is False
+    suite = ET.fromstring(junit_xml(failed, "mi355x"))
+    assert suite.get("failures") == "2" and suite.get("tests") == "4"
+    names = [c.get("name") for c in suite.iter("testcase")]
+    assert "smoke: decode-speed" in names
+    text = markdown(failed, "mi355x")
+    assert "failed, nothing moved" in text and "| decode-speed | FAIL | 12 < 50 |" in text
+    ok = result(pushed=("a", "b"), digest="sha256:" + "0" * 64, smoke_passed=True, tested=True)
+    assert "published" in markdown(ok, "mi355x") and "FAIL" not in markdown(ok, "mi355x")
+    stopped = ET.fromstring(junit_xml(None, "mi355x", "no engine"))
+    assert stopped.get("failures") == "1"
+
+
+def test_provenance_prefers_the_manifest_and_falls_back_to_labels() -> None:
+    labels = {
+        "io.sglforge.queue-hash": "q" * 64,
+        "io.sglforge.patches": "0001-a.patch,0002-b.patch",
+        "io.sglforge.target": "mi355x",
+        "io.sglforge.gpu-arch": "gfx950",
+        "io.sglforge.sglang-version": "0.5.14",
+        "org.opencontainers.image.revision": "c" * 40,
+        "org.opencontainers.image.base.name": "lmsysorg/sglang:v0.5.14-rocm700-mi35x",
+        "unrelated": "x",
+    }
+    only_labels = provenance_from("img", labels, None)
+    assert [p.name for p in only_labels.patches] == ["0001-a.patch", "0002-b.patch"]
+    assert only_labels.patches[0].sha256 == "" and not only_labels.manifest_found
+    assert only_labels.upstream_commit == "c" * 40 and "unrelated" not in only_labels.labels
+    manifest = {
+        "sglang_version": "0.5.14",
+        "target": "mi355x",
+        "gpu_arch": "gfx950",
+        "base": {"name": "b", "digest": "sha256:" + "b" * 64},
+        "upstream": {"url": "u", "ref": "v0.5.14", "commit": "d" * 40, "revision": "e" * 40},
+        "queue": {
+            "hash": "h" * 64,
+            "patches": [{"name": "0001-a.patch", "sha256": "1" * 64, "subject": "A"}],
+        },
+    }
+    full = provenance_from("img", labels, manifest, statuses={"1" * 64: "Backport"})
+    assert full.queue_hash == "h" * 64 and full.upstream_commit == "e" * 40
+    assert full.patches[0].upstream_status == "Backport" and full.base_digest.endswith("b")
+    assert full.is_sglforge_image
+    assert not provenance_from("debian", {}, None).is_sglforge_image
