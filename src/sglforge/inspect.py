@@ -151,7 +151,7 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
     if pull:
         reg.pull(image, reg.credentials(reg.parse_ref(image).registry))
     attrs = reg.image_attrs(image)
-    config: Mapping[str, Any] = attrs.get("Config") or {}  # type: ignore[assignment]
+    config: Mapping[str, Any] = attrs.get("Config") or {}
     labels = dict(config.get("Labels") or {})
     raw = reg.read_image_file(image, MANIFEST_PATH)
     manifest: dict[str, Any] | None = None
@@ -162,7 +162,7 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
         except json.JSONDecodeError:
             manifest = None
     prov = provenance_from(image, labels, manifest, queue_statuses(root))
-    repo_digests = tuple(str(d) for d in attrs.get("RepoDigests") or ())  # type: ignore[union-attr]
+    repo_digests = tuple(str(d) for d in attrs.get("RepoDigests") or ())
     prov = replace(prov, id=str(attrs.get("Id") or "") or None, repo_digests=repo_digests)
     if root is None:
         return prov

@@ -389,3 +389,12 @@ def test_push_retries_a_registry_that_comes_up_late(
         assert time.monotonic() - started >= 0.5
         assert reg.verify(ref, pushed.digest) == pushed.digest
     assert manifest_digest(r, "late") == pushed.digest
+
+
+def test_inspect_other_and_missing_images(standin_base: str, tmp_path: Path) -> None:
+    other = CliRunner().invoke(main, ["--root", str(tmp_path), "inspect", standin_base])
+    assert other.exit_code == 0, other.output
+    assert "not built by sglforge" in other.output
+    missing = CliRunner().invoke(main, ["inspect", "sglforge-test/none:missing"])
+    assert missing.exit_code == 8
+    assert "no such image" in missing.output and "--pull" in missing.output

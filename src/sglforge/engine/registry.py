@@ -29,6 +29,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import docker.auth
 import docker.errors
@@ -537,14 +538,14 @@ def verify(ref: str, pushed_digest: str, creds: Credentials | None = None) -> st
 # --- reading an image without running it ----------------------------------------------------
 
 
-def image_attrs(image: str) -> dict[str, object]:
+def image_attrs(image: str) -> dict[str, Any]:
     """The engine's inspect data for ``image`` (labels under Config.Labels)."""
     try:
         return dict(client().api.inspect_image(image))
     except docker.errors.ImageNotFound:
         raise PublishError(
             f"{image}: no such image in the local engine",
-            f"pull it first: docker pull {image}",
+            f"pull it first: sglforge inspect --pull {image} (or docker pull {image})",
         ) from None
     except docker.errors.APIError as exc:
         raise PublishError(f"inspect {image}: {exc.explanation or exc}") from None
