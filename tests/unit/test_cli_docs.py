@@ -1,0 +1,52 @@
+"""Every command has help text and is documented in README.md; README has its two commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from sglforge.cli import main
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    out = []
+    for name, cmd in sorted(group.commands.items()):
+        full = f"{prefix}{name}"
+        out.append((full, cmd))
+        if isinstance(cmd, click.Group):
+            out.extend(commands(cmd, full + " "))
+    return out
+
+
+def test_every_command_has_help_and_is_in_readme() -> None:
+    text = README.read_text()
+    found = commands(main)
+    assert {"patches check", "build", "smoke", "publish", "inspect", "upgrade"} <= {
+        n for n, _ in found
+    }
+    for name, cmd in found:
+        assert (cmd.help or "").strip(), f"sglforge {name} has no help text"
+        assert f"sglforge {name}" in text, f"sglforge {name} is not documented in README.md"
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    text = README.read_text()
+    section = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    lines = [ln for b in blocks for ln in b.splitlines() if ln.strip()]
+    assert [ln.split("#")[0].strip() for ln in lines] == ["bash .ci/e2e", "bash .ci/run"]
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "python3 -m pytest" in ci
+
+
+def test_exit_codes_are_documented() -> None:
+    from sglforge import errors
+
+    text = README.read_text()
+    for name in dir(errors):
+        if name.startswith("EXIT_"):
+            assert f"| {getattr(errors, name)} |" in text, f"{name} missing from README"
