@@ -1258,8 +1258,11 @@ def _wait_ready(box: Any, port: int, timeout: float, say: Callable[[str], None])
         if now >= next_note:
             say(f"still loading after {now - started:.0f} s (timeout {timeout:g} s)")
             next_note = now + 30
-        # Waiting on the exit event (not sleeping) is what makes a crash visible at once.
-        box.wait_exit(min(0.25, max(0.0, deadline - now)))
+        # Waiting on the exit event (not sleeping) is what makes a crash visible at once; the
+        # poll interval only bounds how late readiness is seen (tight at first, then relaxed
+        # for the many minutes a large model loads).
+        interval = 0.1 if now - started < 30 else 1.0
+        box.wait_exit(min(interval, max(0.0, deadline - now)))
 
 
 # --------------------------------------------------------------------------- reports
