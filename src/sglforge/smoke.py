@@ -162,7 +162,8 @@ class _Table:
     def __init__(self, data: Any, path: Path, where: str) -> None:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: [{where}] must be a table", f"see {path}")
-        self.data, self.path, self.where, self.seen = data, path, where, set()
+        self.data, self.path, self.where = data, path, where
+        self.seen: set[str] = set()
 
     def _key(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
@@ -422,7 +423,12 @@ class Check:
 
 @dataclass(frozen=True)
 class SmokeReport:
-    """What a smoke run found. ``verdict`` is ``passed``, ``failed`` or ``cannot-run``."""
+    """What a smoke run found. ``verdict`` is ``passed``, ``failed`` or ``cannot-run``.
+
+    ``image_digest`` is the registry digest when the image has one, else its image ID (both
+    ``sha256:...``); ``figures`` holds the measured numbers (``ready_s``, ``decode_tok_s``,
+    ``spec_accept_length_server``/``_requests``, ``exit_to_verdict_s`` after a crash...).
+    """
 
     passed: bool
     verdict: str
@@ -1059,7 +1065,7 @@ def run_smoke(
     if gpus is not None and gpus.archs:
         figures["gpus"] = len(gpus.archs)
         figures["gpu_arch"] = ",".join(sorted(set(gpus.archs)))
-    common = dict(
+    common: dict[str, Any] = dict(
         image=image,
         image_digest=(info.digest or info.id) if info else None,
         image_id=info.id if info else None,

@@ -253,13 +253,16 @@ def reap_orphans(role: str) -> list[str]:
     host = socket.gethostname()
     gone: list[str] = []
     filters = {"label": [f"{LABEL}=1", f"{ROLE_LABEL}={role}", f"{OWNER_HOST_LABEL}={host}"]}
-    for c in client().containers.list(all=True, filters=filters):
+    # The low-level listing: one call, no per-container inspect that a concurrent removal
+    # (another run reaping the same orphan) could turn into a NotFound.
+    for c in client().api.containers(all=True, filters=filters):
+        labels = c.get("Labels") or {}
         try:
-            pid = int(c.labels.get(OWNER_PID_LABEL, "0"))
+            pid = int(labels.get(OWNER_PID_LABEL, "0"))
         except ValueError:
             continue
-        if pid and not _pid_alive(pid) and remove(c.id):
-            gone.append(c.name)
+        if pid and not _pid_alive(pid) and remove(c["Id"]):
+            gone.append(str((c.get("Names") or [c["Id"][:12]])[0]).lstrip("/"))
     return gone
 
 
