@@ -86,6 +86,7 @@ class PublishResult:
     changelog_written: bool = False
     error: str | None = None
     exit_code: int = 0
+    run: str | None = None  # the pull-and-run line for the newest friendly tag
 
     @property
     def ok(self) -> bool:
@@ -363,8 +364,10 @@ def publish(
     release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
     recorded = record_release(root, release)
     clock.done("record", True, str(recorded.record))
+    runnable = pushed[1] if len(pushed) > 1 else pushed[0]  # the versioned friendly tag
     return replace(
         result,
+        run=run_line(scenario_path, runnable, model) if scenario_path else None,
         pushed=tuple(pushed),
         digest=digest,
         tested=release.tested,
@@ -511,6 +514,39 @@ def _release(
     )
 
 
+def run_line(scenario_path: Path, image: str, model: str | None = None) -> str:
+    """The one ``docker run`` line serving ``image`` the way the smoke scenario launched it."""
+    import shlex
+
+    from sglforge.smoke import load_scenario
+
+    sc = load_scenario(scenario_path)
+    c = sc.container
+    words = ["docker", "run", "--rm", "-it"]
+    for dev in c.devices:
+        words += ["--device", dev]
+    for group in c.group_add:
+        words += ["--group-add", group]
+    if c.ipc_mode:
+        words += ["--ipc", c.ipc_mode]
+    if c.shm_size:
+        words += ["--shm-size", c.shm_size]
+    for opt in c.security_opt:
+        words += ["--security-opt", opt]
+    for cap in c.cap_add:
+        words += ["--cap-add", cap]
+    if c.nofile:
+        words += ["--ulimit", f"nofile={c.nofile}:{c.nofile}"]
+    if c.network_mode:
+        words += ["--network", c.network_mode]
+    host_model = str(model or sc.model_path or "/path/to/model")
+    words += ["-v", f"{host_model}:{sc.model_mount}:ro"]
+    words.append(image)
+    # The image's entrypoint is the server: launch arguments follow the image name.
+    words += sc.launch_args(sc.port)
+    return " ".join(shlex.quote(w) for w in words)
+
+
 # --- reports --------------------------------------------------------------------------------
 
 
@@ -545,6 +581,7 @@ def summary(result: PublishResult) -> dict[str, Any]:
         "release_record": result.release_record,
         "changelog_written": result.changelog_written,
         "error": result.error,
+        "run": result.run,
     }
 
 

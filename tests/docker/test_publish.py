@@ -159,6 +159,8 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
         in docker_client.images.get(out["image"]).attrs["RepoDigests"]
     )
     assert project.entries() == 1
+    assert out["run"].startswith("docker run ") and f" {friendly[0]} --model-path " in out["run"]
+    assert "--speculative-num-steps 5" in out["run"] and "--ipc host" in out["run"]
     assert 'failures="0"' in junit.read_text() and "smoke: " in junit.read_text()
     assert "published" in summary.read_text() and digest in summary.read_text()
 

@@ -136,6 +136,7 @@ def publish_cmd(
       sglforge publish --target mi355x --registry ghcr.io/ORG --model /models/glm
       sglforge publish --registry 127.0.0.1:5000 --json --junit build/reports/p.xml
     """
+
     # Progress goes to stderr even with --json: stdout then holds only the JSON document.
     def say(msg: str) -> None:
         click.echo(f"... {msg}", err=True)
@@ -224,6 +225,8 @@ def render(r: PublishResult) -> str:
         lines.append(f"digest  {r.digest}")
     if r.ok and not r.tested:
         lines.append("UNTESTED: published with --skip-smoke; friendly tags were not moved")
+    if r.run:
+        lines += ["", "pull and run:", f"  {r.run}"]
     if r.release_record:
         note = "entry added" if r.changelog_written else "entry already present"
         lines.append(f"record  {r.release_record} (CHANGELOG.md: {note})")
