@@ -218,6 +218,7 @@ def publish(
     attempts: int = 4,
     backoff: float = 2.0,
     date: str | None = None,
+    changelog: Path | None = None,
     progress: Progress | None = None,
 ) -> PublishResult:
     """Build or reuse, smoke, push the immutable tag, verify, move friendly tags, record.
@@ -362,7 +363,7 @@ def publish(
 
     # --- release record and CHANGELOG entry ---
     release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
-    recorded = record_release(root, release)
+    recorded = record_release(root, release, changelog)
     clock.done("record", True, str(recorded.record))
     runnable = pushed[1] if len(pushed) > 1 else pushed[0]  # the versioned friendly tag
     return replace(

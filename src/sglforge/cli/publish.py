@@ -99,6 +99,11 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Append a Markdown summary here (CI: $GITHUB_STEP_SUMMARY).",
 )
+@click.option(
+    "--changelog",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="CHANGELOG file that gets the release entry (default: CHANGELOG.md in the root).",
+)
 @json_option
 @pass_state
 def publish_cmd(
@@ -119,6 +124,7 @@ def publish_cmd(
     dry_run: bool,
     junit: Path | None,
     summary_path: Path | None,
+    changelog: Path | None,
     as_json: bool,
 ) -> None:
     """Build, smoke-test and push an image; friendly tags move only after all passed.
@@ -158,6 +164,7 @@ def publish_cmd(
             offline=True if offline else None,
             attempts=retries + 1,
             backoff=backoff,
+            changelog=changelog,
             progress=say,
         )
     except SglforgeError as exc:
