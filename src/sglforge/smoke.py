@@ -1025,8 +1025,13 @@ def run_smoke(
     progress: Callable[[str], None] | None = None,
     gpus: GpuInventory | None = None,
 ) -> SmokeReport:
-    """Run ``scenario_path`` against ``image`` and return the report (never raises on a
-    failing server; raises ConfigError for a bad scenario, EngineUnavailable without engine)."""
+    """Run the scenario against ``image``; the report says passed, failed or cannot-run.
+
+    A failing or dying server is a report, never an exception; a bad scenario raises
+    ConfigError and a missing engine EngineUnavailable. Ctrl-C/SIGTERM propagate (as
+    KeyboardInterrupt) after the container is removed. ``env`` and ``labels`` add to the
+    container's; ``gpus`` replaces probing the host (for callers that already know).
+    """
     from sglforge.engine import containers
     from sglforge.engine import images as engine_images
 
@@ -1102,7 +1107,7 @@ def run_smoke(
         return finish(
             checks=checks,
             log_path=None,
-            reason=f"cannot run here: {', '.join(bad)} failed",
+            reason=f"preflight: {', '.join(bad)} failed",
         )
 
     assert model_path is not None  # preflight.model passed
