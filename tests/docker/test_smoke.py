@@ -361,3 +361,14 @@ def test_orphan_of_a_killed_runner_is_reaped_by_the_next_run(
     # it: reaping is engine-wide by design, so only "gone after a run" is asserted).
     run(model=tmp_path / "absent")  # any run reaps orphans first
     assert containers_of(docker_client, labels) == []
+
+
+def test_reports_default_to_build_smoke_under_the_root(
+    standin_sglang_base: str, tmp_path: Path
+) -> None:
+    report = smoke.run_smoke(tmp_path, standin_sglang_base, CPU, model=tmp_path / "absent")
+    assert report.verdict == "cannot-run"
+    assert report.report_dir is not None
+    assert report.report_dir.parent == tmp_path / "build" / "smoke"
+    assert report.report_dir.name.startswith("standin-cpu-")
+    assert json.loads((report.report_dir / "report.json").read_text())["verdict"] == "cannot-run"
