@@ -126,8 +126,13 @@ def is_local(url: str) -> bool:
     return not re.match(r"^[a-z][a-z0-9+.-]*://", url) and ":" not in url.split("/")[0]
 
 
-def ensure_cache(cache_root: Path, url: str) -> Path:
-    """One shared bare cache of ``url``: cloned once, then only fetched."""
+def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Path:
+    """One shared bare cache of ``url``: cloned once, then only fetched.
+
+    ``share_objects`` (for local repositories sglforge itself maintains, such as the
+    PyPI-built history) borrows the source's objects through git's alternates instead of
+    copying them: the first fetch then copies nothing.
+    """
     cache_root.mkdir(parents=True, exist_ok=True)
     path = cache_root / cache_name(url)
     if is_local(url):
@@ -144,6 +149,12 @@ def ensure_cache(cache_root: Path, url: str) -> Path:
         tmp.mkdir(parents=True)
         run(tmp, "init", "--bare", "-q")
         run(tmp, "remote", "add", "origin", url)
+        if share_objects and is_local(url):
+            objects = Path(url) / "objects"
+            if not objects.is_dir():
+                objects = Path(url) / ".git" / "objects"
+            (tmp / "objects" / "info").mkdir(parents=True, exist_ok=True)
+            (tmp / "objects" / "info" / "alternates").write_text(f"{objects.resolve()}\n")
         if not is_local(url):
             # Blobs on demand: a partial clone where the remote allows it.
             run(tmp, "config", "remote.origin.promisor", "true")

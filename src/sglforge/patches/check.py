@@ -142,7 +142,8 @@ def check_ref(
                 failed[patch.name] = "skipped"
                 continue
             if renames is None and _needs_renames(index, patch):
-                renames = _renames(up.cache, pin_commit, commit)
+                files = tuple(f for p in queue.patches for f in p.files)
+                renames = _renames(up.cache, pin_commit, commit, files)
             st = _check_patch(patch, index, up, pin_commit, commit, version, renames or {})
             results.append(st)
             if st.status == CONFLICT or (st.status == SKIPPED and "Applies-To" not in st.detail):
@@ -209,8 +210,36 @@ def _needs_renames(index: _Index, patch: Patch) -> bool:
     return False
 
 
-def _renames(cache: Path, a: str, b: str) -> dict[str, str]:
-    """Files renamed between two commits (either direction of history)."""
+def _renames(cache: Path, a: str, b: str, files: tuple[str, ...] = ()) -> dict[str, str]:
+    """Files renamed between two commits (either direction of history).
+
+    Full rename detection over sglang's thousands of files takes seconds, so when the
+    patched ``files`` are known, only they and the added files sharing their names are
+    compared (a moved file keeps its name far more often than not); the full detection runs
+    only when that finds nothing.
+    """
+    if files:
+        plain = git.run(cache, "diff", "--name-status", "--no-renames", a, b, check=False)
+        deleted = set()
+        added = []
+        for line in plain.stdout.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 2 and parts[0] == "D" and parts[1] in files:
+                deleted.add(parts[1])
+            elif len(parts) == 2 and parts[0] == "A":
+                added.append(parts[1])
+        if not deleted:
+            return {}
+        names = {d.rsplit("/", 1)[-1] for d in deleted}
+        candidates = [f for f in added if f.rsplit("/", 1)[-1] in names]
+        if candidates:
+            found = _rename_pairs(cache, a, b, [*sorted(deleted), *candidates])
+            if set(found) >= deleted:
+                return found
+    return _rename_pairs(cache, a, b, [])
+
+
+def _rename_pairs(cache: Path, a: str, b: str, paths: list[str]) -> dict[str, str]:
     res = git.run(
         cache,
         "diff",
@@ -220,6 +249,7 @@ def _renames(cache: Path, a: str, b: str) -> dict[str, str]:
         "--diff-filter=R",
         a,
         b,
+        *(["--", *paths] if paths else []),
         check=False,
     )
     moved: dict[str, str] = {}

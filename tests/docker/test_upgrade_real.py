@@ -1,0 +1,72 @@
+"""sglforge upgrade on released sglang (the PyPI-built history) with a real engine.
+
+v0.5.14 -> v0.5.16: both real patches are retired with their evidence, the queue is empty,
+and the empty queue still builds (on the stand-in base for 0.5.16) and passes the stand-in
+smoke scenario.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sglforge.patches.series import load_queue
+from sglforge.upgrade import upgrade
+
+REPO = Path(__file__).resolve().parents[2]
+UPSTREAM = "pypi:sglang>=0.5.10,<=0.5.16"
+
+pytestmark = [pytest.mark.docker, pytest.mark.pypi]
+
+
+def copy_project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("patches", "images", "smoke"):
+        shutil.copytree(REPO / name, root / name)
+    (root / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
+    # share the wheel cache with the checkout (downloads are the slow part)
+    (REPO / "build" / "pypi").mkdir(parents=True, exist_ok=True)
+    (root / "build").mkdir()
+    (root / "build" / "pypi").symlink_to(REPO / "build" / "pypi", target_is_directory=True)
+    return root
+
+
+def test_upgrade_0_5_14_to_0_5_16_retires_both_and_still_builds(
+    tmp_path: Path, docker_client, docker_labels, standin_base
+) -> None:
+    from standin.base import ensure_sglang_base
+
+    ensure_sglang_base("0.5.16", client=docker_client)
+    root = copy_project(tmp_path)
+    before = [p.name for p in load_queue(root).patches]
+    assert len(before) == 2
+    r = upgrade(
+        root,
+        "v0.5.16",
+        upstream=UPSTREAM,
+        targets=("mi355x",),
+        base_image="sglforge-standin/sglang:v{version}-rocm700-mi35x",
+        scenario=REPO / "smoke" / "standin-cpu.toml",
+        labels=docker_labels,
+        offline=True,
+    )
+    assert r.ready and r.applied, r.reason
+    assert {p.name: p.action for p in r.patches} == {n: "retired" for n in before}
+    q = load_queue(root)
+    assert q.pin.ref == "v0.5.16" and q.patches == ()
+    guard = (root / "patches" / "retired" / before[0]).read_text()
+    assert "Upstream-Status: Backport [0.5.15]" in guard
+    assert "Retired: v0.5.16: change already present" in guard
+    mtp = (root / "patches" / "retired" / before[1]).read_text()
+    assert "Retired: v0.5.16: Upstream-Fixed-In 0.5.16" in mtp
+    (target,) = r.targets
+    assert target.error == "" and target.image and target.changed_files == ()
+    assert target.smoke_passed is True
+    labels = docker_client.images.get(target.image).labels
+    assert labels["org.opencontainers.image.version"].startswith("0.5.16")
+    changelog = (root / "CHANGELOG.md").read_text()
+    assert "Upstream pin moved from v0.5.14 to v0.5.16." in changelog
+    assert "report-v0.5.16" in str(r.report_md)
