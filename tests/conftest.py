@@ -10,9 +10,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
-import docker
 from sglforge import engine
 from sglforge.errors import EngineUnavailable
 from standin.base import (

@@ -7,10 +7,10 @@ import json
 import uuid
 from pathlib import Path
 
+import docker
 import docker.errors
 import pytest
 
-import docker
 from standin.base import (
     DEBIAN_TAG,
     MANAGED,

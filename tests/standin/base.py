@@ -35,9 +35,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import docker.errors
-
 import docker
+import docker.errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_PY = Path(__file__).with_name("server.py")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
@@ -28,7 +30,7 @@ def list_cmd(st: State, as_json: bool) -> None:
     from sglforge.patches.series import load_queue
 
     q = load_queue(st.root)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "index": p.index,
             "name": p.name,

@@ -44,10 +44,10 @@ def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream
         from sglforge import pypi
 
         project, spec = parsed
-        key = (str((root / "build" / "pypi").resolve()), project, spec)
-        if key not in _PYPI_HISTORIES:  # asking the index costs seconds; once per process
-            _PYPI_HISTORIES[key] = pypi.history(root / "build" / "pypi", project, spec)
-        cache = git.ensure_cache(cache_root, str(_PYPI_HISTORIES[key]), share_objects=True)
+        memo = (str((root / "build" / "pypi").resolve()), project, spec)
+        if memo not in _PYPI_HISTORIES:  # asking the index costs seconds; once per process
+            _PYPI_HISTORIES[memo] = pypi.history(root / "build" / "pypi", project, spec)
+        cache = git.ensure_cache(cache_root, str(_PYPI_HISTORIES[memo]), share_objects=True)
         return Upstream(source=source, key=f"pypi:{project}", cache=cache, python_only=True)
     cache = git.ensure_cache(cache_root, source)
     key = source if source == pin.url else _normalise(source)
