@@ -149,8 +149,13 @@ def check_cmd(
         print_json(report)
     else:
         names = [p.name for p in report.refs[0].patches] if report.refs else []
+        for n, name in enumerate(names, 1):
+            click.echo(f"#{n} {name}")
         click.echo(
-            table(["ref"] + names, [[r.ref] + [p.status for p in r.patches] for r in report.refs])
+            table(
+                ["ref", "commit"] + [f"#{n}" for n in range(1, len(names) + 1)],
+                [[r.ref, r.commit[:12]] + [p.status for p in r.patches] for r in report.refs],
+            )
         )
         for r in report.refs:
             for p in r.patches:
