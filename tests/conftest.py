@@ -6,6 +6,7 @@ Folder-specific fixtures belong in that folder's own conftest.py (tests/docker/c
 from __future__ import annotations
 
 import gc
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,12 @@ from standin.base import (
     object_labels,
 )
 from standin.registry import Registry, start_registry
+
+# Subprocesses the tests start (`python -m sglforge ...`) import this checkout's code too.
+_SRC = str(Path(__file__).resolve().parents[1] / "src")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_SRC, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+)
 
 ENGINE_HINT = "start the engine (as root): `bash .ci/setup`, or point DOCKER_HOST at one"
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from sglforge import __version__
-from sglforge.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, SglforgeError
+from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
 from sglforge.util import find_root
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,6 +50,10 @@ class Group(click.Group):
             ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except BrokenPipeError:
+            # the reader went away (`sglforge ... | head`): not an error of ours
+            sys.stderr.close()
+            ctx.exit(EXIT_PROBLEMS)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             log = _crash_log(ctx, exc)
             click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
