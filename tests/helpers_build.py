@@ -24,8 +24,11 @@ PIN_URL = "https://github.com/sgl-project/sglang.git"
 # collide with the plain stand-in (tests/standin/base.py builds them).
 STANDIN_REPO = "sglforge-standin/sglang-build"
 # Files the stand-in base provides itself (the fake package and its server).
-STANDIN_OWNED = ("python/sglang/__init__.py", "python/sglang/version.py",
-                 "python/sglang/launch_server.py")
+STANDIN_OWNED = (
+    "python/sglang/__init__.py",
+    "python/sglang/version.py",
+    "python/sglang/launch_server.py",
+)
 
 QUARK = "python/sglang/srt/layers/quantization/quark/quark.py"
 CUH = "python/sglang/jit_kernel/csrc/fused_metadata_copy.cuh"
@@ -166,8 +169,13 @@ def make_build_project(
     changes: tuple[Change, ...] = DEFAULT_CHANGES,
     base_template: str = f"{STANDIN_REPO}:v{{version}}-{{rocm}}-mi35x",
     n_models: int = 120,
+    repository: str | None = None,
 ) -> BuildProject:
-    """A synthetic upstream plus a sglforge project whose queue makes ``changes``."""
+    """A synthetic upstream plus a sglforge project whose queue makes ``changes``.
+
+    ``repository`` replaces where images are tagged: tests pass a unique one so that two
+    tests (or sessions) building the same synthetic queue never share an image tag.
+    """
     files = upstream_files(n_models)
     upstream = tmp / "upstream"
     upstream.mkdir(parents=True)
@@ -189,6 +197,8 @@ def make_build_project(
             f'base = "lmsysorg/sglang:v{{version}}-{{rocm}}-{suffix}"',
             f'base = "{base_template.replace("mi35x", suffix)}"',
         )
+    if repository:
+        text = text.replace('repository = "sglforge/sglang"', f'repository = "{repository}"')
     targets.write_text(text)
 
     scratch = tmp / "scratch"
