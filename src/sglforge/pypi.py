@@ -309,14 +309,20 @@ def _rebuild(
     tmp = repo.with_name(f"{repo.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        if kept:
-            # A local clone hard-links the objects: cheap, and the old history stays intact.
+        if (repo / "HEAD").exists():
+            # A local clone hard-links every object file: cheap, the old history stays intact,
+            # and no object ever disappears from the history (a cache that borrows objects
+            # from it through alternates keeps working even after a rebuild from the start).
             git.run(repo.parent, "clone", "--bare", "--quiet", "--local", str(repo), str(tmp))
             git.run(tmp, "remote", "remove", "origin")
+            keep = {f"v{v}" for v, _ in kept}
             for tag in git.out(tmp, "tag", "--list").splitlines():
-                if tag and tag[1:] not in {v for v, _ in kept}:
+                if tag and tag not in keep:
                     git.run(tmp, "tag", "-d", tag)
-            git.run(tmp, "update-ref", BRANCH, kept[-1][1])
+            if kept:
+                git.run(tmp, "update-ref", BRANCH, kept[-1][1])
+            else:
+                git.run(tmp, "update-ref", "-d", BRANCH)
         else:
             tmp.mkdir(parents=True)
             git.run(tmp, "init", "--bare", "--quiet")

@@ -141,6 +141,19 @@ def test_a_release_inserted_before_the_end_rebuilds_from_there(tmp_path: Path, i
     assert pypi.tagged_versions(repo) == ["0.1.0", "0.1.5", "0.2.0"]
 
 
+def test_a_rebuild_from_the_start_keeps_every_old_object(tmp_path: Path, index: Path) -> None:
+    cache = tmp_path / "cache"
+    repo = build(cache, index, ">=0.0.1", seed=True)
+    before = tag_shas(repo)
+    make_wheel(index, "0.0.5")  # before the first release: nothing can be kept
+    after = tag_shas(build(cache, index, ">=0.0.1"))
+    assert pypi.tagged_versions(repo) == ["0.0.5", "0.1.0", "0.2.0"]
+    assert after["v0.1.0"] != before["v0.1.0"]
+    assert git.run(repo, "rev-parse", "--verify", "v0.0.5^", check=False).status != 0  # a root
+    for sha in before.values():  # still there for caches that borrow objects
+        assert git.run(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).status == 0
+
+
 def test_pre_releases_only_when_the_specifier_names_one(tmp_path: Path, index: Path) -> None:
     assert pypi.available_versions(PROJECT, ">=0.1", pip_args=pip_args(index)) == [
         pypi.Version("0.1.0"),
