@@ -157,6 +157,8 @@ def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Pat
             (tmp / "objects" / "info" / "alternates").write_text(f"{objects.resolve()}\n")
         if not is_local(url):
             # Blobs on demand: a partial clone where the remote allows it.
+            run(tmp, "config", "core.repositoryformatversion", "1")
+            run(tmp, "config", "extensions.partialClone", "origin")
             run(tmp, "config", "remote.origin.promisor", "true")
             run(tmp, "config", "remote.origin.partialclonefilter", "blob:none")
         _fetch(tmp, url)

@@ -120,3 +120,18 @@ def test_whole_series_fast_path_reports_offsets_per_patch(tmp_path: Path) -> Non
         "0002-fix-b.patch": ("offset", "hunk 1 at line 20 (offset 3)"),
         "0003-fix-b-again.patch": ("offset", "hunk 1 at line 25 (offset 3)"),
     }
+
+
+def test_remote_upstream_is_a_partial_clone(tmp_path: Path) -> None:
+    """A URL upstream is cached without blobs; the ones a check needs come on demand."""
+    upstream = make_upstream(tmp_path)
+    git(upstream, "config", "uploadpack.allowFilter", "true")
+    git(upstream, "config", "uploadpack.allowAnySHA1InWant", "true")
+    root = make_project(tmp_path, upstream)
+    toml = root / "patches" / "upstream.toml"
+    toml.write_text(toml.read_text().replace(f'"{upstream}"', f'"file://{upstream}"'))
+    report = check_refs(root, ["v1.1"])
+    assert statuses(report, "v1.1")["0002-fix-b.patch"] == "offset"
+    (cache,) = (root / "build" / "upstream").glob("*.git")
+    missing = git(cache, "rev-list", "--objects", "--all", "--missing=print")
+    assert any(line.startswith("?") for line in missing.splitlines()), "no blob was left out"
