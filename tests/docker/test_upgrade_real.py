@@ -7,6 +7,7 @@ smoke scenario.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -70,3 +71,44 @@ def test_upgrade_0_5_14_to_0_5_16_retires_both_and_still_builds(
     changelog = (root / "CHANGELOG.md").read_text()
     assert "Upstream pin moved from v0.5.14 to v0.5.16." in changelog
     assert "report-v0.5.16" in str(r.report_md)
+
+
+@pytest.mark.registry
+def test_upgrade_with_publish_pushes_only_after_smoke(
+    tmp_path: Path, docker_client, docker_labels, standin_base
+) -> None:
+    from standin.base import ensure_sglang_base
+    from standin.registry import free_port, start_registry
+
+    ensure_sglang_base("0.5.16", client=docker_client)
+    root = copy_project(tmp_path)
+    registry = start_registry(tmp_path / "registry")
+    try:
+        r = upgrade(
+            root,
+            "v0.5.16",
+            upstream=UPSTREAM,
+            targets=("mi355x",),
+            base_image="sglforge-standin/sglang:v{version}-rocm700-mi35x",
+            scenario=REPO / "smoke" / "standin-cpu.toml",
+            port=free_port(),
+            publish=True,
+            registry=registry.address,
+            labels=docker_labels,
+            offline=True,
+        )
+        assert r.ready and r.applied, r.reason
+        (target,) = r.targets
+        assert target.smoke_passed is True
+        pushed = set(target.published)
+        prefix = f"{registry.address}/sglforge/sglang:"
+        assert f"{prefix}v0.5.16-rocm700-mi355x" in pushed
+        assert f"{prefix}latest-mi355x" in pushed
+        status, _, body = registry.get("/v2/sglforge/sglang/tags/list")
+        assert status == 200
+        tags = json.loads(body)["tags"]
+        assert "latest-mi355x" in tags
+        # the release entry lands in the project's CHANGELOG with the queue changes
+        assert "v0.5.16-rocm700-mi355x-q" in (root / "CHANGELOG.md").read_text()
+    finally:
+        registry.stop()
