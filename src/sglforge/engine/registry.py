@@ -418,6 +418,7 @@ def _request(
             with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
                 return dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
+            exc.close()  # the error carries the open response; the body is not needed
             challenge = exc.headers.get("WWW-Authenticate", "") if exc.headers else ""
             if exc.code == 401 and auth is None and challenge:
                 if challenge.lower().startswith("bearer"):
