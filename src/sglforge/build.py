@@ -777,11 +777,7 @@ def build_image(
         source=upstream or os.environ.get("SGLFORGE_UPSTREAM") or queue.pin.url,
         ref=applied.ref,
         commit=applied.commit,
-        revision=(
-            queue.pin.commit
-            if applied.ref == queue.pin.ref and queue.pin.commit
-            else applied.commit
-        ),
+        revision=_revision(queue.pin, applied),
     )
 
     if chosen == "source":
@@ -1024,6 +1020,16 @@ def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str
             "pass --base-image with the release image of the pinned version, or re-pin",
         )
     return replace(base, sglang_version=info.version, package_path=info.path)
+
+
+def _revision(pin: Any, applied: Any) -> str:
+    """The upstream revision for the OCI label: the pinned commit when known; a history
+    rebuilt from PyPI wheels has commits of its own, so there the tag names the revision."""
+    if applied.ref == pin.ref and pin.commit:
+        return str(pin.commit)
+    if getattr(applied, "python_only", False):
+        return str(applied.ref)
+    return str(applied.commit)
 
 
 def _same_version(a: str | None, b: str) -> bool:

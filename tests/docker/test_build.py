@@ -386,6 +386,33 @@ def test_base_from_a_local_registry(
         docker_client.images.remove(ref)
 
 
+def test_base_from_a_registry_that_needs_a_login(
+    docker_client, registry, project, build_base, do_build, monkeypatch
+) -> None:
+    reg = registry("builder", "s3cret-for-tests")
+    ref = reg.ref("team/sglang", "v0.5.14-rocm700-mi35x")
+    docker_client.images.get(build_base).tag(ref)
+    for line in docker_client.images.push(
+        ref, stream=True, decode=True, auth_config=reg.auth_config
+    ):
+        assert "error" not in line, line
+    docker_client.images.remove(ref)
+    monkeypatch.delenv("SGLFORGE_OFFLINE")
+    monkeypatch.setenv("SGLFORGE_REGISTRY_USER", "builder")
+    monkeypatch.setenv("SGLFORGE_REGISTRY_PASSWORD", "s3cret-for-tests")
+
+    with pytest.raises(BuildError) as err:
+        do_build(project, base_image=reg.ref("team/sglang", "v0.5.15-rocm700-mi35x"))
+    assert "closest existing tags for mi355x-rocm700: v0.5.14-rocm700-mi35x" in err.value.message
+    assert "s3cret" not in str(err.value)
+
+    result = do_build(project, base_image=ref)
+    try:
+        assert result.base == ref and result.base_digest
+    finally:
+        docker_client.images.remove(ref)
+
+
 def test_no_engine_fails_with_how_to_start_one(project) -> None:
     # A separate process: the engine client of this one is cached and shared by the fixtures.
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}

@@ -328,3 +328,12 @@ def test_offline_flag_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(build.OFFLINE_ENV, "1")
     assert build._offline(None) is True
     assert build._offline(False) is False
+
+
+def test_buildx_progress_lines() -> None:
+    step = build._BUILDX_STEP
+    m = step.match("#12 [gfx950  3/41] RUN pip install IPython")
+    assert m and m.groups() == ("3", "41", "RUN pip install IPython")
+    m = step.match("#7 [5/9] COPY . /src")
+    assert m and m.groups() == ("5", "9", "COPY . /src")
+    assert step.match("#1 [internal] load build definition from rocm.Dockerfile") is None

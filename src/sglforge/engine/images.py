@@ -159,10 +159,23 @@ def local_tags(repository: str) -> list[str]:
     return sorted(out)
 
 
+def _auth(registry: str) -> dict[str, str] | None:
+    """The login for ``registry`` (environment or Docker config), as the SDK takes it."""
+    from sglforge.engine import registry as reg
+    from sglforge.errors import SglforgeError
+
+    try:
+        creds = reg.credentials(registry)
+    except SglforgeError:
+        return None  # unreadable credentials: ask anonymously, the answer says the rest
+    return creds.auth_config() if creds else None
+
+
 def remote_tag(ref: str) -> RemoteTag:
     """Ask the image's registry, through the engine, whether tag ``ref`` exists."""
     try:
-        data = _api().inspect_distribution(ref)
+        auth = _auth(parse_reference(ref).registry)
+        data = _api().inspect_distribution(ref, auth_config=auth)
     except docker.errors.NotFound:
         return RemoteTag(False, None)
     except docker.errors.APIError as exc:
@@ -179,30 +192,47 @@ def remote_tags(repository: str, timeout: float = REGISTRY_TIMEOUT) -> list[str]
     host = _REGISTRY_API.get(ref.registry, ref.registry)
     local = host.split(":")[0] in ("localhost", "127.0.0.1", "::1")
     url = f"{'http' if local else 'https'}://{host}/v2/{ref.name}/tags/list?n=1000"
-    session = requests.Session()
-    tags: list[str] = []
+    auth = _auth(ref.registry)
     try:
-        for _ in range(MAX_TAG_PAGES):
-            resp = session.get(url, timeout=timeout)
-            if resp.status_code == 401:
-                token = _bearer_token(session, resp, timeout)
-                if token is None:
-                    return None
-                session.headers["Authorization"] = f"Bearer {token}"
-                resp = session.get(url, timeout=timeout)
-            if resp.status_code != 200:
-                return None
-            tags.extend(resp.json().get("tags") or [])
-            nxt = resp.links.get("next", {}).get("url")
-            if not nxt:
-                break
-            url = requests.compat.urljoin(url, nxt)
+        with requests.Session() as session:
+            return _tag_pages(session, url, auth, timeout)
     except (requests.RequestException, ValueError):
         return None
+
+
+def _tag_pages(
+    session: requests.Session, url: str, auth: dict[str, str] | None, timeout: float
+) -> list[str] | None:
+    # Registries page long lists (Docker Hub's lmsysorg/sglang has thousands of tags).
+    tags: list[str] = []
+    for _ in range(MAX_TAG_PAGES):
+        resp = session.get(url, timeout=timeout)
+        if resp.status_code == 401 and auth and _scheme(resp) == "basic":
+            session.auth = (auth["username"], auth["password"])
+            resp = session.get(url, timeout=timeout)
+        if resp.status_code == 401:
+            token = _bearer_token(resp, timeout, auth)
+            if token is None:
+                return None
+            session.headers["Authorization"] = f"Bearer {token}"
+            resp = session.get(url, timeout=timeout)
+        if resp.status_code != 200:
+            return None
+        tags.extend(resp.json().get("tags") or [])
+        nxt = resp.links.get("next", {}).get("url")
+        if not nxt:
+            break
+        url = requests.compat.urljoin(url, nxt)
     return sorted(set(tags))
 
 
-def _bearer_token(session: requests.Session, resp: requests.Response, timeout: float) -> str | None:
+def _scheme(resp: requests.Response) -> str:
+    return resp.headers.get("WWW-Authenticate", "").split(" ", 1)[0].lower()
+
+
+def _bearer_token(
+    resp: requests.Response, timeout: float, auth: dict[str, str] | None = None
+) -> str | None:
     # The registry token protocol: the 401 names the realm, service and scope to ask for
     # an anonymous pull token.
     challenge = resp.headers.get("WWW-Authenticate", "")
@@ -212,7 +242,8 @@ def _bearer_token(session: requests.Session, resp: requests.Response, timeout: f
     realm = params.pop("realm", None)
     if not realm:
         return None
-    tok = session.get(realm, params=params, timeout=timeout)
+    login = (auth["username"], auth["password"]) if auth else None
+    tok = requests.get(realm, params=params, auth=login, timeout=timeout)
     if tok.status_code != 200:
         return None
     body = tok.json()
@@ -387,7 +418,10 @@ def pull(ref: str) -> None:
     """Pull ``ref`` through the engine (its credentials), reading every progress event."""
     r = parse_reference(ref)
     try:
-        for event in _api().pull(r.repository, tag=r.tag, stream=True, decode=True):
+        events = _api().pull(
+            r.repository, tag=r.tag, stream=True, decode=True, auth_config=_auth(r.registry)
+        )
+        for event in events:
             if isinstance(event, dict) and event.get("error"):
                 raise BuildError(f"pulling {ref} failed: {event['error']}", f"docker pull {ref}")
     except docker.errors.APIError as exc:
