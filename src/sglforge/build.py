@@ -942,19 +942,26 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
     remote = None if offline else eng.remote_tags(ref.repository)
     known |= set(remote or ())
     close = closest_tags(ref.tag, known, bt)
-    where = "on the engine" if offline or remote is None else "on the engine or in its registry"
-    why = ""
-    if answer is not None and answer.exists is None:
-        why = f" (registry not reachable: {answer.error})"
-    elif offline:
-        why = f" (${OFFLINE_ENV} is set: registries not asked)"
+    listed = "on the engine" if remote is None else "on the engine or in its registry"
     found = (
-        f"closest existing tags for {bt.key}: {', '.join(close)}"
+        f"closest existing tags for {bt.key} {listed}: {', '.join(close)}"
         if close
-        else f"no tags of {ref.repository} found for {bt.key}"
+        else f"no tags of {ref.repository} for {bt.key} {listed}"
+    )
+    if answer is not None and answer.exists is None:
+        # Unknown is not "missing": say so rather than send someone hunting for a typo.
+        raise BuildError(
+            f"base image {base.ref} is not on the engine and its registry did not answer "
+            f"({answer.error}); {found}",
+            f"docker pull {base.ref} once the registry is reachable, or pass --base-image",
+        )
+    where = (
+        f"on the engine (${OFFLINE_ENV} is set: registries not asked)"
+        if offline
+        else "on the engine or in its registry"
     )
     raise BuildError(
-        f"base image {base.ref} does not exist {where}{why}; {found}",
+        f"base image {base.ref} does not exist {where}; {found}",
         "pass --base-image with an existing tag, or pin an upstream release that has one",
     )
 

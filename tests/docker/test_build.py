@@ -403,7 +403,10 @@ def test_base_from_a_registry_that_needs_a_login(
 
     with pytest.raises(BuildError) as err:
         do_build(project, base_image=reg.ref("team/sglang", "v0.5.15-rocm700-mi35x"))
-    assert "closest existing tags for mi355x-rocm700: v0.5.14-rocm700-mi35x" in err.value.message
+    assert (
+        "closest existing tags for mi355x-rocm700 on the engine or in its registry: "
+        "v0.5.14-rocm700-mi35x" in err.value.message
+    )
     assert "s3cret" not in str(err.value)
 
     result = do_build(project, base_image=ref)
@@ -411,6 +414,20 @@ def test_base_from_a_registry_that_needs_a_login(
         assert result.base == ref and result.base_digest
     finally:
         docker_client.images.remove(ref)
+
+
+def test_unreachable_registry_is_not_reported_as_missing(
+    project, build_base, do_build, monkeypatch
+) -> None:
+    from standin.registry import free_port
+
+    monkeypatch.delenv("SGLFORGE_OFFLINE")
+    ref = f"127.0.0.1:{free_port()}/sglang:v0.5.14-rocm700-mi35x"  # nothing listens there
+    with pytest.raises(BuildError) as err:
+        do_build(project, base_image=ref)
+    assert "its registry did not answer" in err.value.message
+    assert "does not exist" not in err.value.message
+    assert "docker pull" in (err.value.hint or "")
 
 
 def test_no_engine_fails_with_how_to_start_one(project) -> None:
