@@ -120,6 +120,7 @@ class PatchFact:
     sha256: str
     kind: str
     subject: str
+    upstream_status: str = ""
 
 
 @dataclass(frozen=True)
@@ -374,7 +375,13 @@ def make_manifest(
         "queue": {
             "hash": queue_hash,
             "patches": [
-                {"name": p.name, "sha256": p.sha256, "kind": p.kind, "subject": p.subject}
+                {
+                    "name": p.name,
+                    "sha256": p.sha256,
+                    "kind": p.kind,
+                    "subject": p.subject,
+                    "upstream_status": p.upstream_status,
+                }
                 for p in patches
             ],
         },
@@ -751,7 +758,9 @@ def build_image(
     offline = _offline(offline)
     queue = load_queue(root)
     chosen, reason = choose_mode(mode, queue.patches)
-    patches = tuple(PatchFact(p.name, p.sha256, p.kind, p.subject) for p in queue.patches)
+    patches = tuple(
+        PatchFact(p.name, p.sha256, p.kind, p.subject, p.upstream_status) for p in queue.patches
+    )
     the_ref = ref or queue.pin.ref
     version = version_of(the_ref)
     template = _overlay_template(root) if chosen == "overlay" else ""

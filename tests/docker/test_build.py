@@ -226,6 +226,7 @@ def test_labels_manifest_and_entrypoint(
     assert [(p["name"], p["sha256"]) for p in manifest["queue"]["patches"]] == [
         (n, hashlib.sha256((patches_dir / n).read_bytes()).hexdigest()) for n in queue_names
     ]
+    assert {p["upstream_status"] for p in manifest["queue"]["patches"]} == {"Pending"}
     assert manifest["queue"]["hash"] == lab["io.sglforge.queue-hash"]
     assert manifest["base"] == {"name": build_base, "digest": lab[oci + "base.digest"]}
     assert manifest["upstream"]["commit"] == lab[oci + "revision"]
