@@ -29,7 +29,22 @@ class Upstream:
     python_only: bool  # a PyPI-built tree holds python/ only
 
     def resolve(self, ref: str) -> str:
-        return git.resolve(self.cache, ref)
+        try:
+            return git.resolve(self.cache, ref)
+        except UpstreamError:
+            import difflib
+
+            known = git.tags(self.cache)
+            near = difflib.get_close_matches(ref, known, n=5, cutoff=0.5)
+            where = f"upstream {self.source}" + (
+                " (python/ only, from PyPI)" if self.python_only else ""
+            )
+            raise UpstreamError(
+                f"ref {ref!r} not found in {where}"
+                + (f"; closest tags: {', '.join(near)}" if near else f"; {len(known)} tags known"),
+                "pass an existing tag (`sglforge patches check --tags '>=0'` lists them) "
+                "or another --upstream",
+            ) from None
 
     def tree(self, commit: str) -> str:
         return git.out(self.cache, "rev-parse", f"{commit}^{{tree}}")
