@@ -63,7 +63,8 @@ MANIFEST_PATH = "/opt/sglforge/manifest.json"
 MANIFEST_SCHEMA = "sglforge.manifest/1"
 OFFLINE_ENV = "SGLFORGE_OFFLINE"
 # Fixed file times in the build context (2000-01-01, the date sglforge's own commits carry):
-# the same inputs give the same layer bytes.
+# the same inputs give the same layer bytes. The base's stale .pyc files are not used: they
+# record the original source's mtime and size (or hash), which the patched file does not match.
 MTIME = 946684800
 LICENSE = "Apache-2.0"  # sglang's license; the overlay only adds its patched files
 
@@ -1097,7 +1098,8 @@ def _result(
 def _log_path(root: Path, plan: BuildPlan) -> Path:
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", plan.image.rpartition(":")[2])
-    return work_dir(root, "logs") / f"build-{name}-{stamp}.log"
+    # The pid keeps two builds started in the same second from sharing a log.
+    return work_dir(root, "logs") / f"build-{name}-{stamp}-{os.getpid()}.log"
 
 
 def _overlay_template(root: Path) -> str:
