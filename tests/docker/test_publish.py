@@ -33,7 +33,9 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 CHANGELOG = "# Changelog\n\n## [Unreleased]\n\n### Added\n- Something.\n"
-REPOSITORY = "sglforge/sglang"
+# Its own repository per session: other sessions' build tests tag sglforge/sglang:... on the
+# same engine, and a shared tag could move under a running publish.
+REPOSITORY = f"sglforge-test/publish-{uuid.uuid4().hex[:8]}"
 
 
 class Project:
@@ -46,6 +48,10 @@ class Project:
         self.upstream = built.upstream
         self.labels = labels
         (self.root / "CHANGELOG.md").write_text(CHANGELOG)
+        targets = self.root / "images" / "targets.toml"
+        text = targets.read_text()
+        assert 'repository = "sglforge/sglang"' in text
+        targets.write_text(text.replace('"sglforge/sglang"', f'"{REPOSITORY}"', 1))
         self.write_scenario("standin-cpu.toml")
 
     def write_scenario(self, name: str, min_tok_s: float | None = None) -> Path:
