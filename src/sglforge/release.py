@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +104,13 @@ class Recorded:
     changelog: Path
     changelog_written: bool
     diff: PatchDiff
+
+
+def _write(path: Path, text: str) -> None:
+    """atomic_write, keeping the file's mode (atomic_write's temporary file is 0600)."""
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+    atomic_write(path, text)
+    os.chmod(path, mode)
 
 
 # --- records --------------------------------------------------------------------------------
@@ -229,7 +238,7 @@ def _write_record(root: Path, release: Release) -> tuple[Path, bool]:
             release = merged
         else:
             release = dataclasses.replace(release, references=refs)
-    atomic_write(path, json.dumps(to_dict(release), indent=2) + "\n")
+    _write(path, json.dumps(to_dict(release), indent=2) + "\n")
     return path, True
 
 
@@ -339,7 +348,7 @@ def write_changelog(path: Path, release: Release, diff: PatchDiff) -> bool:
         new = before + entry + text[at:]
     if new == text:
         return False
-    atomic_write(path, new)
+    _write(path, new)
     return True
 
 

@@ -184,3 +184,10 @@ def test_diff_without_previous_and_entry_figures() -> None:
     assert diff.added == (P1,) and diff.previous is None
     failed = changelog_entry(make_release(smoke=Smoke(False, "s", "ttft too slow")), diff)
     assert "- FAILED (scenario `s`): ttft too slow" in failed
+
+
+def test_changelog_keeps_its_file_mode(root: Path) -> None:
+    (root / "CHANGELOG.md").chmod(0o664)
+    done = record_release(root, make_release())
+    assert (root / "CHANGELOG.md").stat().st_mode & 0o777 == 0o664
+    assert done.record.stat().st_mode & 0o777 == 0o644
