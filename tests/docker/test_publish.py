@@ -213,8 +213,20 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
     text = CliRunner().invoke(main, ["--root", str(project.root), "inspect", friendly[1]])
     assert "0001-mtp-quant-prefix.patch" in text.output and "decode_tok_s" in text.output
 
+    # A fresh machine rebuilds the same inputs into an image with another creation time (so
+    # another digest): the published release is reused, never overwritten.
+    for ref in (out["image"], *out["pushed"]):
+        docker_client.images.remove(ref, force=True)
+    third = project.publish(reg_auth.address)
+    rebuilt = doc(third)
+    assert third.exit_code == 0, third.output
+    assert rebuilt["build_reused"] is False and rebuilt["digest"] == digest
+    assert "already published from the same inputs" in third.stderr
+    assert manifest_digest(reg_auth, immutable.rpartition(":")[2]) == digest
+    assert project.entries() == 1
+
     # The password is nowhere: output, records, CHANGELOG, logs, reports, image labels.
-    for result in (first, second, shown, text):
+    for result in (first, second, third, shown, text):
         assert secret not in result.output
     for path in project.root.rglob("*"):
         if path.is_file() and ".git" not in path.parts and "worktrees" not in path.parts:
@@ -406,3 +418,18 @@ def test_inspect_other_and_missing_images(standin_base: str, tmp_path: Path) -> 
     missing = CliRunner().invoke(main, ["inspect", "sglforge-test/none:missing"])
     assert missing.exit_code == 8
     assert "no such image" in missing.output and "--pull" in missing.output
+
+
+def test_an_immutable_tag_holding_other_inputs_is_never_overwritten(
+    project: Project, registry: Callable[..., Registry], old_image: str
+) -> None:
+    r = registry()
+    plan = doc(project.publish(r.address, "--dry-run"))
+    reg.tag(old_image, plan["immutable"])
+    squatter = reg.push(plan["immutable"], None, attempts=1).digest
+    result = project.publish(r.address)
+    out = doc(result)
+    assert result.exit_code == 8, result.output
+    assert "never overwritten" in out["error"] and out["pushed"] == []
+    assert manifest_digest(r, plan["immutable"].rpartition(":")[2]) == squatter
+    assert manifest_digest(r, "latest-mi355x") is None
