@@ -357,6 +357,7 @@ def build(
     image_id: str | None = None
     step: BuildStep | None = None
     tail: list[str] = []
+    failure: str | None = None
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(f"# sglforge build {tag} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
         try:
@@ -386,15 +387,17 @@ def build(
                             tail = (tail + [line.rstrip()])[-20:]
                 elif "aux" in event and isinstance(event["aux"], dict):
                     image_id = event["aux"].get("ID") or image_id
-                elif "error" in event:
-                    message = str(event.get("error", "")).strip()
-                    log.write(f"ERROR: {message}\n")
-                    raise _step_failed(tag, step, message, tail, log_path)
+                elif "error" in event and failure is None:
+                    # Read on to the end of the stream: that releases the engine connection.
+                    failure = str(event.get("error", "")).strip()
+                    log.write(f"ERROR: {failure}\n")
         except docker.errors.BuildError as exc:
             raise _step_failed(tag, step, str(exc), tail, log_path) from exc
         except docker.errors.APIError as exc:
             log.write(f"ERROR: {exc}\n")
             raise _step_failed(tag, step, str(exc.explanation or exc), tail, log_path) from exc
+    if failure is not None:
+        raise _step_failed(tag, step, failure, tail, log_path)
     if image_id is None:
         found = inspect(tag)
         if found is None:
