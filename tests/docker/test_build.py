@@ -363,6 +363,7 @@ def test_source_mode_needs_buildx(
     assert "docker buildx" in err.value.message and err.value.hint
 
 
+@pytest.mark.registry
 def test_base_from_a_local_registry(
     docker_client, docker_labels, registry, project, build_base, do_build, monkeypatch
 ) -> None:
@@ -387,6 +388,7 @@ def test_base_from_a_local_registry(
         docker_client.images.remove(ref)
 
 
+@pytest.mark.registry
 def test_base_from_a_registry_that_needs_a_login(
     docker_client, registry, project, build_base, do_build, monkeypatch
 ) -> None:
