@@ -87,6 +87,8 @@ class PublishResult:
     error: str | None = None
     exit_code: int = 0
     run: str | None = None  # the pull-and-run line for the newest friendly tag
+    smoke_markdown: str = ""  # the smoke runner's own summary (values and thresholds)
+    smoke_reports: str | None = None  # folder with the server log and smoke reports
 
     @property
     def ok(self) -> bool:
@@ -312,6 +314,8 @@ def publish(
         clock.done("smoke", smoke.passed, verdict)
         result = replace(
             result,
+            smoke_markdown=_smoke_markdown(report),
+            smoke_reports=str(getattr(report, "report_dir", "") or "") or None,
             smoke_passed=smoke.passed,
             smoke_verdict=verdict,
             smoke_figures=figures,
@@ -376,6 +380,15 @@ def publish(
         release_record=str(recorded.record),
         changelog_written=recorded.changelog_written,
     )
+
+
+def _smoke_markdown(report: Any) -> str:
+    try:
+        from sglforge.smoke import markdown as smoke_markdown
+
+        return str(smoke_markdown(report))
+    except (ImportError, KeyError, AttributeError, TypeError):
+        return ""  # the summary is a courtesy; the checks are in the result either way
 
 
 def _event_text(event: Any) -> str:
@@ -579,6 +592,7 @@ def summary(result: PublishResult) -> dict[str, Any]:
             {"name": s.name, "ok": s.ok, "seconds": s.seconds, "detail": s.detail}
             for s in result.steps
         ],
+        "smoke_reports": result.smoke_reports,
         "release_record": result.release_record,
         "changelog_written": result.changelog_written,
         "error": result.error,
@@ -659,10 +673,12 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
         f"- smoke: {_smoke_word(result)}" + (f" ({result.scenario})" if result.scenario else ""),
     ]
     lines += [f"- pushed: `{ref}`" for ref in result.pushed]
-    if result.smoke_figures:
+    if result.smoke_figures and not result.smoke_markdown:
         lines += ["", "| figure | value |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in sorted(result.smoke_figures.items())]
-    if result.smoke_checks:
+    if result.smoke_markdown:
+        lines += ["", result.smoke_markdown.rstrip()]
+    elif result.smoke_checks:
         lines += ["", "| check | result | detail |", "|---|---|---|"]
         lines += [
             f"| {c.name} | {_word(c.passed)} | {c.detail.replace('|', '/')} |"
