@@ -245,6 +245,11 @@ def publish(
             raise ConfigError(f"{scenario_path}: no such smoke scenario", "pass --scenario FILE")
     prefix = registry_prefix(registry)
     host = prefix.split("/", 1)[0]
+    creds: reg.Credentials | None = None
+    if not dry_run:
+        # Before the build and the smoke run, which can take an hour on real hardware.
+        creds = reg.credentials(host)
+        reg.check_login(host, creds)
 
     say(f"build {build_target.key} ({'plan' if dry_run else 'or reuse'})")
     built = build_image(
@@ -284,8 +289,6 @@ def publish(
         steps.append(Step("push", None, detail=immutable))
         steps += [Step("tag", None, detail=ref) for ref in moving]
         return replace(result, steps=tuple(steps))
-
-    creds = reg.credentials(host)
 
     # --- smoke gate ---
     smoke: Smoke | None = None

@@ -406,7 +406,11 @@ def _request(
     timeout: float = 15.0,
 ) -> tuple[dict[str, str], bytes]:
     """One registry API call (``/v2/<name>/<path>``) with Basic or Bearer auth as challenged."""
-    url = f"{_base_url(ref.registry)}/v2/{ref.repository}/{path}"
+    if ref.repository:
+        url = f"{_base_url(ref.registry)}/v2/{ref.repository}/{path}"
+    else:  # the registry's base endpoint
+        url = f"{_base_url(ref.registry)}/v2/"
+    name = str(ref) if ref.repository else ref.registry
     auth: str | None = None
     for _ in range(2):
         req = urllib.request.Request(url, method=method)
@@ -430,21 +434,37 @@ def _request(
             if exc.code in (401, 403):
                 login = f"the login of {creds.username!r}" if creds else "anonymous access"
                 raise PublishError(
-                    f"{ref}: registry {ref.registry} refused the credentials ({login}, "
+                    f"{name}: registry {ref.registry} refused the credentials ({login}, "
                     f"HTTP {exc.code}) while {what}",
                     f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {ref.registry}`",
                 ) from None
             if exc.code == 404:
-                raise _Missing(f"{ref}: the registry has no {path} (HTTP 404)") from None
-            raise PublishError(f"{ref}: registry answered HTTP {exc.code} while {what}") from None
+                raise _Missing(f"{name}: the registry has no {path} (HTTP 404)") from None
+            raise PublishError(f"{name}: registry answered HTTP {exc.code} while {what}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise _Unreachable(
-                f"{ref}: registry {ref.registry} unreachable while {what}: "
+                f"{name}: registry {ref.registry} unreachable while {what}: "
                 f"{_scrub(str(reason), creds)}",
                 f"check that the registry is up: curl {_base_url(ref.registry)}/v2/",
             ) from None
-    raise PublishError(f"{ref}: registry {ref.registry} refused the credentials while {what}")
+    raise PublishError(f"{name}: registry {ref.registry} refused the credentials while {what}")
+
+
+def check_login(registry: str, creds: Credentials | None) -> None:
+    """Fail early when ``registry`` refuses the login (``GET /v2/``); silent when it is down.
+
+    A refused login would otherwise surface only after the build and the smoke run; a
+    registry that is down may be back by then, and ``push`` retries it.
+    """
+    try:
+        _request(Reference(registry, "", ""), "", creds, what="checking the login")
+    except (_Unreachable, _Missing):
+        return
+    except PublishError as exc:
+        if "refused the credentials" in exc.message:
+            raise
+        return  # other answers (5xx, odd proxies) are left to the push and its retries
 
 
 def registry_digest(ref: str, creds: Credentials | None = None, timeout: float = 15.0) -> str:
