@@ -77,6 +77,7 @@ class Release:
     base: str = ""
     base_digest: str = ""
     published_at: str = ""  # ISO 8601 UTC; orders releases made on the same day
+    digests: tuple[str, ...] = ()  # other digests of the same version (rebuilt, other registry)
     schema: int = RECORD_SCHEMA
 
     @property
@@ -134,6 +135,7 @@ def to_dict(release: Release) -> dict[str, Any]:
     """The record as JSON-ready data (``tested`` included for readers of the file)."""
     data = dataclasses.asdict(release)
     data["references"] = list(release.references)
+    data["digests"] = list(release.digests)
     data["patches"] = [dataclasses.asdict(p) for p in release.patches]
     data["smoke"] = (
         None
@@ -173,6 +175,7 @@ def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Relea
             base=str(data.get("base", "")),
             base_digest=str(data.get("base_digest", "")),
             published_at=str(data.get("published_at", "")),
+            digests=tuple(str(d) for d in data.get("digests", ())),
             schema=int(data.get("schema", RECORD_SCHEMA)),
         )
     except (KeyError, TypeError, ValueError) as exc:
@@ -202,7 +205,7 @@ def load_records(root: Path) -> list[Release]:
 
 def find_by_digest(root: Path, digest: str) -> Release | None:
     """The newest record for an image digest (how ``inspect`` finds smoke figures)."""
-    found = [r for r in load_records(root) if r.digest == digest]
+    found = [r for r in load_records(root) if digest == r.digest or digest in r.digests]
     return found[-1] if found else None
 
 
@@ -228,16 +231,21 @@ def _write_record(root: Path, release: Release) -> tuple[Path, bool]:
     path = record_path(root, release.version)
     if path.is_file():
         old = load_record(path)
-        # A retested release replaces an untested one; otherwise the first record stands,
-        # with any new references (another registry, a moved friendly tag) merged in.
+        # The first record stands, with new references (another registry, a moved friendly
+        # tag) and new digests (the same inputs rebuilt and pushed elsewhere) merged in; a
+        # tested release replaces an untested one.
         refs = tuple(dict.fromkeys((*old.references, *release.references)))
-        if old.digest == release.digest and (old.tested or not release.tested):
-            merged = dataclasses.replace(old, references=refs)
+        if old.tested or not release.tested:
+            others = tuple(
+                d for d in dict.fromkeys((*old.digests, release.digest)) if d != old.digest
+            )
+            merged = dataclasses.replace(old, references=refs, digests=others)
             if merged == old:
                 return path, False
             release = merged
         else:
-            release = dataclasses.replace(release, references=refs)
+            others = tuple(d for d in (old.digest, *old.digests) if d != release.digest)
+            release = dataclasses.replace(release, references=refs, digests=others)
     _write(path, json.dumps(to_dict(release), indent=2) + "\n")
     return path, True
 

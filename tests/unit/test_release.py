@@ -162,6 +162,21 @@ def test_new_references_are_merged_into_the_record(root: Path) -> None:
     assert not done.changelog_written
 
 
+def test_a_rebuild_pushed_elsewhere_is_the_same_release(root: Path) -> None:
+    record_release(root, make_release())
+    rebuilt = make_release(
+        digest="sha256:" + "7" * 64,
+        references=("127.0.0.1:6000/sglforge/sglang:v0.5.14-rocm700-mi355x-1111",),
+        published_at="2026-12-02T00:00:00Z",
+    )
+    done = record_release(root, rebuilt)
+    assert done.record_written and not done.changelog_written
+    first = find_by_digest(root, "sha256:" + "d" * 64)
+    second = find_by_digest(root, "sha256:" + "7" * 64)
+    assert first == second and first is not None
+    assert first.published_at == "2026-11-30T07:00:00Z" and len(first.references) == 4
+
+
 def test_record_round_trips_and_rejects_garbage(root: Path) -> None:
     rel = make_release()
     assert from_dict(json.loads(json.dumps(to_dict(rel)))) == rel

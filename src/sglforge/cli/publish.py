@@ -359,6 +359,7 @@ def render_provenance(p: Provenance) -> str:
         else:
             state = "passed" if p.smoke.passed else "FAILED"
             lines.append(f"smoke     {state} ({p.smoke.scenario}): {p.smoke.verdict}")
-            for k, v in sorted(p.smoke.figures.items()):
-                lines.append(f"  {k:<22} {v}")
+            if p.smoke.figures:
+                rows = sorted(p.smoke.figures.items())
+                lines += ["", table(["smoke figure (at publish time)", "value"], rows)]
     return "\n".join(lines)
