@@ -204,6 +204,29 @@ def resolve(repo: Path, ref: str) -> str:
     )
 
 
+def resolve_many(repo: Path, refs: list[str]) -> dict[str, str]:
+    """Commit SHAs of many tags and upstream branches in one call (others via ``resolve``).
+
+    With no ``refs``, every tag and upstream branch the repository knows.
+    """
+    listing = out(
+        repo,
+        "for-each-ref",
+        "--format=%(refname)%09%(objectname)%09%(*objectname)",
+        "refs/tags",
+        "refs/remotes/origin",
+    )
+    known: dict[str, str] = {}
+    for line in listing.splitlines():
+        name, obj, peeled = (line.split("\t") + ["", ""])[:3]
+        short = name.removeprefix("refs/tags/").removeprefix("refs/remotes/origin/")
+        if name.startswith("refs/tags/") or short not in known:
+            known[short] = peeled or obj
+    if not refs:
+        return known
+    return {ref: known.get(ref) or resolve(repo, ref) for ref in refs}
+
+
 def tags(repo: Path) -> list[str]:
     text = out(repo, "tag", "--list")
     return [t for t in text.splitlines() if t]

@@ -46,6 +46,11 @@ class Upstream:
                 "or another --upstream",
             ) from None
 
+    def resolve_all(self, refs: list[str]) -> dict[str, str]:
+        """Commits of many refs at once; unknown refs raise like ``resolve``."""
+        known = git.resolve_many(self.cache, [])
+        return {ref: known[ref] if ref in known else self.resolve(ref) for ref in refs}
+
     def tree(self, commit: str) -> str:
         return git.out(self.cache, "rev-parse", f"{commit}^{{tree}}")
 
