@@ -13,6 +13,16 @@ from sglforge.errors import ConfigError
 ROOT_ENV = "SGLFORGE_ROOT"
 
 
+def file_mode(path: Path) -> int:
+    """The mode a rewritten ``path`` should keep: its own, or the umask's default for new files."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename (never half-written)."""
     path = Path(path)
@@ -20,6 +30,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode(path))  # mkstemp's 0600 would otherwise replace the file's mode
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
             fh.flush()
@@ -45,6 +56,7 @@ def atomic_write_many(files: dict[Path, str | bytes | None]) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             raw = data.encode() if isinstance(data, str) else data
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.fchmod(fd, file_mode(path))
             with os.fdopen(fd, "wb") as fh:
                 fh.write(raw)
                 fh.flush()
@@ -138,6 +150,7 @@ def commit_files(journal_dir: Path, files: dict[Path, str | bytes | None]) -> No
             path.parent.mkdir(parents=True, exist_ok=True)
             raw = data.encode() if isinstance(data, str) else data
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+            os.fchmod(fd, file_mode(path))
             with os.fdopen(fd, "wb") as fh:
                 fh.write(raw)
                 fh.flush()

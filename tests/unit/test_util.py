@@ -1,0 +1,51 @@
+"""Atomic writes keep file modes and never leave a half-written file."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sglforge.util import atomic_write, commit_files, recover_transactions
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_atomic_write_keeps_the_mode_and_uses_the_umask_for_new_files(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        new = tmp_path / "new.txt"
+        atomic_write(new, "x")
+        assert mode(new) == 0o644
+        script = tmp_path / "run.sh"
+        script.write_text("#!/bin/sh\n")
+        script.chmod(0o755)
+        atomic_write(script, "#!/bin/sh\necho hi\n")
+        assert mode(script) == 0o755 and "echo hi" in script.read_text()
+        commit_files(tmp_path, {script: "#!/bin/sh\n", tmp_path / "b": "b"})
+        assert mode(script) == 0o755 and mode(tmp_path / "b") == 0o644
+    finally:
+        os.umask(old)
+
+
+def test_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    path = tmp_path / "series"
+    path.write_text("old\n")
+
+    with pytest.raises(TypeError):  # the write fails after the temp file was made
+        atomic_write(path, 12345)  # type: ignore[arg-type]
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["series"]
+
+
+def test_commit_files_deletes_and_recovery_drops_strays(tmp_path: Path) -> None:
+    (tmp_path / "gone").write_text("x")
+    commit_files(tmp_path, {tmp_path / "gone": None, tmp_path / "kept": "k"})
+    assert not (tmp_path / "gone").exists() and (tmp_path / "kept").read_text() == "k"
+    (tmp_path / ".kept.abc.sglforge-tmp").write_text("half")
+    assert recover_transactions(tmp_path) is False
+    assert not list(tmp_path.glob("*.sglforge-tmp"))
