@@ -478,6 +478,60 @@ def make_labels(
     return labels
 
 
+def _provenance(
+    *,
+    image: str,
+    version: str,
+    target: BuildTarget,
+    mode: str,
+    base: Base | None,
+    upstream: Upstream,
+    queue_hash: str,
+    patches: Sequence[PatchFact],
+    files: Any,
+    deleted: Any,
+    key_dockerfile: str,
+    created: str | None,
+    extra_labels: Mapping[str, str] | None,
+) -> tuple[dict[str, Any], str | None, dict[str, str]]:
+    """Manifest, inputs key and labels of a plan: the same facts, said three ways."""
+    manifest = make_manifest(
+        image=image,
+        version=version,
+        target=target,
+        mode=mode,
+        base=base,
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=patches,
+        files=files,
+        deleted=deleted,
+    )
+    key = inputs_key(
+        base_pinned=base.pinned if base else None,
+        queue_hash=queue_hash,
+        commit=upstream.commit,
+        dockerfile=key_dockerfile,
+        target=target,
+        mode=mode,
+        manifest=manifest,
+    )
+    labels = make_labels(
+        image=image,
+        version=version,
+        target=target,
+        mode=mode,
+        base=base,
+        upstream=upstream,
+        queue_hash=queue_hash,
+        patches=patches,
+        inputs=key,
+        created=created or _now(),
+        extra=extra_labels,
+    )
+    return manifest, key, dict(labels)
+
+
 def plan_overlay(
     *,
     target: BuildTarget,
@@ -499,7 +553,7 @@ def plan_overlay(
     files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
     image = target.image_ref(version, queue_hash)
     bare = render_overlay_dockerfile(template, base.ref, target, deleted)
-    manifest = make_manifest(
+    manifest, key, labels = _provenance(
         image=image,
         version=version,
         target=target,
@@ -510,28 +564,9 @@ def plan_overlay(
         patches=patches,
         files=files,
         deleted=deleted,
-    )
-    key = inputs_key(
-        base_pinned=base.pinned,
-        queue_hash=queue_hash,
-        commit=upstream.commit,
-        dockerfile=bare,
-        target=target,
-        mode="overlay",
-        manifest=manifest,
-    )
-    labels = make_labels(
-        image=image,
-        version=version,
-        target=target,
-        mode="overlay",
-        base=base,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
-        inputs=key,
-        created=created or _now(),
-        extra=extra_labels,
+        key_dockerfile=bare,
+        created=created,
+        extra_labels=extra_labels,
     )
     dockerfile = render_overlay_dockerfile(template, base.ref, target, deleted, labels)
     return BuildPlan(
@@ -591,7 +626,7 @@ def plan_source(
         # The context's .git points outside it; setuptools_scm needs the version given.
         "SETUPTOOLS_SCM_PRETEND_VERSION": version,
     }
-    manifest = make_manifest(
+    manifest, key, labels = _provenance(
         image=image,
         version=version,
         target=target,
@@ -602,28 +637,9 @@ def plan_source(
         patches=patches,
         files=files,
         deleted=deleted,
-    )
-    key = inputs_key(
-        base_pinned=None,
-        queue_hash=queue_hash,
-        commit=upstream.commit,
-        dockerfile=dockerfile + json.dumps(build_args, sort_keys=True),
-        target=target,
-        mode="source",
-        manifest=manifest,
-    )
-    labels = make_labels(
-        image=image,
-        version=version,
-        target=target,
-        mode="source",
-        base=None,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
-        inputs=key,
-        created=created or _now(),
-        extra=extra_labels,
+        key_dockerfile=dockerfile + json.dumps(build_args, sort_keys=True),
+        created=created,
+        extra_labels=extra_labels,
     )
     return BuildPlan(
         target=target,
