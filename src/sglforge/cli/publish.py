@@ -360,6 +360,6 @@ def render_provenance(p: Provenance) -> str:
             state = "passed" if p.smoke.passed else "FAILED"
             lines.append(f"smoke     {state} ({p.smoke.scenario}): {p.smoke.verdict}")
             if p.smoke.figures:
-                rows = [[k, v] for k, v in sorted(p.smoke.figures.items())]
-                lines += ["", table(["smoke figure (at publish time)", "value"], rows)]
+                figures = [[k, v] for k, v in sorted(p.smoke.figures.items())]
+                lines += ["", table(["smoke figure (at publish time)", "value"], figures)]
     return "\n".join(lines)
