@@ -21,15 +21,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 
 def project(base: Path) -> Path:
-    root = base / "project"
-    root.mkdir(parents=True)
-    for name in ("patches", "images", "smoke"):
-        shutil.copytree(REPO / name, root / name)
-    (root / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
-    (REPO / "build" / "pypi").mkdir(parents=True, exist_ok=True)
-    (root / "build").mkdir()
-    (root / "build" / "pypi").symlink_to(REPO / "build" / "pypi", target_is_directory=True)
-    return root
+    from real_project import copy_real_project
+
+    return copy_real_project(base / "project")
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -310,18 +310,13 @@ def _prove_target(
                 skip_smoke=not smoke,
             )
             stages[f"smoke+publish {target}"] = time.monotonic() - t
-            return TargetOutcome(
-                target,
-                built.image,
-                built.mode,
-                built.up_to_date,
-                out.build_seconds,
-                built.changed_files,
-                res.smoke_passed,
-                res.smoke_verdict,
-                dict(res.smoke_figures),
-                tuple(res.pushed),
-                res.error or "",
+            return replace(
+                out,
+                smoke_passed=res.smoke_passed,
+                smoke_verdict=res.smoke_verdict,
+                smoke_figures=dict(res.smoke_figures),
+                published=tuple(res.pushed),
+                error=res.error or "",
             )
         if smoke:
             from sglforge.publish import find_scenario
@@ -332,18 +327,12 @@ def _prove_target(
             path = scenario or find_scenario(stage, target)
             report = run_smoke(stage, built.image, path, model=model, port=port, labels=labels)
             stages[f"smoke {target}"] = time.monotonic() - t
-            return TargetOutcome(
-                target,
-                built.image,
-                built.mode,
-                built.up_to_date,
-                out.build_seconds,
-                built.changed_files,
-                report.passed,
-                report.verdict,
-                dict(report.figures),
-                (),
-                "" if report.passed else (report.reason or "smoke failed"),
+            return replace(
+                out,
+                smoke_passed=report.passed,
+                smoke_verdict=report.verdict,
+                smoke_figures=dict(report.figures),
+                error="" if report.passed else (report.reason or "smoke failed"),
             )
         return out
     except SglforgeError as exc:
@@ -356,8 +345,6 @@ def _write_report(root: Path, result: UpgradeResult, report_dir: Path | None) ->
     name = f"report-{safe_ref(result.new_ref)}"
     js = folder / f"{name}.json"
     md = folder / f"{name}.md"
-    from dataclasses import replace
-
     result = replace(result, report_json=js, report_md=md)
     atomic_write(js, json.dumps(to_dict(result), indent=2) + "\n")
     atomic_write(md, markdown(result))

@@ -8,11 +8,11 @@ smoke scenario.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from real_project import copy_real_project
 from sglforge.patches.series import load_queue
 from sglforge.upgrade import upgrade
 
@@ -23,16 +23,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.pypi]
 
 
 def copy_project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("patches", "images", "smoke"):
-        shutil.copytree(REPO / name, root / name)
-    (root / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
-    # share the wheel cache with the checkout (downloads are the slow part)
-    (REPO / "build" / "pypi").mkdir(parents=True, exist_ok=True)
-    (root / "build").mkdir()
-    (root / "build" / "pypi").symlink_to(REPO / "build" / "pypi", target_is_directory=True)
-    return root
+    return copy_real_project(tmp_path / "project")
 
 
 def test_upgrade_0_5_14_to_0_5_16_retires_both_and_still_builds(
