@@ -176,3 +176,17 @@ def test_quilt_style_patch_without_mail_headers(tmp_path: Path) -> None:
     path.write_text(text)
     p = parse_patch(path)
     assert p.subject == "Fix the thing" and p.files == ("python/x.cuh",)
+
+
+def test_a_patch_excluded_at_the_pin_is_a_warning(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sglforge.cli import main
+
+    root = project(tmp_path, {"0001-guard.patch": GOOD})
+    (root / "patches" / "upstream.toml").write_text('url = "x"\nref = "v0.5.16"\n')
+    found = lint_queue(root)
+    assert [(f.code, f.severity) for f in found] == [("excluded-at-pin", "warning")]
+    assert "excludes the pinned 0.5.16" in found[0].message
+    res = CliRunner().invoke(main, ["--root", str(root), "patches", "lint"])
+    assert res.exit_code == 0 and "1 warning" in res.output

@@ -87,13 +87,16 @@ def lint_cmd(st: State, as_json: bool) -> None:
     from sglforge.patches.lint import lint_queue
 
     findings = lint_queue(st.root)
+    errors = [f for f in findings if f.severity == "error"]
     if as_json:
-        print_json({"ok": not findings, "findings": findings})
+        print_json({"ok": not errors, "findings": findings})
     else:
         for f in findings:
-            click.echo(str(f))
-        click.echo("lint: clean" if not findings else f"lint: {len(findings)} problem(s)")
-    if findings:
+            click.echo(f"{f} ({f.severity})" if f.severity != "error" else str(f))
+        warnings = len(findings) - len(errors)
+        summary = f"lint: {len(errors)} problem(s)" if errors else "lint: clean"
+        click.echo(summary + (f", {warnings} warning(s)" if warnings else ""))
+    if errors:
         raise SystemExit(EXIT_PROBLEMS)
 
 

@@ -68,6 +68,7 @@ def lint_queue(root: Path) -> list[Finding]:
                     "patch file is not listed in patches/series",
                 )
             )
+    pin_version = _pin_version(root)
     changes: dict[str, str] = {}
     for i, e in enumerate(entries, 1):
         path = pdir / e.name
@@ -75,6 +76,17 @@ def lint_queue(root: Path) -> list[Finding]:
             continue
         patch = parse_patch(path, i)
         findings.extend(lint_patch(patch, f"patches/{e.name}"))
+        if pin_version is not None and patch.applies_at(pin_version) is False:
+            findings.append(
+                Finding(
+                    f"patches/{e.name}",
+                    1,
+                    "excluded-at-pin",
+                    f"Applies-To {patch.applies_to} excludes the pinned {pin_version}: the "
+                    "patch is never applied (retire it, or fix Applies-To)",
+                    "warning",
+                )
+            )
         key = _change_key(patch)
         if key and key in changes:
             findings.append(
@@ -207,6 +219,16 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
                     Finding(rel, n, "trailing-whitespace", "added line ends with whitespace")
                 )
     return out
+
+
+def _pin_version(root: Path) -> Version | None:
+    from sglforge.errors import ConfigError
+    from sglforge.patches.series import load_pin, ref_version
+
+    try:
+        return ref_version(load_pin(root).ref)
+    except ConfigError:
+        return None
 
 
 def _parse_line(msg: str) -> int:
