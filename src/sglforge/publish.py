@@ -347,6 +347,11 @@ def publish(
         clock.done("push", True, f"{immutable}@{digest}")
         for ref in moving:
             clock.reset()
+            newer = _newer_release_at(ref, built.labels, creds)
+            if newer:
+                # `latest-<target>` never moves back to an older upstream version.
+                clock.done("tag", True, f"{ref} kept: it names {newer}, newer than this image")
+                continue
             say(f"move {ref}")
             reg.tag(source, ref)
             moved = reg.push(ref, creds, attempts=attempts, backoff=backoff, progress=say)
@@ -392,6 +397,22 @@ def _smoke_markdown(report: Any) -> str:
         return str(smoke_markdown(report))
     except (ImportError, KeyError, AttributeError, TypeError):
         return ""  # the summary is a courtesy; the checks are in the result either way
+
+
+def _newer_release_at(ref: str, labels: Mapping[str, str], creds: Any) -> str | None:
+    """The version a ``latest-*`` ref names when it is newer than ``labels``' version."""
+    from packaging.version import InvalidVersion, Version
+
+    if ":latest-" not in ref or reg.registry_digest_or_none(ref, creds) is None:
+        return None
+    key = "org.opencontainers.image.version"
+    try:
+        ours = Version(str(labels.get(key, "")))
+        theirs_text = reg.registry_labels(ref, creds).get(key, "")
+        theirs = Version(theirs_text)
+    except (InvalidVersion, PublishError):
+        return None
+    return theirs_text if theirs > ours else None
 
 
 def _event_text(event: Any) -> str:

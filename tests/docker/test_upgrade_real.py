@@ -101,5 +101,22 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
         assert "latest-mi355x" in tags
         # the release entry lands in the project's CHANGELOG with the queue changes
         assert "v0.5.16-rocm700-mi355x-q" in (root / "CHANGELOG.md").read_text()
+        # Publishing the older 0.5.14 queue afterwards moves its own friendly tag, never
+        # latest-mi355x back to an older version.
+        from sglforge.engine import registry as reg
+        from sglforge.publish import publish
+
+        latest = f"{prefix}latest-mi355x"
+        before = reg.registry_digest(latest)
+        old = publish(
+            copy_real_project(tmp_path / "old"), "mi355x", registry.address,
+            scenario=REPO / "smoke" / "standin-cpu.toml", port=free_port(),
+            base_image=ensure_sglang_base("0.5.14", client=docker_client), upstream=UPSTREAM,
+            labels=docker_labels, offline=True,
+        )
+        assert old.error is None, old.error
+        assert f"{prefix}v0.5.14-rocm700-mi355x" in old.pushed and latest not in old.pushed
+        assert any("kept" in step.detail and "0.5.16" in step.detail for step in old.steps)
+        assert reg.registry_digest(latest) == before
     finally:
         registry.stop()
