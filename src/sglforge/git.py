@@ -188,7 +188,8 @@ def _fetch(path: Path, url: str) -> None:
         msg = (res.stderr or res.stdout).strip().splitlines()
         raise UpstreamError(
             f"upstream {url} unreachable: {msg[-1] if msg else 'fetch failed'}",
-            "check the URL or pass --upstream PATH to a local clone",
+            "check the URL, or pass --upstream PATH (a local clone) or --upstream pypi:sglang "
+            "(released wheels; python/ only)",
         )
 
 

@@ -135,3 +135,8 @@ def test_remote_upstream_is_a_partial_clone(tmp_path: Path) -> None:
     (cache,) = (root / "build" / "upstream").glob("*.git")
     missing = git(cache, "rev-list", "--objects", "--all", "--missing=print")
     assert any(line.startswith("?") for line in missing.splitlines()), "no blob was left out"
+
+
+def test_without_refs_the_pin_is_checked(project: Path) -> None:
+    report = check_refs(project, [])
+    assert [r.ref for r in report.refs] == ["v1.0"]

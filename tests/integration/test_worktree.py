@@ -201,8 +201,11 @@ def test_export_round_trip_and_new_patch(tmp_path: Path) -> None:
     git(a.worktree, "rebase", "-q", "--exec", "true", a.commit)
     edit(a.worktree, "python/pkg/g.py", 20, "new work")
     made = new_patch(root, "tune-g", message="Tune g for ROCm")
-    assert made.added == ("0007-tune-g-for-rocm.patch",)
-    text = (root / "patches/0007-tune-g-for-rocm.patch").read_text()
+    assert made.added == ("0007-tune-g.patch",)
+    text = (root / "patches/0007-tune-g.patch").read_text()
     assert "Subject: [PATCH] Tune g for ROCm" in text and "Upstream-Status: Pending" in text
-    assert load_queue(root).patches[-1].name == "0007-tune-g-for-rocm.patch"
+    assert load_queue(root).patches[-1].name == "0007-tune-g.patch"
     assert apply_queue(root).reused
+    edit(a.worktree, "python/pkg/g.py", 21, "more")
+    with pytest.raises(PatchError, match="already has a patch named 'tune-g'"):
+        new_patch(root, "tune-g")

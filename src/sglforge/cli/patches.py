@@ -141,6 +141,8 @@ def check_cmd(
 ) -> None:
     """Apply the whole series at each ref (no worktree touched) and report a matrix.
 
+    Without --ref or --tags, checks at the pin.
+
     \b
     Example:
       sglforge patches check --upstream pypi:sglang --tags '>=0.5.10,<=0.5.23'

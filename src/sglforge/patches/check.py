@@ -493,7 +493,6 @@ def check_refs(
     jobs: int | None = None,
 ) -> CheckReport:
     """Load the queue, open upstream, and check it at ``refs`` (plus tags matching ``tags``)."""
-    from sglforge.errors import ConfigError
     from sglforge.patches.series import load_queue
     from sglforge.patches.upstream import open_upstream, pinned_commit
 
@@ -505,5 +504,5 @@ def check_refs(
     if tags:
         wanted += [t for t in select_tags(up, tags) if t not in wanted]
     if not wanted:
-        raise ConfigError("no refs to check", "pass --ref REF (repeatable) or --tags SPEC")
+        wanted = [queue.pin.ref]  # nothing asked: the pin
     return check_queue(queue, up, wanted, pin_commit, jobs=jobs)

@@ -48,7 +48,7 @@ def merge_header(old_text: str, new_text: str) -> str:
     return old_header + new_diff
 
 
-def export_queue(root: Path, ref: str | None = None) -> Exported:
+def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None) -> Exported:
     """Write the commits on the ref's worktree branch back to the queue, keeping series order."""
     queue = load_queue(root)
     ref = ref or queue.pin.ref
@@ -87,7 +87,8 @@ def export_queue(root: Path, ref: str | None = None) -> Exported:
                 unchanged.append(name)
         else:
             subject = git.out(wt, "log", "-1", "--format=%s", c)
-            name = _new_name(queue, names, subject)
+            last = i == len(commits) - 1
+            name = _new_name(queue, names, new_slug if new_slug and last else subject)
             names.append(name)
             files[root / "patches" / name] = _with_status(text)
             added.append(name)
@@ -160,7 +161,12 @@ def new_patch(
         raise PatchError(
             f"worktree {wt} has no changes to turn into a patch", f"edit files under {wt} first"
         )
+    if any(re.sub(r"^\d{4}-|\.patch$", "", e.name) == slug(name) for e in queue.entries):
+        raise PatchError(
+            f"patches/series already has a patch named {slug(name)!r}",
+            "pick another NAME, or edit that patch with `sglforge patches apply` + `export`",
+        )
     subject = message or name.replace("-", " ")
     git.run(wt, "add", "-A")
     git.run(wt, "commit", "-q", "-m", f"{subject}\n\nUpstream-Status: Pending")
-    return export_queue(root, ref)
+    return export_queue(root, ref, new_slug=name)
