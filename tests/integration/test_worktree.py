@@ -209,3 +209,28 @@ def test_export_round_trip_and_new_patch(tmp_path: Path) -> None:
     edit(a.worktree, "python/pkg/g.py", 21, "more")
     with pytest.raises(PatchError, match="already has a patch named 'tune-g'"):
         new_patch(root, "tune-g")
+
+
+def test_resolving_a_conflict_apply_edit_export(tmp_path: Path) -> None:
+    """The documented flow: `apply --ref NEW` stops, the user resolves, `export` rewrites."""
+    root = make_project(tmp_path, make_upstream(tmp_path), PATCHES[:4])  # a, b, c, d
+    with pytest.raises(PatchError, match="0004-fix-d.patch does not apply at v1.1"):
+        apply_queue(root, ref="v1.1")
+    wt = root / "build" / "worktrees" / "v1.1"
+    # resolve: keep upstream's line 10 and add ours below it
+    d = (wt / "python/pkg/d.py").read_text().splitlines()
+    d = [ln for ln in d if not ln.startswith(("<<<<<<<", "=======", ">>>>>>>", "d line 10 FIXED"))]
+    d.insert(10, "d line 10 FIXED (after upstream's change)")
+    (wt / "python/pkg/d.py").write_text("\n".join(d) + "\n")
+    git(wt, "add", "python/pkg/d.py")
+    git(wt, "am", "--continue")
+    # an unexported resolution is never thrown away by the next apply
+    with pytest.raises(PatchError, match="not yet exported"):
+        apply_queue(root, ref="v1.1")
+    r = export_queue(root, ref="v1.1")
+    assert "0004-fix-d.patch" in r.written and r.added == ()
+    text = (root / "patches/0004-fix-d.patch").read_text()
+    assert "Why: tests." in text and "+d line 10 FIXED (after upstream's change)" in text
+    # the export rebased every patch onto v1.1: the queue is ready for `refresh --ref v1.1`
+    a = apply_queue(root, ref="v1.1")
+    assert [p.status for p in a.patches] == ["clean"] * 4

@@ -97,6 +97,7 @@ def apply_at(
             and record.get("queue_hash") == queue.hash
             and record.get("upstream_commit") == commit
             and git.out(wt, "rev-parse", "HEAD") == record.get("head")
+            and record.get("complete", True)
         ):
             return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=True)
     report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
@@ -113,20 +114,48 @@ def apply_at(
         )
         if res.status != 0 or st.status not in APPLIED:
             detail = st.detail if st.status not in APPLIED else (res.stderr or res.stdout)
+            # Record how far it got, so `patches export` maps the resolved commit back to
+            # this patch; the record is incomplete, so the next apply starts over.
+            pending = [
+                AppliedPatch(p.name, "pending", None) for p in queue.patches[len(results) + 1 :]
+            ]
+            _write_record(
+                root,
+                ref,
+                commit,
+                queue.hash,
+                git.out(wt, "rev-parse", "HEAD"),
+                [*results, AppliedPatch(patch.name, "conflict", None, detail.strip()), *pending],
+                complete=False,
+            )
             _conflict(wt, ref, patch.name, detail.strip(), am=res.status != 0)
         results.append(
             AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
         )
     head = git.out(wt, "rev-parse", "HEAD")
+    record = _write_record(root, ref, commit, queue.hash, head, results, complete=True)
+    return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=False)
+
+
+def _write_record(
+    root: Path,
+    ref: str,
+    commit: str,
+    queue_hash: str,
+    head: str,
+    patches: list[AppliedPatch],
+    complete: bool,
+) -> dict:  # type: ignore[type-arg]
     record = {
         "ref": ref,
         "upstream_commit": commit,
-        "queue_hash": queue.hash,
+        "queue_hash": queue_hash,
         "head": head,
-        "patches": [r.__dict__ for r in results],
+        "complete": complete,
+        "patches": [p.__dict__ for p in patches],
     }
     atomic_write(record_path(root, ref), json.dumps(record, indent=2))
-    return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=False)
+    return record
 
 
 def _applied_from_record(

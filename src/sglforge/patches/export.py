@@ -67,7 +67,9 @@ def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None
             f"finish it with `git -C {wt} am --continue` (or --abort), then export again",
         )
     commits = git.out(wt, "rev-list", "--reverse", f"{base}..HEAD").split()
-    applied = [p for p in record["patches"] if p.get("commit")]
+    # The patches the branch holds commits for, in order: those applied, plus the one that
+    # stopped with a conflict (its resolved commit comes next, after `git am --continue`).
+    applied = [p for p in record["patches"] if p.get("commit") or p.get("status") == "conflict"]
     files: dict[Path, str | bytes | None] = {}
     written: list[str] = []
     unchanged: list[str] = []
@@ -114,9 +116,13 @@ def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None
         record["head"] = head
         record["queue_hash"] = new_queue.hash
         by_commit = dict(zip(commits, [p["name"] for p in applied] + added, strict=False))
-        record["patches"] = [p for p in record["patches"] if not p.get("commit")] + [
-            {"name": by_commit[c], "status": "clean", "commit": c, "detail": ""} for c in commits
-        ]
+        exported = {by_commit[c]: c for c in commits}
+        kept = [p for p in record["patches"] if p["name"] not in exported]
+        record["patches"] = [
+            {"name": n, "status": "clean", "commit": c, "detail": ""} for n, c in exported.items()
+        ] + kept
+        # patches never attempted (after a conflict) still need an apply
+        record["complete"] = not any(p.get("status") == "pending" for p in kept)
         atomic_write(record_path(root, ref), json.dumps(record, indent=2))
     return Exported(ref, tuple(written), tuple(added), tuple(unchanged))
 
