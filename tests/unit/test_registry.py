@@ -92,3 +92,42 @@ def test_credentials_from_docker_config(tmp_path: Path, monkeypatch: pytest.Monk
     assert (creds.username, creds.password, creds.source) == ("bob", SECRET, "docker-config")
     assert credentials("127.0.0.1:6000", {}) is None
     assert creds.auth_config() == {"username": "bob", "password": SECRET}
+
+
+def test_a_token_service_refusing_the_login_is_a_clear_publish_error() -> None:
+    """ghcr.io-style registries: /v2/ challenges for a Bearer token; a wrong password makes
+    the token service answer 401, which must be a PublishError naming the registry."""
+    import http.server
+    import threading
+
+    from sglforge.engine import registry as reg
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            port = self.server.server_address[1]
+            if self.path.startswith("/v2/"):
+                self.send_response(401)
+                self.send_header(
+                    "WWW-Authenticate",
+                    f'Bearer realm="http://127.0.0.1:{port}/token",service="test"',
+                )
+            else:
+                self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(PublishError, match="token service refused the credentials") as err:
+            reg.check_login(address, reg.Credentials("u", "wrong-password"))
+        assert "wrong-password" not in str(err.value)
+        assert "docker login" in str(err.value)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -370,7 +370,18 @@ def _base_url(registry: str) -> str:
     return f"{scheme}://{registry}"
 
 
-def _bearer_token(challenge: str, creds: Credentials | None, timeout: float) -> str:
+class _Missing(PublishError):
+    """The registry has no such manifest or blob (HTTP 404)."""
+
+
+class _Unreachable(PublishError):
+    """The registry did not answer."""
+
+
+def _bearer_token(
+    challenge: str, creds: Credentials | None, timeout: float, registry: str = ""
+) -> str:
+    """A token from the registry's token service (ghcr.io, Docker Hub, Harbor...)."""
     params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
     realm = params.pop("realm", "")
     if not realm:
@@ -379,20 +390,33 @@ def _bearer_token(challenge: str, creds: Credentials | None, timeout: float) -> 
     req = urllib.request.Request(url)
     if creds:
         req.add_header("Authorization", creds.basic())
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - registry realm
-        body = json.loads(resp.read() or b"{}")
+    hint = f"set {USER_ENV}/{PASSWORD_ENV} or run `docker login {registry}`"
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - registry realm
+            body = json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        login = f"the login of {creds.username!r}" if creds else "anonymous access"
+        if exc.code in (401, 403):
+            raise PublishError(
+                f"registry {registry}: its token service refused the credentials ({login}, "
+                f"HTTP {exc.code})",
+                hint,
+            ) from None
+        raise _Unreachable(
+            f"registry {registry}: its token service answered HTTP {exc.code}", hint
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise _Unreachable(
+            f"registry {registry}: its token service did not answer: "
+            f"{_scrub(str(reason), creds)}",
+            hint,
+        ) from None
     token = body.get("token") or body.get("access_token")
     if not token:
         raise PublishError("the registry's token service returned no token")
     return str(token)
-
-
-class _Missing(PublishError):
-    """The registry has no such manifest or blob (HTTP 404)."""
-
-
-class _Unreachable(PublishError):
-    """The registry did not answer."""
 
 
 def _request(
@@ -426,7 +450,7 @@ def _request(
             challenge = exc.headers.get("WWW-Authenticate", "") if exc.headers else ""
             if exc.code == 401 and auth is None and challenge:
                 if challenge.lower().startswith("bearer"):
-                    auth = "Bearer " + _bearer_token(challenge, creds, timeout)
+                    auth = "Bearer " + _bearer_token(challenge, creds, timeout, ref.registry)
                     continue
                 if creds:
                     auth = creds.basic()
