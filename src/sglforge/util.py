@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from sglforge.errors import ConfigError
@@ -130,39 +131,56 @@ def unique(items: Iterable[str]) -> list[str]:
 # next command that reads the queue (``recover_transactions``), giving everything new.
 
 JOURNAL = ".sglforge-txn.json"
+LOCK = ".sglforge.lock"
 TMP_SUFFIX = ".sglforge-tmp"
 # Test hook: exit abruptly after this many renames, to prove recovery (see tests).
 CRASH_ENV = "SGLFORGE_TEST_CRASH_AFTER_RENAMES"
+
+
+@contextlib.contextmanager
+def queue_lock(journal_dir: Path) -> Iterator[None]:
+    """Exclusive lock over a journalled folder: writers and recovery never overlap."""
+    import fcntl
+
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    with open(journal_dir / LOCK, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def commit_files(journal_dir: Path, files: dict[Path, str | bytes | None]) -> None:
     """Replace (or delete, for None) all ``files`` as one all-or-nothing change."""
     import json
 
-    journal_dir.mkdir(parents=True, exist_ok=True)
-    ops: list[dict[str, str | None]] = []
-    try:
-        for path, data in files.items():
-            path = Path(path).resolve()
-            if data is None:
-                ops.append({"tmp": None, "target": str(path)})
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            raw = data.encode() if isinstance(data, str) else data
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-            os.fchmod(fd, file_mode(path))
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(raw)
-                fh.flush()
-                os.fsync(fh.fileno())
-            ops.append({"tmp": tmp, "target": str(path)})
-        atomic_write(journal_dir / JOURNAL, json.dumps(ops, indent=1))
-    except BaseException:
-        for op in ops:
-            if op["tmp"]:
-                Path(op["tmp"]).unlink(missing_ok=True)
-        raise
-    _roll_forward(journal_dir, ops)
+    with queue_lock(journal_dir):
+        ops: list[dict[str, str | None]] = []
+        try:
+            for path, data in files.items():
+                path = Path(path).resolve()
+                if data is None:
+                    ops.append({"tmp": None, "target": str(path), "sha256": None})
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                raw = data.encode() if isinstance(data, str) else data
+                fd, tmp = tempfile.mkstemp(
+                    dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX
+                )
+                os.fchmod(fd, file_mode(path))
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(raw)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                ops.append({"tmp": tmp, "target": str(path), "sha256": sha256_bytes(raw)})
+            atomic_write(journal_dir / JOURNAL, json.dumps(ops, indent=1))
+        except BaseException:
+            for op in ops:
+                if op["tmp"]:
+                    Path(op["tmp"]).unlink(missing_ok=True)
+            raise
+        _roll_forward(journal_dir, ops)
 
 
 def _roll_forward(journal_dir: Path, ops: list[dict[str, str | None]]) -> None:
@@ -175,6 +193,13 @@ def _roll_forward(journal_dir: Path, ops: list[dict[str, str | None]]) -> None:
             target.unlink(missing_ok=True)
         elif Path(tmp).exists():
             os.replace(tmp, target)
+        elif not (target.exists() and sha256_file(target) == op.get("sha256")):
+            raise ConfigError(
+                f"{target}: an interrupted change to the queue cannot be completed (its new "
+                f"content {Path(tmp).name} is gone)",
+                f"restore the queue from git (`git checkout -- {journal_dir}`), then delete "
+                f"{journal_dir / JOURNAL}",
+            )
         done += 1
         if crash_after and done >= crash_after:
             os._exit(99)
@@ -185,20 +210,25 @@ def recover_transactions(journal_dir: Path) -> bool:
     """Finish a journalled change interrupted by a crash; drop stray temp files. True if any."""
     import json
 
-    journal = journal_dir / JOURNAL
-    recovered = False
-    if journal.exists():
-        try:
-            ops = json.loads(journal.read_text())
-        except ValueError:
-            ops = None
-        if isinstance(ops, list):
-            _roll_forward(journal_dir, ops)
-            recovered = True
-        else:  # a torn journal cannot exist (atomic_write); be safe and drop it
-            journal.unlink(missing_ok=True)
-    for folder in (journal_dir, journal_dir.parent, journal_dir / "retired"):
-        if folder.is_dir():
-            for stray in folder.glob(f".*{TMP_SUFFIX}"):
-                stray.unlink(missing_ok=True)
-    return recovered
+    if not journal_dir.is_dir():
+        return False
+    with queue_lock(journal_dir):
+        journal = journal_dir / JOURNAL
+        recovered = False
+        if journal.exists():
+            try:
+                ops = json.loads(journal.read_text())
+            except ValueError:
+                ops = None
+            if isinstance(ops, list):
+                _roll_forward(journal_dir, ops)
+                recovered = True
+            else:  # a torn journal cannot exist (atomic_write); be safe and drop it
+                journal.unlink(missing_ok=True)
+        # Under the lock no writer is between its temp files and its journal: strays are
+        # leftovers of a crash before the journal, i.e. of a change that never happened.
+        for folder in (journal_dir, journal_dir.parent, journal_dir / "retired"):
+            if folder.is_dir():
+                for stray in folder.glob(f".*{TMP_SUFFIX}"):
+                    stray.unlink(missing_ok=True)
+        return recovered

@@ -21,7 +21,11 @@ NO_CONFLICT = [p for p in PATCHES if not p[0].startswith("fix-d")]
 
 def snapshot(root: Path) -> dict[str, bytes]:
     files = [root / "CHANGELOG.md", *sorted((root / "patches").rglob("*"))]
-    return {str(p.relative_to(root)): p.read_bytes() for p in files if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in files
+        if p.is_file() and p.name != ".sglforge.lock"  # the queue's lock file, always empty
+    }
 
 
 def test_apply_makes_one_commit_per_patch_and_reuses(tmp_path: Path) -> None:
@@ -234,3 +238,44 @@ def test_resolving_a_conflict_apply_edit_export(tmp_path: Path) -> None:
     # the export rebased every patch onto v1.1: the queue is ready for `refresh --ref v1.1`
     a = apply_queue(root, ref="v1.1")
     assert [p.status for p in a.patches] == ["clean"] * 4
+
+
+def test_a_reader_during_a_write_never_half_applies_it(tmp_path: Path) -> None:
+    """Another command's recovery runs while a change is being written: it waits for the
+    writer's lock instead of deleting the writer's temp files."""
+    import threading
+
+    from sglforge.util import commit_files, queue_lock, recover_transactions
+
+    pdir = tmp_path / "patches"
+    pdir.mkdir()
+    (pdir / "a.patch").write_text("old a\n")
+    (pdir / "series").write_text("a.patch\n")
+    done = threading.Event()
+    with queue_lock(pdir):  # a writer holds the lock (between its temp files and journal)
+        (pdir / ".b.patch.x.sglforge-tmp").write_text("new b\n")
+        reader = threading.Thread(target=lambda: (recover_transactions(pdir), done.set()))
+        reader.start()
+        assert not done.wait(0.3), "recovery must wait for the writer"
+        (pdir / ".b.patch.x.sglforge-tmp").unlink()
+    reader.join(5)
+    assert done.is_set()
+    commit_files(pdir, {pdir / "a.patch": None, pdir / "b.patch": "new b\n",
+                        pdir / "series": "b.patch\n"})
+    assert sorted(p.name for p in pdir.iterdir() if not p.name.startswith(".")) == [
+        "b.patch", "series"
+    ]
+
+
+def test_series_entries_stay_inside_patches(tmp_path: Path) -> None:
+    from sglforge.errors import ConfigError
+    from sglforge.patches.lint import lint_queue
+
+    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT[:1])
+    (tmp_path / "outside.patch").write_text((root / "patches/0001-fix-a.patch").read_text())
+    with open(root / "patches" / "series", "a") as fh:
+        fh.write("../../outside.patch\n")
+    with pytest.raises(ConfigError, match=r"patches/series:3: '../../outside.patch' is not"):
+        load_queue(root)
+    assert [f.code for f in lint_queue(root)] == ["bad-series"]
+    assert (tmp_path / "outside.patch").exists()

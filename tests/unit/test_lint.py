@@ -190,3 +190,16 @@ def test_a_patch_excluded_at_the_pin_is_a_warning(tmp_path: Path) -> None:
     assert "excludes the pinned 0.5.16" in found[0].message
     res = CliRunner().invoke(main, ["--root", str(root), "patches", "lint"])
     assert res.exit_code == 0 and "1 warning" in res.output
+
+
+def test_bad_series_bytes_and_bad_sources_are_configuration_errors(tmp_path: Path) -> None:
+    root = project(tmp_path, {"0001-guard.patch": GOOD})
+    (root / "patches" / "series").write_bytes(b"\xff\xfe0001-guard.patch\n")
+    with pytest.raises(ConfigError, match="patches/series: not UTF-8"):
+        load_queue(root)
+    (root / "patches" / "series").write_text("0001-guard.patch\n")
+    (root / "patches" / "upstream.toml").write_text(
+        'url = "x"\nref = "v0.5.14"\n[sources]\nfoo = 1\n'
+    )
+    with pytest.raises(ConfigError, match=r"\[sources.'foo'\] must be a table of strings"):
+        load_pin(root)

@@ -12,6 +12,7 @@ from packaging.version import InvalidVersion, Version
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from sglforge.errors import ConfigError
 from sglforge.patches.series import STATUSES, Patch, parse_patch, read_series
 from sglforge.util import recover_transactions
 
@@ -38,7 +39,12 @@ def lint_queue(root: Path) -> list[Finding]:
     findings: list[Finding] = []
     pdir = root / "patches"
     series_rel = "patches/series"
-    entries = read_series(root)
+    try:
+        entries = read_series(root)
+    except ConfigError as exc:
+        m = re.match(r"patches/series:(\d+): (.*)", exc.message)
+        line = int(m.group(1)) if m else 0
+        return [Finding("patches/series", line, "bad-series", m.group(2) if m else exc.message)]
     if not (pdir / "series").exists():
         findings.append(Finding(series_rel, 0, "series-missing", "patches/series does not exist"))
     seen: dict[str, int] = {}
@@ -222,7 +228,6 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
 
 
 def _pin_version(root: Path) -> Version | None:
-    from sglforge.errors import ConfigError
     from sglforge.patches.series import load_pin, ref_version
 
     try:

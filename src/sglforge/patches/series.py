@@ -295,14 +295,32 @@ def read_series(root: Path) -> tuple[SeriesEntry, ...]:
     path = root / "patches" / "series"
     if not path.exists():
         return ()
+    try:
+        text_all = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"patches/series: not UTF-8 text (byte {exc.start})", "rewrite patches/series"
+        ) from None
     entries = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(text_all.splitlines(), 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
         # quilt allows options after the name (e.g. -p1); the name is the first word.
-        entries.append(SeriesEntry(text.split()[0], n))
+        name = text.split()[0]
+        if not safe_entry(name):
+            raise ConfigError(
+                f"patches/series:{n}: {name!r} is not a file name inside patches/ "
+                "(no folders, no '..', no absolute paths)",
+                "move the patch into patches/ and list it by its file name",
+            )
+        entries.append(SeriesEntry(name, n))
     return tuple(entries)
+
+
+def safe_entry(name: str) -> bool:
+    """A series entry names a file directly inside patches/ (so nothing outside is touched)."""
+    return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
 
 
 def load_pin(root: Path) -> Pin:
@@ -334,6 +352,17 @@ def load_pin(root: Path) -> Pin:
     sources = data.get("sources", {})
     if not isinstance(sources, dict):
         raise ConfigError(f"{path}: 'sources' must be a table", f"fix {path}")
+    for name, entry in sources.items():
+        if not isinstance(entry, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in entry.items()
+        ):
+            raise ConfigError(
+                f"{path}: [sources.{name!r}] must be a table of strings (ref, tree)",
+                f"fix or delete [sources.{name!r}] in {path}",
+            )
+    for key in ("url", "ref", "commit"):
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(f"{path}: {key!r} must be a string", f"fix {path}")
     return Pin(url=data["url"], ref=data["ref"], commit=commit, sources=sources, path=path)
 
 
