@@ -147,7 +147,8 @@ def upgrade(
             reason = (
                 f"{', '.join(p.name for p in conflicts)} conflict at {new_ref} ({hunks}); "
                 f"resolve with `sglforge patches apply --ref {new_ref}`, edit, "
-                f"`sglforge patches export --ref {new_ref}`"
+                f"`git am --continue`, `sglforge patches export --ref {new_ref}`, then rerun "
+                f"`sglforge upgrade --to {new_ref}`"
             )
             result = UpgradeResult(
                 old_ref,

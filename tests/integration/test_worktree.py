@@ -14,7 +14,7 @@ from sglforge.patches.apply import apply_queue
 from sglforge.patches.export import export_queue, new_patch
 from sglforge.patches.refresh import refresh_queue
 from sglforge.patches.series import load_pin, load_queue
-from synthetic import PATCHES, commit, edit, git, make_project, make_upstream
+from synthetic import PATCHES, commit, edit, git, lines, make_project, make_upstream, write
 
 NO_CONFLICT = [p for p in PATCHES if not p[0].startswith("fix-d")]
 
@@ -279,3 +279,45 @@ def test_series_entries_stay_inside_patches(tmp_path: Path) -> None:
         load_queue(root)
     assert [f.code for f in lint_queue(root)] == ["bad-series"]
     assert (tmp_path / "outside.patch").exists()
+
+
+def test_refresh_follows_a_moved_file_and_rewrites_the_stat(tmp_path: Path) -> None:
+    upstream = make_upstream(tmp_path)
+    root = make_project(tmp_path, upstream, NO_CONFLICT[:1])  # fix-a only
+    git(upstream, "checkout", "-q", "-b", "move", "v1.1")
+    (upstream / "python/pkg/core").mkdir()
+    git(upstream, "mv", "python/pkg/a.py", "python/pkg/core/a.py")
+    commit(upstream, "move a.py")
+    git(upstream, "tag", "v1.2")
+    r = refresh_queue(root, "v1.2")
+    assert r.ok and r.patches[0].action == "refreshed"
+    assert "moved path" in r.patches[0].detail
+    text = (root / "patches/0001-fix-a.patch").read_text()
+    head, diff = text.split("\ndiff --git", 1)
+    assert "python/pkg/core/a.py" in head.split("\n---\n", 1)[1]  # the diffstat
+    assert "python/pkg/jit_kernel" not in head and "Why: tests." in head
+    assert diff.startswith(" a/python/pkg/core/a.py b/python/pkg/core/a.py")
+
+
+def test_python_only_upstream_skips_files_outside_python(tmp_path: Path) -> None:
+    """A PyPI-built history cannot judge sgl-kernel/ or docker/ patches: skipped, said why."""
+    from dataclasses import replace
+
+    from sglforge.patches.check import check_ref
+    from sglforge.patches.upstream import open_upstream, pinned_commit
+
+    upstream = make_upstream(tmp_path)
+    write(upstream, "sgl-kernel/csrc/k.cu", lines("k"))
+    commit(upstream, "kernel")
+    git(upstream, "tag", "v1.3")
+    root = make_project(
+        tmp_path, upstream, [("fix-k", "sgl-kernel/csrc/k.cu", 3, "k FIXED", "")], base="v1.3"
+    )
+    q = load_queue(root)
+    up = open_upstream(root, q.pin)
+    pin = pinned_commit(root, q.pin, up)
+    # the same tree seen as a python/-only source (as from PyPI), at a ref without the file
+    py_only = replace(up, python_only=True)
+    (st,) = check_ref(load_queue(root), py_only, "v1.0", up.resolve("v1.0"), pin,
+                      root / "build" / "tmp").patches
+    assert st.status == "skipped" and "python/ only" in st.detail

@@ -209,8 +209,8 @@ def refresh_cmd(
         if not r.ok:
             click.echo(
                 f"refresh: conflicts at {new_ref}; nothing was changed. Resolve with "
-                f"`sglforge patches apply --ref {new_ref}`, edit, "
-                f"`sglforge patches export --ref {new_ref}`."
+                f"`sglforge patches apply --ref {new_ref}`, edit, `git am --continue`, "
+                f"`sglforge patches export --ref {new_ref}`, then refresh again."
             )
         elif r.written:
             click.echo(f"refresh: queue now on {new_ref}")

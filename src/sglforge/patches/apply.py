@@ -230,8 +230,10 @@ def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:
 def _conflict(wt: Path, ref: str, name: str, detail: str, am: bool = False) -> None:
     if am:
         resolve = (
-            f"resolve the conflict in {wt}, `git -C {wt} am --continue`, then "
-            f"`sglforge patches export --ref {ref}`"
+            f"resolve the conflict in {wt}, `git -C {wt} am --continue`, "
+            f"`sglforge patches export --ref {ref}` (the patches then target {ref}), then "
+            f"`sglforge patches refresh --ref {ref}` or `sglforge upgrade --to {ref}` to move "
+            "the pin"
         )
     else:
         resolve = (

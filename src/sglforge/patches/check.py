@@ -333,6 +333,16 @@ def _check_patch(
                 patch.name, THREE_WAY, f"3-way at moved path ({where})", patch.files, moved=moved
             )
         index.load(before)
+    outside = [f for f in patch.files if not f.startswith("python/")]
+    if up.python_only and outside:
+        # A PyPI-built history has python/ only: it cannot say anything about these files.
+        return PatchStatus(
+            patch.name,
+            SKIPPED,
+            f"{', '.join(outside)} not in this upstream (built from PyPI wheels: python/ only); "
+            "check it against a git clone of sglang",
+            patch.files,
+        )
     files, hunks = _failing_hunks(index, text, patch)
     return PatchStatus(
         patch.name,

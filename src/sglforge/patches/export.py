@@ -41,10 +41,18 @@ def format_commit(wt: Path, commit: str) -> str:
     ).stdout
 
 
+_STAT_SEP = re.compile(r"^---[ \t]*$", re.M)
+
+
 def merge_header(old_text: str, new_text: str) -> str:
-    """Keep the old file's header (mail headers, description, trailers); take the new diff."""
+    """Keep the old file's message (mail headers, description, trailers); take the new
+    diffstat and diff, so the stat above the diff always describes it."""
     old_header, _ = split_patch(old_text)
-    _, new_diff = split_patch(new_text)
+    new_header, new_diff = split_patch(new_text)
+    old_sep = _STAT_SEP.search(old_header)
+    new_sep = _STAT_SEP.search(new_header)
+    if old_sep and new_sep:
+        return old_header[: old_sep.start()] + new_header[new_sep.start() :] + new_diff
     return old_header + new_diff
 
 
