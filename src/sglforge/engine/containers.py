@@ -332,8 +332,10 @@ def running(
                 ) from exc
             yield Container(raw, log_path)
         finally:
-            if raw is not None:
-                with _signals_deferred() as arrived:
-                    remove(raw.id)
-                if arrived:
-                    raise Terminated(f"received {signal.Signals(arrived[0]).name}")
+            # By name when a signal landed after the engine created the container but before
+            # `create` returned it: the name was chosen up front, so it is removable either way.
+            target = raw.id if raw is not None else name
+            with _signals_deferred() as arrived:
+                remove(target)  # False when it was never created: nothing to do
+            if arrived:
+                raise Terminated(f"received {signal.Signals(arrived[0]).name}")
