@@ -4,7 +4,9 @@ Read from the image itself: its labels (OCI and ``io.sglforge.*``) and the manif
 ``sglforge build`` writes to ``/opt/sglforge/manifest.json`` (upstream version and commit,
 patches with checksums, queue hash, target and GPU arch, base image and digest). The smoke
 figures measured at publish time are not in the image (labels are fixed before the smoke run);
-they come from the release record under ``build/releases/`` that matches the image's digest.
+they come from the release record that matches the image's digest: the one under
+``build/releases/`` when there is a checkout, else the one ``publish`` pushed next to the image
+as the tag ``<immutable tag>-release``.
 """
 
 from __future__ import annotations
@@ -146,6 +148,24 @@ def queue_statuses(root: Path | None) -> dict[str, str]:
     return {p.sha256: p.upstream_status for p in queue.patches if p.upstream_status}
 
 
+def _registry_record(repo: str, digest: str, labels: Mapping[str, str]) -> Any:
+    """The release record ``publish`` pushed next to the image (``<tag>-release``), if any."""
+    from sglforge.publish import RECORD_FOR_LABEL, RECORD_LABEL, record_ref_for
+    from sglforge.release import from_dict
+
+    tag = labels.get(f"{OCI}.ref.name")
+    if not tag or "/" not in repo:
+        return None
+    ref = record_ref_for(f"{repo}:{tag}")
+    try:
+        found = reg.registry_labels(ref, reg.credentials(reg.parse_ref(ref).registry))
+        if found.get(RECORD_FOR_LABEL) != digest or RECORD_LABEL not in found:
+            return None
+        return from_dict(json.loads(found[RECORD_LABEL]), ref)
+    except (SglforgeError, ValueError):
+        return None  # no record published, or the registry is not reachable from here
+
+
 def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> Provenance:
     """Provenance of a local image (pulled first with ``pull``), plus its release record."""
     if pull:
@@ -164,13 +184,16 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
     prov = provenance_from(image, labels, manifest, queue_statuses(root))
     repo_digests = tuple(str(d) for d in attrs.get("RepoDigests") or ())
     prov = replace(prov, id=str(attrs.get("Id") or "") or None, repo_digests=repo_digests)
-    if root is None:
-        return prov
-    for digest in dict.fromkeys(d.partition("@")[2] for d in repo_digests):
-        try:
-            record = find_by_digest(root, digest)
-        except SglforgeError:
-            record = None
+    for repo_digest in repo_digests:
+        repo, _, digest = repo_digest.partition("@")
+        record = None
+        if root is not None:
+            try:
+                record = find_by_digest(root, digest)
+            except SglforgeError:
+                record = None
+        if record is None:
+            record = _registry_record(repo, digest, labels)
         if record is not None:
             return replace(
                 prov,

@@ -377,6 +377,13 @@ def publish(
     release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
     recorded = record_release(root, release, changelog)
     clock.done("record", True, str(recorded.record))
+    clock.reset()
+    try:
+        record_ref = push_release_record(root, release, immutable, creds, labels, attempts, backoff)
+        clock.done("record-push", True, record_ref)
+    except SglforgeError as exc:
+        # The image is published; only `inspect` on other machines loses the smoke figures.
+        clock.done("record-push", False, f"release record not pushed: {exc.message}")
     runnable = pushed[1] if len(pushed) > 1 else pushed[0]  # the versioned friendly tag
     return replace(
         result,
@@ -388,6 +395,62 @@ def publish(
         release_record=str(recorded.record),
         changelog_written=recorded.changelog_written,
     )
+
+
+RECORD_LABEL = "io.sglforge.release"  # the release record (JSON) on the -release tag
+RECORD_FOR_LABEL = "io.sglforge.release-for"  # the digest of the image it describes
+RECORD_SUFFIX = "-release"
+
+
+def record_ref_for(immutable: str) -> str:
+    """Where the release record of ``immutable`` lives in the registry: a sibling tag."""
+    return immutable + RECORD_SUFFIX
+
+
+def push_release_record(
+    root: Path,
+    release: Release,
+    immutable: str,
+    creds: Any,
+    labels: Mapping[str, str] | None = None,
+    attempts: int = 4,
+    backoff: float = 2.0,
+) -> str:
+    """Push the release record (smoke figures included) next to the image it describes.
+
+    The image itself cannot carry figures measured after it was built, so anyone holding it
+    finds them on the sibling tag ``<immutable>-release``: a one-file image whose labels hold
+    the record and the digest it belongs to.
+    """
+    import io
+    import tarfile
+
+    from sglforge.engine import images as engine_images
+    from sglforge.release import to_dict
+
+    record = json.dumps(to_dict(release), sort_keys=True, separators=(",", ":"))
+    files = {
+        "Dockerfile": b"FROM scratch\nCOPY release.json /sglforge-release.json\n",
+        "release.json": record.encode(),
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+    ref = record_ref_for(immutable)
+    all_labels = {
+        **dict(labels or {}),
+        "io.sglforge.managed": "1",
+        RECORD_LABEL: record,
+        RECORD_FOR_LABEL: release.digest,
+    }
+    log = root / "build" / "logs" / f"release-record-{release.version}.log"
+    engine_images.build(buf.getvalue(), ref, log, labels=all_labels)
+    reg.push(ref, creds, attempts=attempts, backoff=backoff)
+    return ref
 
 
 def _smoke_markdown(report: Any) -> str:

@@ -118,5 +118,17 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
         assert f"{prefix}v0.5.14-rocm700-mi355x" in old.pushed and latest not in old.pushed
         assert any("kept" in step.detail and "0.5.16" in step.detail for step in old.steps)
         assert reg.registry_digest(latest) == before
+        # Anyone holding the image, with no checkout and no release records, sees the smoke
+        # figures: publish pushed the record next to the image.
+        from sglforge.inspect import inspect_image
+
+        ref = f"{prefix}v0.5.14-rocm700-mi355x"
+        docker_client.images.remove(ref, force=True)
+        prov = inspect_image(ref, root=None, pull=True)
+        assert prov.release and prov.release.startswith("v0.5.14-rocm700-mi355x-q")
+        assert prov.smoke is not None and prov.smoke.passed
+        assert prov.smoke.figures["spec_accept_length_server"] > 2.5
+        status, _, _ = registry.get(f"/v2/sglforge/sglang/manifests/{prov.release}-release")
+        assert status == 200
     finally:
         registry.stop()
