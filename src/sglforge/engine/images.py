@@ -13,6 +13,7 @@ import io
 import json
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,12 +312,16 @@ def run_python(
     """Run ``python3 -c CODE`` in a throwaway container (no network); its output."""
     c = client()
     all_labels = {LABEL: "1", "io.sglforge.role": "probe", **(labels or {})}
+    # Named up front: a Ctrl-C between the engine creating it and `create` returning still
+    # leaves a name to remove it by.
+    name = f"sglforge-probe-{uuid.uuid4().hex[:12]}"
     container = None
     try:
         container = c.containers.create(
             ref,
             entrypoint=["python3", "-c", code],
             command=[],
+            name=name,
             network_mode="none",
             labels=all_labels,
             detach=True,
@@ -327,11 +332,10 @@ def run_python(
     except docker.errors.DockerException as exc:
         raise BuildError(f"image {ref}: could not run python3 in it: {exc}") from exc
     finally:
-        if container is not None:
-            try:
-                container.remove(force=True)
-            except docker.errors.DockerException:
-                pass
+        try:
+            c.api.remove_container(container.id if container is not None else name, force=True)
+        except docker.errors.DockerException:
+            pass  # never created, or already gone
     if int(result.get("StatusCode", 1)) != 0:
         raise BuildError(
             f"image {ref}: python3 exited with {result.get('StatusCode')}: {_last_line(output)}",

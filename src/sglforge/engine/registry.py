@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -409,8 +410,7 @@ def _bearer_token(
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise _Unreachable(
-            f"registry {registry}: its token service did not answer: "
-            f"{_scrub(str(reason), creds)}",
+            f"registry {registry}: its token service did not answer: {_scrub(str(reason), creds)}",
             hint,
         ) from None
     token = body.get("token") or body.get("access_token")
@@ -620,17 +620,21 @@ def pull(ref: str, creds: Credentials | None = None) -> str:
 def read_image_file(image: str, path: str) -> bytes | None:
     """The bytes of ``path`` inside ``image`` (a created, never started container), or None."""
     api = client().api
+    # Named up front, so a Ctrl-C while the engine creates it still leaves a name to remove.
+    cid = f"sglforge-read-{uuid.uuid4().hex[:12]}"
     try:
-        container = api.create_container(
-            image,
-            command=["/nonexistent-never-started"],
-            labels={LABEL: "1"},
-            network_disabled=True,
-        )
-    except docker.errors.APIError as exc:
-        raise PublishError(f"{image}: cannot create a container to read {path}: {exc}") from None
-    cid = container["Id"]
-    try:
+        try:
+            api.create_container(
+                image,
+                command=["/nonexistent-never-started"],
+                name=cid,
+                labels={LABEL: "1"},
+                network_disabled=True,
+            )
+        except docker.errors.APIError as exc:
+            raise PublishError(
+                f"{image}: cannot create a container to read {path}: {exc}"
+            ) from None
         try:
             stream, _ = api.get_archive(cid, path)
         except docker.errors.NotFound:
