@@ -142,3 +142,17 @@ def make_project(
         names.append(name)
     (root / "patches" / "series").write_text("# the queue\n" + "".join(f"{x}\n" for x in names))
     return root
+
+
+# The queue minus the patches that conflict at v1.1 (fix-d and the one depending on it).
+NO_CONFLICT = [p for p in PATCHES if not p[0].startswith("fix-d")]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every byte of the queue and CHANGELOG.md (the queue's empty lock file left out)."""
+    files = [root / "CHANGELOG.md", *sorted((root / "patches").rglob("*"))]
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in files
+        if p.is_file() and p.name != ".sglforge.lock"
+    }

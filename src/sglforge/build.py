@@ -765,6 +765,7 @@ def build_image(
     """Apply the queue and build (or, with ``dry_run``, plan) the image for ``target``."""
     from sglforge.patches.apply import apply_queue
     from sglforge.patches.series import load_queue
+    from sglforge.patches.upstream import upstream_source
 
     started = time.monotonic()
     say = _sayer(progress)
@@ -800,7 +801,7 @@ def build_image(
         )
     up = Upstream(
         url=queue.pin.url,
-        source=upstream or os.environ.get("SGLFORGE_UPSTREAM") or queue.pin.url,
+        source=upstream_source(queue.pin, upstream),
         ref=applied.ref,
         commit=applied.commit,
         revision=_revision(queue.pin, applied),
@@ -853,6 +854,19 @@ def build_image(
     return _build_overlay(root, plan, applied.worktree, say, progress, started)
 
 
+def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
+    """The result for an image already built from the same inputs (retagged), else None."""
+    from sglforge.engine import images as eng
+
+    existing = eng.inspect(plan.image)
+    if existing is None or existing.labels.get(LABEL_INPUTS) != plan.inputs_key:
+        return None
+    _retag(existing.id, plan.tags)
+    return _result(
+        replace(plan, labels=dict(existing.labels)), existing, True, None, False, started
+    )
+
+
 def _build_overlay(
     root: Path,
     plan: BuildPlan,
@@ -863,12 +877,9 @@ def _build_overlay(
 ) -> BuildResult:
     from sglforge.engine import images as eng
 
-    existing = eng.inspect(plan.image)
-    if existing is not None and existing.labels.get(LABEL_INPUTS) == plan.inputs_key:
-        _retag(existing.id, plan.tags)
-        return _result(
-            replace(plan, labels=dict(existing.labels)), existing, True, None, False, started
-        )
+    done = _already_built(plan, started)
+    if done is not None:
+        return done
     context = context_tar(plan, worktree)
     log_path = _log_path(root, plan)
     say(f"building {plan.image} ({len(plan.files)} file(s), {len(context)} bytes of context)")
@@ -893,12 +904,9 @@ def _build_source(
     from sglforge.engine import images as eng
     from sglforge.engine.images import BuildStep
 
-    existing = eng.inspect(plan.image)
-    if existing is not None and existing.labels.get(LABEL_INPUTS) == plan.inputs_key:
-        _retag(existing.id, plan.tags)
-        return _result(
-            replace(plan, labels=dict(existing.labels)), existing, True, None, False, started
-        )
+    done = _already_built(plan, started)
+    if done is not None:
+        return done
     docker = shutil.which("docker")
     have = (
         docker is not None

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,13 +103,6 @@ class Recorded:
     changelog: Path
     changelog_written: bool
     diff: PatchDiff
-
-
-def _write(path: Path, text: str) -> None:
-    """atomic_write, keeping the file's mode (atomic_write's temporary file is 0600)."""
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-    atomic_write(path, text)
-    os.chmod(path, mode)
 
 
 # --- records --------------------------------------------------------------------------------
@@ -246,7 +237,7 @@ def _write_record(root: Path, release: Release) -> tuple[Path, bool]:
         else:
             others = tuple(d for d in (old.digest, *old.digests) if d != release.digest)
             release = dataclasses.replace(release, references=refs, digests=others)
-    _write(path, json.dumps(to_dict(release), indent=2) + "\n")
+    atomic_write(path, json.dumps(to_dict(release), indent=2) + "\n")
     return path, True
 
 
@@ -356,7 +347,7 @@ def write_changelog(path: Path, release: Release, diff: PatchDiff) -> bool:
         new = before + entry + text[at:]
     if new == text:
         return False
-    _write(path, new)
+    atomic_write(path, new)
     return True
 
 

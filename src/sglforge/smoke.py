@@ -29,10 +29,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import ConfigError, SglforgeError, SmokeError
 from sglforge.util import atomic_write, work_dir
+
+if TYPE_CHECKING:
+    from sglforge.engine.containers import Profile
 
 DEFAULT_PORT = 30000
 DEFAULT_LOAD_TIMEOUT = 1800.0
@@ -70,21 +73,6 @@ class Question:
 
 
 @dataclass(frozen=True)
-class ContainerSettings:
-    """The ``[container]`` table: how the serving container runs."""
-
-    devices: tuple[str, ...] = ()
-    group_add: tuple[str, ...] = ()
-    ipc_mode: str | None = None
-    shm_size: str | None = None
-    security_opt: tuple[str, ...] = ()
-    cap_add: tuple[str, ...] = ()
-    nofile: int | None = None
-    network_mode: str = "host"
-    env: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
 class Checks:
     """The ``[checks]`` tables: prompts and thresholds."""
 
@@ -118,7 +106,7 @@ class Scenario:
     model_mount: str
     command: tuple[str, ...]
     args: tuple[str, ...]
-    container: ContainerSettings
+    container: Profile  # the engine's run profile, less the model mount (added at run time)
     checks: Checks
 
     @property
@@ -294,7 +282,9 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
                 f"{path}: 'container.env.{k}' must be a string or number", f"fix {path}"
             )
         env.append((k, str(v)))
-    container = ContainerSettings(
+    from sglforge.engine.containers import Profile
+
+    container = Profile(
         devices=ct.get("devices", "strs", ()),
         group_add=ct.get("group_add", "strs", ()),
         ipc_mode=ct.get("ipc_mode", "str", None),
@@ -303,7 +293,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
         cap_add=ct.get("cap_add", "strs", ()),
         nofile=ct.get("nofile", "int", None),
         network_mode=ct.get("network_mode", "str", "host"),
-        env=tuple(env),
+        env=dict(env),
     )
     ct.done()
     if container.network_mode != "host":
@@ -1111,18 +1101,10 @@ def run_smoke(
         )
 
     assert model_path is not None  # preflight.model passed
-    s_env = {**dict(scenario.container.env), **dict(env or {})}
-    profile = containers.Profile(
-        devices=scenario.container.devices,
-        group_add=scenario.container.group_add,
-        ipc_mode=scenario.container.ipc_mode,
-        shm_size=scenario.container.shm_size,
-        security_opt=scenario.container.security_opt,
-        cap_add=scenario.container.cap_add,
-        nofile=scenario.container.nofile,
-        network_mode=scenario.container.network_mode,
+    profile = replace(
+        scenario.container,
         mounts=(containers.Mount(str(model_path), scenario.model_mount, read_only=True),),
-        env=s_env,
+        env={**scenario.container.env, **dict(env or {})},
     )
     session = _Session(scenario, port)
     exit_code: int | None = None

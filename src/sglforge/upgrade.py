@@ -23,9 +23,9 @@ from typing import Any
 from sglforge.errors import ConfigError, SglforgeError
 from sglforge.patches.apply import safe_ref
 from sglforge.patches.check import select_tags
-from sglforge.patches.refresh import PatchOutcome, refresh_queue
+from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
 from sglforge.patches.series import load_queue, ref_version
-from sglforge.patches.upstream import open_upstream, pinned_commit
+from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
 from sglforge.util import atomic_write, commit_files
 
 STAGED = ("patches", "images", "smoke")
@@ -65,7 +65,10 @@ class UpgradeResult:
 def latest_release(root: Path, upstream: str | None = None, pre: bool = False) -> str:
     """The newest upstream tag that parses as a version (pre-releases only with ``pre``)."""
     queue = load_queue(root)
-    up = open_upstream(root, queue.pin, upstream)
+    return _newest(open_upstream(root, queue.pin, upstream), pre)
+
+
+def _newest(up: Upstream, pre: bool) -> str:
     tags = select_tags(up, ">=0", pre=pre)
     if not tags:
         raise ConfigError(
@@ -107,7 +110,7 @@ def upgrade(
     up = open_upstream(root, queue.pin, upstream)
     pinned_commit(root, queue.pin, up)
     queue = load_queue(root)
-    new_ref = latest_release(root, upstream, pre) if to == "latest" else to
+    new_ref = _newest(up, pre) if to == "latest" else to
     old_ref = queue.pin.ref
     new_version = ref_version(new_ref)
     old_version = ref_version(old_ref)
@@ -133,6 +136,24 @@ def upgrade(
         return _write_report(root, result, report_dir)
     say(f"upgrade: {old_ref} -> {new_ref}")
 
+    def report(
+        refreshed: RefreshResult, ok: bool, reason: str, outcomes: Sequence[TargetOutcome] = ()
+    ) -> UpgradeResult:
+        """The result written out; a ready upgrade is the only one applied to the project."""
+        result = UpgradeResult(
+            old_ref,
+            new_ref,
+            refreshed.new_commit,
+            ok,
+            ok,
+            reason,
+            refreshed.patches,
+            tuple(outcomes),
+            refreshed.changelog,
+            stages,
+        )
+        return _write_report(root, result, report_dir)
+
     stage = _stage(root, new_ref)
     try:
         # 1. queue: check + refresh (3-way) + retire, in the staging copy
@@ -150,19 +171,7 @@ def upgrade(
                 f"`git am --continue`, `sglforge patches export --ref {new_ref}`, then rerun "
                 f"`sglforge upgrade --to {new_ref}`"
             )
-            result = UpgradeResult(
-                old_ref,
-                new_ref,
-                refreshed.new_commit,
-                False,
-                False,
-                reason,
-                refreshed.patches,
-                (),
-                (),
-                stages,
-            )
-            return _write_report(root, result, report_dir)
+            return report(refreshed, False, reason)
         outcomes: list[TargetOutcome] = []
         if build:
             for target in targets:
@@ -188,38 +197,14 @@ def upgrade(
         failed = [o for o in outcomes if o.error or (smoke and o.smoke_passed is False)]
         if failed:
             reason = "; ".join(f"{o.target}: {o.error or 'smoke failed'}" for o in failed)
-            result = UpgradeResult(
-                old_ref,
-                new_ref,
-                refreshed.new_commit,
-                False,
-                False,
-                reason,
-                refreshed.patches,
-                tuple(outcomes),
-                refreshed.changelog,
-                stages,
-            )
-            return _write_report(root, result, report_dir)
+            return report(refreshed, False, reason, outcomes)
         # 2. everything passed: the staged queue replaces the project's, all or nothing
         t = time.monotonic()
         _write_back(root, stage)
         stages["write"] = time.monotonic() - t
         stages["total"] = time.monotonic() - t0
         what = "queue refreshed" + (", images built and smoke-tested" if build else "")
-        result = UpgradeResult(
-            old_ref,
-            new_ref,
-            refreshed.new_commit,
-            True,
-            True,
-            f"ready to merge: {what}",
-            refreshed.patches,
-            tuple(outcomes),
-            refreshed.changelog,
-            stages,
-        )
-        return _write_report(root, result, report_dir)
+        return report(refreshed, True, f"ready to merge: {what}", outcomes)
     finally:
         shutil.rmtree(stage.parent, ignore_errors=True)
 

@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from sglforge.errors import ConfigError
@@ -40,38 +40,6 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def atomic_write_many(files: dict[Path, str | bytes | None]) -> None:
-    """Replace several files as close to all-or-nothing as a file system allows.
-
-    Every new content is written to a temporary file first; only when all are on disk are
-    they renamed into place (a value of None deletes the file). A crash before the renames
-    leaves every file as it was.
-    """
-    staged: list[tuple[str, Path]] = []
-    try:
-        for path, data in files.items():
-            if data is None:
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            raw = data.encode() if isinstance(data, str) else data
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            os.fchmod(fd, file_mode(path))
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(raw)
-                fh.flush()
-                os.fsync(fh.fileno())
-            staged.append((tmp, path))
-    except BaseException:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
-        raise
-    for tmp, path in staged:
-        os.replace(tmp, path)
-    for path, data in files.items():
-        if data is None:
-            path.unlink(missing_ok=True)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -114,13 +82,6 @@ def work_dir(root: Path, *parts: str) -> Path:
     path = root.joinpath("build", *parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def unique(items: Iterable[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for item in items:
-        seen.setdefault(item, None)
-    return list(seen)
 
 
 # --- multi-file transactions ----------------------------------------------------------------

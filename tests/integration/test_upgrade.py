@@ -15,18 +15,7 @@ from click.testing import CliRunner
 from sglforge.cli import main
 from sglforge.patches.series import load_queue
 from sglforge.upgrade import latest_release, upgrade
-from synthetic import PATCHES, make_project, make_upstream
-
-NO_CONFLICT = [p for p in PATCHES if not p[0].startswith("fix-d")]
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    files = [root / "CHANGELOG.md", *sorted((root / "patches").rglob("*"))]
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in files
-        if p.is_file() and p.name != ".sglforge.lock"  # the queue's lock file, always empty
-    }
+from synthetic import NO_CONFLICT, make_project, make_upstream, snapshot
 
 
 def test_latest_release_parses_versions(tmp_path: Path) -> None:

@@ -14,18 +14,18 @@ from sglforge.patches.apply import apply_queue
 from sglforge.patches.export import export_queue, new_patch
 from sglforge.patches.refresh import refresh_queue
 from sglforge.patches.series import load_pin, load_queue
-from synthetic import PATCHES, commit, edit, git, lines, make_project, make_upstream, write
-
-NO_CONFLICT = [p for p in PATCHES if not p[0].startswith("fix-d")]
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    files = [root / "CHANGELOG.md", *sorted((root / "patches").rglob("*"))]
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in files
-        if p.is_file() and p.name != ".sglforge.lock"  # the queue's lock file, always empty
-    }
+from synthetic import (
+    NO_CONFLICT,
+    PATCHES,
+    commit,
+    edit,
+    git,
+    lines,
+    make_project,
+    make_upstream,
+    snapshot,
+    write,
+)
 
 
 def test_apply_makes_one_commit_per_patch_and_reuses(tmp_path: Path) -> None:

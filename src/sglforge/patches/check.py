@@ -320,7 +320,7 @@ def _check_patch(
     index.load(before)
     moved = {a: b for a, b in renames.items() if a in patch.files}
     if moved:
-        moved_text = _retarget(text, moved)
+        moved_text = retarget(text, moved)
         res = _apply(index, moved_text)
         where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
         if res.status == 0:
@@ -362,7 +362,7 @@ def _offset_detail(stderr: str) -> str:
     return ", ".join(f"hunk {h} at line {line} (offset {off})" for h, line, off in found)
 
 
-def _retarget(text: str, moved: dict[str, str]) -> str:
+def retarget(text: str, moved: dict[str, str]) -> str:
     for old, new in moved.items():
         text = re.sub(
             rf"^(diff --git a/){re.escape(old)}( b/){re.escape(old)}$",
@@ -397,7 +397,7 @@ def _upstreamed(
     moved = {a: b for a, b in renames.items() if a in patch.files}
     if moved:
         rev = index.git(
-            "apply", "--cached", "--check", "--reverse", "-", stdin=_retarget(text, moved)
+            "apply", "--cached", "--check", "--reverse", "-", stdin=retarget(text, moved)
         )
         if rev.status == 0:
             where = ", ".join(f"{a} -> {b}" for a, b in moved.items())

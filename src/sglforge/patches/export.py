@@ -90,7 +90,7 @@ def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None
             path = root / "patches" / name
             old = path.read_text(errors="replace") if path.exists() else ""
             new = merge_header(old, text) if old else text
-            if _diff_of(new) != _diff_of(old):
+            if diff_body(new) != diff_body(old):
                 files[path] = new
                 written.append(name)
             else:
@@ -135,7 +135,7 @@ def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None
     return Exported(ref, tuple(written), tuple(added), tuple(unchanged))
 
 
-def _diff_of(text: str) -> str:
+def diff_body(text: str) -> str:
     """The diff, without what format-patch varies by version: index lines and signature."""
     diff = split_patch(text)[1]
     diff = re.sub(r"^-- \n[^\n]*\n*\Z", "", diff, flags=re.M)

@@ -18,8 +18,16 @@ from pathlib import Path
 from sglforge import git
 from sglforge.changelog import add_unreleased
 from sglforge.errors import PatchError
-from sglforge.patches.check import APPLIED, CONFLICT, SKIPPED, UPSTREAMED, RefReport, check_ref
-from sglforge.patches.export import _diff_of, format_commit, merge_header, split_patch
+from sglforge.patches.check import (
+    APPLIED,
+    CONFLICT,
+    SKIPPED,
+    UPSTREAMED,
+    RefReport,
+    check_ref,
+    retarget,
+)
+from sglforge.patches.export import diff_body, format_commit, merge_header, split_patch
 from sglforge.patches.series import Patch, Queue, load_queue, render_pin
 from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
 from sglforge.util import commit_files
@@ -90,7 +98,7 @@ def refresh_queue(
         series_names.append(patch.name)
         if patch.name in texts:
             new_text = texts[patch.name]
-            if _diff_of(new_text) != _diff_of(patch.path.read_text(errors="replace")):
+            if diff_body(new_text) != diff_body(patch.path.read_text(errors="replace")):
                 files[patch.path] = new_text
                 outcomes.append(PatchOutcome(patch.name, "refreshed", st.status, st.detail))
                 notes.append(f"Refreshed `{patch.name}` onto {new_ref} ({st.status}).")
@@ -134,9 +142,7 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
                 continue
             source = patch.path.read_text(errors="replace")
             if st.moved:
-                from sglforge.patches.check import _retarget
-
-                source = _retarget(source, st.moved)
+                source = retarget(source, st.moved)
             res = git.run(wt, "am", "--3way", "--keep-cr", "--quiet", stdin=source, check=False)
             if res.status != 0:
                 git.run(wt, "am", "--abort", check=False)

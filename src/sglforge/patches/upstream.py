@@ -55,9 +55,14 @@ class Upstream:
         return git.out(self.cache, "rev-parse", f"{commit}^{{tree}}")
 
 
+def upstream_source(pin: Pin, upstream: str | None = None) -> str:
+    """The upstream to use: ``upstream``, else $SGLFORGE_UPSTREAM, else the pin URL."""
+    return upstream or os.environ.get(UPSTREAM_ENV) or pin.url
+
+
 def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream:
-    """Open (fetching into the cache) ``upstream``, else $SGLFORGE_UPSTREAM, else the pin URL."""
-    source = upstream or os.environ.get(UPSTREAM_ENV) or pin.url
+    """Open (fetching into the cache) the source ``upstream_source`` names."""
+    source = upstream_source(pin, upstream)
     cache_root = root / "build" / "upstream"
     parsed = _parse_pypi(source)
     if parsed:
