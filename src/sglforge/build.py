@@ -957,9 +957,16 @@ def _build_source(
 
 
 def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> Base:
-    """The base with its ID/digest; BuildError naming the closest existing tags if missing."""
-    from sglforge.engine import images as eng
+    """The base with its ID/digest; BuildError naming the closest existing tags if missing.
 
+    A ``{date}`` in the reference is first resolved to the newest dated tag, so the exact tag
+    is what the labels and manifest record.
+    """
+    from sglforge.engine import images as eng
+    from sglforge.images import is_dated
+
+    if is_dated(base.ref):
+        base = replace(base, ref=_resolve_dated(base.ref, bt, offline, say))
     info = eng.inspect(base.ref)
     if info is not None:
         return replace(base, id=info.id, digest=info.digest)
@@ -1000,26 +1007,56 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
     )
 
 
+def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> str:
+    """``repo:...-{date}`` as the tag with the newest date its registry (offline: engine) lists."""
+    from sglforge.engine import images as eng
+    from sglforge.images import newest_dated_tag
+
+    ref = eng.parse_reference(pattern)
+    local = eng.local_tags(ref.repository)
+    remote = None if offline else eng.remote_tags(ref.repository)
+    if remote is None and not offline:
+        say(f"the registry of {ref.repository} did not list its tags; using the engine's")
+    tags = local if remote is None else remote
+    chosen = newest_dated_tag(ref.tag, tags)
+    if chosen is not None:
+        say(f"{pattern}: newest published tag is {chosen}")
+        return f"{ref.repository}:{chosen}"
+    if offline:
+        where = f"on the engine (${OFFLINE_ENV} is set: registries not asked)"
+    elif remote is None:
+        where = "on the engine (its registry did not list tags)"
+    else:
+        where = "in its registry"
+    close = closest_tags(ref.tag, set(local) | set(remote or ()), bt)
+    found = f"closest tags: {', '.join(close)}" if close else f"{ref.repository} has no tags"
+    raise BuildError(
+        f"no tag of {ref.repository} matches {ref.tag} (any YYYYMMDD date) {where}; {found}",
+        "pass --base-image with an existing tag, or pin an upstream release that has one",
+    )
+
+
 def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5) -> list[str]:
     """The ``n`` known tags most like ``wanted``, preferring those of target ``bt``.
 
-    Tags of the target's shape rank by version distance first (0.5.13 is nearer to 0.5.14
-    than 0.5.4 is, which plain string similarity gets wrong), then by difflib similarity.
+    Tags of the target's shape (the base pattern ``wanted`` follows; ``{date}`` is any date)
+    rank by version distance first (0.5.13 is nearer to 0.5.14 than 0.5.4 is, which plain
+    string similarity gets wrong), then by difflib similarity.
     """
     import difflib
 
+    from sglforge.images import DATE_FIELD, tag_regex
+
     known = sorted(set(known))
-    shape = re.escape(bt.target.base.rpartition(":")[2])
-    for field_, rx in (
-        ("version", r"(?P<version>.+?)"),
-        ("rocm", "(?:" + "|".join(map(re.escape, bt.target.rocm)) + ")"),
-        ("gpu_arch", re.escape(bt.gpu_arch)),
-        ("target", re.escape(bt.name)),
-    ):
-        shape = shape.replace(re.escape("{" + field_ + "}"), rx, 1)
-        shape = shape.replace(re.escape("{" + field_ + "}"), ".+?")
-    pattern = re.compile(f"^{shape}$")
-    want = pattern.match(wanted)
+    fields = {
+        "rocm": "(?:" + "|".join(map(re.escape, bt.target.rocm)) + ")",
+        "gpu_arch": re.escape(bt.gpu_arch),
+        "target": re.escape(bt.name),
+    }
+    shapes = [tag_regex(b.template.rpartition(":")[2], fields) for b in bt.target.bases]
+    probe = wanted.replace(DATE_FIELD, "0" * 8)
+    pattern = next((rx for rx in shapes if rx.match(probe)), shapes[0])
+    want = pattern.match(probe)
     want_v = _numbers(want.groupdict().get("version") if want else None)
     mine = [t for t in known if pattern.match(t)] or known
 

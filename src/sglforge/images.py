@@ -1,10 +1,12 @@
 """Build targets: ``images/targets.toml`` loaded into frozen dataclasses.
 
 Owns the target vocabulary of ``sglforge build``: GPU families (mi355x = gfx950, mi300x =
-gfx942), the ROCm flavours upstream publishes release images for (rocm700, rocm720), the
-base image template following upstream's tag naming (``lmsysorg/sglang:v0.5.14-rocm700-mi35x``),
-runtime environment defaults, and the repository built images are tagged in. Unknown keys
-are rejected with the key and the file named.
+gfx942), the ROCm flavours upstream publishes release images for (rocm700, rocm720, rocm724),
+the base image patterns following upstream's tag naming, chosen by sglang version range
+(``lmsysorg/sglang:v0.5.14-rocm700-mi35x``; from 0.5.15 the dated
+``lmsysorg/sglang-rocm:v0.5.16-rocm720-mi35x-20260728``), picking the newest ``{date}`` of a
+tag list, runtime environment defaults, and the repository built images are tagged in.
+Unknown keys are rejected with the key and the file named.
 """
 
 from __future__ import annotations
@@ -12,15 +14,21 @@ from __future__ import annotations
 import re
 import string
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from sglforge.errors import ConfigError
 
 TARGETS_FILE = Path("images") / "targets.toml"
-TEMPLATE_FIELDS = frozenset({"version", "rocm", "gpu_arch", "target"})
+TEMPLATE_FIELDS = frozenset({"version", "rocm", "gpu_arch", "target", "date"})
+DATE_FIELD = "{date}"
+# Upstream's dated tags end in the build day, YYYYMMDD (v0.5.16-rocm720-mi35x-20260728).
+DATE_RX = r"(?P<date>\d{8})"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -35,6 +43,29 @@ class Rocm:
 
 
 @dataclass(frozen=True)
+class BasePattern:
+    """Where upstream publishes the release images of a range of sglang versions."""
+
+    versions: str  # a PEP 440 specifier ("" = every version)
+    template: str  # placeholders: {version} {rocm} {gpu_arch} {target} and {date}
+    rocm: tuple[str, ...]  # the ROCm flavours published under it
+
+    @property
+    def dated(self) -> bool:
+        """True when the tag ends in a build date that must be looked up in a tag list."""
+        return DATE_FIELD in self.template
+
+    def contains(self, version: str) -> bool:
+        """Whether sglang ``version`` falls in this pattern's range.
+
+        A pre-, post- or dev release counts as its release (0.5.17rc0 and 0.5.17.post1 as
+        0.5.17): upstream names their images the same way, so ``>=0.5.17`` includes them.
+        """
+        release = Version(Version(version).base_version)
+        return SpecifierSet(self.versions).contains(release, prereleases=True)
+
+
+@dataclass(frozen=True)
 class Target:
     """A GPU family and the ROCm flavours it is built for (the first is the default)."""
 
@@ -42,7 +73,7 @@ class Target:
     description: str
     gpu_arch: str
     rocm: tuple[str, ...]
-    base: str
+    bases: tuple[BasePattern, ...]  # the first whose range holds the version applies
     env: tuple[tuple[str, str], ...]
 
 
@@ -54,6 +85,7 @@ class BuildTarget:
     rocm: Rocm
     repository: str
     workspace: str
+    path: Path = TARGETS_FILE  # the targets file, named in errors
 
     @property
     def name(self) -> str:
@@ -77,13 +109,42 @@ class BuildTarget:
         """The GPU_ARCH build argument of upstream's docker/rocm.Dockerfile."""
         return self.target.gpu_arch + self.rocm.gpu_arch_suffix
 
+    def base_pattern(self, version: str) -> BasePattern:
+        """The base pattern whose range holds ``version``; ConfigError naming the ranges."""
+        v = version.removeprefix("v")
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ConfigError(
+                f"{v!r} is not a release version, so no base image of {self.key} fits",
+                "pin a release tag, or pass --base-image",
+            ) from None
+        ranges = []
+        for pattern in self.target.bases:
+            if pattern.contains(v):
+                if self.rocm.name not in pattern.rocm:
+                    raise ConfigError(
+                        f"upstream publishes no {self.rocm.name} image of sglang {v} for "
+                        f"{self.name} ({pattern.template}, versions "
+                        f"{pattern.versions or 'any'}: {', '.join(pattern.rocm)}; {self.path})",
+                        f"sglforge build --target {self.name}-{pattern.rocm[0]}",
+                    )
+                return pattern
+            ranges.append(pattern.versions or "any")
+        raise ConfigError(
+            f"no base image pattern of target {self.name} covers sglang {v} "
+            f"(ranges in {self.path}: {'; '.join(ranges)})",
+            f"add a [[targets.{self.name}.bases]] entry for it to {self.path}",
+        )
+
     def base_image(self, version: str) -> str:
-        """The release image of sglang ``version`` for this target."""
-        return self.target.base.format(
+        """The release image of sglang ``version``; a dated one keeps ``{date}`` to resolve."""
+        return self.base_pattern(version).template.format(
             version=version.removeprefix("v"),
             rocm=self.rocm.name,
             gpu_arch=self.target.gpu_arch,
             target=self.target.name,
+            date=DATE_FIELD,
         )
 
     def image_tag(self, version: str, queue_hash: str) -> str:
@@ -129,7 +190,44 @@ class Targets:
                 f"unknown target {spec!r} (known in {self.path}: {known})",
                 "sglforge build --target mi355x",
             )
-        return BuildTarget(target, rocms[rocm_name], self.repository, self.workspace)
+        return BuildTarget(target, rocms[rocm_name], self.repository, self.workspace, self.path)
+
+
+def is_dated(ref: str) -> bool:
+    """Whether an image reference still holds the ``{date}`` placeholder."""
+    return DATE_FIELD in ref
+
+
+def tag_regex(template_tag: str, fields: Mapping[str, str] | None = None) -> re.Pattern[str]:
+    """A regex for the tags a tag template names: given ``fields`` literal, the rest free.
+
+    ``{date}`` always matches eight digits, captured as ``date``; ``{version}`` is captured as
+    ``version``. ``fields`` maps placeholder names to regexes (``re.escape`` literal values).
+    """
+    fields = dict(fields or {})
+    out, seen = [], set()
+    for literal, name, _, _ in string.Formatter().parse(template_tag):
+        out.append(re.escape(literal))
+        if name is None:
+            continue
+        if name == "date":
+            rx = DATE_RX if "date" not in seen else r"\d{8}"
+        elif name in fields:
+            rx = fields[name]
+        elif name == "version" and "version" not in seen:
+            rx = r"(?P<version>.+?)"
+        else:
+            rx = ".+?"
+        seen.add(name)
+        out.append(rx)
+    return re.compile("^" + "".join(out) + "$")
+
+
+def newest_dated_tag(pattern_tag: str, tags: Iterable[str]) -> str | None:
+    """The tag matching ``pattern_tag`` (a tag holding ``{date}``) with the newest date."""
+    rx = tag_regex(pattern_tag)
+    dated = [(m.group("date"), t) for t in tags if (m := rx.match(t))]
+    return max(dated)[1] if dated else None
 
 
 def load_targets(root: Path) -> Targets:
@@ -178,25 +276,13 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
     for name, raw in _table(data.get("targets", {}), path, "targets").items():
         where = f"targets.{name}"
         tbl = _table(raw, path, where)
-        _keys(tbl, {"description", "gpu_arch", "rocm", "base", "env"}, path, where)
+        _keys(tbl, {"description", "gpu_arch", "rocm", "base", "bases", "env"}, path, where)
         _check_name(name, path, where)
-        for req in ("gpu_arch", "rocm", "base"):
+        for req in ("gpu_arch", "rocm"):
             if req not in tbl:
                 raise ConfigError(f"{path}: {where}.{req} is required", f"add it to {path}")
-        rocm = tbl["rocm"]
-        if not isinstance(rocm, list) or not rocm or not all(isinstance(r, str) for r in rocm):
-            raise ConfigError(
-                f"{path}: {where}.rocm must be a non-empty list of strings", f"fix {path}"
-            )
-        for r in rocm:
-            if r not in known_rocm:
-                raise ConfigError(
-                    f"{path}: {where}.rocm names {r!r}, which has no [rocm.{r}] table "
-                    f"(known: {', '.join(sorted(known_rocm)) or 'none'})",
-                    f"add [rocm.{r}] to {path}",
-                )
-        base = _str(tbl["base"], path, f"{where}.base")
-        _check_template(base, path, f"{where}.base")
+        rocm = _rocm_list(tbl["rocm"], known_rocm, path, f"{where}.rocm")
+        bases = _bases(tbl, tuple(rocm), path, where)
         env_tbl = _table(tbl.get("env", {}), path, f"{where}.env")
         env: list[tuple[str, str]] = []
         for key, value in env_tbl.items():
@@ -212,13 +298,86 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
                 description=_str(tbl.get("description", ""), path, f"{where}.description"),
                 gpu_arch=_str(tbl["gpu_arch"], path, f"{where}.gpu_arch"),
                 rocm=tuple(rocm),
-                base=base,
+                bases=bases,
                 env=tuple(env),
             )
         )
     if not targets:
         raise ConfigError(f"{path}: no [targets.NAME] tables", f"add a target to {path}")
     return Targets(path, repository, workspace, tuple(rocms), tuple(targets))
+
+
+def _rocm_list(
+    value: Any, known: Iterable[str], path: Path, where: str, of_target: str | None = None
+) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(r, str) for r in value):
+        raise ConfigError(f"{path}: {where} must be a non-empty list of strings", f"fix {path}")
+    known = list(known)
+    for r in value:
+        if r in known:
+            continue
+        if of_target:
+            raise ConfigError(
+                f"{path}: {where} names {r!r}, which is not in {of_target}.rocm "
+                f"({', '.join(known)})",
+                f"add {r!r} to {of_target}.rocm in {path}",
+            )
+        raise ConfigError(
+            f"{path}: {where} names {r!r}, which has no [rocm.{r}] table "
+            f"(known: {', '.join(sorted(known)) or 'none'})",
+            f"add [rocm.{r}] to {path}",
+        )
+    return list(value)
+
+
+def _bases(
+    tbl: Mapping[str, Any], rocm: tuple[str, ...], path: Path, where: str
+) -> tuple[BasePattern, ...]:
+    # Either one `base` for every version (the first form of this file) or `bases`, a list of
+    # {versions, base, rocm} tables tried in order.
+    if "base" in tbl and "bases" in tbl:
+        raise ConfigError(
+            f"{path}: {where} has both base and bases; keep one", f"remove one from {path}"
+        )
+    if "base" in tbl:
+        template = _str(tbl["base"], path, f"{where}.base")
+        _check_template(template, path, f"{where}.base")
+        return (BasePattern("", template, rocm),)
+    if "bases" not in tbl:
+        raise ConfigError(
+            f"{path}: {where}.base (or a [[{where}.bases]] list) is required",
+            f"add it to {path}",
+        )
+    raw = tbl["bases"]
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(
+            f"{path}: {where}.bases must be a non-empty list of tables ([[{where}.bases]])",
+            f"fix {path}",
+        )
+    out: list[BasePattern] = []
+    for n, item in enumerate(raw):
+        at = f"{where}.bases[{n}]"
+        entry = _table(item, path, at)
+        _keys(entry, {"versions", "base", "rocm"}, path, at)
+        for req in ("versions", "base"):
+            if req not in entry:
+                raise ConfigError(f"{path}: {at}.{req} is required", f"add it to {path}")
+        versions = _str(entry["versions"], path, f"{at}.versions")
+        try:
+            SpecifierSet(versions)
+        except InvalidSpecifier:
+            raise ConfigError(
+                f"{path}: {at}.versions {versions!r} is not a PEP 440 specifier "
+                "(e.g. '>=0.5.15,<0.5.17')",
+                f"fix {path}",
+            ) from None
+        template = _str(entry["base"], path, f"{at}.base")
+        _check_template(template, path, f"{at}.base")
+        flavours = rocm
+        if "rocm" in entry:
+            flavours = tuple(_rocm_list(entry["rocm"], rocm, path, f"{at}.rocm", where))
+        out.append(BasePattern(versions, template, flavours))
+    return tuple(out)
 
 
 def _keys(tbl: Mapping[str, Any], allowed: set[str], path: Path, where: str) -> None:
@@ -262,5 +421,12 @@ def _check_template(template: str, path: Path, where: str) -> None:
         raise ConfigError(
             f"{path}: {where} uses unknown placeholder(s) {', '.join(sorted(unknown))} "
             f"(known: {', '.join(sorted(TEMPLATE_FIELDS))})",
+            f"fix {path}",
+        )
+    tag = template.rpartition("/")[2].partition(":")[2]
+    if DATE_FIELD in template and (DATE_FIELD not in tag or template.count(DATE_FIELD) > 1):
+        # A date is looked up in one repository's tag list, so it belongs in the tag, once.
+        raise ConfigError(
+            f"{path}: {where}: {{date}} may appear once, in the tag (after the last ':')",
             f"fix {path}",
         )

@@ -1,4 +1,5 @@
-"""images/targets.toml: the shipped targets, and every way a targets file is refused."""
+"""images/targets.toml: the shipped targets, base patterns by version range, dated tags, and
+every way a targets file is refused."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sglforge.build import closest_tags
 from sglforge.errors import ConfigError
-from sglforge.images import load_targets
+from sglforge.images import load_targets, newest_dated_tag, tag_regex
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,6 +29,14 @@ gpu_arch = "gfx950"
 rocm = ["rocm700", "rocm720"]
 base = "lmsysorg/sglang:v{version}-{rocm}-mi35x"
 """
+
+
+def _ranged(entry: str) -> str:
+    """GOOD with its single base replaced by one [[bases]] entry holding ``entry``."""
+    return GOOD.replace(
+        'base = "lmsysorg/sglang:v{version}-{rocm}-mi35x"',
+        "[[targets.mi355x.bases]]\n" + entry + "\n",
+    )
 
 
 def write_targets(tmp_path: Path, text: str) -> Path:
@@ -54,13 +64,115 @@ def test_shipped_targets_follow_upstream_naming() -> None:
     assert set(targets.names()) >= {"mi355x", "mi300x", "mi355x-rocm720", "mi300x-rocm700"}
 
 
+def test_shipped_targets_switch_to_dated_sglang_rocm_from_0_5_15() -> None:
+    targets = load_targets(REPO_ROOT)
+    mi355 = targets.resolve("mi355x")
+    # the pin and earlier: lmsysorg/sglang, undated
+    assert mi355.base_image("0.5.13") == "lmsysorg/sglang:v0.5.13-rocm700-mi35x"
+    # from 0.5.15 (post releases and release candidates included): dated sglang-rocm
+    for version in ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17rc0", "0.5.18", "0.6.0"):
+        assert mi355.base_image(version) == (
+            f"lmsysorg/sglang-rocm:v{version}-rocm700-mi35x-{{date}}"
+        )
+    assert targets.resolve("mi355x-rocm720").base_image("v0.5.16") == (
+        "lmsysorg/sglang-rocm:v0.5.16-rocm720-mi35x-{date}"
+    )
+    r724 = targets.resolve("mi355x-rocm724")
+    assert r724.base_image("0.5.18") == "lmsysorg/sglang-rocm:v0.5.18-rocm724-mi35x-{date}"
+    assert r724.source_gpu_arch == "gfx950-rocm724"  # upstream's Dockerfile stage name
+    assert targets.resolve("mi300x-rocm724").base_image("0.5.18") == (
+        "lmsysorg/sglang-rocm:v0.5.18-rocm724-mi30x-{date}"
+    )
+
+
+@pytest.mark.parametrize(("version", "newest"), [("0.5.14", "0.5.16"), ("0.5.16", "0.5.16")])
+def test_rocm724_only_where_upstream_publishes_it(version: str, newest: str) -> None:
+    r724 = load_targets(REPO_ROOT).resolve("mi355x-rocm724")
+    with pytest.raises(ConfigError) as err:
+        r724.base_image(version)
+    msg = err.value.message
+    assert f"no rocm724 image of sglang {version}" in msg
+    assert "targets.toml" in msg
+    assert err.value.hint == "sglforge build --target mi355x-rocm700"
+
+
+def test_a_version_outside_every_range_names_the_ranges(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        'base = "lmsysorg/sglang:v{version}-{rocm}-mi35x"',
+        '[[targets.mi355x.bases]]\nversions = ">=0.5.10,<0.5.15"\n'
+        'base = "lmsysorg/sglang:v{version}-{rocm}-mi35x"\n',
+    )
+    t = load_targets(write_targets(tmp_path, text)).resolve("mi355x")
+    assert t.base_image("0.5.12") == "lmsysorg/sglang:v0.5.12-rocm700-mi35x"
+    for bad, needle in (("0.5.9", "covers sglang 0.5.9"), ("main", "'main' is not a release")):
+        with pytest.raises(ConfigError) as err:
+            t.base_image(bad)
+        assert needle in err.value.message
+    with pytest.raises(ConfigError) as err:
+        t.base_image("0.5.20")
+    assert ">=0.5.10,<0.5.15" in err.value.message
+    assert str(tmp_path / "images" / "targets.toml") in err.value.message
+
+
+def test_first_matching_range_wins_and_single_base_means_every_version(tmp_path: Path) -> None:
+    single = load_targets(write_targets(tmp_path, GOOD)).resolve("mi355x-rocm720")
+    assert single.base_image("0.9.0") == "lmsysorg/sglang:v0.9.0-rocm720-mi35x"
+    text = GOOD.replace(
+        'base = "lmsysorg/sglang:v{version}-{rocm}-mi35x"',
+        '[[targets.mi355x.bases]]\nversions = ">=0.5.16"\nbase = "new/x:v{version}-{date}"\n'
+        '[[targets.mi355x.bases]]\nversions = ""\nbase = "old/x:v{version}"\n',
+    )
+    t = load_targets(write_targets(tmp_path, text)).resolve("mi355x")
+    assert t.base_image("0.5.16") == "new/x:v0.5.16-{date}"
+    assert t.base_image("0.5.15") == "old/x:v0.5.15"
+
+
+def test_newest_date_wins_and_other_shapes_are_ignored() -> None:
+    tags = [
+        "v0.5.16-rocm720-mi35x-20260701",
+        "v0.5.16-rocm720-mi35x-20260728",
+        "v0.5.16-rocm720-mi35x-20260726",
+        "v0.5.16-rocm720-mi35x-20990101-srt",  # a suffix after the date: another image
+        "v0.5.16-rocm720-mi30x-20260801",  # another GPU family
+        "v0.5.16-rocm724-mi35x-20260802",  # another ROCm flavour
+        "v0.5.16.post1-rocm720-mi35x-20260805",  # another version
+        "v0.5.16-rocm720-mi35x-2026080",  # not a YYYYMMDD date
+        "v0.5.16-rocm720-mi35x",
+    ]
+    assert newest_dated_tag("v0.5.16-rocm720-mi35x-{date}", tags) == (
+        "v0.5.16-rocm720-mi35x-20260728"
+    )
+    assert newest_dated_tag("v0.5.16-rocm720-mi35x-{date}", tags[4:]) is None
+    assert newest_dated_tag("v0.5.16-rocm720-mi35x-{date}", []) is None
+    # the placeholder matches any eight digits, and dots in the version are literal
+    rx = tag_regex("v0.5.1-{date}")
+    assert rx.match("v0.5.1-20260101") and not rx.match("v0x5.1-20260101")
+
+
+def test_closest_tags_of_a_dated_pattern_prefer_its_shape_and_version() -> None:
+    target = load_targets(REPO_ROOT).resolve("mi355x-rocm720")
+    known = [
+        "v0.5.15-rocm720-mi35x-20260713",
+        "v0.5.18-rocm720-mi35x-20260829",
+        "v0.5.16-rocm700-mi35x-20260803",
+        "v0.5.16-rocm720-mi30x-20260730",
+        "latest",
+    ]
+    close = closest_tags("v0.5.16-rocm720-mi35x-{date}", known, target, n=3)
+    assert close == [
+        "v0.5.16-rocm700-mi35x-20260803",
+        "v0.5.15-rocm720-mi35x-20260713",
+        "v0.5.18-rocm720-mi35x-20260829",
+    ]
+
+
 def test_unknown_target_lists_the_known_ones() -> None:
     targets = load_targets(REPO_ROOT)
     for bad in ("mi250x", "mi355x-rocm999", "mi355x-", "MI355X"):
         with pytest.raises(ConfigError) as err:
             targets.resolve(bad)
         assert repr(bad) in err.value.message
-        assert "mi355x, mi355x-rocm700, mi355x-rocm720, mi300x" in err.value.message
+        assert "mi355x, mi355x-rocm700, mi355x-rocm720, mi355x-rocm724, mi300x" in err.value.message
         assert "targets.toml" in err.value.message
 
 
@@ -88,6 +200,18 @@ def test_good_file_with_defaults(tmp_path: Path) -> None:
         (GOOD + "[targets.mi355x.env]\n'BAD NAME' = '1'\n", "not an environment variable"),
         (GOOD + "[targets.mi355x.env]\nX = 1\n", "targets.mi355x.env.X must be a string"),
         ('[image]\nrepository = "x"\n', "no [targets.NAME] tables"),
+        (GOOD.replace("base = ", "bass = "), "unknown key 'targets.mi355x.bass'"),
+        (GOOD + "bases = []\n", "has both base and bases"),
+        (GOOD.replace('base = "', 'bases = 1\n# "'), "must be a non-empty list of tables"),
+        (_ranged('versions = "<0.5.15"\nbase = "a:v{version}"\ncolour = 1'), "bases[0].colour"),
+        (_ranged('base = "a:v{version}"'), "targets.mi355x.bases[0].versions is required"),
+        (_ranged('versions = "<0.5.15"'), "targets.mi355x.bases[0].base is required"),
+        (_ranged('versions = "0.5.x"\nbase = "a:v{version}"'), "not a PEP 440 specifier"),
+        (_ranged('versions = ""\nbase = "a:v{version}"\nrocm = ["rocm724"]'), "not in targets"),
+        (_ranged('versions = ""\nbase = "a:v{version}"\nrocm = []'), "bases[0].rocm must be"),
+        (_ranged('versions = ""\nbase = "a-{date}:v{version}"'), "{date} may appear once"),
+        (_ranged('versions = ""\nbase = "a:v{version}-{date}-{date}"'), "{date} may appear once"),
+        (_ranged('versions = ""\nbase = "a:v{version}-{day}"'), "unknown placeholder(s) day"),
         ("[image\n", "invalid TOML"),
     ],
 )
