@@ -1060,7 +1060,7 @@ def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5)
     want_v = _numbers(want.groupdict().get("version") if want else None)
     mine = [t for t in known if pattern.match(t)] or known
 
-    def rank(tag: str) -> tuple[tuple[int, ...], float]:
+    def rank(tag: str) -> tuple[tuple[int, ...], float, int]:
         m = pattern.match(tag)
         v = _numbers(m.groupdict().get("version") if m else None)
         if want_v and v:
@@ -1069,7 +1069,8 @@ def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5)
             dist = tuple(abs(x - y) for x, y in zip(a, b, strict=True))
         else:
             dist = (1 << 30,)
-        return dist, -difflib.SequenceMatcher(None, wanted, tag).ratio()
+        newest_first = -int((m.groupdict().get("date") if m else None) or 0)
+        return dist, -difflib.SequenceMatcher(None, wanted, tag).ratio(), newest_first
 
     return sorted(mine, key=rank)[:n]
 
