@@ -17,8 +17,6 @@ COPY overlay/ /
 # Runtime defaults for {{TARGET}} ({{GPU_ARCH}}, {{ROCM}}); `docker run -e` overrides them.
 {{ENV}}
 
-# `docker run IMAGE --model-path M --tp 8 ...` starts the server with exactly those
-# arguments: they replace CMD, so CMD holds no server flags that would silently vanish.
-# With no arguments the image prints the server's options.
-ENTRYPOINT ["python3", "-m", "sglang.launch_server"]
-CMD ["--help"]
+# No ENTRYPOINT and no CMD: the image keeps the base's WORKDIR, CMD ["/bin/bash"] and (absent)
+# ENTRYPOINT, so every command line that runs the release image runs this one:
+#   docker run ... IMAGE python3 -m sglang.launch_server --model-path ...

@@ -822,7 +822,7 @@ def build_image(
         )
         if dry_run:
             return _result(plan, None, False, None, True, started)
-        return _build_source(root, plan, say, progress, started)
+        return _build_source(root, plan, applied.worktree, say, progress, started, labels)
 
     if base is None:
         base = Base(ref=base_image or bt.base_image(version))
@@ -851,7 +851,7 @@ def build_image(
     plan = make_plan(base)
     if dry_run:
         return _result(plan, None, False, None, True, started)
-    return _build_overlay(root, plan, applied.worktree, say, progress, started)
+    return _build_overlay(root, plan, applied.worktree, say, progress, started, labels)
 
 
 def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
@@ -874,6 +874,7 @@ def _build_overlay(
     say: Callable[[str], None],
     progress: Progress | None,
     started: float,
+    labels: Mapping[str, str] | None = None,
 ) -> BuildResult:
     from sglforge.engine import images as eng
 
@@ -889,17 +890,44 @@ def _build_overlay(
         log_path,
         progress=(lambda s: progress(s)) if progress else None,
     )
+    _self_check(plan, worktree, say, labels)
     _retag(image_id, plan.tags)
     info = eng.inspect(plan.image)
     return _result(plan, info, False, log_path, False, started, image_id=image_id)
 
 
+def _self_check(
+    plan: BuildPlan, worktree: Path, say: Callable[[str], None], labels: Mapping[str, str] | None
+) -> None:
+    """Prove the image imports the patched files (from its WORKDIR and from /); else remove it
+    and raise BuildError (exit 6) naming the file."""
+    from sglforge import selfcheck
+    from sglforge.engine import images as eng
+
+    gone = set(plan.deleted)
+    files = [(f.path, f.dest, f.sha256) for f in plan.files if f.link is None]
+    deleted = [
+        (p, d)
+        for p in plan.changed_files
+        if (d := dest_for(p, plan.workspace, plan.workspace_source)) is not None and d in gone
+    ]
+    expected = selfcheck.expectations(files, deleted, worktree)
+    say(f"self-check: {len(expected)} file(s) must resolve where Python imports them")
+    found = selfcheck.run(plan.image, expected, labels=labels)
+    if found:
+        for ref in (plan.image, *plan.tags):
+            eng.remove(ref)
+        raise selfcheck.failure(plan.image, found)
+
+
 def _build_source(
     root: Path,
     plan: BuildPlan,
+    worktree: Path,
     say: Callable[[str], None],
     progress: Progress | None,
     started: float,
+    labels: Mapping[str, str] | None = None,
 ) -> BuildResult:
     from sglforge.engine import images as eng
     from sglforge.engine.images import BuildStep
@@ -953,6 +981,8 @@ def _build_source(
         raise BuildError(
             f"docker buildx finished but {plan.image} is not on the engine", f"full log: {log_path}"
         )
+    # Catches a Dockerfile that ignores BRANCH_TYPE=local and clones upstream instead.
+    _self_check(plan, worktree, say, labels)
     return _result(plan, info, False, log_path, False, started)
 
 
@@ -1087,6 +1117,14 @@ def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str
     from sglforge.engine import images as eng
 
     info = eng.sglang_info(base.ref, work_dir(root, "cache"), labels=labels)
+    if info.version is None and info.fallback_only:
+        raise BuildError(
+            f"base image {base.ref}: its sglang reports only setuptools-scm's fallback version "
+            "0.0.0.dev0 (no _version.py, no distribution metadata), so which release it holds "
+            "is unknown",
+            "pass --base-image with an sglang release image (pip install -e python in a git "
+            "checkout at the release tag writes sglang/_version.py)",
+        )
     if info.path is None:
         raise BuildError(
             f"base image {base.ref} holds no importable sglang package",

@@ -643,8 +643,8 @@ def run_line(scenario_path: Path, image: str, model: str | None = None) -> str:
     host_model = str(model or sc.model_path or "/path/to/model")
     words += ["-v", f"{host_model}:{sc.model_mount}:ro"]
     words.append(image)
-    # The image's entrypoint is the server: launch arguments follow the image name.
-    words += sc.launch_args(sc.port)
+    # No entrypoint (the release images' run contract): the command names the server.
+    words += ["python3", "-m", "sglang.launch_server", *sc.launch_args(sc.port)]
     return " ".join(shlex.quote(w) for w in words)
 
 

@@ -1,20 +1,29 @@
-"""Stand-in base images for the Docker tests: TEST DOUBLES, never published.
+"""Base images for the Docker tests: TEST DOUBLES, never published.
 
 The real base images (``lmsysorg/sglang:v0.5.14-rocm700-mi35x``) are tens of gigabytes and cannot
-be pulled here, so the tests build two small doubles with no network access inside Docker:
+be pulled here, so the tests build replicas with no network access inside Docker:
 
 - ``sglforge-standin/debian:bookworm-python3``: Debian bookworm (debootstrap minbase plus
-  python3) imported as an image.
-- ``sglforge-standin/sglang:v{version}-rocm700-mi35x``: FROM the Debian double, a fake sglang
-  laid out like the ROCm release images, which install sglang editable from
-  ``/sgl-workspace/sglang``: repository path ``python/sglang/x.py`` lives at
-  ``/sgl-workspace/sglang/python/sglang/x.py``. ``python3 -m sglang.launch_server`` runs the
-  stand-in HTTP server (``tests/standin/server.py``).
+  python3, pip and git) imported as an image.
+- ``sglforge-standin/sglang:v{version}-rocm700-mi35x``: a REPLICA of the sglang ROCm release
+  image of that version, built the way upstream's ``docker/rocm.Dockerfile`` builds the real
+  one, from the released code: the repository at ``/sgl-workspace/sglang`` (a git checkout
+  at tag ``v{version}`` whose ``python/`` is the PyPI wheel's tree), installed with pip's
+  real editable install (``pip install -e "python[all_hip]"``: a setuptools editable finder,
+  setuptools-scm writing ``sglang/_version.py``), ``WORKDIR /sgl-workspace``,
+  ``CMD ["/bin/bash"]``, upstream's runtime ENV.
+
+Where the replica differs from the real image, on purpose: no torch/ROCm/aiter and no
+dependencies in the pyproject; ``sglang/__init__.py`` trimmed (its imports need torch);
+``sglang/launch_server.py`` is the stand-in server (``tests/standin/server.py``) so that
+``python3 -m sglang.launch_server`` reaches it exactly as it would reach the real one;
+Python 3.11 (Debian's) instead of 3.10. tests/docker/test_release_replica.py checks that the
+differences do not matter for what sglforge does with the image.
 
 Both carry ``io.sglforge.standin=1`` and a content-hash label; they are built once and reused
 while the tag still carries the expected hash. They are deliberately NOT labelled
 ``io.sglforge.test=1`` so that the session cleanup keeps them for the next session; the
-debootstrap result is also cached as a tarball so re-importing takes seconds.
+debootstrap result and the downloaded wheels are cached too.
 """
 
 from __future__ import annotations
@@ -22,18 +31,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
-import tarfile
+import sys
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import docker
 import docker.errors
@@ -51,6 +60,37 @@ WORKSPACE = "/sgl-workspace/sglang"
 PACKAGE_DIR = f"{WORKSPACE}/python/sglang"
 SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 
+# The build back-end of the editable install, pinned so the replica is reproducible; pip
+# takes them from the build context (the build has no network).
+BUILD_TOOLS = (
+    "setuptools==84.2.1",
+    "setuptools-scm==10.3.4",
+    "vcs-versioning==2.6.0",
+    "packaging==26.4",
+    "wheel==0.48.0",
+)
+# The runtime ENV of upstream's docker/rocm.Dockerfile (final stage, gfx950 flavour).
+RELEASE_ENV = {
+    "GPU_ARCH": "gfx950",
+    "GPU_ARCH_LIST": "gfx950",
+    "PYTORCH_ROCM_ARCH": "gfx942;gfx950;gfx1250",
+    "SGLANG_DISABLE_CUDNN_CHECK": "1",
+    "HIP_FORCE_DEV_KERNARG": "1",
+    "HSA_NO_SCRATCH_RECLAIM": "1",
+    "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1",
+    "SGLANG_INT4_WEIGHT": "0",
+    "SGLANG_MOE_PADDING": "1",
+    "SGLANG_ROCM_DISABLE_LINEARQUANT": "0",
+    "SGLANG_ROCM_FUSED_DECODE_MLA": "1",
+    "SGLANG_SET_CPU_AFFINITY": "1",
+    "SGLANG_USE_AITER": "1",
+    "SGLANG_USE_ROCM700A": "1",
+    "NCCL_MIN_NCHANNELS": "112",
+    "ROCM_QUICK_REDUCE_QUANTIZATION": "INT8",
+    "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE": "1",
+}
+
 MANAGED = "io.sglforge.managed"
 STANDIN = "io.sglforge.standin"
 HASH_LABEL = "io.sglforge.standin.hash"
@@ -58,9 +98,11 @@ TEST = "io.sglforge.test"
 SESSION = "io.sglforge.test.session"
 
 # Bump when the recipe changes so cached images and tarballs are rebuilt.
-RECIPE = "standin-v1"
+RECIPE = "replica-v2"
 DEBIAN_SUITE = "bookworm"
-DEBIAN_INCLUDE = ("python3",)
+# pip and git: the replica installs sglang the way the release images do (pip's editable
+# install, setuptools-scm reading the version from the git tag).
+DEBIAN_INCLUDE = ("python3", "python3-pip", "git")
 # Trimmed after debootstrap: nothing in the tests reads docs, man pages, locales or apt lists.
 TRIM = (
     "var/lib/apt/lists",
@@ -228,46 +270,192 @@ def ensure_debian_base(client: docker.DockerClient | None = None) -> str:
         return DEBIAN_TAG
 
 
-def _fake_sglang_files(version: str, server: bytes) -> dict[str, bytes]:
-    """Files (by path inside the image) making up the fake editable sglang install."""
-    init = (
-        '"""sglforge TEST DOUBLE of the sglang package (not the real sglang)."""\n\n'
-        "from sglang.version import __version__\n\n"
-        '__all__ = ["__version__"]\n'
+def release_wheel(version: str) -> Path:
+    """sglang ``version``'s released wheel from PyPI (downloaded once into the cache)."""
+    folder = cache_dir() / "wheels"
+    folder.mkdir(parents=True, exist_ok=True)
+    found = sorted(folder.glob(f"sglang-{version}-*.whl"))
+    if found:
+        return found[0]
+    with _locked("wheels"):
+        found = sorted(folder.glob(f"sglang-{version}-*.whl"))
+        if found:
+            return found[0]
+        _pip_download(folder, [f"sglang=={version}"], deps=False)
+        found = sorted(folder.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        raise RuntimeError(f"pip download sglang=={version} saved no wheel in {folder}")
+    return found[0]
+
+
+def build_tool_wheels() -> Path:
+    """The build back-end pip needs for the editable install, as wheels (no network in Docker)."""
+    folder = (
+        cache_dir() / f"build-tools-{hashlib.sha256(repr(BUILD_TOOLS).encode()).hexdigest()[:12]}"
     )
-    version_py = f'__version__ = "{version}"\n'
-    dist = f"{SITE_PACKAGES}/sglang-{version}.dist-info"
-    metadata = (
-        f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n"
-        "Summary: sglforge test double of sglang (not the real package)\n"
-    )
-    direct_url = json.dumps({"url": f"file://{WORKSPACE}/python", "dir_info": {"editable": True}})
-    return {
-        f"{PACKAGE_DIR}/__init__.py": init.encode(),
-        f"{PACKAGE_DIR}/version.py": version_py.encode(),
-        f"{PACKAGE_DIR}/launch_server.py": server,
-        # An editable install is a .pth line pointing at the source tree, plus dist-info.
-        f"{SITE_PACKAGES}/__editable__.sglang-{version}.pth": f"{WORKSPACE}/python\n".encode(),
-        f"{dist}/METADATA": metadata.encode(),
-        f"{dist}/INSTALLER": b"pip\n",
-        f"{dist}/direct_url.json": direct_url.encode(),
-        f"{dist}/top_level.txt": b"sglang\n",
+    if folder.is_dir() and len(list(folder.glob("*.whl"))) >= len(BUILD_TOOLS):
+        return folder
+    with _locked("build-tools"):
+        partial = folder.with_name(folder.name + ".part")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        _pip_download(partial, list(BUILD_TOOLS), deps=False)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return folder
+
+
+def _pip_download(dest: Path, requirements: list[str], deps: bool) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:"]
+    cmd += ["--dest", str(dest), *(() if deps else ("--no-deps",)), *requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+
+
+def _pyproject(describe: bool) -> str:
+    """``python/pyproject.toml`` of the replica: upstream's build settings, no dependencies.
+
+    The build-system, setuptools-scm table and package discovery follow upstream's
+    ``python/pyproject.toml`` (read through the search tool; the wheel does not carry it). The
+    dependency lists are left out on purpose: torch and the ROCm stack cannot be installed
+    here, and nothing the tests run imports them. ``all_hip`` exists so the install line is
+    upstream's own, ``pip install -e "python[all_hip]"``.
+    """
+    lines = [
+        "# sglforge TEST DOUBLE: upstream's build settings for sglang's python/ folder,",
+        "# without its dependencies (no torch/ROCm in the replica).",
+        "[build-system]",
+        'requires = ["setuptools>=61.0", "setuptools-scm>=8.0", "wheel"]',
+        'build-backend = "setuptools.build_meta"',
+        "",
+        "[project]",
+        'name = "sglang"',
+        'dynamic = ["version"]',
+        'requires-python = ">=3.10"',
+        "dependencies = []",
+        "",
+        "[project.optional-dependencies]",
+        "all_hip = []",
+        "srt_hip = []",
+        "",
+        "[project.scripts]",
+        'sglang = "sglang.cli.main:main"',
+        "",
+        "[tool.setuptools.packages.find]",
+        'where = ["."]',
+        'include = ["sglang*"]',
+        "",
+        "[tool.setuptools_scm]",
+        'root = ".."',
+        'version_file = "sglang/_version.py"',
+    ]
+    if describe:
+        lines.append('git_describe_command = ["python3", "python/tools/get_version_tag.py"]')
+    lines += [
+        "# Allow editable installs even when .git metadata is not available.",
+        'fallback_version = "0.0.0.dev0"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+TRIMMED_INIT = (
+    '"""sglang package root, TRIMMED by sglforge\'s release-image replica (TEST DOUBLE).\n\n'
+    "The released ``sglang/__init__.py`` imports the front-end language API, which needs torch;\n"
+    "the replica has no torch, so only the version is exported. Every other file of the\n"
+    "package is the released one.\n"
+    '"""\n\n'
+    "from sglang.version import __version__\n"
+)
+
+
+def replica_tree(
+    version: str, dest: Path, server: bytes, files: Mapping[str, bytes] | None = None
+) -> Path:
+    """The sglang repository as the release image clones it: a git checkout at tag v<version>.
+
+    ``python/`` is the released wheel's ``sglang/`` and ``tools/`` (the wheel's ``sglang/`` is
+    the repository's ``python/sglang/``), with the replica's liberties: ``_version.py`` left
+    for setuptools-scm to write (upstream does not track it), a trimmed ``__init__.py``, the
+    stand-in server as ``launch_server.py``, and ``python/pyproject.toml`` (plus the
+    ``pyproject_other.toml`` the ROCm Dockerfile copies over it). ``files`` adds or replaces
+    repository paths.
+    """
+    wheel = release_wheel(version)
+    python = dest / "python"
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            top = info.filename.split("/", 1)[0]
+            if info.is_dir() or top not in ("sglang", "tools"):
+                continue
+            target = python / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(info))
+            if (info.external_attr >> 16) & 0o111:
+                target.chmod(0o755)
+    (python / "sglang" / "_version.py").unlink(missing_ok=True)
+    (python / "sglang" / "__init__.py").write_text(TRIMMED_INIT)
+    (python / "sglang" / "launch_server.py").write_bytes(server)
+    describe = (python / "tools" / "get_version_tag.py").is_file()
+    pyproject = _pyproject(describe)
+    (python / "pyproject.toml").write_text(pyproject)
+    (python / "pyproject_other.toml").write_text(pyproject)
+    (dest / ".gitignore").write_text("python/sglang/_version.py\n*.egg-info/\n__pycache__/\n")
+    for rel, data in (files or {}).items():
+        target = dest / rel.lstrip("/")
+        if PurePosixPath(rel).parts[:2] == ("python", "pyproject.toml"):
+            raise ValueError(f"{rel}: the replica owns python/pyproject.toml")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    env = {
+        **os.environ,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "sglforge replica",
+        "GIT_AUTHOR_EMAIL": "replica@sglforge.invalid",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_NAME": "sglforge replica",
+        "GIT_COMMITTER_EMAIL": "replica@sglforge.invalid",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
     }
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", f"sglang v{version} (released wheel, sglforge replica)"],
+        ["tag", f"v{version}"],
+    ):
+        subprocess.run(["git", *args], cwd=dest, env=env, check=True, capture_output=True)
+    return dest
 
 
-def _build_context(files: Mapping[str, bytes], dockerfile: str) -> io.BytesIO:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        entries = {"Dockerfile": dockerfile.encode()}
-        entries.update({f"root{path}": data for path, data in files.items()})
-        for name, data in sorted(entries.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = 0
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    return buf
+def _replica_dockerfile(debian: str) -> str:
+    env = " \\\n    ".join(f"{k}={v}" for k, v in RELEASE_ENV.items())
+    return (
+        f"FROM {debian}\n"
+        "# sglforge TEST DOUBLE of an sglang ROCm release image (docker/rocm.Dockerfile, no\n"
+        "# torch/ROCm): the repository at /sgl-workspace/sglang, pip's editable install.\n"
+        # The release images' Python has no PEP 668 marker; Debian's does.
+        "RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED\n"
+        "WORKDIR /sgl-workspace\n"
+        "COPY sglang/ /sgl-workspace/sglang/\n"
+        "COPY wheels/ /tmp/sglforge-build-tools/\n"
+        "RUN cd sglang \\\n"
+        " && cp python/pyproject_other.toml python/pyproject.toml \\\n"
+        " && python3 -m pip install --no-cache-dir --no-index \\\n"
+        '      --find-links /tmp/sglforge-build-tools -e "python[all_hip]" \\\n'
+        " && rm -rf /tmp/sglforge-build-tools\n"
+        f"ENV {env}\n"
+        'CMD ["/bin/bash"]\n'
+    )
+
+
+def _context_dir(tree: Path, wheels: Path, dockerfile: str, into: Path) -> Path:
+    into.mkdir(parents=True)
+    (into / "Dockerfile").write_text(dockerfile)
+    shutil.copytree(tree, into / "sglang", symlinks=True)
+    shutil.copytree(wheels, into / "wheels")
+    return into
 
 
 def ensure_sglang_base(
@@ -278,31 +466,33 @@ def ensure_sglang_base(
     files: Mapping[str, bytes] | None = None,
     client: docker.DockerClient | None = None,
 ) -> str:
-    """Tag of a fake sglang ``version`` image (TEST DOUBLE) laid out like the ROCm releases.
+    """Tag of the replica of sglang ``version``'s ROCm release image (TEST DOUBLE).
 
-    ``server_py`` (default ``tests/standin/server.py``) becomes ``sglang/launch_server.py``;
-    ``files`` maps extra sglang repository paths (``python/sglang/srt/x.py``) to contents, placed
-    under ``/sgl-workspace/sglang``. Pass a ``tag`` of your own when passing ``files``.
+    Built the way upstream's ``docker/rocm.Dockerfile`` builds the real image, from the
+    released code: the repository (the PyPI wheel's tree, see :func:`replica_tree`) at
+    ``/sgl-workspace/sglang``, ``pip install -e "python[all_hip]"`` with setuptools-scm
+    writing ``sglang/_version.py`` from the git tag, ``WORKDIR /sgl-workspace``,
+    ``CMD ["/bin/bash"]``, upstream's runtime ENV. ``server_py`` (default
+    ``tests/standin/server.py``) becomes ``sglang/launch_server.py``; ``files`` maps extra
+    repository paths (``python/sglang/srt/x.py``) to contents. Pass a ``tag`` of your own
+    when passing ``files``.
     """
     client = _client(client)
     tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x"
     server_path = server_py or SERVER_PY
     if not server_path.is_file():
         raise FileNotFoundError(f"{server_path}: the stand-in sglang server is missing")
-    content = _fake_sglang_files(version, server_path.read_bytes())
-    for rel, data in (files or {}).items():
-        content[f"{WORKSPACE}/{rel.lstrip('/')}"] = data
+    server = server_path.read_bytes()
+    wheel = release_wheel(version)
+    tools = build_tool_wheels()
     base = ensure_debian_base(client)
     base_id = client.images.get(base).id
-    dockerfile = (
-        f"FROM {base}\n"
-        "COPY root/ /\n"
-        "ENV PYTHONUNBUFFERED=1\n"
-        "WORKDIR /sgl-workspace\n"
-        'CMD ["python3", "-m", "sglang.launch_server"]\n'
-    )
+    dockerfile = _replica_dockerfile(base)
     h = hashlib.sha256(f"{RECIPE}\0{version}\0{base_id}\0{dockerfile}\0".encode())
-    for path, data in sorted(content.items()):
+    h.update(hashlib.sha256(wheel.read_bytes()).digest() + hashlib.sha256(server).digest())
+    for whl in sorted(tools.glob("*.whl")):
+        h.update(whl.name.encode() + b"\0")
+    for path, data in sorted((files or {}).items()):
         h.update(f"{path}\0{len(data)}\0".encode() + data)
     digest = h.hexdigest()[:16]
     with _locked("sglang"):
@@ -317,24 +507,29 @@ def ensure_sglang_base(
             STANDIN: "1",
             HASH_LABEL: digest,
             "io.sglforge.standin.sglang-version": version,
-            "org.opencontainers.image.description": "sglforge test double of an sglang image",
+            "org.opencontainers.image.description": (
+                "sglforge test double: replica of an sglang ROCm release image "
+                "(released code, upstream's install; no torch/ROCm)"
+            ),
         }
         started = time.monotonic()
-        try:
-            client.images.build(
-                fileobj=_build_context(content, dockerfile),
-                custom_context=True,
-                tag=tag,
-                labels=labels,
-                rm=True,
-                forcerm=True,
-                network_mode="none",
-            )
-        except docker.errors.BuildError as exc:
-            log = "".join(str(x.get("stream", x.get("error", ""))) for x in exc.build_log)
-            raise RuntimeError(
-                f"building {tag} failed after {time.monotonic() - started:.0f}s:\n{log[-2000:]}"
-            ) from exc
+        with tempfile.TemporaryDirectory(prefix="replica-", dir=cache_dir()) as tmp:
+            tree = replica_tree(version, Path(tmp) / "tree", server, files)
+            context = _context_dir(tree, tools, dockerfile, Path(tmp) / "context")
+            try:
+                client.images.build(
+                    path=str(context),
+                    tag=tag,
+                    labels=labels,
+                    rm=True,
+                    forcerm=True,
+                    network_mode="none",
+                )
+            except docker.errors.BuildError as exc:
+                log = "".join(str(x.get("stream", x.get("error", ""))) for x in exc.build_log)
+                raise RuntimeError(
+                    f"building {tag} failed after {time.monotonic() - started:.0f}s:\n{log[-3000:]}"
+                ) from exc
         if previous:
             # The outdated double is now untagged; it stays if a container or image still uses it.
             with contextlib.suppress(docker.errors.APIError):

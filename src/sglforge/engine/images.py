@@ -14,7 +14,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,9 @@ class SglangInfo:
     version: str | None
     path: str | None
     python: str | None
+    install: str | None = None  # editable-finder, editable-pth, site-packages
+    version_source: str | None = None  # _version.py, metadata, version.py
+    fallback_only: bool = False  # only setuptools-scm's fallback 0.0.0.dev0 was found
 
 
 @dataclass(frozen=True)
@@ -251,65 +254,134 @@ def _bearer_token(
     return body.get("token") or body.get("access_token")
 
 
+# Runs inside the image as `python3 -c`, from a neutral working directory and with the
+# current directory taken off sys.path: in the release images' WORKDIR (/sgl-workspace) the
+# repository folder `sglang` would otherwise be found first, as a namespace package.
 _SGLANG_PROBE = r"""
-import importlib.util, json, os, re, sys
-out = {"version": None, "path": None, "python": sys.version.split()[0]}
-spec = importlib.util.find_spec("sglang")
-if spec is not None and spec.submodule_search_locations:
-    path = list(spec.submodule_search_locations)[0]
-    out["path"] = os.path.realpath(path)
+import json, os, re, sys
+sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
+import importlib.metadata as md, importlib.util
+FALLBACK = "0.0.0.dev0"
+out = {"python": sys.version.split()[0], "version": None, "version_source": None,
+       "path": None, "install": None, "dist_version": None, "fallback_only": False}
+
+def literal(path, pattern):
     try:
-        text = open(os.path.join(path, "version.py")).read()
-        m = re.search(r"__version__\s*=\s*[\"']([^\"']+)", text)
-        out["version"] = m.group(1) if m else None
+        m = re.search(pattern, open(path, encoding="utf-8").read(), re.M)
     except OSError:
-        pass
-    if out["version"] is None:
-        try:
-            from importlib.metadata import version
-            out["version"] = version("sglang")
-        except Exception:
-            pass
-    if out["version"] is None:
-        try:
-            import sglang
-            out["version"] = getattr(sglang, "__version__", None)
-        except Exception as exc:
-            out["error"] = repr(exc)
+        return None
+    return m.group(1) if m else None
+
+dist = None
+try:
+    dist = md.distribution("sglang")
+except md.PackageNotFoundError:
+    pass
+mapped = None
+if dist is not None:
+    out["dist_version"] = dist.version
+    for f in dist.files or ():
+        name = os.path.basename(str(f))
+        if name.startswith("__editable__") and name.endswith("_finder.py"):
+            text = open(dist.locate_file(f), encoding="utf-8").read()
+            m = re.search(r"MAPPING[^=]*=\s*(\{[^}]*\})", text)
+            if m:
+                import ast
+                mapped = ast.literal_eval(m.group(1)).get("sglang")
+                out["install"] = "editable-finder"
+        elif name.startswith("__editable__") and name.endswith(".pth") and mapped is None:
+            out["install"] = "editable-pth"
+    direct = dist.read_text("direct_url.json")
+    if direct and out["install"] is None:
+        info = json.loads(direct)
+        if (info.get("dir_info") or {}).get("editable"):
+            out["install"] = "editable-pth"
+    if out["install"] is None:
+        out["install"] = "site-packages"
+
+spec = importlib.util.find_spec("sglang")
+if spec is not None and spec.origin and spec.origin.endswith("__init__.py"):
+    out["path"] = os.path.dirname(os.path.realpath(spec.origin))
+elif mapped:
+    out["path"] = os.path.realpath(mapped)
+elif spec is not None and spec.submodule_search_locations:
+    out["path"] = os.path.realpath(list(spec.submodule_search_locations)[0])
+    out["install"] = (out["install"] or "") + "+namespace"
+
+candidates = []
+if out["path"]:
+    candidates.append(("_version.py", literal(os.path.join(out["path"], "_version.py"),
+        r"^(?:__version__|version)\s*=\s*(?:\w+\s*=\s*)*[\"']([^\"']+)[\"']")))
+candidates.append(("metadata", out["dist_version"]))
+if out["path"]:
+    candidates.append(("version.py", literal(os.path.join(out["path"], "version.py"),
+        r"^__version__\s*=\s*[\"']([^\"']+)[\"']")))
+for source, value in candidates:
+    if value and value != FALLBACK:
+        out["version"], out["version_source"] = value, source
+        break
+else:
+    out["fallback_only"] = any(v == FALLBACK for _, v in candidates)
 print("SGLFORGE-PROBE " + json.dumps(out))
 """
 
 
 def sglang_info(ref: str, cache_dir: Path, labels: Mapping[str, str] | None = None) -> SglangInfo:
-    """The sglang version and package path inside image ``ref`` (cached by image ID)."""
+    """The sglang version and package path inside image ``ref`` (cached by image ID).
+
+    Finds the distribution through ``importlib.metadata`` (editable finder, editable path
+    ``.pth`` or site-packages) and the package where Python imports it from a neutral
+    directory; the version comes from ``_version.py``, then the distribution metadata, and
+    setuptools-scm's fallback ``0.0.0.dev0`` is never taken for a release.
+    """
     info = inspect(ref)
     if info is None:
         raise BuildError(f"image {ref} is not present on the engine", f"docker pull {ref}")
-    cache = Path(cache_dir) / f"sglang-{info.id.removeprefix('sha256:')}.json"
+    cache = Path(cache_dir) / f"sglang-probe2-{info.id.removeprefix('sha256:')}.json"
     if cache.is_file():
         try:
-            data = json.loads(cache.read_text())
-            return SglangInfo(info.id, data.get("version"), data.get("path"), data.get("python"))
-        except (ValueError, OSError):
+            return _sglang_info(info.id, json.loads(cache.read_text()))
+        except (ValueError, OSError, TypeError):
             pass  # a damaged cache entry is simply recomputed
-    # Reading version.py rather than importing sglang: the import pulls in torch and needs
-    # far longer, and the file is what the running server reports anyway.
-    text = run_python(ref, _SGLANG_PROBE, labels=labels)
+    # Reading files rather than importing sglang: the import pulls in torch and needs far
+    # longer, and _version.py is what the running server reports anyway.
+    text = run_python(ref, _SGLANG_PROBE, labels=labels, working_dir="/")
     line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-PROBE ")), None)
     if line is None:
         raise BuildError(
             f"image {ref}: could not read sglang's version: {_first_line(text)}",
-            f"docker run --rm --entrypoint python3 {ref} -c 'import sglang'",
+            f"docker run --rm -w / {ref} python3 -c 'import sglang.version'",
         )
     data = json.loads(line.removeprefix("SGLFORGE-PROBE "))
     atomic_write(cache, json.dumps(data, indent=2) + "\n")
-    return SglangInfo(info.id, data.get("version"), data.get("path"), data.get("python"))
+    return _sglang_info(info.id, data)
+
+
+def _sglang_info(image_id: str, data: Mapping[str, Any]) -> SglangInfo:
+    return SglangInfo(
+        image_id,
+        data.get("version"),
+        data.get("path"),
+        data.get("python"),
+        install=data.get("install"),
+        version_source=data.get("version_source"),
+        fallback_only=bool(data.get("fallback_only")),
+    )
 
 
 def run_python(
-    ref: str, code: str, labels: Mapping[str, str] | None = None, timeout: float = 300
+    ref: str,
+    code: str,
+    labels: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    *,
+    args: Sequence[str] = (),
+    working_dir: str | None = None,
 ) -> str:
-    """Run ``python3 -c CODE`` in a throwaway container (no network); its output."""
+    """Run ``python3 -c CODE ARGS`` in a throwaway container (no network); its output.
+
+    ``working_dir`` overrides the image's WORKDIR (None keeps it).
+    """
     c = client()
     all_labels = {LABEL: "1", "io.sglforge.role": "probe", **(labels or {})}
     # Named up front: a Ctrl-C between the engine creating it and `create` returning still
@@ -320,8 +392,9 @@ def run_python(
         container = c.containers.create(
             ref,
             entrypoint=["python3", "-c", code],
-            command=[],
+            command=list(args),
             name=name,
+            working_dir=working_dir,
             network_mode="none",
             labels=all_labels,
             detach=True,
