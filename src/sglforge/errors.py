@@ -15,7 +15,9 @@ EXIT_ENGINE = 5  # no Docker engine reachable
 EXIT_BUILD = 6  # image build failed
 EXIT_SMOKE = 7  # smoke run could not run (preflight, container start)
 EXIT_PUBLISH = 8  # push or registry failure
-EXIT_INTERRUPTED = 130
+EXIT_BUSY = 75  # another sglforge command holds the project (sysexits' EX_TEMPFAIL)
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15), handled like Ctrl-C
 EXIT_UNEXPECTED = 70
 
 
@@ -59,3 +61,13 @@ class SmokeError(SglforgeError):
 
 class PublishError(SglforgeError):
     exit_code = EXIT_PUBLISH
+
+
+class BusyError(SglforgeError):
+    """Another sglforge command holds the project's lock; running again later helps."""
+
+    exit_code = EXIT_BUSY
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (or SIGHUP) arrived: unwinds like Ctrl-C, so every cleanup runs."""

@@ -1,22 +1,24 @@
 """Every git operation sglforge performs: the only module that imports GitPython.
 
-GitCommandError is translated here into the project's own errors, naming the ref or path.
+Commands run through ``subprocess`` directly (timeouts, exact bytes, and a git that is killed
+when sglforge is interrupted); failures become the project's own errors, naming ref or path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
-import tempfile
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
-import git as gitpython
-from git.exc import GitCommandError, GitCommandNotFound
+from git.exc import GitCommandError
 
 from sglforge.errors import ConfigError, PatchError, UpstreamError
+from sglforge.util import _flock, decode_exact, encode_exact
 
 # Fixed identity so commits sglforge makes are reproducible and never depend on user config.
 IDENTITY = {
@@ -49,12 +51,27 @@ class GitResult:
 
 
 def _env(extra: dict[str, str] | None = None, identity: bool = True) -> dict[str, str]:
-    env = dict(NONINTERACTIVE)
+    env = dict(os.environ)
+    env.update(NONINTERACTIVE)
     if identity:
         env.update(IDENTITY)
     if extra:
         env.update(extra)
     return env
+
+
+# Seconds a network git command (clone, fetch) may take in all ($SGLFORGE_GIT_TIMEOUT); a
+# stalled transfer is cut sooner by git's own low-speed limit (below LOW_SPEED bytes/s for
+# LOW_SPEED_TIME s).
+TIMEOUT_ENV = "SGLFORGE_GIT_TIMEOUT"
+LOW_SPEED = ("1000", "30")
+
+
+def network_timeout() -> float:
+    try:
+        return max(1.0, float(os.environ.get(TIMEOUT_ENV, "1800")))
+    except ValueError:
+        return 1800.0
 
 
 def run(
@@ -64,39 +81,50 @@ def run(
     stdin: str | bytes | None = None,
     env: dict[str, str] | None = None,
     strip: bool = True,
+    timeout: float | None = None,
+    waiting_for: str = "",
+    identity: bool = True,
 ) -> GitResult:
-    """Run ``git ARGS`` in ``cwd`` with a clean non-interactive environment."""
-    g = gitpython.Git(str(cwd))
-    full_env = _env(env)
+    """Run ``git ARGS`` in ``cwd`` with a clean non-interactive environment.
+
+    Output is decoded so that it encodes back to git's exact bytes (``util.encode_exact``);
+    a ``str`` stdin is encoded the same way. An interrupt (Ctrl-C, SIGTERM) kills git before
+    it propagates, so no git process outlives sglforge and keeps writing. With ``timeout``,
+    a git that does not finish in time is killed and reported as an UpstreamError saying what
+    it was waiting for.
+    """
+    raw_in = encode_exact(stdin) if isinstance(stdin, str) else stdin
     try:
-        kwargs: dict[str, object] = {
-            "with_extended_output": True,
-            "with_exceptions": False,
-            "env": full_env,
-            "strip_newline_in_stdout": strip,
-        }
-        stream = _as_stream(stdin) if stdin is not None else None
-        if stream is not None:
-            kwargs["istream"] = stream
-        try:
-            status, out, err = g.execute(["git", *args], **kwargs)  # type: ignore[call-overload]
-        finally:
-            if stream is not None:
-                stream.close()
-    except GitCommandNotFound as exc:  # pragma: no cover - git is a hard requirement
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=str(cwd),
+            input=raw_in,
+            stdin=None if raw_in is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=_env(env, identity=identity),
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        if not Path(cwd).is_dir():
+            raise ConfigError(f"{cwd}: no such folder (git was to run there)") from exc
         raise ConfigError("git is not installed or not on PATH", "apt-get install git") from exc
-    result = GitResult(int(status or 0), out if isinstance(out, str) else out.decode(), err)
+    except subprocess.TimeoutExpired as exc:
+        raise UpstreamError(
+            f"git {' '.join(args[:1])} gave no result within {timeout:g} s"
+            + (f" while {waiting_for}" if waiting_for else ""),
+            f"check the network or the upstream; set ${TIMEOUT_ENV}=SECONDS to wait longer",
+        ) from exc
+    out_text = decode_exact(proc.stdout)
+    err_text = decode_exact(proc.stderr)
+    if strip and out_text.endswith("\n"):
+        out_text = out_text[:-1]
+    if err_text.endswith("\n"):
+        err_text = err_text[:-1]
+    result = GitResult(proc.returncode, out_text, err_text)
     if check and result.status != 0:
         raise GitFailed(args, result, cwd)
     return result
-
-
-def _as_stream(data: str | bytes) -> IO[bytes]:
-    raw = data.encode() if isinstance(data, str) else data
-    fh = tempfile.TemporaryFile()
-    fh.write(raw)
-    fh.seek(0)
-    return fh
 
 
 class GitFailed(PatchError):
@@ -126,53 +154,84 @@ def is_local(url: str) -> bool:
     return not re.match(r"^[a-z][a-z0-9+.-]*://", url) and ":" not in url.split("/")[0]
 
 
+@contextlib.contextmanager
+def cache_lock(cache: Path) -> Iterator[None]:
+    """One process at a time changes a cache (fetch, worktree add/prune): caches are shared
+    between projects (``.ci/e2e`` symlinks ``build/upstream``), so a project lock is not
+    enough. The lock file sits next to the cache, in the shared folder itself."""
+    with _flock(cache.with_name(cache.name + ".lock"), f"upstream cache {cache}", None):
+        yield
+
+
+def _local_repository(url: str) -> str:
+    """The absolute path of a local upstream, refused plainly when it is no git repository."""
+    src = Path(url).expanduser()
+    if not src.exists():
+        raise UpstreamError(
+            f"upstream {url}: no such folder",
+            "pass --upstream with a git repository path or URL",
+        )
+    res = run(src if src.is_dir() else src.parent, "rev-parse", "--git-dir", check=False)
+    if not src.is_dir() or res.status != 0:
+        raise UpstreamError(
+            f"upstream {url}: {src.resolve()} is not a git repository",
+            "pass --upstream with a git clone of sglang (a folder holding .git), a URL, or "
+            "pypi:sglang",
+        )
+    return str(src.resolve())
+
+
 def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Path:
     """One shared bare cache of ``url``: cloned once, then only fetched.
 
     ``share_objects`` (for local repositories sglforge itself maintains, such as the
     PyPI-built history) borrows the source's objects through git's alternates instead of
-    copying them: the first fetch then copies nothing.
+    copying them: the first fetch then copies nothing. A cache that was deleted, or left
+    broken, is made again.
     """
     cache_root.mkdir(parents=True, exist_ok=True)
     path = cache_root / cache_name(url)
     if is_local(url):
-        src = Path(url).expanduser()
-        if not src.exists():
-            raise UpstreamError(
-                f"upstream {url}: no such folder",
-                "pass --upstream with a git repository path or URL",
-            )
-        url = str(src.resolve())
-    if not (path / "HEAD").exists():
-        tmp = path.with_name(path.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        run(tmp, "init", "--bare", "-q")
-        run(tmp, "remote", "add", "origin", url)
-        if share_objects and is_local(url):
-            objects = Path(url) / "objects"
-            if not objects.is_dir():
-                objects = Path(url) / ".git" / "objects"
-            (tmp / "objects" / "info").mkdir(parents=True, exist_ok=True)
-            (tmp / "objects" / "info" / "alternates").write_text(f"{objects.resolve()}\n")
-        if not is_local(url):
-            # Blobs on demand: a partial clone where the remote allows it.
-            run(tmp, "config", "core.repositoryformatversion", "1")
-            run(tmp, "config", "extensions.partialClone", "origin")
-            run(tmp, "config", "remote.origin.promisor", "true")
-            run(tmp, "config", "remote.origin.partialclonefilter", "blob:none")
-        _fetch(tmp, url)
-        os.replace(tmp, path)
-    else:
-        current = run(path, "remote", "get-url", "origin", check=False).stdout
-        if current != url:
-            run(path, "remote", "set-url", "origin", url)
-        _fetch(path, url)
+        url = _local_repository(url)
+    with cache_lock(path):
+        if (path / "HEAD").exists() and run(path, "rev-parse", "--git-dir", check=False).status:
+            shutil.rmtree(path)  # not a repository any more: rebuilt below
+        if not (path / "HEAD").exists():
+            tmp = path.with_name(path.name + ".partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            run(tmp, "init", "--bare", "-q")
+            run(tmp, "remote", "add", "origin", url)
+            if share_objects and is_local(url):
+                objects = Path(url) / "objects"
+                if not objects.is_dir():
+                    objects = Path(url) / ".git" / "objects"
+                (tmp / "objects" / "info").mkdir(parents=True, exist_ok=True)
+                (tmp / "objects" / "info" / "alternates").write_text(f"{objects.resolve()}\n")
+            if not is_local(url):
+                # Blobs on demand: a partial clone where the remote allows it.
+                run(tmp, "config", "core.repositoryformatversion", "1")
+                run(tmp, "config", "extensions.partialClone", "origin")
+                run(tmp, "config", "remote.origin.promisor", "true")
+                run(tmp, "config", "remote.origin.partialclonefilter", "blob:none")
+            _fetch(tmp, url)
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        else:
+            current = run(path, "remote", "get-url", "origin", check=False).stdout
+            if current != url:
+                run(path, "remote", "set-url", "origin", url)
+            _fetch(path, url)
     return path
 
 
 def _fetch(path: Path, url: str) -> None:
     args = [
+        "-c",
+        f"http.lowSpeedLimit={LOW_SPEED[0]}",
+        "-c",
+        f"http.lowSpeedTime={LOW_SPEED[1]}",
         "fetch",
         "--quiet",
         "--prune",
@@ -183,7 +242,17 @@ def _fetch(path: Path, url: str) -> None:
         # branches are sglforge's worktree branches, which --prune must not delete.
         "+refs/heads/*:refs/remotes/origin/*",
     ]
-    res = run(path, *args, check=False)
+    timeout = network_timeout()
+    # ssh has no low-speed limit: a connect timeout at least (unless the user set their own)
+    env = {} if "GIT_SSH_COMMAND" in os.environ else {"GIT_SSH_COMMAND": "ssh -o ConnectTimeout=30"}
+    res = run(
+        path,
+        *args,
+        check=False,
+        timeout=timeout,
+        env=env,
+        waiting_for=f"fetching tags and branches from upstream {url}",
+    )
     if res.status != 0:
         msg = (res.stderr or res.stdout).strip().splitlines()
         raise UpstreamError(

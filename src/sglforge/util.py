@@ -1,4 +1,5 @@
-"""Small helpers shared by every module: atomic writes, hashing, the project root."""
+"""Small helpers shared by every module: atomic writes, hashing, the project root, path
+confinement for data-derived paths, exact (byte-preserving) text, and the project locks."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sglforge.errors import ConfigError
+from sglforge.errors import BusyError, ConfigError
 
 ROOT_ENV = "SGLFORGE_ROOT"
 
@@ -24,11 +27,58 @@ def file_mode(path: Path) -> int:
         return 0o666 & ~umask
 
 
+def confined(base: Path, relative: str | os.PathLike[str], what: str, file: str) -> Path:
+    """``base / relative``, refused (ConfigError, exit 2) unless it stays inside ``base``.
+
+    Every path sglforge derives from data (a journal entry, a series entry, a path inside a
+    patch, a retired record, a worktree named after a ref) goes through here before anything
+    is written, so a file can never steer a write or a delete outside its folder. ``what``
+    names the kind of path and ``file`` where it came from, for the message.
+    """
+    text = os.fspath(relative)
+    base_abs = Path(os.path.abspath(base))
+    problem = ""
+    if not text or "\0" in text:
+        problem = "is empty" if not text else "contains a NUL byte"
+    elif os.path.isabs(text):
+        problem = "is an absolute path"
+    else:
+        target = Path(os.path.abspath(base_abs / text))
+        if target == base_abs or not target.is_relative_to(base_abs):
+            problem = f"leaves {base_abs}"
+        else:
+            # A symlink on the way may point elsewhere: what counts is where it lands.
+            real = Path(os.path.realpath(target))
+            if not real.is_relative_to(Path(os.path.realpath(base_abs))):
+                problem = f"resolves outside {base_abs} (through a symbolic link)"
+            else:
+                return target
+    raise ConfigError(
+        f"{file}: {what} {text!r} {problem}; refused before writing anything",
+        f"fix {file} (paths it names must stay inside {base_abs})",
+    )
+
+
+def decode_exact(raw: bytes) -> str:
+    """Text that encodes back to exactly ``raw`` (invalid UTF-8 kept as surrogates)."""
+    return raw.decode("utf-8", errors="surrogateescape")
+
+
+def encode_exact(text: str) -> bytes:
+    """The bytes ``decode_exact`` read (the inverse: non-UTF-8 bytes come back unchanged)."""
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def read_exact(path: Path) -> str:
+    """A file's text with every byte kept: no newline translation, no replacement characters."""
+    return decode_exact(Path(path).read_bytes())
+
+
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename (never half-written)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode() if isinstance(data, str) else data
+    raw = encode_exact(data) if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, file_mode(path))  # mkstemp's 0600 would otherwise replace the file's mode
@@ -92,24 +142,110 @@ def work_dir(root: Path, *parts: str) -> Path:
 # next command that reads the queue (``recover_transactions``), giving everything new.
 
 JOURNAL = ".sglforge-txn.json"
-LOCK = ".sglforge.lock"
+LOCKS = ("build", "locks")
 TMP_SUFFIX = ".sglforge-tmp"
 # Test hook: exit abruptly after this many renames, to prove recovery (see tests).
 CRASH_ENV = "SGLFORGE_TEST_CRASH_AFTER_RENAMES"
 
 
-@contextlib.contextmanager
-def queue_lock(journal_dir: Path) -> Iterator[None]:
-    """Exclusive lock over a journalled folder: writers and recovery never overlap."""
-    import fcntl
+_HELD = threading.local()  # .counts: lock file -> how many times this thread holds it
 
-    journal_dir.mkdir(parents=True, exist_ok=True)
-    with open(journal_dir / LOCK, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+
+def _lock_file(root: Path, kind: str, key: Path) -> Path:
+    """``build/locks/<kind>-<digest>.lock``: under the work area, never in committed files."""
+    digest = hashlib.sha256(str(Path(key).resolve()).encode()).hexdigest()[:12]
+    return Path(root).joinpath(*LOCKS, f"{kind}-{digest}.lock")
+
+
+@contextlib.contextmanager
+def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path``, reentrant within this process.
+
+    ``wait`` None blocks; otherwise waits that many seconds, then raises BusyError naming
+    the holder (the pid and command it wrote into the lock file).
+    """
+    import fcntl
+    import sys
+
+    key = str(path)
+    held: dict[str, int] = _HELD.__dict__.setdefault("counts", {})
+    if held.get(key):
+        held[key] += 1
         try:
             yield
         finally:
+            held[key] -= 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | (0 if wait is None else fcntl.LOCK_NB))
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another sglforge process"
+                    raise BusyError(
+                        f"{what} is busy: {holder} is working on it"
+                        + (f" (waited {wait:g} s)" if wait else ""),
+                        "wait for it to finish and run again (or set SGLFORGE_LOCK_WAIT=SECONDS "
+                        "to wait longer)",
+                    ) from None
+                time.sleep(0.1)
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} (sglforge {' '.join(sys.argv[1:3])})".strip() + "\n")
+            fh.flush()
+            held[key] = 1
+            yield
+        finally:
+            held.pop(key, None)
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+LOCK_WAIT_ENV = "SGLFORGE_LOCK_WAIT"
+
+
+def lock_wait() -> float:
+    """Seconds a command waits for another one holding the project (``$SGLFORGE_LOCK_WAIT``)."""
+    try:
+        return max(0.0, float(os.environ.get(LOCK_WAIT_ENV, "10")))
+    except ValueError:
+        return 10.0
+
+
+@contextlib.contextmanager
+def project_lock(root: Path) -> Iterator[None]:
+    """One writer at a time per project: apply, refresh, export, new and upgrade hold it.
+
+    A second command waits ``lock_wait()`` seconds, then stops with a BusyError naming the
+    command holding it: never a raw ``index.lock`` error, never a refresh silently lost.
+    """
+    path = _lock_file(root, "project", root)
+    with _flock(path, f"project {Path(root).resolve()}", lock_wait()):
+        yield
+
+
+@contextlib.contextmanager
+def queue_lock(journal_dir: Path) -> Iterator[None]:
+    """Exclusive lock over a journalled folder: writers and recovery never overlap."""
+    with _flock(_lock_file(journal_dir.parent, "queue", journal_dir), str(journal_dir), None):
+        yield
+
+
+def _journal_target(journal_dir: Path, path: Path) -> str:
+    """How the journal names ``path``: relative to the project (the journal folder's parent)."""
+    base = Path(os.path.abspath(journal_dir.parent))
+    target = Path(os.path.abspath(path))
+    if not target.is_relative_to(base):
+        raise ConfigError(
+            f"{path}: outside the project {base}; a queue change only writes inside it",
+            "this is a bug in sglforge: please report it",
+        )
+    return str(target.relative_to(base))
 
 
 def commit_files(journal_dir: Path, files: dict[Path, str | bytes | None]) -> None:
@@ -120,12 +256,13 @@ def commit_files(journal_dir: Path, files: dict[Path, str | bytes | None]) -> No
         ops: list[dict[str, str | None]] = []
         try:
             for path, data in files.items():
-                path = Path(path).resolve()
+                rel = _journal_target(journal_dir, Path(path))
+                path = confined(journal_dir.parent, rel, "file", "a queue change")
                 if data is None:
-                    ops.append({"tmp": None, "target": str(path), "sha256": None})
+                    ops.append({"tmp": None, "target": rel, "sha256": None})
                     continue
                 path.parent.mkdir(parents=True, exist_ok=True)
-                raw = data.encode() if isinstance(data, str) else data
+                raw = encode_exact(data) if isinstance(data, str) else data
                 fd, tmp = tempfile.mkstemp(
                     dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX
                 )
@@ -134,27 +271,53 @@ def commit_files(journal_dir: Path, files: dict[Path, str | bytes | None]) -> No
                     fh.write(raw)
                     fh.flush()
                     os.fsync(fh.fileno())
-                ops.append({"tmp": tmp, "target": str(path), "sha256": sha256_bytes(raw)})
+                tmp_rel = _journal_target(journal_dir, Path(tmp))
+                ops.append({"tmp": tmp_rel, "target": rel, "sha256": sha256_bytes(raw)})
             atomic_write(journal_dir / JOURNAL, json.dumps(ops, indent=1))
         except BaseException:
             for op in ops:
                 if op["tmp"]:
-                    Path(op["tmp"]).unlink(missing_ok=True)
+                    (journal_dir.parent / str(op["tmp"])).unlink(missing_ok=True)
             raise
         _roll_forward(journal_dir, ops)
 
 
-def _roll_forward(journal_dir: Path, ops: list[dict[str, str | None]]) -> None:
+def _journal_ops(journal_dir: Path, ops: object) -> list[tuple[Path | None, Path, str | None]]:
+    """The journal's (temp, target, sha256) entries, each confined to the project first.
+
+    A journal is data: one naming ``$HOME/notes.txt`` (or ``../x``) is refused as a whole,
+    before any entry is carried out.
+    """
+    where = str(journal_dir / JOURNAL)
+    base = journal_dir.parent
+    if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
+        raise ConfigError(f"{where}: not a list of entries", f"delete {where}")
+    out: list[tuple[Path | None, Path, str | None]] = []
+    for op in ops:
+        target, tmp, sha = op.get("target"), op.get("tmp"), op.get("sha256")
+        if not isinstance(target, str) or not (tmp is None or isinstance(tmp, str)):
+            raise ConfigError(f"{where}: malformed entry {op!r}", f"delete {where}")
+        out.append(
+            (
+                confined(base, tmp, "temporary file", where) if tmp is not None else None,
+                confined(base, target, "target", where),
+                sha if isinstance(sha, str) else None,
+            )
+        )
+    return out
+
+
+def _roll_forward(journal_dir: Path, raw_ops: object) -> None:
     crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
     done = 0
-    for op in ops:
-        target = Path(str(op["target"]))
-        tmp = op["tmp"]
+    ops = _journal_ops(journal_dir, raw_ops)
+    for tmp_path, target, sha in ops:
+        tmp = str(tmp_path) if tmp_path else None
         if tmp is None:
             target.unlink(missing_ok=True)
         elif Path(tmp).exists():
             os.replace(tmp, target)
-        elif not (target.exists() and sha256_file(target) == op.get("sha256")):
+        elif not (target.exists() and sha256_file(target) == sha):
             raise ConfigError(
                 f"{target}: an interrupted change to the queue cannot be completed (its new "
                 f"content {Path(tmp).name} is gone)",
@@ -178,11 +341,11 @@ def recover_transactions(journal_dir: Path) -> bool:
         recovered = False
         if journal.exists():
             try:
-                ops = json.loads(journal.read_text())
+                ops = json.loads(journal.read_bytes())
             except ValueError:
                 ops = None
-            if isinstance(ops, list):
-                _roll_forward(journal_dir, ops)
+            if ops is not None:
+                _roll_forward(journal_dir, ops)  # refuses a journal naming paths outside
                 recovered = True
             else:  # a torn journal cannot exist (atomic_write); be safe and drop it
                 journal.unlink(missing_ok=True)

@@ -38,7 +38,7 @@ def test_apply_makes_one_commit_per_patch_and_reuses(tmp_path: Path) -> None:
     assert len(log) == len(PATCHES)
     assert (a.worktree / "python/pkg/a.py").read_text().splitlines()[4] == "a line 5 FIXED"
     assert "python/pkg/jit_kernel/f.cuh" in a.changed_files
-    assert load_pin(root).commit == a.commit  # the first resolve records the pin
+    assert load_pin(root).commit is None  # apply reads the pin; it never records it
     again = apply_queue(root)
     assert again.reused and again.head == a.head
 

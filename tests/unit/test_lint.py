@@ -78,7 +78,10 @@ def test_series_problems_name_file_and_line(tmp_path: Path) -> None:
         ("patches/series", 4, "duplicate-entry"),
         ("patches/series", 5, "missing-patch"),
     ]
-    with pytest.raises(ConfigError, match=r"patches/series:5: 0003-missing.patch does not exist"):
+    with pytest.raises(ConfigError, match=r"patches/series:4: 0001-guard.patch is listed twice"):
+        load_queue(root)
+    (root / "patches" / "series").write_text("0001-guard.patch\n0003-missing.patch\n")
+    with pytest.raises(ConfigError, match=r"patches/series:2: 0003-missing.patch does not exist"):
         load_queue(root)
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from sglforge import git
 from sglforge.errors import PatchError
-from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref
+from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref, git_reason
 from sglforge.patches.series import Queue, load_queue, ref_version
 from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
-from sglforge.util import atomic_write
+from sglforge.util import atomic_write, confined, project_lock
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,21 @@ class Applied:
 
 
 def safe_ref(ref: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", ref)
+    """A file name for ``ref``: one path component, never ``.``/``..`` or hidden."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", ref)
+    if not name.strip(".") or name.startswith("."):
+        name = "_" + name
+    return name
 
 
 def worktree_path(root: Path, ref: str) -> Path:
-    return root / "build" / "worktrees" / safe_ref(ref)
+    return confined(root / "build" / "worktrees", safe_ref(ref), "worktree for ref", "--ref")
 
 
 def record_path(root: Path, ref: str) -> Path:
-    return root / "build" / "worktrees" / f".{safe_ref(ref)}.sglforge.json"
+    return confined(
+        root / "build" / "worktrees", f".{safe_ref(ref)}.sglforge.json", "record", "--ref"
+    )
 
 
 def read_record(root: Path, ref: str) -> dict | None:  # type: ignore[type-arg]
@@ -71,13 +77,13 @@ def apply_queue(
     force: bool = False,
 ) -> Applied:
     """Apply the queue at ``ref`` (default: the pin) in its worktree, one commit per patch."""
-    queue = load_queue(root)
-    up = open_upstream(root, queue.pin, upstream)
-    pin_commit = pinned_commit(root, queue.pin, up)
-    queue = load_queue(root)  # the first resolve records the pin's commit
-    ref = ref or queue.pin.ref
-    commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
-    return apply_at(queue, up, ref, commit, pin_commit, force=force)
+    with project_lock(root):
+        queue = load_queue(root)
+        up = open_upstream(root, queue.pin, upstream)
+        pin_commit = pinned_commit(root, queue.pin, up)
+        ref = ref or queue.pin.ref
+        commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
+        return apply_at(queue, up, ref, commit, pin_commit, force=force)
 
 
 def apply_at(
@@ -85,8 +91,21 @@ def apply_at(
 ) -> Applied:
     root = queue.root
     wt = worktree_path(root, ref)
-    branch = f"sglforge/{safe_ref(ref)}"
+    with git.cache_lock(up.cache):
+        branch = _branch_for(up.cache, wt, ref)
     record = read_record(root, ref)
+    if (wt / ".git").exists() and not _usable(wt):
+        # Its repository (the upstream cache) was deleted or replaced: the worktree is an
+        # orphan. Its commits went with the cache; uncommitted edits would go with --force.
+        if not force and _has_files(wt):
+            raise PatchError(
+                f"worktree {wt} belongs to an upstream cache that no longer exists "
+                "(build/upstream was deleted or replaced)",
+                f"copy out any edits you need from {wt}, then rerun with --force to make "
+                "it again",
+            )
+        shutil.rmtree(wt)
+        record = None
     if wt.exists() and (wt / ".git").exists():
         _abort_stale_am(wt)
         if not force:
@@ -101,7 +120,8 @@ def apply_at(
         ):
             return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=True)
     report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
-    _ensure_worktree(up.cache, wt, branch, commit)
+    with git.cache_lock(up.cache):
+        _ensure_worktree(up.cache, wt, branch, commit)
     results: list[AppliedPatch] = []
     for patch, st in zip(queue.patches, report.patches, strict=True):
         if st.status in (UPSTREAMED, SKIPPED):
@@ -113,7 +133,14 @@ def apply_at(
             wt, "am", "--3way", "--keep-cr", "--quiet", str(patch.path.resolve()), check=False
         )
         if res.status != 0 or st.status not in APPLIED:
-            detail = st.detail if st.status not in APPLIED else (res.stderr or res.stdout)
+            detail = st.detail if st.status not in APPLIED else ""
+            if res.status != 0:
+                said = git_reason(res.stderr) or (res.stderr or res.stdout).strip()
+                detail = f"{detail}; git am: {said}" if detail else f"git am: {said}"
+            in_conflict = res.status != 0 and _conflict_in_progress(wt)
+            if res.status != 0 and not in_conflict:
+                # Nothing to resolve: leave no `git am` session behind to mislead.
+                git.run(wt, "am", "--abort", check=False)
             # Record how far it got, so `patches export` maps the resolved commit back to
             # this patch; the record is incomplete, so the next apply starts over.
             pending = [
@@ -128,7 +155,7 @@ def apply_at(
                 [*results, AppliedPatch(patch.name, "conflict", None, detail.strip()), *pending],
                 complete=False,
             )
-            _conflict(wt, ref, patch.name, detail.strip(), am=res.status != 0)
+            _conflict(wt, ref, patch.name, detail.strip(), am=in_conflict)
         results.append(
             AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
         )
@@ -168,7 +195,10 @@ def _applied_from_record(
     record: dict,  # type: ignore[type-arg]
     reused: bool,
 ) -> Applied:
-    changed = git.out(wt, "diff", "--name-only", "--no-renames", commit, record["head"])
+    # -z: names exactly as they are (no C-style quoting of spaces, quotes or UTF-8)
+    changed = git.run(
+        wt, "diff", "--name-only", "-z", "--no-renames", commit, record["head"], strip=False
+    ).stdout
     version = ref_version(ref)
     return Applied(
         ref=ref,
@@ -178,7 +208,7 @@ def _applied_from_record(
         branch=branch,
         head=record["head"],
         patches=tuple(AppliedPatch(**p) for p in record["patches"]),
-        changed_files=tuple(f for f in changed.splitlines() if f),
+        changed_files=tuple(f for f in changed.split("\0") if f),
         queue_hash=queue.hash,
         reused=reused,
         python_only=up.python_only,
@@ -213,6 +243,38 @@ def _refuse_if_unsaved(wt: Path, ref: str, record: dict | None) -> None:  # type
                 f"worktree {wt} has commits not yet exported to patches/",
                 f"run `sglforge patches export --ref {ref}`, or rerun with --force to drop them",
             )
+
+
+def _usable(wt: Path) -> bool:
+    return git.run(wt, "rev-parse", "--git-dir", check=False).status == 0
+
+
+def _has_files(wt: Path) -> bool:
+    return any(p.name != ".git" for p in wt.iterdir())
+
+
+def _conflict_in_progress(wt: Path) -> bool:
+    """A `git am` stopped with unmerged files: the one case `git am --continue` helps."""
+    unmerged = git.run(wt, "diff", "--name-only", "--diff-filter=U", check=False).stdout
+    return bool(unmerged.strip())
+
+
+def _branch_for(cache: Path, wt: Path, ref: str) -> str:
+    """``sglforge/<ref>``, unless another project's worktree on a shared (symlinked or copied)
+    cache holds that branch: then a name of this project's own, so neither breaks the other."""
+    branch = f"sglforge/{safe_ref(ref)}"
+    git.run(cache, "worktree", "prune", check=False)
+    listing = git.run(cache, "worktree", "list", "--porcelain", check=False).stdout
+    holder = None
+    for block in listing.split("\n\n"):
+        fields = dict(line.partition(" ")[::2] for line in block.splitlines() if line)
+        if fields.get("branch") == f"refs/heads/{branch}":
+            holder = fields.get("worktree")
+    if holder is None or Path(holder).resolve() == wt.resolve():
+        return branch
+    import hashlib
+
+    return f"{branch}-{hashlib.sha256(str(wt.resolve()).encode()).hexdigest()[:8]}"
 
 
 def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:

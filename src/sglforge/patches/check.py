@@ -8,9 +8,11 @@ conflict, upstreamed, skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from unidiff import PatchSet
 
 from sglforge import git
+from sglforge.errors import ConfigError
 from sglforge.patches.series import Patch, Queue, ref_version
 from sglforge.patches.upstream import Upstream
 
@@ -73,7 +76,9 @@ class _Index:
     def __init__(self, cache: Path, tmpdir: Path) -> None:
         self.cache = cache
         tmpdir.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=tmpdir, prefix="index-", suffix=".tmp")
+        _sweep_stale_indexes(tmpdir)
+        # The pid in the name lets a later run tell a killed run's leftovers from live ones.
+        fd, name = tempfile.mkstemp(dir=tmpdir, prefix=f"index-{os.getpid()}-", suffix=".tmp")
         os.close(fd)
         os.unlink(name)
         self.path = name
@@ -106,6 +111,27 @@ class _Index:
 
     def close(self) -> None:
         Path(self.path).unlink(missing_ok=True)
+        Path(self.path + ".lock").unlink(missing_ok=True)
+
+
+def _sweep_stale_indexes(tmpdir: Path) -> None:
+    """Remove private indexes left by a process that no longer runs (killed with SIGKILL)."""
+    for leftover in tmpdir.glob("index-*"):
+        m = re.match(r"index-(\d+)-", leftover.name)
+        if not m:  # an older sglforge's name: no owner to ask; old enough means abandoned
+            with contextlib.suppress(OSError):
+                if time.time() - leftover.stat().st_mtime > 3600:
+                    leftover.unlink()
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            leftover.unlink(missing_ok=True)
+        except PermissionError:
+            pass
 
 
 def check_queue(
@@ -290,7 +316,7 @@ def _check_patch(
     if not patch.diff.strip():
         return PatchStatus(patch.name, CONFLICT, "empty patch: no diff", patch.files)
     allowed = patch.applies_at(version)
-    text = patch.path.read_text(errors="replace")
+    text = patch.text  # the exact bytes `git am` gets in apply: one verdict for both
     if allowed is not False:
         res = _apply(index, text)
         if res.status == 0:
@@ -343,11 +369,16 @@ def _check_patch(
             "check it against a git clone of sglang",
             patch.files,
         )
-    files, hunks = _failing_hunks(index, text, patch)
+    files, hunks, reason = _failing_hunks(index, text, patch)
+    detail = "; ".join(hunks or files)
+    if reason and reason not in detail:
+        detail = f"{detail} ({reason})" if detail else reason
+    if "\r\n" in text and text.count("\r\n") >= text.count("\n") - 1:
+        detail += " [the patch file has CRLF line endings: was it converted by an editor?]"
     return PatchStatus(
         patch.name,
         CONFLICT,
-        "does not apply: " + "; ".join(hunks or files or ("see git apply output",)),
+        "does not apply: " + (detail or "git apply failed without saying why"),
         files or patch.files,
         hunks,
     )
@@ -443,9 +474,19 @@ def _commit_with_patch_id(
     return ""
 
 
+def git_reason(stderr: str) -> str:
+    """git's own words for a failure: its ``error:``/``fatal:`` lines, joined."""
+    lines = [
+        ln.strip()
+        for ln in stderr.splitlines()
+        if ln.startswith(("error:", "fatal:")) and "patch does not apply" not in ln
+    ]
+    return "; ".join(dict.fromkeys(lines))[:400]
+
+
 def _failing_hunks(
     index: _Index, text: str, patch: Patch
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
+) -> tuple[tuple[str, ...], tuple[str, ...], str]:
     res = index.git("apply", "--cached", "--check", "-v", "-", stdin=text)
     files: list[str] = []
     hunks: list[str] = []
@@ -472,14 +513,13 @@ def _failing_hunks(
     ):
         files.append(m.group(1))
         hunks.append(f"{m.group(1)}: {m.group(2)}")
-    return tuple(dict.fromkeys(files)), tuple(dict.fromkeys(hunks))
+    reason = "" if hunks else git_reason(res.stderr)
+    return tuple(dict.fromkeys(files)), tuple(dict.fromkeys(hunks)), reason
 
 
 def select_tags(up: Upstream, spec: str, pre: bool = False) -> list[str]:
     """Upstream tags whose version matches the PEP 440 ``spec``, oldest first."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    from sglforge.errors import ConfigError
 
     try:
         wanted = SpecifierSet(spec)
@@ -512,7 +552,18 @@ def check_refs(
     queue = load_queue(root)
     wanted = list(refs)
     if tags:
-        wanted += [t for t in select_tags(up, tags) if t not in wanted]
+        matched = select_tags(up, tags)
+        if not matched:
+            known = sorted((v, t) for t in git.tags(up.cache) if (v := ref_version(t)) is not None)
+            shown = [t for _, t in known]
+            listing = ", ".join(shown[-12:]) if shown else "none"
+            raise ConfigError(
+                f"--tags {tags!r} matches no tag of upstream {up.source}; its version tags: "
+                f"{listing}"
+                + (f" (newest {len(shown[-12:])} of {len(shown)})" if len(shown) > 12 else ""),
+                "widen --tags, or pass --ref",
+            )
+        wanted += [t for t in matched if t not in wanted]
     if not wanted:
         wanted = [queue.pin.ref]  # nothing asked: the pin
     return check_queue(queue, up, wanted, pin_commit, jobs=jobs)

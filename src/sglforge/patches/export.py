@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge import git
-from sglforge.errors import PatchError
+from sglforge.errors import ConfigError, PatchError
 from sglforge.patches.apply import read_record, record_path, worktree_path
+from sglforge.patches.check import git_reason
 from sglforge.patches.series import Queue, load_queue, split_patch
-from sglforge.util import atomic_write, commit_files
+from sglforge.util import atomic_write, commit_files, confined, project_lock, read_exact
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,42 @@ def merge_header(old_text: str, new_text: str) -> str:
     return old_header + new_diff
 
 
+def same_effect(wt: Path, patch_text: str, commit: str) -> bool:
+    """Whether the patch file, applied on ``commit``'s parent, gives exactly ``commit``'s tree.
+
+    Then the commit holds nothing new and the file keeps its bytes: its context width, its
+    message, its signature (so the queue hash and the image tag do not move either).
+    """
+    import os
+    import tempfile
+
+    fd, index = tempfile.mkstemp(prefix="sglforge-export-index-")
+    os.close(fd)
+    os.unlink(index)
+    env = {"GIT_INDEX_FILE": index}
+    try:
+        if git.run(wt, "read-tree", f"{commit}^", env=env, check=False).status != 0:
+            return False
+        res = git.run(wt, "apply", "--cached", "-", stdin=patch_text, env=env, check=False)
+        if res.status != 0:
+            return False
+        tree = git.run(wt, "write-tree", env=env, check=False).stdout
+        return bool(tree) and tree == git.out(wt, "rev-parse", f"{commit}^{{tree}}")
+    finally:
+        Path(index).unlink(missing_ok=True)
+
+
 def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None) -> Exported:
-    """Write the commits on the ref's worktree branch back to the queue, keeping series order."""
+    """Write the commits on the ref's worktree branch back to the queue, keeping series order.
+
+    Only patches whose content changed are rewritten (``same_effect``); the others keep
+    every byte.
+    """
+    with project_lock(root):
+        return _export(root, ref, new_slug)
+
+
+def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
     queue = load_queue(root)
     ref = ref or queue.pin.ref
     wt = worktree_path(root, ref)
@@ -87,8 +122,11 @@ def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None
         text = format_commit(wt, c)
         if i < len(applied):
             name = applied[i]["name"]
-            path = root / "patches" / name
-            old = path.read_text(errors="replace") if path.exists() else ""
+            path = confined(root / "patches", name, "patch name", record_path(root, ref).name)
+            old = read_exact(path) if path.exists() else ""
+            if old and same_effect(wt, old, c):
+                unchanged.append(name)
+                continue
             new = merge_header(old, text) if old else text
             if diff_body(new) != diff_body(old):
                 files[path] = new
@@ -100,7 +138,9 @@ def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None
             last = i == len(commits) - 1
             name = _new_name(queue, names, new_slug if new_slug and last else subject)
             names.append(name)
-            files[root / "patches" / name] = _with_status(text)
+            files[confined(root / "patches", name, "new patch", "patches/series")] = _with_status(
+                text
+            )
             added.append(name)
     if len(commits) < len(applied):
         missing = [p["name"] for p in applied[len(commits) :]]
@@ -110,7 +150,7 @@ def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None
         )
     if added:
         series = (
-            (root / "patches" / "series").read_text()
+            read_exact(root / "patches" / "series")
             if (root / "patches" / "series").exists()
             else ""
         )
@@ -162,7 +202,32 @@ def _with_status(text: str) -> str:
 def new_patch(
     root: Path, name: str, ref: str | None = None, message: str | None = None
 ) -> Exported:
-    """Commit the worktree's uncommitted changes as a new patch named ``name``."""
+    """Commit the worktree's uncommitted changes as a new patch named ``name``.
+
+    The author and date are the user's (``git var GIT_AUTHOR_IDENT``, and now), as a commit
+    of theirs would have; the patches already in the queue are left byte for byte.
+    """
+    with project_lock(root):
+        return _new_patch(root, name, ref, message)
+
+
+def author_ident(cwd: Path) -> tuple[str, str, str]:
+    """(name, email, date) of the user's git identity, dated now; ConfigError if unset."""
+    import time
+
+    res = git.run(cwd, "var", "GIT_AUTHOR_IDENT", identity=False, check=False)
+    m = re.match(r"^(.*) <(.*)> \d+ [+-]\d{4}$", res.stdout.strip())
+    if res.status != 0 or not m or not m.group(1).strip():
+        raise ConfigError(
+            "git knows no author identity for the new patch: "
+            + (git_reason(res.stderr) or res.stderr.strip() or "GIT_AUTHOR_IDENT is empty"),
+            'set it: git config --global user.name "Your Name"; '
+            'git config --global user.email you@example.com',
+        )
+    return m.group(1), m.group(2), f"{int(time.time())} {time.strftime('%z')}"
+
+
+def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> Exported:
     queue = load_queue(root)
     ref = ref or queue.pin.ref
     wt = worktree_path(root, ref)
@@ -181,6 +246,14 @@ def new_patch(
             "pick another NAME, or edit that patch with `sglforge patches apply` + `export`",
         )
     subject = message or name.replace("-", " ")
+    who, email, when = author_ident(wt)
     git.run(wt, "add", "-A")
-    git.run(wt, "commit", "-q", "-m", f"{subject}\n\nUpstream-Status: Pending")
+    git.run(
+        wt,
+        "commit",
+        "-q",
+        "-m",
+        f"{subject}\n\nUpstream-Status: Pending",
+        env={"GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": when},
+    )
     return export_queue(root, ref, new_slug=name)

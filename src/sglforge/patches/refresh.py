@@ -20,6 +20,7 @@ from sglforge.changelog import add_unreleased
 from sglforge.errors import PatchError
 from sglforge.patches.check import (
     APPLIED,
+    CLEAN,
     CONFLICT,
     SKIPPED,
     UPSTREAMED,
@@ -29,8 +30,8 @@ from sglforge.patches.check import (
 )
 from sglforge.patches.export import diff_body, format_commit, merge_header, split_patch
 from sglforge.patches.series import Patch, Queue, load_queue, render_pin
-from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
-from sglforge.util import commit_files
+from sglforge.patches.upstream import Upstream, machine_local, open_upstream, pinned_commit
+from sglforge.util import commit_files, confined, project_lock, read_exact
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,29 @@ def refresh_queue(
     dry_run: bool = False,
     changelog: bool = True,
 ) -> RefreshResult:
-    """Rebase the queue onto ``new_ref``; writes nothing unless every patch goes through."""
+    """Rebase the queue onto ``new_ref``; writes nothing unless every patch goes through.
+
+    A patch that still applies exactly (clean: no offset, no fuzz, same path) keeps every
+    byte; only the patches whose diff had to change are rewritten.
+    """
+    with project_lock(root):
+        return _refresh(
+            root, new_ref, upstream, drop_upstreamed, retire_excluded, dry_run, changelog
+        )
+
+
+def _refresh(
+    root: Path,
+    new_ref: str,
+    upstream: str | None,
+    drop_upstreamed: bool,
+    retire_excluded: bool,
+    dry_run: bool,
+    changelog: bool,
+) -> RefreshResult:
     queue = load_queue(root)
     up = open_upstream(root, queue.pin, upstream)
     pin_commit = pinned_commit(root, queue.pin, up)
-    queue = load_queue(root)  # the pin may just have been recorded
     new_commit = up.resolve(new_ref)
     report = check_ref(queue, up, new_ref, new_commit, pin_commit, root / "build" / "tmp")
     outcomes: list[PatchOutcome] = []
@@ -88,17 +107,18 @@ def refresh_queue(
             st.status == SKIPPED and retire_excluded and "Applies-To" in st.detail
         )
         if retire:
-            files[root / "patches" / "retired" / patch.name] = retired_text(
-                patch, new_ref, st.detail
+            record = confined(
+                root / "patches" / "retired", patch.name, "retired record", "patches/series"
             )
+            files[record] = retired_text(patch, new_ref, st.detail)
             files[patch.path] = None
             outcomes.append(PatchOutcome(patch.name, "retired", st.status, st.detail))
             notes.append(f"Retired `{patch.name}` at {new_ref}: {st.detail}.")
             continue
         series_names.append(patch.name)
-        if patch.name in texts:
+        if patch.name in texts and not (st.status == CLEAN and not st.moved):
             new_text = texts[patch.name]
-            if diff_body(new_text) != diff_body(patch.path.read_text(errors="replace")):
+            if diff_body(new_text) != diff_body(patch.text):
                 files[patch.path] = new_text
                 outcomes.append(PatchOutcome(patch.name, "refreshed", st.status, st.detail))
                 notes.append(f"Refreshed `{patch.name}` onto {new_ref} ({st.status}).")
@@ -112,12 +132,14 @@ def refresh_queue(
     if up.key == pin.url:
         new_pin = dataclasses.replace(pin, ref=new_ref, commit=new_commit)
     else:
-        sources[up.key] = {"ref": new_ref, "tree": up.tree(new_commit)}
-        # The pin URL's commit for the new tag is unknown from here; the first resolve
+        if not machine_local(up.key):  # a local path's tree is this machine's fact only
+            sources[up.key] = {"ref": new_ref, "tree": up.tree(new_commit)}
+        # The pin URL's commit for the new tag is unknown from here; `sglforge patches pin`
         # against that URL records it.
         new_pin = dataclasses.replace(pin, ref=new_ref, commit=None, sources=sources)
     if new_pin != pin:
-        files[root / "patches" / "upstream.toml"] = render_pin(new_pin)
+        pin_file = root / "patches" / "upstream.toml"
+        files[pin_file] = render_pin(new_pin, pin_file.read_text(encoding="utf-8"))
         notes.insert(0, f"Upstream pin moved from {pin.ref} to {new_ref}.")
     cl = root / "CHANGELOG.md"
     if changelog and notes and cl.exists():
@@ -136,11 +158,12 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
     wt = Path(tempfile.mkdtemp(dir=tmp_root, prefix="refresh-"))
     texts: dict[str, str] = {}
     try:
-        git.run(up.cache, "worktree", "add", "--force", "--detach", str(wt), commit)
+        with git.cache_lock(up.cache):
+            git.run(up.cache, "worktree", "add", "--force", "--detach", str(wt), commit)
         for patch, st in zip(queue.patches, report.patches, strict=True):
             if st.status not in APPLIED:
                 continue
-            source = patch.path.read_text(errors="replace")
+            source = patch.text
             if st.moved:
                 source = retarget(source, st.moved)
             res = git.run(wt, "am", "--3way", "--keep-cr", "--quiet", stdin=source, check=False)
@@ -153,15 +176,16 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
                 )
             texts[patch.name] = merge_header(source, format_commit(wt, "HEAD"))
     finally:
-        git.run(up.cache, "worktree", "remove", "--force", str(wt), check=False)
-        shutil.rmtree(wt, ignore_errors=True)
-        git.run(up.cache, "worktree", "prune", check=False)
+        with git.cache_lock(up.cache):
+            git.run(up.cache, "worktree", "remove", "--force", str(wt), check=False)
+            shutil.rmtree(wt, ignore_errors=True)
+            git.run(up.cache, "worktree", "prune", check=False)
     return texts
 
 
 def _rewrite_series(path: Path, keep: list[str]) -> str:
     """The series with dropped entries removed; comments and blank lines kept."""
-    lines = path.read_text().splitlines() if path.exists() else []
+    lines = read_exact(path).splitlines() if path.exists() else []
     out: list[str] = []
     for line in lines:
         name = line.split("#", 1)[0].strip().split()[0] if line.split("#", 1)[0].strip() else ""
@@ -175,8 +199,7 @@ def _rewrite_series(path: Path, keep: list[str]) -> str:
 
 def retired_text(patch: Patch, ref: str, evidence: str) -> str:
     """The patch file as kept in ``patches/retired/``: Backport status plus the evidence."""
-    text = patch.path.read_text(errors="replace")
-    header, diff = split_patch(text)
+    header, diff = split_patch(patch.text)
     version = ref.lstrip("v")
     status = f"Upstream-Status: Backport [{patch.fixed_in or version}]"
     if re.search(r"^Upstream-Status:.*$", header, re.M):

@@ -16,7 +16,13 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from sglforge.errors import ConfigError
-from sglforge.util import atomic_write, recover_transactions, sha256_bytes
+from sglforge.util import (
+    atomic_write,
+    confined,
+    decode_exact,
+    recover_transactions,
+    sha256_bytes,
+)
 
 STATUSES = (
     "Pending",
@@ -78,6 +84,7 @@ class Patch:
     removed: int
     kind: str
     sha256: str
+    text: str = ""  # the whole file, every byte kept (``util.decode_exact``): what git sees
 
     def trailer(self, key: str) -> str | None:
         for k, v in self.trailers:
@@ -196,7 +203,7 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})", "sglforge patches lint") from exc
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace")  # for showing; ``Patch.text`` is exact
     header, diff = split_patch(text)
     subject, author, date, body = _mail_fields(header)
     description, trailers = _split_trailers(body)
@@ -226,6 +233,7 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         removed=removed,
         kind=classify(uniq),
         sha256=sha256_bytes(raw),
+        text=decode_exact(raw),
     )
 
 
@@ -294,7 +302,7 @@ def read_series(root: Path) -> tuple[SeriesEntry, ...]:
     """Entries of ``patches/series`` (quilt format: ``#`` comments and blank lines ignored)."""
     path = root / "patches" / "series"
     if not path.exists():
-        return ()
+        return ()  # load_queue refuses a missing series; lint reports it
     try:
         text_all = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -314,6 +322,7 @@ def read_series(root: Path) -> tuple[SeriesEntry, ...]:
                 "(no folders, no '..', no absolute paths)",
                 "move the patch into patches/ and list it by its file name",
             )
+        confined(root / "patches", name, "series entry", f"patches/series:{n}")
         entries.append(SeriesEntry(name, n))
     return tuple(entries)
 
@@ -327,7 +336,11 @@ def load_pin(root: Path) -> Pin:
     """The pin from ``patches/upstream.toml``, validated."""
     path = root / "patches" / "upstream.toml"
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8", f"fix {path}"
+        ) from None
     except FileNotFoundError as exc:
         raise ConfigError(
             f"{path}: missing (the upstream pin)",
@@ -366,35 +379,71 @@ def load_pin(root: Path) -> Pin:
     return Pin(url=data["url"], ref=data["ref"], commit=commit, sources=sources, path=path)
 
 
-def render_pin(pin: Pin) -> str:
-    """The TOML text of a pin (stable key order, comments kept minimal)."""
+PIN_HEADER = (
+    "# The pinned upstream sglang. `commit` is recorded by the commands that move or record the\n"
+    "# pin (refresh, upgrade, `sglforge patches pin`) and enforced from then on.\n"
+)
 
-    def q(s: str) -> str:
-        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-    lines = [
-        "# The pinned upstream sglang. `commit` is filled in by the first resolve, then enforced.",
-        f"url = {q(pin.url)}",
-        f"ref = {q(pin.ref)}",
-    ]
+def render_pin(pin: Pin, old_text: str | None = None) -> str:
+    """The TOML text of ``pin``; with ``old_text``, that file edited in place (comments and
+    layout kept, through tomlkit) rather than written anew."""
+    import tomlkit
+
+    doc = tomlkit.parse(old_text) if old_text else tomlkit.parse(PIN_HEADER)
+    doc["url"] = pin.url
+    doc["ref"] = pin.ref
     if pin.commit:
-        lines.append(f"commit = {q(pin.commit)}")
-    for name in sorted(pin.sources):
-        lines.append("")
-        lines.append(f"[sources.{q(name)}]")
-        for k, v in sorted(pin.sources[name].items()):
-            lines.append(f"{k} = {q(str(v))}")
-    return "\n".join(lines) + "\n"
+        doc["commit"] = pin.commit
+    elif "commit" in doc:
+        del doc["commit"]
+    if pin.sources:
+        sources = doc.get("sources")
+        if sources is None:
+            sources = tomlkit.table(is_super_table=True)
+            doc["sources"] = sources
+        for name in list(sources):
+            if name not in pin.sources:
+                del sources[name]
+        for name in sorted(pin.sources):
+            entry = sources.get(name)
+            if entry is None:
+                entry = tomlkit.table()
+                sources[name] = entry
+            for k in list(entry):
+                if k not in pin.sources[name]:
+                    del entry[k]
+            for k, v in sorted(pin.sources[name].items()):
+                entry[k] = str(v)
+    elif "sources" in doc:
+        del doc["sources"]
+    return tomlkit.dumps(doc)
 
 
 def save_pin(root: Path, pin: Pin) -> None:
-    atomic_write(root / "patches" / "upstream.toml", render_pin(pin))
+    """Rewrite ``patches/upstream.toml`` for ``pin``, keeping its comments.
+
+    Only the commands that move or record the pin call this (refresh, upgrade,
+    ``patches pin``); everything else reads it.
+    """
+    path = root / "patches" / "upstream.toml"
+    old = path.read_text(encoding="utf-8") if path.exists() else None
+    atomic_write(path, render_pin(pin, old))
+
+
+HASH_FORMAT = "sglforge-queue 2"
 
 
 def queue_hash(pin: Pin, entries: tuple[SeriesEntry, ...], root: Path) -> str:
-    """Fingerprint of pin + series order + patch bytes: any change gives another hash."""
+    """Fingerprint of the queue's content: upstream (url, tag), series order, patch bytes.
+
+    Only content counts, so the hash is the same before and after any command: the pinned
+    commit is left out because it is not another input but what the tag resolves to, and a
+    tag that moves is refused (``pinned_commit``); nor do [sources], comments or blank lines
+    of the series count. The images built from the queue are tagged with it (q<hash>).
+    """
     h = hashlib.sha256()
-    h.update(f"url={pin.url}\nref={pin.ref}\ncommit={pin.commit or ''}\n".encode())
+    h.update(f"{HASH_FORMAT}\nurl={pin.url}\nref={pin.ref}\n".encode())
     for e in entries:
         path = root / "patches" / e.name
         data = path.read_bytes() if path.is_file() else b"<missing>"
@@ -404,10 +453,30 @@ def queue_hash(pin: Pin, entries: tuple[SeriesEntry, ...], root: Path) -> str:
 
 
 def load_queue(root: Path) -> Queue:
-    """The queue at ``root`` (raises ConfigError for a series entry whose file is missing)."""
+    """The queue at ``root``, validated before any command acts on it.
+
+    Refused as a ConfigError (exit 2) by every command that reads the queue, before anything
+    is written: a missing ``patches/series``, an entry listed twice or whose file is missing,
+    a patch touching a path outside the tree (``../x``, ``/etc/x``), an Applies-To that is
+    not a PEP 440 specifier. ``sglforge patches lint`` reports the same as findings.
+    """
     recover_transactions(root / "patches")
     pin = load_pin(root)
+    if not (root / "patches" / "series").is_file():
+        raise ConfigError(
+            "patches/series: missing (the queue's order); an empty queue is an empty file",
+            "restore it (`git checkout -- patches/series`), or create it empty",
+        )
     entries = read_series(root)
+    seen: dict[str, int] = {}
+    for e in entries:
+        if e.name in seen:
+            raise ConfigError(
+                f"patches/series:{e.line}: {e.name} is listed twice (first on line "
+                f"{seen[e.name]}); nothing was changed",
+                "remove the duplicate line from patches/series",
+            )
+        seen[e.name] = e.line
     patches = []
     for i, e in enumerate(entries, 1):
         path = root / "patches" / e.name
@@ -416,7 +485,9 @@ def load_queue(root: Path) -> Queue:
                 f"patches/series:{e.line}: {e.name} does not exist",
                 "sglforge patches lint (then fix patches/series)",
             )
-        patches.append(parse_patch(path, i))
+        patch = parse_patch(path, i)
+        validate_patch(patch)
+        patches.append(patch)
     return Queue(
         root=root,
         pin=pin,
@@ -424,3 +495,37 @@ def load_queue(root: Path) -> Queue:
         patches=tuple(patches),
         hash=queue_hash(pin, entries, root),
     )
+
+
+def diff_paths(diff: str) -> list[str]:
+    """Every path a diff names (both sides of ``diff --git``, ``---``/``+++``, renames)."""
+    found: list[str] = []
+    for m in re.finditer(r"^diff --git (\S+) (\S+)$", diff, re.M):
+        found += [re.sub(r"^[ab]/", "", m.group(1)), re.sub(r"^[ab]/", "", m.group(2))]
+    for m in re.finditer(r"^(?:---|\+\+\+) (\S+)", diff, re.M):
+        if m.group(1) != "/dev/null":
+            found.append(re.sub(r"^[ab]/", "", m.group(1)))
+    for m in re.finditer(r"^(?:rename|copy) (?:from|to) (.+)$", diff, re.M):
+        found.append(m.group(1))
+    return list(dict.fromkeys(found))
+
+
+_TREE = Path("/sglforge-upstream-tree")  # a stand-in root: only the lexical check matters
+
+
+def validate_patch(patch: Patch) -> None:
+    """Refuse (ConfigError) what no command should act on: paths leaving the tree, a broken
+    Applies-To. The same mechanism as every other data-derived path (``util.confined``)."""
+    where = f"patches/{patch.name}"
+    for path in diff_paths(patch.diff):
+        if path.startswith("/") or ".." in path.split("/"):
+            confined(_TREE, path, "path in the diff", where)
+    if patch.applies_to is not None:
+        try:
+            SpecifierSet(patch.applies_to)
+        except InvalidSpecifier:
+            raise ConfigError(
+                f"{where}: Applies-To {patch.applies_to!r} is not a PEP 440 specifier "
+                "(so where the patch applies is unknown)",
+                f"fix the Applies-To: trailer of {where}, e.g. Applies-To: >=0.5.10,<0.5.15",
+            ) from None

@@ -99,34 +99,86 @@ def _normalise(source: str) -> str:
     return source
 
 
-def pinned_commit(root: Path, pin: Pin, up: Upstream) -> str:
-    """Resolve the pinned tag, record it on first use, refuse if it moved since."""
+def machine_local(key: str) -> bool:
+    """A source only this machine knows (a local path): its facts never go into the pin."""
+    return not key.startswith("pypi:") and git.is_local(key)
+
+
+def _observed_path(root: Path) -> Path:
+    return root / "build" / "upstream" / "observed.json"
+
+
+def _observed(root: Path) -> dict[str, dict[str, str]]:
+    """What this machine saw each (source, tag) resolve to: build/upstream/observed.json."""
+    import json
+
+    try:
+        data = json.loads(_observed_path(root).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _observe(root: Path, key: str, ref: str, what: str, value: str) -> None:
+    import json
+
+    from sglforge.util import atomic_write
+
+    data = _observed(root)
+    data[f"{key} {ref}"] = {"source": key, "ref": ref, what: value}
+    atomic_write(_observed_path(root), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def pinned_commit(root: Path, pin: Pin, up: Upstream, record: bool = False) -> str:
+    """Resolve the pinned tag and refuse it if it moved since it was recorded.
+
+    Reading never writes the pin: what the pin records (``commit``, or a [sources] tree) is
+    enforced; what it does not is enforced against what this machine saw before, kept under
+    ``build/upstream/observed.json``. With ``record`` (``sglforge patches pin``, refresh and
+    upgrade), the pin itself records it, except for machine-local sources (a local path),
+    whose facts stay under build/.
+    """
     commit = up.resolve(pin.ref)
     pin = load_pin(root)  # reread: another command may have recorded it meanwhile
+    seen = _observed(root)
     if up.key == pin.url:
-        if pin.commit is None:
-            save_pin(root, dataclasses.replace(pin, commit=commit))
-        elif pin.commit != commit:
+        expected, origin = pin.commit, "patches/upstream.toml pins"
+        if expected is None and f"{up.key} {pin.ref}" in seen:
+            expected = seen[f"{up.key} {pin.ref}"].get("commit")
+            origin = "this machine resolved it before to"
+        if expected and expected != commit:
             raise UpstreamError(
                 f"pinned tag {pin.ref} now resolves to {commit[:12]} in {up.source}, "
-                f"but patches/upstream.toml pins {pin.commit[:12]} (the tag moved)",
-                "check upstream; if the new commit is intended, delete the `commit` line of "
-                "patches/upstream.toml and rerun (then `sglforge patches check`)",
+                f"but {origin} {expected[:12]} (the tag moved)",
+                "check upstream; if the new commit is intended, record it with "
+                "`sglforge patches pin` (after deleting the `commit` line of "
+                "patches/upstream.toml, or build/upstream/observed.json)",
             )
+        if record and pin.commit is None:
+            save_pin(root, dataclasses.replace(pin, commit=commit))
+        elif expected is None:
+            _observe(root, up.key, pin.ref, "commit", commit)
         return commit
     # Another source (a mirror, a local clone, PyPI wheels) has commits of its own; a PyPI
     # history is rebuilt from wheels, so its content (tree), not its commit, is what we pin.
     tree = up.tree(commit)
     recorded = pin.sources.get(up.key, {})
+    origin = "patches/upstream.toml"
+    if recorded.get("ref") != pin.ref or not recorded.get("tree"):
+        recorded = seen.get(f"{up.key} {pin.ref}", {})
+        origin = "build/upstream/observed.json (what this machine saw before)"
     if recorded.get("ref") == pin.ref and recorded.get("tree") and recorded["tree"] != tree:
         raise UpstreamError(
             f"pinned tag {pin.ref} in {up.source} has other content ({tree[:12]}) than "
-            f"recorded in patches/upstream.toml ({recorded['tree'][:12]}): the tag moved",
-            f"check the source; if intended, delete [sources.{up.key!r}] from "
-            "patches/upstream.toml and rerun",
+            f"recorded in {origin} ({recorded['tree'][:12]}): the tag moved",
+            f"check the source; if intended, delete that record ([sources.{up.key!r}] of "
+            "patches/upstream.toml, or build/upstream/observed.json) and rerun",
         )
-    if recorded.get("ref") != pin.ref or not recorded.get("tree"):
-        sources = dict(pin.sources)
-        sources[up.key] = {"ref": pin.ref, "tree": tree}
-        save_pin(root, dataclasses.replace(pin, sources=sources))
+    if record and not machine_local(up.key):
+        if pin.sources.get(up.key) != {"ref": pin.ref, "tree": tree}:
+            sources = dict(pin.sources)
+            sources[up.key] = {"ref": pin.ref, "tree": tree}
+            save_pin(root, dataclasses.replace(pin, sources=sources))
+    elif not recorded.get("tree"):
+        _observe(root, up.key, pin.ref, "tree", tree)
     return commit
