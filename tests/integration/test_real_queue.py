@@ -22,16 +22,17 @@ pytestmark = pytest.mark.pypi
 
 UPSTREAM = "pypi:sglang>=0.5.10,<=0.5.23"
 P1 = "0001-jit_kernel-guard-cuda_runtime-include-for-ROCm.patch"
-P2 = "0002-deepseek_nextn-match-Quark-MTP-excludes-for-any-layer.patch"
+P2 = "0002-glm_moe_dsa-MTP-draft-class-for-Quark-excludes.patch"
 HEADER = "elementwise/fused_metadata_copy.cuh"
 
 # release -> (patch 0001, patch 0002). 0001 is fixed upstream in 0.5.15 (same change), its
 # header moved to python/sglang/kernels/jit/ in 0.5.17; 0002 is fixed upstream in 0.5.16
-# (differently) and cannot apply before 0.5.11 (no Quark block in the NextN class yet).
+# (the same change: 0002 backports it) and is not meant for 0.5.10/0.5.11 (their draft routing
+# and is_deepseek_dsa differ from the code the backport was written against).
 EXPECTED = {
     "v0.5.10": ("clean", "skipped"),
     "v0.5.10.post1": ("clean", "skipped"),
-    "v0.5.11": ("clean", "offset"),
+    "v0.5.11": ("clean", "skipped"),
     "v0.5.12": ("clean", "offset"),
     "v0.5.12.post1": ("clean", "offset"),
     "v0.5.13": ("clean", "offset"),
@@ -72,7 +73,7 @@ def test_queue_metadata(root: Path) -> None:
     assert [p.kind for p in q.patches] == ["jit-kernel", "python"]
     assert [(p.applies_to, p.fixed_in) for p in q.patches] == [
         (">=0.5.10,<0.5.15", "0.5.15"),
-        (">=0.5.11,<0.5.16", "0.5.16"),
+        (">=0.5.12,<0.5.16", "0.5.16"),
     ]
     assert [p.upstream_status for p in q.patches] == ["Backport [0.5.15]", "Backport [0.5.16]"]
 
@@ -84,7 +85,9 @@ def test_both_patches_apply_clean_at_the_pin(root: Path) -> None:
     assert [(p.name, p.status) for p in applied.patches] == [(P1, "clean"), (P2, "clean")]
     assert set(applied.changed_files) == {
         "python/sglang/jit_kernel/csrc/elementwise/fused_metadata_copy.cuh",
+        "python/sglang/srt/configs/model_config.py",
         "python/sglang/srt/models/deepseek_nextn.py",
+        "python/sglang/srt/models/glm4_moe.py",
     }
     # The wheel-built v0.5.14 has the content the committed pin records (same on any machine).
     assert recorded and load_pin(root).sources["pypi:sglang"]["tree"] == recorded
@@ -103,4 +106,5 @@ def test_sweep_over_every_release(root: Path) -> None:
         assert "moved" in detail[ref, P1]
         assert f"python/sglang/kernels/jit/csrc/{HEADER}" in detail[ref, P1]
         assert "Upstream-Fixed-In 0.5.16" in detail[ref, P2]
-    assert "Applies-To" in detail["v0.5.10", P2]
+    for ref in ("v0.5.10", "v0.5.10.post1", "v0.5.11"):
+        assert "Applies-To" in detail[ref, P2]
