@@ -1,40 +1,89 @@
-"""TEST DOUBLE -- NOT SGLANG. A stand-in for sglang's HTTP server, for sglforge's smoke tests.
+"""TEST DOUBLE -- NOT SGLANG. A stand-in for sglang 0.5.14's HTTP server, for sglforge smoke tests.
 
 There is no GPU where sglforge's tests run, so the smoke runner is tested against this small
-stdlib-only (``http.server``) program instead of a real model. It is copied into the stand-in
-image as ``sglang/launch_server.py`` so that ``python3 -m sglang.launch_server ...`` starts it,
-exactly as the real image would start sglang. Nothing here loads a model or decodes anything:
-the "tokens" are words, the "speculative decoding" figures are arithmetic, and every log line
-it prints starts with ``[STAND-IN]`` so nobody mistakes its log for a real server's.
+stdlib-only (``http.server``) program instead of a real model. It is installed in the test
+images as ``sglang/launch_server.py`` so that ``python3 -m sglang.launch_server ...`` reaches it
+exactly as it would reach the real one. Nothing here loads a model or decodes anything: the
+"tokens" are words and the "speculative decoding" figures are arithmetic.
 
-What it imitates (the shapes sglforge reads):
+What it reproduces, read in the released sglang 0.5.14 wheel (PyPI ``sglang==0.5.14``; paths
+are under ``sglang/``, lines are that wheel's):
 
-- sglang's launch flags used by ``smoke/*.toml``, parsed with argparse; unknown flags are
-  rejected (exit 2) as sglang's own parser does.
-- ``--model-path`` must be a folder holding ``config.json`` (the server fails to start
-  otherwise, as sglang does).
-- ``GET /health``, ``GET /health_generate``, ``GET /server_info`` (``internal_states[*]``
-  with ``avg_spec_accept_length``), ``GET /get_server_info`` (older servers),
-  ``GET /v1/models``, ``POST /generate`` (``meta_info`` with ``completion_tokens``,
-  ``spec_accept_length``, ``spec_verify_ct``, ``e2e_latency``; ``"stream": true`` gives
-  ``data: {...}`` server-sent events ending with ``data: [DONE]``), and
-  ``POST /v1/chat/completions``.
-- Simple arithmetic questions ("What is 17 + 25?") are answered correctly.
+- Startup order (``srt/entrypoints/http_server.py:2455-2500`` ``launch_server``): the model is
+  loaded by the scheduler processes *before* the HTTP server starts, so the port is closed
+  (nothing listens) while weights load. Once it listens, ``/health`` and ``/health_generate``
+  answer 503 while the server is still ``Starting`` (``http_server.py:575-576``) until the
+  warmup request has gone through (``http_server.py:2075``, ``:2142``); then "The server is
+  fired up and ready to roll!" (``http_server.py:2145``).
+- ``POST /generate`` (``http_server.py:764-812``): one JSON object ``{"text", "output_ids",
+  "meta_info"}``; with ``"stream": true`` one ``data: {...}`` event per step, the text
+  cumulative (``srt/managers/tokenizer_manager.py:1969-1983``, text resolved at ``:1473-1482``),
+  then ``data: [DONE]`` (``http_server.py:797``).
+- ``meta_info`` (``tokenizer_manager.py:1861-1867``, ``:1887-1893``): ``id``,
+  ``finish_reason``, ``prompt_tokens``, ``weight_version``, ``num_retractions``,
+  ``reasoning_tokens``, ``completion_tokens``, ``cached_tokens``; ``e2e_latency`` only once
+  finished (``:2058``). Speculative statistics only on the finished response and only when
+  ``spec_verify_ct > 0`` (``_calculate_spec_decoding_metrics``, ``:2301-2353``):
+  ``spec_accept_length = completion_tokens / spec_verify_ct`` (the prefill token included),
+  ``spec_accept_rate``, ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``,
+  ``spec_verify_ct``, the backward-compatible aliases ``spec_accepted_drafts`` /
+  ``spec_proposed_drafts`` / ``spec_accept_histogram`` and ``spec_correct_drafts_histogram``
+  (indexed by correct drafts per verify step, ``srt/managers/schedule_batch.py:1077-1087``).
+- ``GET /server_info`` (``http_server.py:688-707``): the server arguments, the scheduler's
+  init info (``srt/managers/scheduler.py:1450-1454``), ``internal_states`` (one per DP rank:
+  ``scheduler.py:3670-3697``, with ``avg_spec_accept_length`` only after a decode-stats
+  interval has been logged), ``version`` and ``kv_events``. ``GET /get_server_info`` is the
+  deprecated alias (``http_server.py:678-685``). ``avg_spec_accept_length`` is
+  ``spec_total_num_accept_tokens / spec_total_num_forward_ct``, rolled up every
+  ``--decode-log-interval`` (40) decode batches, when the "Decode batch" line is logged
+  (``srt/managers/scheduler_components/metrics_reporter.py:347-349``, ``:673-676``,
+  ``:706-724``).
+- ``GET /model_info`` (``http_server.py:648-665``), ``GET /v1/models`` (``http_server.py:1713``,
+  ``srt/entrypoints/openai/protocol.py:68-84``), ``POST /v1/chat/completions`` with and
+  without streaming (``srt/entrypoints/openai/serving_chat.py:1323-1375`` and
+  ``:1066-1205``, ``protocol.py:954-1046``, ``srt/entrypoints/openai/sse_utils.py:13-46``).
+- Log lines in sglang's format (``[%(asctime)s{prefix}] %(message)s``,
+  ``srt/utils/common.py:1369``); a scheduler crash is logged as ``Scheduler hit an exception:``
+  plus the traceback (``scheduler.py:4229-4231``).
 
-Fault injection through the environment (comma-separated faults in ``STANDIN_FAULT``):
+Where it differs from the real server, on purpose:
 
-- ``crash``: dies while "loading weights" with a traceback (the MXFP4 MTP shape mismatch).
-- ``crash-later``: becomes ready, then dies on the first ``/generate`` or chat request.
+- Every log line starts with ``[STAND-IN]`` so nobody mistakes its log for a real server's.
+  The smoke runner's forbidden-log patterns are therefore never anchored at the start of a
+  line; ``tests/unit/test_smoke_scenario.py`` checks each one against the real, unprefixed
+  text *and* the prefixed form, and fails if either stops matching.
+- ``/generate`` takes one string ``text`` (no batches, no ``input_ids``): answers 400
+  otherwise. The runner sends only that; ``test_generate_refuses_what_the_double_lacks``
+  fails if the runner starts sending anything else.
+- One DP rank and one request at a time in the decode statistics (a verify step is one decode
+  batch of size 1); sglang batches concurrent requests.
+- Simple arithmetic questions ("What is 17 + 25?") are answered correctly; other text is
+  filler words.
+
+Faults and extra log lines through the environment (comma-separated names in
+``STANDIN_FAULT``):
+
+- ``crash``: dies while loading weights the way the unpatched MXFP4 MTP image does: the bf16
+  MTP shared expert meets an MXFP4-shaped slot and ``MergedColumnParallelLinear.weight_loader``'s
+  bare ``assert param_data.shape == loaded_weight.shape`` fails (``srt/layers/linear.py:724``),
+  logged as a bare ``AssertionError`` after the scheduler's traceback; exit 1.
+- ``crash-later``: becomes ready, then dies on the first request with a HIP error.
 - ``hang``: never finishes loading (never listens).
 - ``wrong``: answers arithmetic off by one.
 - ``empty``: generates empty text.
-- ``low-accept``: reports a speculative accept length of 1.3.
+- ``low-accept``: accepts 1.3 tokens per verify step.
 - ``slow``: decodes at 4 tokens/s (``STANDIN_DECODE_TOK_S`` sets any speed).
-- ``forbidden-log``: prints aiter's MoE "default"/heuristic FlyDSL fallback lines.
+- ``forbidden-log``: survives, but logs the deep-draft metadata kernel's fallback line
+  (``srt/layers/attention/dsa_backend.py:2722-2724``), a line that must fail a smoke run.
+- ``aiter-untuned``: logs aiter's "no tuned config" MoE lines (aiter ``fused_moe.py``), as a
+  correctly patched stock image does for GLM-5.2's fp4 MoE; a warning, not a failure.
 - ``old-api``: answers ``/get_server_info`` only (``/server_info`` is a 404), like old sglang.
 
-Other knobs: ``STANDIN_LOAD_SECONDS`` (default 0.5) before listening, ``STANDIN_CRASH_AFTER``
-(seconds into loading before ``crash``, default 0.3), ``STANDIN_ACCEPT_LENGTH`` (default 3.4).
+``STANDIN_LOG_LINES``: extra lines (newline-separated) printed verbatim while loading, for tests
+that need a given real line in the log. Other knobs: ``STANDIN_LOAD_SECONDS`` (default 0.5)
+before listening, ``STANDIN_WARMUP_SECONDS`` (default 0.2) of 503 before ready,
+``STANDIN_CRASH_AFTER`` (seconds into loading before ``crash``, default 0.3),
+``STANDIN_ACCEPT_LENGTH`` (default 3.4).
 """
 
 from __future__ import annotations
@@ -48,6 +97,8 @@ import signal
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BANNER = "sglforge STAND-IN sglang server (TEST DOUBLE, not sglang; no model is loaded)"
@@ -61,6 +112,7 @@ FAULTS = frozenset(
         "low-accept",
         "slow",
         "forbidden-log",
+        "aiter-untuned",
         "old-api",
     }
 )
@@ -68,16 +120,49 @@ WORDS = (
     "the quick model serves tokens on eight accelerators while the draft head proposes "
     "several guesses and the target verifies them in one pass"
 ).split()
+# srt/server_args.py: weight_version defaults to "default"; decode_log_interval to 40.
+WEIGHT_VERSION = "default"
+DECODE_LOG_INTERVAL = 40
+DEFAULT_CONTEXT_LEN = 8192
+
+# aiter's MoE key for GLM-5.2's fp4 MoE on gfx950 (TP8 shard), in the tuple form aiter logs it
+# (aiter/fused_moe.py get_2stage_cfgs: cu_num, token, model_dim, inter_dim, expert, topk,
+# activation, dtype, q_dtype_a, q_dtype_w, q_type, use_g1u1, doweight_stage1).
+AITER_KEY = (
+    "(256, 1, 6144, 256, 256, 8, 'ActivationType.Silu', 'torch.bfloat16', "
+    "'torch.float4_e2m1fn_x2', 'torch.float4_e2m1fn_x2', 'QuantType.per_1x32', True, False)"
+)
+AITER_UNTUNED_LINES = (
+    # amd-aiter 0.1.7.post2.dev18 (PyPI) aiter/fused_moe.py:639-641, printed through the
+    # "aiter" logger whose format is "[aiter] %(message)s" (aiter/__init__.py:23-25).
+    f"[aiter] [fused_moe] using 2stage default for {AITER_KEY} ",
+    # ROCm/aiter aiter/fused_moe.py get_2stage_cfgs (newer than the wheel above):
+    # logger.warning("[fused_moe] no tuned FlyDSL config for {keys}, using heuristic FlyDSL
+    # fallback ({kn1=}, {kn2=})").
+    f"[aiter] [fused_moe] no tuned FlyDSL config for {AITER_KEY}, using heuristic FlyDSL "
+    "fallback (kn1='flydsl_moe1_afp4_wfp4_bf16_t32x128x256', "
+    "kn2='flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic')",
+)
+# srt/layers/attention/dsa_backend.py:2722-2724 (0.5.14): printed when the multi-backend fused
+# metadata copy kernel cannot be imported (the JIT build failed), before a slow copy loop.
+METADATA_FALLBACK_LINE = (
+    "Warning: Multi-backend fused metadata copy kernel not available, falling back to loop."
+)
 
 
-def log(message: str) -> None:
-    """One log line, stamped and loudly labelled as coming from the test double."""
+def log(message: str, prefix: str = "") -> None:
+    """One log line in sglang's format, loudly labelled as coming from the test double."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    print(f"[STAND-IN] [{stamp}] {message}", flush=True)
+    print(f"[STAND-IN] [{stamp}{prefix}] {message}", flush=True)
+
+
+def raw(line: str) -> None:
+    """A line printed without sglang's logger (tracebacks, aiter's own logger), labelled."""
+    print(f"[STAND-IN] {line}", flush=True)
 
 
 def sglang_version() -> str:
-    """The version of the (stand-in) sglang package this runs from, if any."""
+    """The version of the sglang package this runs from, if any."""
     try:
         from sglang.version import __version__  # type: ignore[import-not-found]
 
@@ -87,7 +172,10 @@ def sglang_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """sglang's launch flags that sglforge's scenarios use (and a few common neighbours)."""
+    """sglang's launch flags that sglforge's scenarios use (and a few common neighbours).
+
+    Names, aliases, defaults and choices as in 0.5.14's ``srt/server_args.py``.
+    """
     p = argparse.ArgumentParser(prog="launch_server.py", description=BANNER)
     p.add_argument("--model-path", "--model", dest="model_path", required=True)
     p.add_argument("--tokenizer-path")
@@ -116,15 +204,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-seed", type=int)
     p.add_argument("--watchdog-timeout", type=float, default=300.0)
     p.add_argument("--log-level", default="info")
+    p.add_argument("--decode-log-interval", type=int, default=DECODE_LOG_INTERVAL)
+    p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--enable-aiter-allreduce-fusion", action="store_true")
     p.add_argument(
-        "--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
+        "--speculative-algorithm",
+        choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"],
     )
-    p.add_argument("--speculative-draft-model-path")
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
     p.add_argument("--speculative-num-steps", type=int)
     p.add_argument("--speculative-eagle-topk", type=int)
     p.add_argument("--speculative-num-draft-tokens", type=int)
     return p
+
+
+def _token_id(word: str) -> int:
+    return int(hashlib.sha256(word.encode()).hexdigest()[:6], 16) % 150000
 
 
 class Engine:
@@ -137,18 +232,25 @@ class Engine:
         self.args = args
         self.faults = faults
         self.spec = args.speculative_algorithm is not None
+        steps = args.speculative_num_steps or 3
+        # Draft tokens per verify step; a verify step accepts 1 (bonus) .. draft_tokens tokens.
+        self.draft_tokens = args.speculative_num_draft_tokens or steps + 1
         default_speed = 4.0 if "slow" in faults else 400.0
         self.tok_s = float(env.get("STANDIN_DECODE_TOK_S", default_speed))
         accept = 1.3 if "low-accept" in faults else float(env.get("STANDIN_ACCEPT_LENGTH", "3.4"))
-        # With top-k 1 a verify step can accept at most num_steps + 1 tokens.
-        if args.speculative_num_steps:
-            accept = min(accept, args.speculative_num_steps + 1)
-        self.accept = accept if self.spec else 1.0
+        self.accept = min(max(accept, 1.0), float(self.draft_tokens)) if self.spec else 1.0
+        self.context_len = args.context_length or DEFAULT_CONTEXT_LEN
         self.lock = threading.Lock()
-        self.total_tokens = 0
-        self.total_verify = 0
-        self.last_throughput = 0.0
-        self.requests = 0
+        self.status = "Starting"  # http_server.py ServerStatus: Starting -> Up
+        # metrics_reporter.py: per-interval and lifetime decode counters.
+        self.forward_ct_decode = 0
+        self.spec_num_accept_tokens = 0
+        self.spec_num_forward_ct = 0
+        self.spec_total_num_accept_tokens = 0
+        self.spec_total_num_forward_ct = 0
+        self.num_generated_tokens = 0
+        self.last_gen_throughput = 0.0
+        self.last_decode_stats_tic = time.perf_counter()
 
     def answer(self, prompt: str) -> str | None:
         """The answer to the last simple arithmetic question in ``prompt``, if there is one."""
@@ -179,92 +281,197 @@ class Engine:
         out = ["The", "answer", "is", f"{answer}."] if answer is not None else []
         natural = len(out) if answer is not None else 16
         if ignore_eos or natural >= n:
-            out = (out + filler)[:n]
-            return out, "length"
+            return (out + filler)[:n], "length"
         return (out + filler)[:natural], "stop"
 
-    def generate(self, prompt: str, params: dict, emit=None, internal: bool = False) -> dict:
-        """Produce one completion, sleeping like a decoder would; ``emit`` gets stream chunks."""
+    def _decode_batch(self, accepted: int) -> None:
+        """Count one decode forward pass of batch size 1 (metrics_reporter.py:347-349, 673)."""
+        with self.lock:
+            self.forward_ct_decode += 1
+            self.num_generated_tokens += accepted
+            if self.spec:
+                self.spec_num_accept_tokens += accepted
+                self.spec_num_forward_ct += 1
+            if self.forward_ct_decode % self.args.decode_log_interval != 0:
+                return
+            now = time.perf_counter()
+            gap = max(now - self.last_decode_stats_tic, 1e-9)
+            self.last_decode_stats_tic = now
+            self.last_gen_throughput = self.num_generated_tokens / gap
+            self.num_generated_tokens = 0
+            msg = "Decode batch, #running-req: 1, #token: 0, token usage: 0.00, "
+            if self.spec:
+                length = self.spec_num_accept_tokens / self.spec_num_forward_ct
+                correct = self.spec_num_accept_tokens - self.spec_num_forward_ct
+                rate = correct / (self.spec_num_forward_ct * (self.draft_tokens - 1) or 1)
+                self.spec_total_num_accept_tokens += self.spec_num_accept_tokens
+                self.spec_total_num_forward_ct += self.spec_num_forward_ct
+                self.spec_num_accept_tokens = self.spec_num_forward_ct = 0
+                msg += f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
+            msg += (
+                f"cuda graph: True, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+                "#queue-req: 0"
+            )
+        log(msg, " TP0")
+
+    def generate(
+        self,
+        prompt: str,
+        params: dict,
+        emit: Callable[[dict], None] | None = None,
+        internal: bool = False,
+    ) -> dict:
+        """One completion as ``/generate`` returns it; ``emit`` gets each streamed chunk."""
         if "crash-later" in self.faults and not internal:
-            log("Scheduler hit an exception: Traceback (most recent call last):")
-            log('  File "scheduler.py", line 1, in event_loop_overlap')
-            log("RuntimeError: HIP error: an illegal memory access was encountered")
+            log("Scheduler hit an exception: Traceback (most recent call last):", " TP0")
+            raw(
+                '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", '
+                "line 4227, in run_scheduler_process"
+            )
+            raw("torch.AcceleratorError: HIP error: an illegal memory access was encountered")
             os._exit(1)
         started = time.monotonic()
-        n = int(params.get("max_new_tokens", 128))
+        rid = uuid.uuid4().hex
+        n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
         words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
         prompt_tokens = max(1, len(prompt.split()))
         time.sleep(0.005)  # "prefill"
-        # The first token comes from prefill; after that each verify step yields ~accept tokens.
-        done, verify = 0, 0
+        done, verify, correct = 0, 0, 0
+        histogram: list[int] = []
         carry = 0.0
         while done < len(words):
             if done == 0:
-                step = 1
+                step = 1  # prefill's token
             else:
-                carry += self.accept
-                step = max(1, int(carry))
-                carry -= step
-                verify += 1
+                if self.spec:
+                    carry += self.accept
+                    step = min(max(1, int(carry)), self.draft_tokens)
+                    carry -= step
+                    verify += 1
+                    correct += step - 1
+                    histogram += [0] * (step - len(histogram))
+                    histogram[step - 1] += 1
+                else:
+                    step = 1
+                self._decode_batch(step)
             step = min(step, len(words) - done)
             time.sleep(step / self.tok_s)
             done += step
+            last = done >= len(words)
             if emit is not None:
-                emit(words[:done], self._meta(prompt_tokens, done, verify, started, None))
-        meta = self._meta(prompt_tokens, len(words), verify, started, finish)
-        with self.lock:
-            self.requests += 1
-            if self.spec and verify:
-                self.total_tokens += len(words) - 1
-                self.total_verify += verify
-            elapsed = time.monotonic() - started
-            self.last_throughput = len(words) / elapsed if elapsed > 0 else 0.0
-        return {"text": " ".join(words), "meta_info": meta}
+                emit(
+                    self._out(
+                        rid,
+                        words[:done],
+                        prompt_tokens,
+                        started,
+                        finish if last else None,
+                        verify,
+                        correct,
+                        histogram,
+                    )
+                )
+        out = self._out(rid, words, prompt_tokens, started, finish, verify, correct, histogram)
+        if emit is not None and not words:
+            emit(out)
+        return out
 
-    def _meta(
-        self, prompt_tokens: int, done: int, verify: int, started: float, finish: str | None
+    def _out(
+        self,
+        rid: str,
+        words: list[str],
+        prompt_tokens: int,
+        started: float,
+        finish: str | None,
+        verify: int,
+        correct: int,
+        histogram: list[int],
     ) -> dict:
+        done = len(words)
         meta: dict = {
-            "id": hashlib.sha1(f"{started}".encode()).hexdigest()[:16],
+            "id": rid,
             "finish_reason": None
             if finish is None
             else (
                 {"type": "length", "length": done}
                 if finish == "length"
-                else {"type": "stop", "matched": None}
+                else {"type": "stop", "matched": 151336}
             ),
             "prompt_tokens": prompt_tokens,
+            "weight_version": WEIGHT_VERSION,
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
             "completion_tokens": done,
             "cached_tokens": 0,
-            "e2e_latency": time.monotonic() - started,
         }
-        if self.spec:
-            meta["spec_verify_ct"] = verify
-            # Tokens per verify step, counting the bonus token (the first token is prefill's).
-            meta["spec_accept_length"] = (done - 1) / verify if verify else 0.0
-        return meta
+        if finish is not None:
+            meta["e2e_latency"] = time.monotonic() - started
+            proposed = verify * (self.draft_tokens - 1)
+            if self.spec and verify > 0 and proposed > 0:
+                # tokenizer_manager.py:2319-2353, in its order.
+                meta["spec_accept_rate"] = correct / proposed
+                meta["spec_accept_length"] = done / verify
+                meta["spec_num_correct_drafts"] = correct
+                meta["spec_num_proposed_drafts"] = proposed
+                meta["spec_verify_ct"] = verify
+                meta["spec_accepted_drafts"] = correct
+                meta["spec_proposed_drafts"] = proposed
+                if histogram:
+                    meta["spec_correct_drafts_histogram"] = list(histogram)
+                    meta["spec_accept_histogram"] = list(histogram)
+        return {
+            "text": " ".join(words),
+            "output_ids": [_token_id(w) for w in words],
+            "meta_info": meta,
+        }
 
     def internal_state(self) -> dict:
-        state: dict = {
-            "last_gen_throughput": self.last_throughput,
-            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 0},
-        }
-        if self.spec:
-            with self.lock:
-                avg = self.total_tokens / self.total_verify if self.total_verify else 0.0
-            state["avg_spec_accept_length"] = avg
+        """One DP rank's state as ``Scheduler.get_internal_state`` builds it (scheduler.py:3670)."""
+        state: dict = {k: v for k, v in vars(self.args).items()}
+        with self.lock:
+            state["last_gen_throughput"] = self.last_gen_throughput
+            state["memory_usage"] = {
+                "weight": 0.0,
+                "kvcache": 0.0,
+                "token_capacity": 0,
+                "graph": 0.0,
+            }
+            state["effective_max_running_requests_per_dp"] = self.args.max_running_requests or 1
+            if self.spec and self.spec_total_num_forward_ct > 0:
+                state["avg_spec_accept_length"] = (
+                    self.spec_total_num_accept_tokens / self.spec_total_num_forward_ct
+                )
         return state
 
 
-def make_handler(engine: Engine, server_info: dict):
+def make_handler(engine: Engine):
     """The request handler class bound to one engine."""
-    model_name = engine.args.served_model_name or engine.args.model_path
+    args = engine.args
+    model_name = args.served_model_name or args.model_path
+    engine_arch, engine_model_type = _model_config(args.model_path)
+
+    def server_info() -> dict:
+        # http_server.py:688-707: server args, scheduler info, internal states, version.
+        return {
+            **dict(vars(args)),
+            "status": "ready",
+            "max_total_num_tokens": 0,
+            "max_req_input_len": engine.context_len - 1,
+            "internal_states": [engine.internal_state()],
+            "version": sglang_version(),
+            "kv_events": None,
+        }
 
     class Handler(BaseHTTPRequestHandler):
-        server_version = "standin-sglang"
+        server_version = "standin-sglang"  # HTTP/1.0, one request per connection (uvicorn: 1.1)
 
-        def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib's name
-            log(f'{self.client_address[0]} "{self.requestline}" {args[1] if len(args) > 1 else ""}')
+        def log_message(self, format: str, *a) -> None:  # noqa: A002 - stdlib's name
+            log(f'{self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
+
+        def _empty(self, code: int) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def _json(self, code: int, body: object) -> None:
             data = json.dumps(body).encode()
@@ -274,32 +481,55 @@ def make_handler(engine: Engine, server_info: dict):
             self.end_headers()
             self.wfile.write(data)
 
+        def _sse_start(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+        def _sse(self, payload: object) -> None:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            self.wfile.write(f"data: {data}\n\n".encode())
+            self.wfile.flush()
+
         def _body(self) -> dict:
             length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b"{}"
-            return json.loads(raw or b"{}")
+            raw_body = self.rfile.read(length) if length else b"{}"
+            return json.loads(raw_body or b"{}")
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
-            if path == "/health":
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-            elif path == "/health_generate":
+            if path in ("/health", "/health_generate"):
+                # http_server.py:575-576: 503 until the warmup request has gone through.
+                if engine.status != "Up":
+                    self._empty(503)
+                    return
                 engine.generate("health", {"max_new_tokens": 1}, internal=True)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self._empty(200)
             elif path in ("/server_info", "/get_server_info"):
                 if path == "/server_info" and "old-api" in engine.faults:
                     self._json(404, {"detail": "Not Found"})
                     return
+                if path == "/get_server_info":
+                    log(
+                        "Endpoint '/get_server_info' is deprecated and will be removed in a "
+                        "future version. Please use '/server_info' instead."
+                    )
+                self._json(200, server_info())
+            elif path == "/model_info":
                 self._json(
                     200,
                     {
-                        **server_info,
-                        "internal_states": [engine.internal_state()],
-                        "version": sglang_version(),
+                        "model_path": args.model_path,
+                        "tokenizer_path": args.tokenizer_path or args.model_path,
+                        "is_generation": True,
+                        "preferred_sampling_params": None,
+                        "weight_version": WEIGHT_VERSION,
+                        "has_image_understanding": False,
+                        "has_audio_understanding": False,
+                        "model_type": engine_model_type,
+                        "architectures": [engine_arch],
                     },
                 )
             elif path == "/v1/models":
@@ -314,7 +544,8 @@ def make_handler(engine: Engine, server_info: dict):
                                 "created": int(time.time()),
                                 "owned_by": "sglang",
                                 "root": model_name,
-                                "max_model_len": 8192,
+                                "parent": None,
+                                "max_model_len": engine.context_len,
                             }
                         ],
                     },
@@ -340,78 +571,154 @@ def make_handler(engine: Engine, server_info: dict):
             text = body.get("text")
             params = body.get("sampling_params") or {}
             if not isinstance(text, str):
+                # A difference from sglang (batches, input_ids): see the module docstring.
                 self._json(400, {"error": {"message": "the stand-in takes one string 'text'"}})
                 return
             if not body.get("stream"):
                 self._json(200, engine.generate(text, params))
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-
-            def emit(words: list[str], meta: dict) -> None:
-                chunk = {"text": " ".join(words), "meta_info": meta}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
-
-            final = engine.generate(text, params, emit)
-            emit(final["text"].split(), final["meta_info"])
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-            self.close_connection = True
+            self._sse_start()
+            engine.generate(text, params, self._sse)
+            self._sse("[DONE]")
 
         def _chat(self, body: dict) -> None:
             messages = body.get("messages") or []
-            if not messages or body.get("stream"):
-                self._json(400, {"error": {"message": "messages required; no chat streaming"}})
+            if not messages:
+                self._json(400, {"error": {"message": "messages required"}})
                 return
             prompt = "\n".join(str(m.get("content", "")) for m in messages)
-            params = {
-                "max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or 128
-            }
+            params = {"max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens")}
+            if params["max_new_tokens"] is None:
+                params = {}
+            model = body.get("model") or model_name
+            created = int(time.time())
+            if body.get("stream"):
+                self._chat_stream(body, prompt, params, model, created)
+                return
             result = engine.generate(prompt, params)
             meta = result["meta_info"]
-            finish = (meta["finish_reason"] or {}).get("type", "stop")
+            finish = meta["finish_reason"] or {}
             self._json(
                 200,
                 {
                     "id": meta["id"],
                     "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": model_name,
+                    "created": created,
+                    "model": model,
                     "choices": [
                         {
                             "index": 0,
-                            "finish_reason": finish,
                             "message": {
                                 "role": "assistant",
                                 "content": result["text"],
                                 "reasoning_content": None,
+                                "tool_calls": None,
                             },
+                            "logprobs": None,
+                            "finish_reason": finish.get("type"),
+                            "matched_stop": finish.get("matched"),
                         }
                     ],
-                    "usage": {
-                        "prompt_tokens": meta["prompt_tokens"],
-                        "completion_tokens": meta["completion_tokens"],
-                        "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
-                    },
+                    "usage": _usage(meta),
+                    "metadata": {"weight_version": meta["weight_version"]},
                 },
             )
+
+        def _chat_stream(
+            self, body: dict, prompt: str, params: dict, model: str, created: int
+        ) -> None:
+            self._sse_start()
+            sent = {"text": "", "first": True, "meta": {}}
+
+            def chunk(rid: str, delta: dict, finish: str | None = None, matched=None) -> dict:
+                # sse_utils.py:13-46: reasoning_content always present, other None fields gone.
+                return {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"reasoning_content": None, **delta},
+                            "logprobs": None,
+                            "finish_reason": finish,
+                            "matched_stop": matched,
+                        }
+                    ],
+                }
+
+            def emit(out: dict) -> None:
+                meta = out["meta_info"]
+                sent["meta"] = meta
+                if sent["first"]:
+                    sent["first"] = False
+                    self._sse(chunk(meta["id"], {"role": "assistant", "content": ""}))
+                delta = out["text"][len(sent["text"]) :]
+                sent["text"] = out["text"]
+                if delta:
+                    self._sse(chunk(meta["id"], {"content": delta}))
+
+            engine.generate(prompt, params, emit)
+            meta = sent["meta"]
+            finish = meta.get("finish_reason") or {}
+            self._sse(chunk(meta["id"], {}, finish.get("type"), finish.get("matched")))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self._sse(
+                    {
+                        "id": meta["id"],
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": _usage(meta),
+                    }
+                )
+            self._sse("[DONE]")
 
     return Handler
 
 
-def crash_while_loading(args: argparse.Namespace) -> None:
-    """Die the way the unpatched image does when building the MTP head (then exit 1)."""
+def _usage(meta: dict) -> dict:
+    """protocol.py:196-202 UsageInfo, as usage_processor.py fills it."""
+    return {
+        "prompt_tokens": meta["prompt_tokens"],
+        "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
+        "completion_tokens": meta["completion_tokens"],
+        "prompt_tokens_details": None,
+        "reasoning_tokens": meta["reasoning_tokens"],
+    }
+
+
+def _model_config(model_path: str) -> tuple[str, str | None]:
+    try:
+        with open(os.path.join(model_path, "config.json")) as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return "?", None
+    return (config.get("architectures") or ["?"])[0], config.get("model_type")
+
+
+def crash_while_loading() -> None:
+    """Die the way the unpatched MXFP4 MTP image does while loading the draft model (exit 1)."""
     time.sleep(float(os.environ.get("STANDIN_CRASH_AFTER", "0.3")))
-    log("Load weight begin. (draft model: MTP head)")
-    log("Traceback (most recent call last):")
-    log('  File "sglang/srt/model_loader/loader.py", line 1, in load_weights_and_postprocess')
-    log(
-        "RuntimeError: The size of tensor a (6144) must match the size of tensor b (3072) at "
-        "non-singleton dimension 1 (shape mismatch loading "
-        "model.decoder.mlp.shared_experts.gate_up_proj)"
-    )
+    log("Load weight begin. avail mem=0.00 GB", " TP0")
+    log("Scheduler hit an exception: Traceback (most recent call last):", " TP0")
+    src = "/sgl-workspace/sglang/python/sglang/srt"
+    for frame, code in (
+        (
+            f'{src}/model_loader/loader.py", line 799, in load_weights_and_postprocess',
+            "model.load_weights(weights)",
+        ),
+        (f'{src}/models/deepseek_nextn.py", line 352, in load_weights', "weight_loader("),
+        (
+            f'{src}/layers/linear.py", line 724, in weight_loader',
+            "assert param_data.shape == loaded_weight.shape",
+        ),
+    ):
+        raw(f'  File "{frame}')
+        raw(f"    {code}")
+    raw("AssertionError")
     sys.exit(1)
 
 
@@ -423,15 +730,28 @@ def parse_faults(value: str) -> frozenset[str]:
 def make_server(
     args: argparse.Namespace, faults: frozenset[str], env: dict | None = None
 ) -> ThreadingHTTPServer:
-    """A listening (not yet serving) stand-in HTTP server; ``.engine`` is its fake model."""
+    """A listening, not yet warmed-up stand-in HTTP server; ``.engine`` is its fake model."""
     engine = Engine(args, faults, env)
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine, dict(vars(args))))
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
     httpd.daemon_threads = True
     httpd.engine = engine  # type: ignore[attr-defined]
     return httpd
 
 
-def main(argv: list[str] | None = None) -> int:
+def warm_up(httpd: ThreadingHTTPServer, delay: float = 0.0) -> None:
+    """The warmup request, then ready (http_server.py:2129-2145)."""
+    engine: Engine = httpd.engine  # type: ignore[attr-defined]
+    time.sleep(delay)
+    if not engine.args.skip_server_warmup:
+        engine.generate("The capital city of France is", {"max_new_tokens": 8}, internal=True)
+    engine.status = "Up"
+    log("The server is fired up and ready to roll!")
+
+
+def main(
+    argv: list[str] | None = None,
+    on_listening: Callable[[ThreadingHTTPServer], None] | None = None,
+) -> int:
     """Parse sglang's flags, pretend to load, then serve until killed."""
     args = build_parser().parse_args(argv)
     faults = parse_faults(os.environ.get("STANDIN_FAULT", ""))
@@ -444,37 +764,46 @@ def main(argv: list[str] | None = None) -> int:
     log(f"faults: {sorted(faults) or 'none'}")
     print("=" * 78, flush=True)
     log(f"server_args={json.dumps(vars(args), sort_keys=True)}")
-    config = os.path.join(args.model_path, "config.json")
-    if not os.path.isfile(config):
+    if not os.path.isfile(os.path.join(args.model_path, "config.json")):
         log(f"OSError: {args.model_path} is not a local folder with a config.json")
         return 1
-    with open(config) as fh:
-        arch = (json.load(fh).get("architectures") or ["?"])[0]
+    arch, _ = _model_config(args.model_path)
     log(f"model architecture {arch}; tp={args.tp_size}; speculative={args.speculative_algorithm}")
-    # PID 1 in a container ignores SIGTERM unless a handler is set; exit like a server would.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    if threading.current_thread() is threading.main_thread():
+        # PID 1 in a container ignores SIGTERM unless a handler is set; exit like a server would.
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     if "crash" in faults:
-        crash_while_loading(args)
-    log("Load weight begin.")
-    if "forbidden-log" in faults:
-        key = "('gfx950', 256, 1, 6144, 2048, 256, 8, 'ActivationType.Silu', 'torch.bfloat16')"
-        log(f"[aiter] [fused_moe] using 2stage default for {key}")
-        log(
-            f"[aiter] [fused_moe] no tuned FlyDSL config for {key}, using heuristic FlyDSL fallback"
-        )
+        crash_while_loading()
+    log("Load weight begin. avail mem=0.00 GB", " TP0")
+    for line in os.environ.get("STANDIN_LOG_LINES", "").splitlines():
+        raw(line)
+    if "aiter-untuned" in faults:
+        for line in AITER_UNTUNED_LINES:
+            raw(line)
     if "hang" in faults:
         while True:
             time.sleep(3600)
     time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "0.5")))
-    log("Load weight end.")
+    log("Load weight end. elapsed=0.50 s, type=StandIn, avail mem=0.00 GB", " TP0")
+    if "forbidden-log" in faults:
+        raw(METADATA_FALLBACK_LINE)
+    # Only now does anything listen on the port (http_server.py:2485-2500).
     httpd = make_server(args, faults)
     log(f"Uvicorn running on http://{args.host}:{args.port} (stand-in: http.server)")
-    httpd.engine.generate("warmup", {"max_new_tokens": 1}, internal=True)  # type: ignore[attr-defined]
-    log("The server is fired up and ready to roll! (stand-in)")
+    warmup = threading.Thread(
+        target=warm_up,
+        args=(httpd, float(os.environ.get("STANDIN_WARMUP_SECONDS", "0.2"))),
+        daemon=True,
+    )
+    warmup.start()
+    if on_listening is not None:
+        on_listening(httpd)
     try:
         httpd.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
+    finally:
+        httpd.server_close()
     return 0
 
 

@@ -1,5 +1,7 @@
 """The stand-in sglang server (TEST DOUBLE), run in-process on 127.0.0.1: flags, shapes, faults.
 
+The shapes are checked against what sglang 0.5.14 does (cited in ``tests/standin/server.py``);
+the tests marked ``pypi`` read the released wheel itself and fail if the double drifts from it.
 Also runs the smoke runner's HTTP checks against it, so the check logic is covered without an
 engine (the Docker tests cover the same through a real container).
 """
@@ -7,9 +9,13 @@ engine (the Docker tests cover the same through a real container).
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,19 +40,25 @@ MTP = [
 Start = Callable[..., str]
 
 
+def _serve(httpd) -> threading.Thread:
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    return thread
+
+
 @pytest.fixture
 def start() -> Iterator[Start]:
-    """Factory: ``start(*flags, fault="", **env)`` serves a stand-in; returns its base URL."""
+    """Factory: ``start(*flags, fault="", ready=True, **env)`` serves a stand-in; its base URL."""
     running = []
 
-    def _start(*flags: str, fault: str = "", **env: str) -> str:
+    def _start(*flags: str, fault: str = "", ready: bool = True, **env: str) -> str:
         args = server.build_parser().parse_args(
             ["--model-path", str(MODEL), "--host", "127.0.0.1", "--port", "0", *flags]
         )
         httpd = server.make_server(args, server.parse_faults(fault), env)
-        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-        thread.start()
-        running.append((httpd, thread))
+        running.append((httpd, _serve(httpd)))
+        if ready:
+            server.warm_up(httpd)
         return f"http://127.0.0.1:{httpd.server_address[1]}"
 
     yield _start
@@ -75,6 +87,15 @@ def post(url: str, body: dict) -> dict:
 def generate(base: str, text: str, n: int = 32, **params: object) -> dict:
     body = {"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": n, **params}}
     return post(f"{base}/generate", body)
+
+
+def sse(url: str, body: dict) -> list[str]:
+    """Every ``data:`` payload of a streamed response, ``[DONE]`` included."""
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return [line[5:].strip().decode() for line in resp if line.startswith(b"data:")]
 
 
 # --------------------------------------------------------------------------- flags
@@ -116,6 +137,59 @@ def test_missing_model_folder_fails_start(
 
 # --------------------------------------------------------------------------- shapes
 
+SPEC_KEYS = {
+    "spec_accept_rate",
+    "spec_accept_length",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_verify_ct",
+    "spec_accepted_drafts",
+    "spec_proposed_drafts",
+    "spec_correct_drafts_histogram",
+    "spec_accept_histogram",
+}
+
+
+def test_health_is_503_until_the_warmup_request_went_through(start: Start) -> None:
+    base = start(*MTP, ready=False)
+    assert get(f"{base}/health")[0] == 503
+    assert get(f"{base}/health_generate")[0] == 503
+    assert get(f"{base}/v1/models")[0] == 200  # the port is open, the server is "Starting"
+
+
+def test_port_stays_closed_while_the_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STANDIN_FAULT", raising=False)
+    monkeypatch.setenv("STANDIN_LOAD_SECONDS", "1.0")
+    monkeypatch.setenv("STANDIN_WARMUP_SECONDS", "0.3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listening: list = []
+    thread = threading.Thread(
+        target=server.main,
+        args=(["--model-path", str(MODEL), "--port", str(port), *MTP], listening.append),
+    )
+    thread.start()
+    try:
+        time.sleep(0.4)
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, "listening while loading"
+        deadline = time.monotonic() + 10
+        codes = []
+        while time.monotonic() < deadline:
+            try:
+                codes.append(get(f"http://127.0.0.1:{port}/health")[0])
+            except urllib.error.URLError:
+                codes.append(None)
+            if codes[-1] == 200:
+                break
+            time.sleep(0.05)
+        assert codes[-1] == 200 and 503 in codes, codes
+    finally:
+        for httpd in listening:
+            httpd.shutdown()
+        thread.join(10)
+
 
 def test_health_endpoints_and_models(start: Start) -> None:
     base = start(*MTP)
@@ -123,45 +197,100 @@ def test_health_endpoints_and_models(start: Start) -> None:
     assert get(f"{base}/health_generate")[0] == 200
     status, raw = get(f"{base}/v1/models")
     assert status == 200
-    assert json.loads(raw)["data"][0]["id"] == str(MODEL)
+    card = json.loads(raw)["data"][0]
+    assert card["id"] == card["root"] == str(MODEL) and card["owned_by"] == "sglang"
+    assert card["max_model_len"] > 0
+    info = json.loads(get(f"{base}/model_info")[1])
+    assert info["is_generation"] is True and info["weight_version"] == "default"
     assert get(f"{base}/nope")[0] == 404
 
 
-def test_generate_meta_info_carries_speculative_statistics(start: Start) -> None:
+def test_generate_meta_info_is_0_5_14s(start: Start) -> None:
     base = start(*MTP)
     out = generate(base, "Tell me about GPUs", 64, ignore_eos=True)
+    assert set(out) == {"text", "output_ids", "meta_info"}
     meta = out["meta_info"]
-    assert len(out["text"].split()) == 64 == meta["completion_tokens"]
+    assert len(out["text"].split()) == 64 == meta["completion_tokens"] == len(out["output_ids"])
     assert meta["finish_reason"] == {"type": "length", "length": 64}
-    assert meta["spec_verify_ct"] > 0
+    assert meta["weight_version"] == "default" and meta["num_retractions"] == 0
+    assert SPEC_KEYS <= set(meta)
+    # tokenizer_manager.py:2329-2331: completion tokens (prefill's included) per verify step.
+    assert meta["spec_accept_length"] == meta["completion_tokens"] / meta["spec_verify_ct"]
+    assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * (6 - 1)
+    assert meta["spec_accept_rate"] == (
+        meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"]
+    )
+    assert meta["spec_accepted_drafts"] == meta["spec_num_correct_drafts"]
+    assert meta["spec_proposed_drafts"] == meta["spec_num_proposed_drafts"]
+    hist = meta["spec_correct_drafts_histogram"]
+    assert hist == meta["spec_accept_histogram"] and sum(hist) == meta["spec_verify_ct"]
+    assert sum(i * c for i, c in enumerate(hist)) == meta["spec_num_correct_drafts"]
     assert 2.5 < meta["spec_accept_length"] <= 6
     assert meta["e2e_latency"] > 0
+
+
+def test_spec_fields_are_absent_without_a_verify_step(start: Start) -> None:
+    base = start(*MTP)
+    meta = generate(base, "hi", 1, ignore_eos=True)["meta_info"]
+    assert meta["completion_tokens"] == 1
+    assert not SPEC_KEYS & set(meta)
+
+
+def test_server_info_is_shaped_like_http_server_builds_it(start: Start) -> None:
+    base = start(*MTP)
     info = json.loads(get(f"{base}/server_info")[1])
-    assert 2.5 < info["internal_states"][0]["avg_spec_accept_length"] <= 6
-    assert info["speculative_num_draft_tokens"] == 6
+    assert info["speculative_num_draft_tokens"] == 6 and info["tp_size"] == 1
+    assert {"status", "max_total_num_tokens", "max_req_input_len"} <= set(info)
+    assert {"internal_states", "version", "kv_events"} <= set(info)
+    (state,) = info["internal_states"]
+    assert {"last_gen_throughput", "memory_usage", "effective_max_running_requests_per_dp"} <= set(
+        state
+    )
+    # Nothing decoded yet: no decode-stats interval has rolled up, so no average.
+    assert "avg_spec_accept_length" not in state
     assert json.loads(get(f"{base}/get_server_info")[1])["internal_states"]
 
 
+def test_server_accept_length_appears_after_a_decode_log_interval(start: Start) -> None:
+    base = start(*MTP, "--decode-log-interval", "10")
+    meta = generate(base, "go", 20, ignore_eos=True)["meta_info"]
+    assert meta["spec_verify_ct"] < 10
+    state = json.loads(get(f"{base}/server_info")[1])["internal_states"][0]
+    assert "avg_spec_accept_length" not in state
+    generate(base, "more", 200, ignore_eos=True)
+    state = json.loads(get(f"{base}/server_info")[1])["internal_states"][0]
+    assert 2.5 < state["avg_spec_accept_length"] <= 6
+
+
 def test_without_speculative_flags_there_are_no_spec_statistics(start: Start) -> None:
-    base = start()
+    base = start("--decode-log-interval", "5")
     meta = generate(base, "hello", 16, ignore_eos=True)["meta_info"]
-    assert "spec_verify_ct" not in meta
+    assert not SPEC_KEYS & set(meta)
     info = json.loads(get(f"{base}/server_info")[1])
     assert "avg_spec_accept_length" not in info["internal_states"][0]
 
 
-def test_streaming_generate_sends_growing_chunks_then_done(start: Start) -> None:
+def test_streaming_generate_sends_cumulative_chunks_then_done(start: Start) -> None:
     base = start(*MTP)
     body = {
         "text": "x",
         "stream": True,
         "sampling_params": {"max_new_tokens": 20, "ignore_eos": True},
     }
-    chunks = smoke._stream(f"{base}/generate", body, 10)
-    counts = [c["meta_info"]["completion_tokens"] for _, c in chunks]
-    assert counts[0] == 1 and counts[-1] == 20
-    assert counts == sorted(counts)
-    tok_s, tokens = smoke.decode_speed(chunks)
+    payloads = sse(f"{base}/generate", body)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    metas = [c["meta_info"] for c in chunks]
+    counts = [m["completion_tokens"] for m in metas]
+    assert counts[0] == 1 and counts[-1] == 20 and counts == sorted(counts)
+    assert all(
+        len(c["text"].split()) == m["completion_tokens"] for c, m in zip(chunks, metas, strict=True)
+    )
+    # Only the finished chunk carries finish_reason, e2e_latency and the spec statistics.
+    assert all(m["finish_reason"] is None and "e2e_latency" not in m for m in metas[:-1])
+    assert all(not SPEC_KEYS & set(m) for m in metas[:-1])
+    assert metas[-1]["finish_reason"]["type"] == "length" and SPEC_KEYS <= set(metas[-1])
+    tok_s, tokens = smoke.decode_speed(smoke._stream(f"{base}/generate", body, 10))
     assert tokens == 20 and tok_s > 50
 
 
@@ -172,9 +301,59 @@ def test_arithmetic_is_answered_right_in_generate_and_chat(start: Start) -> None
         f"{base}/v1/chat/completions",
         {"model": "m", "messages": [{"role": "user", "content": "What is 12 * 13?"}]},
     )
-    assert chat["object"] == "chat.completion"
-    assert smoke.answer_matches(chat["choices"][0]["message"]["content"], "156")
+    assert chat["object"] == "chat.completion" and chat["model"] == "m"
+    (choice,) = chat["choices"]
+    assert choice["message"]["role"] == "assistant" and choice["finish_reason"] == "stop"
+    assert smoke.answer_matches(choice["message"]["content"], "156")
     assert chat["usage"]["completion_tokens"] == 4
+    assert chat["usage"]["total_tokens"] == chat["usage"]["prompt_tokens"] + 4
+    assert chat["metadata"] == {"weight_version": "default"}
+
+
+def test_chat_streaming_role_then_deltas_then_finish_and_usage(start: Start) -> None:
+    base = start(*MTP)
+    body = {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "What is 17 + 25?"}],
+    }
+    payloads = sse(f"{base}/v1/chat/completions", body)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    first, *middle, finish, usage = chunks
+    assert first["choices"][0]["delta"] == {
+        "reasoning_content": None,
+        "role": "assistant",
+        "content": "",
+    }
+    text = "".join(c["choices"][0]["delta"]["content"] for c in middle)
+    assert smoke.answer_matches(text, "42")
+    assert finish["choices"][0]["finish_reason"] == "stop"
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 4
+
+
+def test_generate_refuses_what_the_double_lacks(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The double takes one string ``text``; the runner must send nothing else."""
+    base = start(*MTP)
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        post(f"{base}/generate", {"input_ids": [1, 2, 3]})
+    assert exc.value.code == 400
+    exc.value.close()
+    sent: list[dict] = []
+    original = smoke._json
+
+    def spy(url: str, body=None, timeout: float = 30.0):
+        if body is not None and url.endswith("/generate"):
+            sent.append(dict(body))
+        return original(url, body, timeout)
+
+    monkeypatch.setattr(smoke, "_json", spy)
+    _session(base).serves()
+    assert sent and all(isinstance(b["text"], str) and "input_ids" not in b for b in sent)
 
 
 # --------------------------------------------------------------------------- faults
@@ -207,6 +386,49 @@ def test_decode_speed_follows_the_environment(start: Start) -> None:
     }
     tok_s, _ = smoke.decode_speed(smoke._stream(f"{base}/generate", body, 10))
     assert 60 < tok_s < 120
+
+
+def test_fault_crash_dies_on_the_bare_weight_loader_assert(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STANDIN_FAULT", "crash")
+    monkeypatch.setenv("STANDIN_CRASH_AFTER", "0")
+    with pytest.raises(SystemExit) as exc:
+        server.main(["--model-path", str(MODEL), *MTP])
+    assert exc.value.code == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "[STAND-IN] AssertionError"
+    assert any("Scheduler hit an exception: Traceback (most recent call last):" in x for x in lines)
+    assert any('linear.py", line 724, in weight_loader' in x for x in lines)
+
+
+@pytest.mark.parametrize(
+    ("fault", "needle"),
+    [
+        ("aiter-untuned", "using heuristic FlyDSL fallback"),
+        ("forbidden-log", "fused metadata copy kernel not available, falling back to loop"),
+    ],
+)
+def test_log_faults_print_their_lines_and_still_serve(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fault: str, needle: str
+) -> None:
+    monkeypatch.setenv("STANDIN_FAULT", fault)
+    monkeypatch.setenv("STANDIN_LOAD_SECONDS", "0")
+    monkeypatch.setenv("STANDIN_LOG_LINES", "first given line\nsecond given line")
+    listening: list = []
+    thread = threading.Thread(
+        target=server.main,
+        args=(["--model-path", str(MODEL), "--port", "0"], listening.append),
+    )
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not listening and time.monotonic() < deadline:
+        time.sleep(0.02)
+    listening[0].shutdown()
+    thread.join(10)
+    out = capsys.readouterr().out
+    assert needle in out and "Uvicorn running" in out
+    assert "[STAND-IN] first given line\n[STAND-IN] second given line\n" in out
 
 
 # --------------------------------------------------------------------------- runner checks
@@ -253,3 +475,78 @@ def test_runner_sees_speculative_decoding_off(start: Start) -> None:
     check = s.spec_requests()
     assert not check.passed and "speculative decoding is off" in check.detail
     assert not s.spec_server().passed
+
+
+# --------------------------------------------------------------------------- the real release
+
+VERSION = "0.5.14"
+
+
+@pytest.fixture(scope="module")
+def real() -> Callable[[str], str]:
+    """``real(path)``: a file of the released sglang wheel (``sglang/...``), from PyPI."""
+    from sglang_release import pypi_cache, release_history
+
+    release_history(f"=={VERSION}")  # downloads the wheel into the cache once
+    (wheel,) = (pypi_cache() / "pypi-sglang" / "wheels").glob(f"sglang-{VERSION}-*.whl")
+    archive = zipfile.ZipFile(wheel)
+
+    def read(path: str) -> str:
+        return archive.read(f"sglang/{path}").decode()
+
+    return read
+
+
+def _function(source: str, name: str) -> str:
+    start = source.index(f"def {name}(")
+    end = re.search(r"\n    (async )?def |\n(async )?def |\n@", source[start + 1 :])
+    return source[start : start + 1 + (end.start() if end else len(source))]
+
+
+@pytest.mark.pypi
+def test_spec_fields_are_the_ones_the_release_sets(real, start: Start) -> None:
+    body = _function(real("srt/managers/tokenizer_manager.py"), "_calculate_spec_decoding_metrics")
+    released = set(re.findall(r'meta_info\["(\w+)"\]', body))
+    assert released and released <= SPEC_KEYS | {"spec_accept_rate"}, released
+    assert "recv_obj.completion_tokens[i] / recv_obj.spec_verify_ct[i]" in body
+    assert "recv_obj.spec_verify_ct[i] > 0" in body
+    meta = generate(start(*MTP), "x", 40, ignore_eos=True)["meta_info"]
+    assert {k for k in meta if k.startswith("spec_")} == released
+
+
+@pytest.mark.pypi
+def test_base_meta_info_keys_are_the_releases(real, start: Start) -> None:
+    source = real("srt/managers/tokenizer_manager.py")
+    body = _function(source, "_handle_batch_output")
+    base = re.search(r"meta_info = \{(.*?)\n            \}", body, re.S)
+    assert base is not None
+    keys = set(re.findall(r'"(\w+)":', base.group(1)))
+    keys |= {"reasoning_tokens", "completion_tokens", "cached_tokens", "e2e_latency"}
+    for key in ("reasoning_tokens", "completion_tokens", "cached_tokens"):
+        assert f'"{key}": recv_obj.{key}[i]' in body
+    assert 'meta_info["e2e_latency"]' in body
+    meta = generate(start(), "x", 4, ignore_eos=True)["meta_info"]
+    assert set(meta) == keys
+
+
+@pytest.mark.pypi
+def test_server_info_keys_are_the_releases(real, start: Start) -> None:
+    http = real("srt/entrypoints/http_server.py")
+    body = _function(http, "server_info")
+    top = set(re.findall(r'^\s+"(\w+)":', body, re.M))
+    assert top == {"internal_states", "version", "kv_events"}, top
+    init = _function(real("srt/managers/scheduler.py"), "get_init_info")
+    init_keys = set(re.findall(r'"(\w+)":', init))
+    state_src = _function(real("srt/managers/scheduler.py"), "get_internal_state")
+    state_keys = set(re.findall(r'ret\["(\w+)"\] =', state_src)) - {"step_time_dict"}
+    base = start(*MTP, "--decode-log-interval", "5")
+    generate(base, "x", 64, ignore_eos=True)
+    info = json.loads(get(f"{base}/server_info")[1])
+    assert top | init_keys <= set(info)
+    assert state_keys <= set(info["internal_states"][0]), state_keys
+    # The port opens only after the scheduler reported ready: launch_server starts the
+    # subprocesses, then the HTTP server.
+    launch = _function(http, "launch_server")
+    assert launch.index("_launch_subprocesses") < launch.index("_setup_and_run_http_server")
+    health = _function(http, "health_generate")
+    assert "ServerStatus.Starting" in health and "status_code=503" in health
