@@ -23,8 +23,9 @@ PIN_URL = "https://github.com/sgl-project/sglang.git"
 # Stand-in bases for the build tests live in their own repository so their tags never
 # collide with the plain stand-in (tests/standin/base.py builds them).
 STANDIN_REPO = "sglforge-standin/sglang-build"
-# Files the stand-in base provides itself (the fake package and its server).
+# Files the release-image replica provides itself (its install, package root and server).
 STANDIN_OWNED = (
+    "python/pyproject.toml",
     "python/sglang/__init__.py",
     "python/sglang/version.py",
     "python/sglang/launch_server.py",

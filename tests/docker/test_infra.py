@@ -29,10 +29,21 @@ MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 PLACEHOLDER_SERVER = 'import sys\nprint("placeholder stand-in server", sys.argv[1:])\n'
 
 
-def run_python(client: docker.DockerClient, image: str, code: str, labels: dict[str, str]) -> str:
+def run_python(
+    client: docker.DockerClient,
+    image: str,
+    code: str,
+    labels: dict[str, str],
+    workdir: str | None = None,
+) -> str:
     """Run ``python3 -c code`` in a throwaway container without network; its output."""
     out = client.containers.run(
-        image, ["python3", "-c", code], network_mode="none", labels=labels, remove=True
+        image,
+        ["python3", "-c", code],
+        working_dir=workdir,
+        network_mode="none",
+        labels=labels,
+        remove=True,
     )
     return out.decode()
 
@@ -104,8 +115,33 @@ def test_sglang_base_reports_version_and_path(docker_client, docker_labels, serv
         "print(json.dumps([sglang.__version__, md.version('sglang'),"
         " os.path.dirname(sglang.__file__), open(ls.__file__).read()]))"
     )
-    got = json.loads(run_python(docker_client, tag, code, docker_labels))
+    got = json.loads(run_python(docker_client, tag, code, docker_labels, workdir="/"))
     assert got == [version, version, PACKAGE_DIR, server_py.read_text()]
+    # As in the release images: setuptools-scm wrote _version.py from the git tag, pip's
+    # editable install is a finder module (not a path .pth), and from the WORKDIR the
+    # repository folder shadows the package as a namespace package.
+    layout = (
+        "import glob, json, importlib.metadata as md, sglang;"
+        "d = md.distribution('sglang');"
+        "print(json.dumps([open('/sgl-workspace/sglang/python/sglang/_version.py').read(),"
+        " json.loads(d.read_text('direct_url.json')),"
+        " sorted(str(f) for f in d.files if str(f).startswith('__editable__')),"
+        " sglang.__file__, list(sglang.__path__)]))"
+    )
+    version_py, direct, editable, init, path = json.loads(
+        run_python(docker_client, tag, layout, docker_labels)
+    )
+    assert f"__version__ = version = '{version}'" in version_py
+    assert direct == {"url": "file:///sgl-workspace/sglang/python", "dir_info": {"editable": True}}
+    mangled = version.replace(".", "_")
+    assert f"__editable___sglang_{mangled}_finder.py" in editable
+    assert init is None and path == ["/sgl-workspace/sglang"]
+    cfg = docker_client.api.inspect_image(tag)["Config"]
+    assert (cfg["WorkingDir"], cfg["Cmd"], cfg["Entrypoint"]) == (
+        "/sgl-workspace",
+        ["/bin/bash"],
+        None,
+    )
 
 
 def test_sglang_base_extra_files_land_under_workspace(docker_client, docker_labels, server_py):
@@ -120,6 +156,7 @@ def test_sglang_base_extra_files_land_under_workspace(docker_client, docker_labe
         tag,
         "import sglang.srt.marker as m; print(m.VALUE, m.__file__)",
         docker_labels,
+        workdir="/",
     )
     assert out.split() == ["42", "/sgl-workspace/sglang/python/sglang/srt/marker.py"]
     docker_client.images.remove(tag)
