@@ -136,8 +136,9 @@ def available_versions(
     """
     spec_set = spec if isinstance(spec, SpecifierSet) else _spec_set(spec, f"pypi:{project}")
     pre = bool(spec_set.prereleases)
-    args = ["index", "versions", project, *(["--pre"] if pre else []), *pip_args]
-    res = _pip(args)
+    # -vv: pip then says which index locations it could not fetch, and why
+    args = ["index", "versions", "-vv", project, *(["--pre"] if pre else []), *pip_args]
+    res = _pip(args, f"asking the package index for the releases of {project}")
     found: list[Version] = []
     for line in res.stdout.splitlines():
         if line.strip().startswith("Available versions:"):
@@ -162,6 +163,21 @@ def _raise_index_error(
     text = f"{res.stdout}\n{res.stderr}"
     last = [ln for ln in text.splitlines() if ln.startswith("ERROR")]
     detail = last[-1] if last else f"pip exited with status {res.returncode}"
+    unfetched = [
+        (url, why)
+        for url, why in re.findall(
+            r"Could not fetch URL (\S+?):? (.*?)(?: - skipping)?$", text, re.M
+        )
+        if not re.search(r"\b4\d\d Client Error", why)  # an answer: the project is not there
+    ]
+    if unfetched:
+        url, why = unfetched[-1]
+        why = re.sub(r"\s*\(Caused by (\w+)\(.*", r" (\1)", why)[:200]
+        raise UpstreamError(
+            f"pypi:{project}: the package index is unreachable: could not fetch {url}: {why}",
+            "check the network or pip's index settings (`pip config list`), or pass "
+            "--upstream PATH to a local sglang clone",
+        )
     if any(sign in text for sign in _NETWORK_SIGNS):
         raise UpstreamError(
             f"pypi:{project}: the package index is unreachable ({detail})",
@@ -176,17 +192,38 @@ def _raise_index_error(
     )
 
 
-def _pip(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+TIMEOUT_ENV = "SGLFORGE_PIP_TIMEOUT"
+
+
+def pip_timeouts() -> tuple[int, float]:
+    """(seconds pip waits per connection, seconds one pip run may take in all)."""
+    try:
+        each = max(1, int(float(os.environ.get(TIMEOUT_ENV, "30"))))
+    except ValueError:
+        each = 30
+    return each, float(each * 20)
+
+
+def _pip(args: Sequence[str], waiting_for: str = "") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    each, total = pip_timeouts()
+    cmd = [sys.executable, "-m", "pip", *args, "--timeout", str(each), "--retries", "2"]
     try:
         return subprocess.run(
-            [sys.executable, "-m", "pip", *args],
+            cmd,
             capture_output=True,
             text=True,
             env=env,
             stdin=subprocess.DEVNULL,
             check=False,
+            timeout=total,
         )
+    except subprocess.TimeoutExpired as exc:
+        raise UpstreamError(
+            f"pip gave no answer within {total:g} s while {waiting_for or ' '.join(args[:2])}",
+            f"check the network or pip's index settings; set ${TIMEOUT_ENV}=SECONDS (per "
+            "connection) to wait longer",
+        ) from exc
     except OSError as exc:  # pragma: no cover - the interpreter itself is missing
         raise UpstreamError(f"cannot run pip: {exc}", "install pip for this Python") from exc
 
@@ -262,7 +299,8 @@ def _wheel(wheels: Path, project: str, version: Version, pip_args: Sequence[str]
                 str(tmp),
                 *pip_args,
                 f"{project}=={version}",
-            ]
+            ],
+            f"downloading the wheel of {project} {version}",
         )
         got = _cached_wheel(tmp, project, version)
         if res.returncode != 0 or not got:

@@ -26,7 +26,7 @@ from sglforge.patches.check import select_tags
 from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
 from sglforge.patches.series import load_queue, ref_version
 from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
-from sglforge.util import atomic_write, commit_files
+from sglforge.util import atomic_write, commit_files, confined, project_lock
 
 STAGED = ("patches", "images", "smoke")
 
@@ -99,6 +99,48 @@ def upgrade(
     progress: Callable[[str], None] | None = None,
 ) -> UpgradeResult:
     """Upgrade the queue to ``to`` (a ref, or ``latest``); see the module docstring."""
+    with project_lock(root):
+        return _upgrade(
+            root,
+            to,
+            upstream=upstream,
+            pre=pre,
+            targets=targets,
+            build=build,
+            smoke=smoke,
+            publish=publish,
+            registry=registry,
+            base_image=base_image,
+            model=model,
+            scenario=scenario,
+            port=port,
+            labels=labels,
+            offline=offline,
+            report_dir=report_dir,
+            progress=progress,
+        )
+
+
+def _upgrade(
+    root: Path,
+    to: str,
+    *,
+    upstream: str | None,
+    pre: bool,
+    targets: Sequence[str],
+    build: bool,
+    smoke: bool,
+    publish: bool,
+    registry: str | None,
+    base_image: str | None,
+    model: str | None,
+    scenario: Path | None,
+    port: int | None,
+    labels: dict[str, str] | None,
+    offline: bool | None,
+    report_dir: Path | None,
+    progress: Callable[[str], None] | None,
+) -> UpgradeResult:
     say = progress or (lambda _m: None)
     if publish and not registry:
         raise ConfigError(
@@ -109,8 +151,8 @@ def upgrade(
     queue = load_queue(root)
     up = open_upstream(root, queue.pin, upstream)
     pinned_commit(root, queue.pin, up)
-    queue = load_queue(root)
     new_ref = _newest(up, pre) if to == "latest" else to
+    up.resolve(new_ref)  # an unknown ref stops here, before any staging folder is touched
     old_ref = queue.pin.ref
     new_version = ref_version(new_ref)
     old_version = ref_version(old_ref)
@@ -211,7 +253,7 @@ def upgrade(
 
 def _stage(root: Path, new_ref: str) -> Path:
     """A staging copy of the project's data, sharing the real build/ caches."""
-    base = root / "build" / "upgrade" / safe_ref(new_ref)
+    base = confined(root / "build" / "upgrade", safe_ref(new_ref), "staging folder", "--to")
     shutil.rmtree(base, ignore_errors=True)
     stage = base / "project"
     stage.mkdir(parents=True)
@@ -329,8 +371,8 @@ def _write_report(root: Path, result: UpgradeResult, report_dir: Path | None) ->
     folder = report_dir or (root / "build" / "upgrade")
     folder.mkdir(parents=True, exist_ok=True)
     name = f"report-{safe_ref(result.new_ref)}"
-    js = folder / f"{name}.json"
-    md = folder / f"{name}.md"
+    js = confined(folder, f"{name}.json", "report", "--to")
+    md = confined(folder, f"{name}.md", "report", "--to")
     result = replace(result, report_json=js, report_md=md)
     atomic_write(js, json.dumps(to_dict(result), indent=2) + "\n")
     atomic_write(md, markdown(result))

@@ -339,7 +339,7 @@ def test_interrupt_during_loading_leaves_no_container(
     _wait_for_container(docker_client, labels, proc)
     proc.send_signal(sig)
     _out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), err  # 128 + signal
     assert "interrupted" in err
     assert containers_of(docker_client, labels) == []
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from sglforge import __version__
+from sglforge.cli import signals
 from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
 from sglforge.util import find_root
 
@@ -40,14 +41,17 @@ class Group(click.Group):
     """A group whose commands map project errors to exit codes in one place."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        signals.install_running()
         try:
             return super().invoke(ctx)
         except SglforgeError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            code = signals.exit_code(exc)
+            why = "" if code == EXIT_INTERRUPTED else f" ({exc})"
+            click.echo(f"interrupted{why}: cleaned up, nothing half-written", err=True)
+            ctx.exit(code)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except BrokenPipeError:
@@ -59,6 +63,9 @@ class Group(click.Group):
             click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
             click.echo(f"  a log for bug reports is at {log}", err=True)
             ctx.exit(EXIT_UNEXPECTED)
+        finally:
+            # The command's cleanup is done: a signal from here on just ends the process.
+            signals.install_startup()
 
 
 def _crash_log(ctx: click.Context, exc: BaseException) -> Path:

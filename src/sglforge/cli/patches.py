@@ -270,3 +270,27 @@ def hash_cmd(st: State, as_json: bool) -> None:
         print_json({"hash": q.hash, "short": q.hash[:8]})
     else:
         click.echo(q.hash)
+
+
+@patches_group.command("pin")
+@upstream_option
+@json_option
+@pass_state
+def pin_cmd(st: State, upstream: str | None, as_json: bool) -> None:
+    """Record what the pinned tag resolves to in patches/upstream.toml (comments kept).
+
+    With the pin's own URL this is `commit = ...`; with another shared source (pypi:sglang)
+    its tree under [sources]. A local path's facts stay under build/, never in the pin.
+    Reading commands (check, build --dry-run, refresh --dry-run) never write the pin.
+
+    \b
+    Example:
+      sglforge patches pin --upstream pypi:sglang
+    """
+    from sglforge.patches.upstream import record_pin
+
+    r = record_pin(st.root, upstream)
+    if as_json:
+        print_json(r)
+    else:
+        click.echo(f"pin {r['ref']} -> {r['commit'][:12]} ({r['recorded']})")

@@ -101,8 +101,7 @@ def apply_at(
             raise PatchError(
                 f"worktree {wt} belongs to an upstream cache that no longer exists "
                 "(build/upstream was deleted or replaced)",
-                f"copy out any edits you need from {wt}, then rerun with --force to make "
-                "it again",
+                f"copy out any edits you need from {wt}, then rerun with --force to make it again",
             )
         shutil.rmtree(wt)
         record = None

@@ -222,7 +222,7 @@ def author_ident(cwd: Path) -> tuple[str, str, str]:
             "git knows no author identity for the new patch: "
             + (git_reason(res.stderr) or res.stderr.strip() or "GIT_AUTHOR_IDENT is empty"),
             'set it: git config --global user.name "Your Name"; '
-            'git config --global user.email you@example.com',
+            "git config --global user.email you@example.com",
         )
     return m.group(1), m.group(2), f"{int(time.time())} {time.strftime('%z')}"
 

@@ -93,6 +93,25 @@ def lint_queue(root: Path) -> list[Finding]:
                     "warning",
                 )
             )
+        for dep in patch.depends_on:
+            if dep not in seen:
+                findings.append(
+                    Finding(
+                        f"patches/{e.name}",
+                        _line_of(patch, r"^Depends-On:"),
+                        "unknown-dependency",
+                        f"Depends-On names {dep}, which is not in patches/series",
+                    )
+                )
+            elif seen[dep] > e.line:
+                findings.append(
+                    Finding(
+                        f"patches/{e.name}",
+                        _line_of(patch, r"^Depends-On:"),
+                        "dependency-order",
+                        f"Depends-On names {dep}, which comes later in patches/series",
+                    )
+                )
         key = _change_key(patch)
         if key and key in changes:
             findings.append(
@@ -225,6 +244,13 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
                     Finding(rel, n, "trailing-whitespace", "added line ends with whitespace")
                 )
     return out
+
+
+def _line_of(patch: Patch, pattern: str) -> int:
+    for n, line in enumerate(patch.text.splitlines(), 1):
+        if re.match(pattern, line):
+            return n
+    return 1
 
 
 def _pin_version(root: Path) -> Version | None:

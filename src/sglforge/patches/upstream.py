@@ -182,3 +182,20 @@ def pinned_commit(root: Path, pin: Pin, up: Upstream, record: bool = False) -> s
     elif not recorded.get("tree"):
         _observe(root, up.key, pin.ref, "tree", tree)
     return commit
+
+
+def record_pin(root: Path, upstream: str | None = None) -> dict[str, str]:
+    """``sglforge patches pin``: resolve the pinned tag and record it in the pin."""
+    from sglforge.util import project_lock
+
+    with project_lock(root):
+        pin = load_pin(root)
+        up = open_upstream(root, pin, upstream)
+        commit = pinned_commit(root, pin, up, record=True)
+        if up.key == pin.url:
+            where = "commit in patches/upstream.toml"
+        elif machine_local(up.key):
+            where = "a local path: kept in build/upstream/observed.json, not in the pin"
+        else:
+            where = f"[sources.{up.key!r}] tree in patches/upstream.toml"
+        return {"ref": pin.ref, "source": up.source, "commit": commit, "recorded": where}

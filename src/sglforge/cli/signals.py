@@ -1,0 +1,56 @@
+"""Signals for the command line: Ctrl-C and SIGTERM end every command the same way.
+
+While Python imports sglforge (the first few hundred milliseconds) there is nothing to clean
+up, so a signal then ends the process at once with a one-line message and no traceback.
+Once a command runs, SIGTERM and SIGHUP raise :class:`sglforge.errors.Terminated` (a
+KeyboardInterrupt) in the main thread, so every ``finally`` and context manager that cleans up
+after Ctrl-C cleans up after them too; the CLI's error handler then exits 130 or 143.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType
+
+_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+def _starting(signum: int, _frame: FrameType | None) -> None:
+    os.write(2, f"{'interrupted' if signum == signal.SIGINT else 'terminated'}\n".encode())
+    os._exit(_EXIT.get(signum, 128 + signum))
+
+
+def install_startup() -> None:
+    """Until the command runs: any of the signals ends the process quietly."""
+    if threading.current_thread() is threading.main_thread():
+        for s in _EXIT:
+            signal.signal(s, _starting)
+
+
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    from sglforge.errors import Terminated
+
+    raise Terminated(f"received {signal.Signals(signum).name}")
+
+
+def install_running() -> None:
+    """While a command runs: Ctrl-C raises KeyboardInterrupt, SIGTERM/SIGHUP Terminated."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGHUP, _terminate)
+
+
+def exit_code(exc: BaseException) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM (also when the engine's own handler raised it)."""
+    text = str(exc)
+    if "SIGTERM" in text:
+        return 143
+    if "SIGHUP" in text:
+        return 129
+    return 130
+
+
+__all__ = ["exit_code", "install_running", "install_startup"]
