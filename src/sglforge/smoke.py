@@ -25,6 +25,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -49,6 +50,7 @@ HTTP_FAILED = "request failed: "
 ARCH_LABEL = "io.sglforge.gpu-arch"
 TARGET_LABEL = "io.sglforge.target"
 ACCELERATORS = ("rocm", "none")
+SEVERITIES = ("fail", "warn")
 Value = float | int | str | None
 
 
@@ -57,11 +59,31 @@ Value = float | int | str | None
 
 @dataclass(frozen=True)
 class ForbiddenPattern:
-    """A log line that fails the run: a regular expression, its name and why it matters."""
+    """A log line to catch: a regular expression, its name, why it matters and its severity.
+
+    ``fail`` lines fail the run; ``warn`` lines are counted and reported but do not.
+    """
 
     name: str
     pattern: str
     why: str = ""
+    severity: str = "fail"
+
+
+@dataclass(frozen=True)
+class LogMatch:
+    """Every line of a server log matching one pattern: how many, and the first of them."""
+
+    name: str
+    severity: str
+    count: int
+    first_line: int
+    text: str
+    why: str = ""
+
+    def describe(self) -> str:
+        more = f" (+{self.count - 1} more)" if self.count > 1 else ""
+        return f"{self.name}: line {self.first_line}: {self.text}{more}"
 
 
 @dataclass(frozen=True)
@@ -123,6 +145,14 @@ class Scenario:
         """The launch arguments with ``<port>`` and ``<model>`` filled in."""
         values = {"port": str(port), "model": self.model_mount}
         return [re.sub(r"<([a-z_]+)>", lambda m: values[m.group(1)], a) for a in self.args]
+
+    def container_command(self, port: int) -> list[str]:
+        """What the container runs: ``python3 -m sglang.launch_server`` and the arguments.
+
+        Exactly what follows the image in ``docker run IMAGE python3 -m sglang.launch_server
+        ...``; it relies on no ENTRYPOINT in the image.
+        """
+        return [*self.command, *self.launch_args(port)]
 
 
 def _flag_int(args: Sequence[str], names: Sequence[str], default: int) -> int:
@@ -364,9 +394,18 @@ def _parse_checks(ch: _Table, path: Path) -> Checks:
     for i, f in enumerate(lg.get("forbidden", "tables", [])):
         ft = _Table(f, path, f"checks.logs.forbidden[{i}]")
         fp = ForbiddenPattern(
-            ft.get("name", "str"), ft.get("pattern", "str"), ft.get("why", "str", "")
+            ft.get("name", "str"),
+            ft.get("pattern", "str"),
+            ft.get("why", "str", ""),
+            ft.get("severity", "str", "fail"),
         )
         ft.done()
+        if fp.severity not in SEVERITIES:
+            raise ConfigError(
+                f'{path}: \'checks.logs.forbidden[{i}].severity\' must be "fail" or "warn", '
+                f"not {fp.severity!r}",
+                f"fix checks.logs.forbidden[{i}].severity ({fp.name}) in {path}",
+            )
         try:
             re.compile(fp.pattern)
         except re.error as exc:
@@ -436,10 +475,17 @@ class SmokeReport:
     reason: str = ""
     started_at: str = ""
     duration_s: float = 0.0
+    warnings: tuple[LogMatch, ...] = ()
+    run_id: str = ""
 
     @property
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if not c.passed and not c.skipped]
+
+    @property
+    def warning_count(self) -> int:
+        """Log lines that matched a ``warn`` pattern (each line counted)."""
+        return sum(w.count for w in self.warnings)
 
 
 # --------------------------------------------------------------------------- preflight
@@ -819,22 +865,38 @@ def accept_length_from_server_info(info: Mapping[str, Any]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def scan_log(path: Path, patterns: Sequence[ForbiddenPattern], limit: int = 5) -> list[str]:
-    """Lines of the log matching a forbidden pattern (``name: line N: text``), at most ``limit``."""
+def scan_log(path: Path, patterns: Sequence[ForbiddenPattern]) -> list[LogMatch]:
+    """One :class:`LogMatch` per pattern that matched any line of the log, in pattern order."""
     compiled = [(p, re.compile(p.pattern)) for p in patterns]
-    hits: list[str] = []
+    first: dict[str, tuple[int, str]] = {}
+    counts: dict[str, int] = {}
     try:
         fh = open(path, encoding="utf-8", errors="replace")
     except OSError:
-        return hits
+        return []
     with fh:
         for n, line in enumerate(fh, 1):
             for p, rx in compiled:
                 if rx.search(line):
-                    hits.append(f"{p.name}: line {n}: {line.strip()[:200]}")
-                    if len(hits) >= limit:
-                        return hits
-    return hits
+                    counts[p.name] = counts.get(p.name, 0) + 1
+                    first.setdefault(p.name, (n, line.strip()[:200]))
+    return [
+        LogMatch(p.name, p.severity, counts[p.name], *first[p.name], why=p.why)
+        for p, _ in compiled
+        if p.name in counts
+    ]
+
+
+def logs_check(matches: Sequence[LogMatch], patterns: int) -> Check:
+    """The ``logs`` check: fails on any ``fail`` match; ``warn`` matches are only counted."""
+    fails = [m for m in matches if m.severity == "fail"]
+    warns = [m for m in matches if m.severity == "warn"]
+    detail = "; ".join(m.describe() for m in fails[:5]) or f"{patterns} patterns"
+    if warns:
+        detail += f"; {sum(w.count for w in warns)} warning line(s): " + ", ".join(
+            f"{w.name} x{w.count}" for w in warns
+        )
+    return Check("logs", not fails, sum(m.count for m in fails), 0, detail)
 
 
 def _timed(name: str, fn: Callable[[], Check]) -> Check:
@@ -973,7 +1035,10 @@ class _Session:
         ok = value is not None and value >= self.c.min_accept_length
         detail = f"avg_spec_accept_length from {source}"
         if value is None:
-            detail = f"no avg_spec_accept_length in {source} internal_states"
+            detail = (
+                f"no avg_spec_accept_length in {source} internal_states (sglang reports it "
+                "once --decode-log-interval decode batches, 40 by default, have run)"
+            )
         return Check(
             "spec-accept.server",
             ok,
@@ -999,6 +1064,27 @@ CHECK_ORDER = (
 
 def _stamp() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def new_report_dir(root: Path, scenario: str) -> tuple[Path, str]:
+    """A fresh ``build/smoke/<scenario>-<UTC stamp>-<run id>`` folder, and the run id.
+
+    The run id is random and the folder is created exclusively, so two runs of one scenario in
+    the same second never share (or overwrite) a report folder.
+    """
+    parent = work_dir(root, "smoke")
+    for _ in range(100):
+        run_id = uuid.uuid4().hex[:8]
+        folder = parent / f"{scenario}-{_stamp()}-{run_id}"
+        try:
+            folder.mkdir(exist_ok=False)
+        except FileExistsError:
+            continue
+        return folder, run_id
+    raise SmokeError(
+        f"{parent}: could not create a new report folder for {scenario}",
+        "pass --log-dir DIR",
+    )
 
 
 def run_smoke(
@@ -1032,10 +1118,11 @@ def run_smoke(
     port = port or scenario.port
     timeout = float(load_timeout if load_timeout is not None else scenario.load_timeout)
     model_path = Path(model).resolve() if model else scenario.model_path
-    report_dir = (
-        Path(log_dir) if log_dir else work_dir(root, "smoke", f"{scenario.name}-{_stamp()}")
-    )
-    report_dir.mkdir(parents=True, exist_ok=True)
+    if log_dir:
+        report_dir, run_id = Path(log_dir), uuid.uuid4().hex[:8]
+        report_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        report_dir, run_id = new_report_dir(root, scenario.name)
     log_path = report_dir / "server.log"
 
     reaped = containers.reap_orphans("smoke")
@@ -1068,6 +1155,7 @@ def run_smoke(
         scenario_path=scenario.path,
         report_dir=report_dir,
         started_at=started_at,
+        run_id=run_id,
     )
 
     def finish(**kw: Any) -> SmokeReport:
@@ -1077,6 +1165,8 @@ def run_smoke(
         passed = not cannot and all(c.passed for c in all_checks)
         verdict = "cannot-run" if cannot else ("passed" if passed else "failed")
         fig = {**figures, **kw.pop("figures", {})}
+        if kw.get("warnings"):
+            fig["log_warnings"] = sum(w.count for w in kw["warnings"])
         crash_at = kw.pop("crash_at", None)
         if crash_at is not None:
             fig["exit_to_verdict_s"] = round(time.time() - crash_at, 3)
@@ -1107,6 +1197,7 @@ def run_smoke(
         env={**scenario.container.env, **dict(env or {})},
     )
     session = _Session(scenario, port)
+    warnings: tuple[LogMatch, ...] = ()
     exit_code: int | None = None
     tail: tuple[str, ...] = ()
     crash_at: float | None = None
@@ -1114,10 +1205,12 @@ def run_smoke(
     live: list[Check] = []
     say(f"starting {image} ({scenario.name}) on 127.0.0.1:{port}; log: {log_path}")
     try:
+        # The launch command is the container's command, with any image ENTRYPOINT cleared:
+        # release images have none (CMD ["/bin/bash"]), and a drop-in image must not need one.
         with containers.running(
             image,
-            entrypoint=scenario.command,
-            command=scenario.launch_args(port),
+            entrypoint=(),
+            command=scenario.container_command(port),
             profile=profile,
             log_path=log_path,
             labels={"io.sglforge.smoke": scenario.name, **dict(labels or {})},
@@ -1172,16 +1265,9 @@ def run_smoke(
             if not all(c.passed for c in live):
                 tail = tuple(box.tail(LOG_TAIL_LINES))
         # The container is gone: the log stream has reached its end, scan all of it.
-        hits = scan_log(log_path, scenario.checks.forbidden)
-        live.append(
-            Check(
-                "logs",
-                not hits,
-                len(hits),
-                0,
-                "; ".join(hits) if hits else f"{len(scenario.checks.forbidden)} patterns",
-            )
-        )
+        matches = scan_log(log_path, scenario.checks.forbidden)
+        warnings = tuple(m for m in matches if m.severity == "warn")
+        live.append(logs_check(matches, len(scenario.checks.forbidden)))
         if not reason and not all(c.passed for c in live):
             reason = "failed: " + ", ".join(c.name for c in live if not c.passed)
         if not all(c.passed for c in live) and not tail:
@@ -1212,6 +1298,7 @@ def run_smoke(
         log_tail=tail,
         reason=reason,
         crash_at=crash_at,
+        warnings=warnings,
     )
 
 
@@ -1271,6 +1358,7 @@ def report_dict(report: SmokeReport) -> dict[str, Any]:
             continue
         out[k] = str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v)
     out["figures"] = dict(report.figures)
+    out["warning_count"] = report.warning_count
     return out
 
 
@@ -1312,6 +1400,8 @@ def junit_xml(report: SmokeReport) -> str:
         "scenario": report.scenario,
         "verdict": report.verdict,
         "exit_code": report.exit_code,
+        "run_id": report.run_id or None,
+        "warnings": report.warning_count,
     }
     for k, v in {**base_props, **{f"figure.{k}": v for k, v in report.figures.items()}}.items():
         if v is not None:
@@ -1327,6 +1417,11 @@ def junit_xml(report: SmokeReport) -> str:
         cprops = ET.SubElement(case, "properties")
         ET.SubElement(cprops, "property", name="value", value=_fmt(c.value))
         ET.SubElement(cprops, "property", name="threshold", value=_fmt(c.threshold))
+        if c.name == "logs" and report.warnings:
+            # JUnit has no warning outcome: a passing case with a count and the lines.
+            ET.SubElement(cprops, "property", name="warnings", value=str(report.warning_count))
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join(_warning_lines(report))
         if c.skipped:
             ET.SubElement(case, "skipped", message=c.detail or "not run")
         elif not c.passed:
@@ -1343,9 +1438,15 @@ def junit_xml(report: SmokeReport) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def _warning_lines(report: SmokeReport) -> list[str]:
+    return [f"WARNING {w.describe()}" + (f" -- {w.why}" if w.why else "") for w in report.warnings]
+
+
 def markdown(report: SmokeReport) -> str:
     """A markdown summary (for ``$GITHUB_STEP_SUMMARY``)."""
     icon = {"passed": "PASSED", "failed": "FAILED", "cannot-run": "CANNOT RUN"}[report.verdict]
+    if report.warnings:
+        icon += f" with {report.warning_count} warning line(s)"
     lines = [
         f"### sglforge smoke `{report.scenario}`: {icon}",
         "",
@@ -1360,6 +1461,11 @@ def markdown(report: SmokeReport) -> str:
     for r in rows:
         cells = [x.replace("|", "\\|") for x in r]
         lines.append("| " + " | ".join(cells) + " |")
+    if report.warnings:
+        lines += ["", "| warning | lines | first | why |", "|---|---|---|---|"]
+        for w in report.warnings:
+            cells = [w.name, str(w.count), f"line {w.first_line}: `{w.text[:120]}`", w.why]
+            lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     if report.figures:
         lines += ["", "| figure | value |", "|---|---|"]
         lines += [f"| {k} | {_fmt(v)} |" for k, v in report.figures.items()]
@@ -1391,17 +1497,22 @@ def write_junit(report: SmokeReport, path: Path) -> None:
 
 __all__ = [
     "Check",
+    "ForbiddenPattern",
     "GpuInventory",
+    "LogMatch",
     "Scenario",
     "SmokeReport",
     "append_step_summary",
     "detect_gpus",
     "junit_xml",
     "load_scenario",
+    "logs_check",
     "markdown",
+    "new_report_dir",
     "preflight",
     "report_dict",
     "run_smoke",
+    "scan_log",
     "table_rows",
     "write_junit",
 ]

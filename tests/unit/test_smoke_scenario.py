@@ -6,6 +6,8 @@ import json
 import re
 import tomllib
 import xml.etree.ElementTree as ET
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,10 +16,11 @@ from click.testing import CliRunner
 from sglforge import smoke
 from sglforge.cli import main
 from sglforge.engine import containers
-from sglforge.errors import ConfigError
+from sglforge.errors import ConfigError, SmokeError
 
 ROOT = Path(__file__).resolve().parents[2]
 GLM = ROOT / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
+GLM_MI300X = ROOT / "smoke" / "glm5-fp8-mtp-mi300x.toml"
 CPU = ROOT / "smoke" / "standin-cpu.toml"
 
 
@@ -61,27 +64,110 @@ def test_the_mission_scenario_launches_glm5_with_mtp_5_1_6_on_tp8() -> None:
     assert c.security_opt == ("seccomp=unconfined",) and c.cap_add == ("SYS_PTRACE",)
     assert c.shm_size and c.nofile and c.nofile >= 65536
     assert s.checks.min_accept_length == 2.5
-    names = {p.name for p in s.checks.forbidden}
-    assert {"python-traceback", "jit-compile-failure", "flydsl-heuristic-fallback"} <= names
-
-
-def test_mission_log_patterns_catch_the_known_failures() -> None:
-    s = smoke.load_scenario(GLM)
-    lines = {
-        "python-traceback": "Traceback (most recent call last):",
-        "jit-compile-failure": "fused_metadata_copy.cuh:3:10: fatal error: 'cuda_runtime.h' "
-        "file not found",
-        "aiter-moe-default": "[aiter] [fused_moe] using 2stage default for ('gfx950', 256, 1)",
-        "flydsl-heuristic-fallback": "[fused_moe] no tuned FlyDSL config for (...), using "
-        "heuristic FlyDSL fallback (kn1='x')",
-        "shape-mismatch": "RuntimeError: shape mismatch loading model.decoder.mlp",
-        "hip-no-binary": "hipErrorNoBinaryForGpu: Unable to find code object",
+    severity = {p.name: p.severity for p in s.checks.forbidden}
+    assert severity == {
+        "python-traceback": "fail",
+        "weight-shape-assert": "fail",
+        "bare-assertion-error": "fail",
+        "tensor-size-mismatch": "fail",
+        "jit-compile-failure": "fail",
+        "fused-metadata-copy-fallback": "fail",
+        "hip-invalid-device-function": "fail",
+        "hip-no-binary": "fail",
+        "aiter-moe-default": "warn",
+        "flydsl-heuristic-fallback": "warn",
     }
-    by_name = {p.name: re.compile(p.pattern) for p in s.checks.forbidden}
-    for name, line in lines.items():
-        assert by_name[name].search(line), name
-    healthy = "[aiter] [fused_moe] using 2stage (kernelName1='a', kernelName2='b') for (...)"
-    assert not any(rx.search(healthy) for rx in by_name.values())
+    assert s.container_command(30555)[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert s.container_command(30555)[3:] == s.launch_args(30555)
+
+
+# Real lines, as the software cited in the scenario files prints them (values made up).
+REAL_LINES = {
+    "python-traceback": [
+        "[2026-11-30 06:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+    ],
+    "weight-shape-assert": [
+        "AssertionError: param.shape=torch.Size([6144, 1536]) param.dtype=torch.uint8 "
+        "loaded_weight.shape=torch.Size([6144, 3072]) loaded_weight.dtype=torch.bfloat16",
+        "AssertionError: param_data.shape=torch.Size([2048, 3072]) != "
+        "loaded_weight.shape=torch.Size([2048, 6144])",
+        "AssertionError: param_data.shape=torch.Size([4096, 3072]) "
+        "loaded_weight.shape=torch.Size([4096, 6144])",
+        "AssertionError: target.shape=torch.Size([2048]), loaded_weight.shape=torch.Size([4096])",
+        "AssertionError: Attempted to load weight (torch.Size([4096])) into parameter "
+        "(torch.Size([2048]))",
+    ],
+    "bare-assertion-error": ["AssertionError"],
+    "tensor-size-mismatch": [
+        "RuntimeError: The size of tensor a (6144) must match the size of tensor b (3072) at "
+        "non-singleton dimension 1"
+    ],
+    "jit-compile-failure": [
+        "RuntimeError: ninja exited with status 1",
+        "ninja: build stopped: subcommand failed.",
+        "/sgl-workspace/sglang/python/sglang/jit_kernel/csrc/elementwise/"
+        "fused_metadata_copy.cuh:38:10: fatal error: 'cuda_runtime.h' file not found",
+    ],
+    "fused-metadata-copy-fallback": [
+        "[2026-11-30 06:00:00 TP0] Failed to compile JIT fused metadata copy kernel "
+        "(forward_mode=1, has_real_page_table=True, has_flashmla=False): boom",
+        "Warning: Multi-backend fused metadata copy kernel not available, falling back to loop.",
+        "Warning: Multi-backend fused metadata copy kernel failed with error: HIP error: "
+        "invalid argument, falling back to loop.",
+    ],
+    "hip-invalid-device-function": ["torch.AcceleratorError: HIP error: invalid device function"],
+    "hip-no-binary": [
+        ":1:hip_code_object.cpp      :456 : 1885938529 us: hipErrorNoBinaryForGpu: Unable to "
+        "find code object for all current devices!"
+    ],
+    "aiter-moe-default": [
+        "[aiter] [fused_moe] using 2stage default for (256, 1, 6144, 256, 256, 8, "
+        "'ActivationType.Silu', 'torch.bfloat16', 'torch.float4_e2m1fn_x2', "
+        "'torch.float4_e2m1fn_x2', 'QuantType.per_1x32', True, False) ",
+        "[aiter] [fused_moe] using 1stage default for (256, 1, 7168) ",
+    ],
+    "flydsl-heuristic-fallback": [
+        "[aiter] [fused_moe] no tuned FlyDSL config for ('gfx950', 256, 1), using heuristic "
+        "FlyDSL fallback (kn1='flydsl_moe1_afp4_wfp4_bf16', kn2='flydsl_moe2_afp4_wfp4_bf16')"
+    ],
+}
+HEALTHY_LINES = [
+    "[aiter] [fused_moe] using 2stage (kernelName1='a', kernelName2='b') for (256, 1, 6144) ",
+    "[2026-11-30 06:00:00 TP0] Load weight end. elapsed=41.20 s, type=GlmMoeDsaForCausalLM",
+    "[2026-11-30 06:00:00] The server is fired up and ready to roll!",
+    "[2026-11-30 06:00:00 TP0] Decode batch, #running-req: 1, accept len: 3.40, accept rate: 0.48",
+    "    assert param_data.shape == loaded_weight.shape",
+]
+
+
+@pytest.mark.parametrize("scenario", [GLM, GLM_MI300X, CPU], ids=lambda p: p.stem)
+def test_each_log_pattern_matches_real_lines_bare_and_prefixed(scenario: Path) -> None:
+    """Every pattern catches its real lines, also behind the stand-in's ``[STAND-IN]`` label."""
+    patterns = {
+        p.name: re.compile(p.pattern) for p in smoke.load_scenario(scenario).checks.forbidden
+    }
+    assert set(patterns) == set(REAL_LINES)
+    for name, lines in REAL_LINES.items():
+        for line in lines:
+            for shown in (line, f"[STAND-IN] {line}"):
+                hit = {n for n, rx in patterns.items() if rx.search(shown)}
+                assert name in hit, (name, shown)
+    for line in HEALTHY_LINES:
+        assert not [n for n, rx in patterns.items() if rx.search(line)], line
+
+
+def test_log_patterns_match_what_the_standin_prints() -> None:
+    from standin import server
+
+    patterns = {p.name: re.compile(p.pattern) for p in smoke.load_scenario(GLM).checks.forbidden}
+
+    def names(line: str) -> set[str]:
+        return {n for n, rx in patterns.items() if rx.search(f"[STAND-IN] {line}")}
+
+    moe_default, flydsl = server.AITER_UNTUNED_LINES
+    assert names(moe_default) == {"aiter-moe-default"}
+    assert names(flydsl) == {"flydsl-heuristic-fallback"}
+    assert names(server.METADATA_FALLBACK_LINE) == {"fused-metadata-copy-fallback"}
 
 
 def test_cpu_scenario_needs_no_devices_and_resolves_the_model_next_to_the_file() -> None:
@@ -102,10 +188,9 @@ def test_cpu_scenario_needs_no_devices_and_resolves_the_model_next_to_the_file()
         ),
         (
             lambda t: t.replace(
-                'why = "an exception somewhere in the server"',
-                "why = \"an exception somewhere in the server\"\nseverity = 'low'",
+                'name = "python-traceback"', 'name = "python-traceback"\nlevel = "warn"'
             ),
-            "checks.logs.forbidden[0].severity",
+            "checks.logs.forbidden[0].level",
         ),
     ],
 )
@@ -133,7 +218,17 @@ def test_unknown_keys_are_rejected_naming_key_and_file(tmp_path: Path, edit, key
             "pattern = 'Traceback ('",
             "not a valid regular expression",
         ),
-        ("max_new_tokens = 64", "max_new_tokens = 4", "at least 8"),
+        ("max_new_tokens = 256", "max_new_tokens = 4", "at least 8"),
+        (
+            'severity = "warn"',
+            'severity = "info"',
+            "'checks.logs.forbidden[8].severity' must be \"fail\" or \"warn\", not 'info'",
+        ),
+        (
+            'severity = "warn"',
+            "severity = 2",
+            "'checks.logs.forbidden[8].severity' must be a string",
+        ),
     ],
 )
 def test_bad_values_are_rejected(tmp_path: Path, old: str, new: str, needle: str) -> None:
@@ -330,13 +425,51 @@ def test_accept_length_from_server_info() -> None:
     assert smoke.accept_length_from_server_info({"avg_spec_accept_length": 2.0}) == 2.0
 
 
-def test_scan_log_finds_forbidden_lines(tmp_path: Path) -> None:
+def test_scan_log_counts_each_pattern_with_its_severity(tmp_path: Path) -> None:
     s = smoke.load_scenario(GLM)
     log = tmp_path / "server.log"
-    log.write_text("ok\n[aiter] [fused_moe] using 1stage default for (1,)\nfine\n")
-    hits = smoke.scan_log(log, s.checks.forbidden)
-    assert hits == ["aiter-moe-default: line 2: [aiter] [fused_moe] using 1stage default for (1,)"]
+    moe = "[aiter] [fused_moe] using 1stage default for (1,) "
+    log.write_text(f"ok\n{moe}\nfine\n{moe}\n{moe}\n")
+    (match,) = smoke.scan_log(log, s.checks.forbidden)
+    assert match == smoke.LogMatch("aiter-moe-default", "warn", 3, 2, moe.strip(), why=match.why)
+    check = smoke.logs_check([match], len(s.checks.forbidden))
+    assert check.passed and check.value == 0
+    assert "3 warning line(s): aiter-moe-default x3" in check.detail
+    log.write_text(f"{moe}\nAssertionError\n")
+    matches = smoke.scan_log(log, s.checks.forbidden)
+    assert [(m.name, m.severity) for m in matches] == [
+        ("bare-assertion-error", "fail"),
+        ("aiter-moe-default", "warn"),
+    ]
+    check = smoke.logs_check(matches, 10)
+    assert not check.passed and check.value == 1
+    assert check.detail.startswith("bare-assertion-error: line 2: AssertionError")
     assert smoke.scan_log(tmp_path / "missing.log", s.checks.forbidden) == []
+
+
+def test_severity_defaults_to_fail(tmp_path: Path) -> None:
+    text = cpu_text().replace('severity = "warn"\n', "")
+    s = smoke.load_scenario(write(tmp_path, text))
+    assert {p.severity for p in s.checks.forbidden} == {"fail"}
+
+
+def test_report_folders_are_unique_within_one_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(smoke, "_stamp", lambda: "20261130T060000Z")
+    first, id1 = smoke.new_report_dir(tmp_path, "standin-cpu")
+    second, id2 = smoke.new_report_dir(tmp_path, "standin-cpu")
+    assert first != second and id1 != id2 and first.is_dir() and second.is_dir()
+    assert first.name == f"standin-cpu-20261130T060000Z-{id1}"
+    # Should two runs ever draw the same id, the second one draws again rather than share.
+    ids = iter(["a" * 32, "a" * 32, "b" * 32, *["c" * 32] * 200])
+    monkeypatch.setattr(smoke.uuid, "uuid4", lambda: type("U", (), {"hex": next(ids)})())
+    third, _ = smoke.new_report_dir(tmp_path, "standin-cpu")
+    fourth, id4 = smoke.new_report_dir(tmp_path, "standin-cpu")
+    assert third != fourth and id4 == "b" * 8
+    with pytest.raises(SmokeError):  # never loops for ever: all ids taken -> an error
+        for _ in range(3):
+            smoke.new_report_dir(tmp_path, "standin-cpu")
 
 
 # --------------------------------------------------------------------------- reports
@@ -460,3 +593,192 @@ def test_scenarios_are_valid_toml_with_a_header_comment() -> None:
     for path in (GLM, CPU):
         assert path.read_text().startswith("#")
         tomllib.loads(path.read_text())
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def warned_report(tmp_path: Path) -> smoke.SmokeReport:
+    matches = (
+        smoke.LogMatch(
+            "aiter-moe-default",
+            "warn",
+            12,
+            40,
+            "[aiter] [fused_moe] using 2stage default for (256, 1)",
+            why="no tuned MoE config",
+        ),
+        smoke.LogMatch("flydsl-heuristic-fallback", "warn", 3, 41, "[aiter] no tuned FlyDSL"),
+    )
+    report = sample_report(tmp_path)
+    return smoke.SmokeReport(
+        **{
+            **{f: getattr(report, f) for f in report.__dataclass_fields__},
+            "passed": True,
+            "verdict": "passed",
+            "reason": "",
+            "checks": (
+                smoke.Check("ready", True, 12.5, 3600.0),
+                smoke.logs_check(matches, 10),
+            ),
+            "warnings": matches,
+            "figures": {"log_warnings": 15},
+            "run_id": "0123abcd",
+        }
+    )
+
+
+def test_warnings_show_in_json_junit_and_markdown_without_failing(tmp_path: Path) -> None:
+    report = warned_report(tmp_path)
+    assert report.passed and report.warning_count == 15 and not report.failed_checks
+    data = json.loads(json.dumps(smoke.report_dict(report)))
+    assert data["warning_count"] == 15 and data["run_id"] == "0123abcd"
+    assert [w["name"] for w in data["warnings"]] == [
+        "aiter-moe-default",
+        "flydsl-heuristic-fallback",
+    ]
+    root = ET.fromstring(smoke.junit_xml(report).split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("failures") == "0"
+    props = {p.get("name"): p.get("value") for p in suite.find("properties") or []}
+    assert props["warnings"] == "15" and props["run_id"] == "0123abcd"
+    (logs,) = [c for c in suite.findall("testcase") if c.get("name") == "logs"]
+    assert logs.find("failure") is None
+    assert {p.get("name"): p.get("value") for p in logs.find("properties") or []}[
+        "warnings"
+    ] == "15"
+    out = logs.findtext("system-out") or ""
+    assert "WARNING aiter-moe-default: line 40:" in out and "(+11 more)" in out
+    md = smoke.markdown(report)
+    assert "PASSED with 15 warning line(s)" in md
+    assert "| aiter-moe-default | 12 | line 40:" in md
+    headers, rows = smoke.table_rows(report)
+    (logs_row,) = [r for r in rows if r[0] == "logs"]
+    assert logs_row[1] == "ok" and "15 warning line(s)" in logs_row[4]
+
+
+# --------------------------------------------------------------------------- the docs
+
+
+def _schema_keys() -> set[str]:
+    """Every key the scenario loader reads (recorded while it loads the CPU scenario)."""
+    keys: set[str] = set()
+    original = smoke._Table.get
+
+    def recording(self, key, kind, default=smoke._REQUIRED):  # type: ignore[no-untyped-def]
+        where = re.sub(r"\[\d+\]", "", self.where)
+        keys.add(f"{where}.{key}" if where else key)
+        return original(self, key, kind, default)
+
+    smoke._Table.get = recording  # type: ignore[method-assign]
+    try:
+        smoke.load_scenario(CPU)
+    finally:
+        smoke._Table.get = original  # type: ignore[method-assign]
+    return keys
+
+
+def test_readme_smoke_section_documents_every_scenario_key() -> None:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Smoke scenarios")
+    section = text[start : text.index("\n## ", start + 1)]
+    keys = _schema_keys()
+    assert "checks.logs.forbidden.severity" in keys and "launch.command" in keys
+    tables = {k for k in keys if any(o.startswith(k + ".") for o in keys)}
+    missing = sorted(k for k in keys - tables if f"`{k.rsplit('.', 1)[-1]}`" not in section)
+    assert not missing, f"README's smoke section does not document {missing}"
+    for table in {k.rsplit(".", 1)[0] for k in keys if "." in k}:
+        leaf = table.rsplit(".", 1)[-1]
+        assert any(f in section for f in (f"[{table}]", f"[[{table}]]", f"`{leaf}`")), table
+    assert "python3 -m sglang.launch_server" in section and "ENTRYPOINT" in section
+    assert '"warn"' in section and '"fail"' in section
+
+
+# --------------------------------------------------------------------------- the real release
+
+
+@pytest.fixture(scope="module")
+def real() -> Callable[[str], list[str]]:
+    """``real(path)``: the lines of a file of the released sglang 0.5.14 wheel, from PyPI."""
+    from sglang_release import pypi_cache, release_history
+
+    release_history("==0.5.14")
+    (wheel,) = (pypi_cache() / "pypi-sglang" / "wheels").glob("sglang-0.5.14-*.whl")
+    archive = zipfile.ZipFile(wheel)
+    return lambda path: archive.read(f"sglang/{path}").decode().splitlines()
+
+
+class _Shape:
+    """Prints like a ``torch.Size``."""
+
+    def __init__(self, *dims: int) -> None:
+        self.dims = dims
+
+    def __repr__(self) -> str:
+        return f"torch.Size({list(self.dims)})"
+
+
+class _Tensor:
+    def __init__(self, *dims: int, dtype: str) -> None:
+        self.shape = _Shape(*dims)
+        self.dtype = dtype
+
+    def size(self) -> _Shape:
+        return self.shape
+
+
+# (file, line, needle): the cited line of the real source, and what it must still say.
+CITED = [
+    ("srt/layers/linear.py", 274, 'f"{param.shape=} {param.dtype=} {loaded_weight.shape=}'),
+    ("srt/layers/linear.py", 436, "!= loaded_weight.shape={loaded_weight.shape}"),
+    ("srt/layers/linear.py", 724, "assert param_data.shape == loaded_weight.shape"),
+    ("srt/layers/linear.py", 1335, 'f"{param_data.shape=} {loaded_weight.shape=}"'),
+    ("srt/layers/parameter.py", 59, 'f"{target.shape=}, {loaded_weight.shape=}"'),
+    ("srt/model_loader/weight_utils.py", 1313, 'f"Attempted to load weight ({loaded_weight'),
+    ("srt/managers/scheduler.py", 4231, 'logger.error(f"Scheduler hit an exception: {traceback}")'),
+    ("jit_kernel/fused_metadata_copy.py", 54, "Failed to compile JIT fused metadata copy kernel"),
+    ("jit_kernel/csrc/elementwise/fused_metadata_copy.cuh", 38, "#include <cuda_runtime.h>"),
+    (
+        "srt/layers/attention/dsa_backend.py",
+        2723,
+        "Multi-backend fused metadata copy kernel not available, falling back to loop.",
+    ),
+    ("srt/layers/attention/dsa_backend.py", 2727, "kernel failed with error: {e}, falling back"),
+]
+
+
+@pytest.mark.pypi
+@pytest.mark.parametrize(("path", "line", "needle"), CITED, ids=lambda v: str(v)[:40])
+def test_cited_release_lines_say_what_the_scenarios_claim(real, path, line, needle) -> None:
+    assert needle in real(path)[line - 1], f"sglang 0.5.14 {path}:{line} changed"
+
+
+@pytest.mark.pypi
+@pytest.mark.parametrize(
+    ("path", "line"),
+    [
+        ("srt/layers/linear.py", 274),
+        ("srt/layers/linear.py", 436),
+        ("srt/layers/linear.py", 1335),
+        ("srt/layers/parameter.py", 59),
+        ("srt/layers/attention/dsa_backend.py", 2727),
+    ],
+)
+def test_patterns_catch_the_release_messages_rendered(real, path: str, line: int) -> None:
+    """Render the release's own f-string with made-up tensors; the scenario must catch it."""
+    source = real(path)[line - 1]
+    literal = re.search(r'\bf"(?:[^"\\]|\\.)*"', source)
+    assert literal, source
+    values = {
+        "param": _Tensor(6144, 1536, dtype="torch.uint8"),
+        "param_data": _Tensor(2048, 3072, dtype="torch.uint8"),
+        "target": _Tensor(2048, dtype="torch.float32"),
+        "loaded_weight": _Tensor(2048, 6144, dtype="torch.bfloat16"),
+        "e": "HIP error: invalid argument",
+    }
+    message = eval(literal.group(0), {}, values)  # noqa: S307 - the release's own literal
+    kind = "Warning" if message.startswith("Warning") else "AssertionError"
+    rendered = message if kind == "Warning" else f"AssertionError: {message}"
+    patterns = smoke.load_scenario(GLM).checks.forbidden
+    hits = {p.name for p in patterns if re.search(p.pattern, rendered) and p.severity == "fail"}
+    assert hits, rendered

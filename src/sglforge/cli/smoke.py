@@ -99,12 +99,17 @@ def smoke_cmd(
         click.echo(table(headers, rows))
         if report.figures:
             click.echo("figures: " + ", ".join(f"{k}={v}" for k, v in report.figures.items()))
+        for w in report.warnings:
+            click.echo(f"warning: {w.describe()}" + (f" ({w.why})" if w.why else ""))
         if report.log_tail:
             click.echo(f"last {len(report.log_tail)} log lines:", err=True)
             for line in report.log_tail:
                 click.echo(f"  | {line}", err=True)
         verdict = {"passed": "PASSED", "failed": "FAILED", "cannot-run": "CANNOT RUN HERE"}
-        click.echo(f"{verdict[report.verdict]}" + (f": {report.reason}" if report.reason else ""))
+        shown = verdict[report.verdict]
+        if report.warnings:
+            shown += f" with {report.warning_count} warning line(s)"
+        click.echo(shown + (f": {report.reason}" if report.reason else ""))
         if report.log_path:
             click.echo(f"server log: {report.log_path}")
         click.echo(f"reports: {report.report_dir}")
