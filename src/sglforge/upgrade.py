@@ -303,7 +303,7 @@ def _prove_target(
     from sglforge.build import build_image
 
     version = str(ref_version(new_ref) or new_ref.lstrip("v"))
-    base = base_image.format(version=version) if base_image else None
+    base = base_image.format(version=version, date="{date}") if base_image else None
     try:
         t = time.monotonic()
         say(f"{target}: building for {new_ref}")
