@@ -1,8 +1,10 @@
 """Benchmark: the size of the overlay layer `sglforge build` adds, and a no-op rebuild's time.
 
-On the stand-in base (a TEST DOUBLE of an sglang release image, tests/standin/base.py)
-holding a synthetic upstream tree, with the synthetic queue of tests/helpers_build.py
-(a python fix, a new file, a JIT-kernel header fix, a deleted file):
+On the replica of the sglang 0.5.14 ROCm release image (a TEST DOUBLE built from the released
+wheel with upstream's install, tests/standin/base.py), with this project's real queue applied
+to the released code (``--upstream pypi:sglang``); ``--synthetic`` uses the synthetic upstream
+and queue of tests/helpers_build.py instead (a python fix, a new file, a JIT-kernel header
+fix, a deleted file) on the replica plus that tree:
 
 - bytes added by the overlay (history sizes above the base) over the bytes of the changed
   files. Goal: at most 1.05x + 64 KiB.
@@ -11,7 +13,7 @@ holding a synthetic upstream tree, with the synthetic queue of tests/helpers_bui
 - seconds for a rebuild with the same inputs (in-process ``build_image`` and the whole
   ``sglforge build`` command). Goal: under 2 s.
 
-    python bench/bench_build.py [--models 400] [--runs 5]
+    python bench/bench_build.py [--synthetic [--models 400]] [--runs 5]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers_build import STANDIN_OWNED, make_build_project  # noqa: E402
+from real_project import copy_real_project  # noqa: E402
 from sglforge.build import build_image  # noqa: E402
 from sglforge.engine import client  # noqa: E402
 from sglforge.engine import images as eng  # noqa: E402
@@ -92,27 +95,41 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=int, default=400, help="synthetic modules in python/")
     ap.add_argument("--runs", type=int, default=5, help="no-op rebuilds to time")
+    ap.add_argument("--synthetic", action="store_true", help="synthetic upstream and queue")
     args = ap.parse_args()
     os.environ["SGLFORGE_OFFLINE"] = "1"  # stand-in names would resolve to Docker Hub
     c = client()
     built: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
         repo = f"sglforge-bench/sglang-{os.getpid()}"
-        project = make_build_project(
-            Path(tmp),
-            base_template=f"{BENCH_REPO}:v{{version}}-{{rocm}}-mi35x",
-            n_models=args.models,
-            repository=repo,
-        )
-        files = {k: v.encode() for k, v in project.files.items() if k not in STANDIN_OWNED}
         t0 = time.monotonic()
-        base = ensure_sglang_base(
-            "0.5.14", tag=f"{BENCH_REPO}:v0.5.14-rocm700-mi35x", files=files, client=c
-        )
+        if args.synthetic:
+            project = make_build_project(
+                Path(tmp),
+                base_template=f"{BENCH_REPO}:v{{version}}-{{rocm}}-mi35x",
+                n_models=args.models,
+                repository=repo,
+            )
+            files = {k: v.encode() for k, v in project.files.items() if k not in STANDIN_OWNED}
+            base = ensure_sglang_base(
+                "0.5.14", tag=f"{BENCH_REPO}:v0.5.14-rocm700-mi35x", files=files, client=c
+            )
+            root, upstream, base_image = project.root, str(project.upstream), None
+        else:
+            root = copy_real_project(Path(tmp) / "project")
+            targets = root / "images" / "targets.toml"
+            targets.write_text(
+                targets.read_text().replace(
+                    'repository = "sglforge/sglang"', f'repository = "{repo}"'
+                )
+            )
+            base = base_image = ensure_sglang_base("0.5.14", client=c)
+            upstream = "pypi:sglang>=0.5.14,<=0.5.14"
         base_s = time.monotonic() - t0
+        kw = {"upstream": upstream, "labels": LABELS, "base_image": base_image}
         try:
             t0 = time.monotonic()
-            first = build_image(project.root, upstream=str(project.upstream), labels=LABELS)
+            first = build_image(root, **kw)
             first_s = time.monotonic() - t0
             built.append(first.image)
             changed = sum(f.size for f in first.plan.files)
@@ -124,7 +141,7 @@ def main() -> int:
             added, layers = layer_bytes(first.image, base)
             added_tar = layer_tar_bytes(first.image, base)
 
-            worktree = project.root / "build" / "worktrees" / "v0.5.14"
+            worktree = root / "build" / "worktrees" / "v0.5.14"
             tree = [p for p in (worktree / "python").rglob("*") if p.is_file()]
             python_bytes = sum(p.stat().st_size for p in tree)
             naive_tag = f"{repo}:naive"
@@ -133,7 +150,7 @@ def main() -> int:
                 base,
                 first.plan.workspace,
                 naive_tag,
-                project.root / "build" / "logs" / "naive.log",
+                root / "build" / "logs" / "naive.log",
             )
             built.append(naive_tag)
             naive_added, _ = layer_bytes(naive_tag, base)
@@ -142,7 +159,7 @@ def main() -> int:
             noop: list[float] = []
             for _ in range(args.runs):
                 t0 = time.monotonic()
-                again = build_image(project.root, upstream=str(project.upstream), labels=LABELS)
+                again = build_image(root, **kw)
                 noop.append(time.monotonic() - t0)
                 assert again.up_to_date and again.id == first.id, "rebuild was not a no-op"
             cli: list[float] = []
@@ -151,12 +168,14 @@ def main() -> int:
                 "-m",
                 "sglforge",
                 "--root",
-                str(project.root),
+                str(root),
                 "build",
                 "--upstream",
-                str(project.upstream),
+                upstream,
                 "--json",
             ]
+            if base_image:
+                cmd += ["--base-image", base_image]
             cmd += [a for k, v in LABELS.items() for a in ("--label", f"{k}={v}")]
             for _ in range(args.runs):
                 t0 = time.monotonic()
@@ -169,7 +188,7 @@ def main() -> int:
 
     goal = 1.05 * changed + 64 * KIB
     print(
-        f"stand-in base {base} ready in {base_s:.1f}s; upstream python/ tree "
+        f"replica base {base} ready in {base_s:.1f}s; upstream python/ tree "
         f"{python_bytes / KIB:.0f} KiB in {len(tree)} files"
     )
     print(
