@@ -552,7 +552,9 @@ class TestFaults:
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
         assert "Traceback" not in err, err
-        assert proc.returncode in (0, 130)
+        # 130: our handler; -SIGINT: the signal came before Python itself was up (a loaded
+        # machine), which the shell also reports as 130; 0: the command was already done
+        assert proc.returncode in (0, 130, -signal.SIGINT), err
 
     def test_leftover_private_indexes_of_a_dead_run_are_swept(self, project: Path) -> None:
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
