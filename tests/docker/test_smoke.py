@@ -1,12 +1,15 @@
 """``sglforge smoke`` through a real engine against the stand-in server (TEST DOUBLE) image.
 
-Every verdict goes through the real runner and a real container: pass, each failure kind, a
-crash reported within 2 s, a load timeout, "cannot run here", Ctrl-C and SIGTERM during
-loading (no container left behind), and an orphan of a SIGKILLed runner reaped by the next run.
+Every verdict goes through the real runner and a real container: pass, pass with warnings,
+each failure kind, a crash reported within 2 s, a load timeout, "cannot run here", Ctrl-C and
+SIGTERM during loading (no container left behind), and an orphan of a SIGKILLed runner reaped
+by the next run. The server is started as ``python3 -m sglang.launch_server ARGS`` as the
+container's command, on an image with no ENTRYPOINT (``CMD ["/bin/bash"]``) as upstream's.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
@@ -129,8 +132,11 @@ def test_passing_run_with_the_full_container_profile(
     config = seen["attrs"]["Config"]
     assert config["Labels"]["io.sglforge.managed"] == "1"
     assert config["Labels"]["io.sglforge.test"] == "1"
-    assert config["Entrypoint"] == ["python3", "-m", "sglang.launch_server"]
+    # `docker run IMAGE python3 -m sglang.launch_server ARGS`: the command, no entrypoint.
+    assert not config["Entrypoint"]
+    assert config["Cmd"][:3] == ["python3", "-m", "sglang.launch_server"]
     assert "--speculative-num-draft-tokens" in config["Cmd"]
+    assert report.warnings == () and "log_warnings" not in report.figures
 
 
 @pytest.mark.parametrize(
@@ -145,6 +151,7 @@ def test_passing_run_with_the_full_container_profile(
         ("low-accept", {}, {"spec-accept.requests", "spec-accept.server"}),
         ("slow", {"STANDIN_DECODE_TOK_S": "20"}, {"decode-speed"}),
         ("forbidden-log", {}, {"logs"}),
+        ("aiter-untuned,wrong", {}, {"arithmetic"}),
         ("crash-later", {}, {"serves", "stays-up", "logs"}),
     ],
 )
@@ -159,7 +166,42 @@ def test_each_failure_kind_fails_exactly_its_checks(
         assert any("illegal memory access" in line for line in report.log_tail)
     if fault == "forbidden-log":
         (logs,) = [c for c in report.checks if c.name == "logs"]
-        assert "aiter-moe-default" in logs.detail and "flydsl-heuristic-fallback" in logs.detail
+        assert logs.detail.startswith("fused-metadata-copy-fallback: line ")
+    if fault.startswith("aiter-untuned"):
+        assert {w.name for w in report.warnings} == {
+            "aiter-moe-default",
+            "flydsl-heuristic-fallback",
+        }
+
+
+def test_a_correct_image_printing_aiters_untuned_moe_lines_passes_with_warnings(
+    run: Run, tmp_path: Path
+) -> None:
+    report = run("aiter-untuned")
+    assert report.verdict == "passed" and report.passed, smoke.table_rows(report)
+    assert [(w.name, w.severity, w.count) for w in report.warnings] == [
+        ("aiter-moe-default", "warn", 1),
+        ("flydsl-heuristic-fallback", "warn", 1),
+    ]
+    assert report.warning_count == 2 and report.figures["log_warnings"] == 2
+    (logs,) = [c for c in report.checks if c.name == "logs"]
+    assert logs.passed and "2 warning line(s)" in logs.detail
+    assert "[fused_moe] no tuned FlyDSL config for" in report.warnings[1].text
+    assert "PASSED with 2 warning line(s)" in smoke.markdown(report)
+    assert 'name="warnings" value="2"' in smoke.junit_xml(report)
+    saved = json.loads((report.report_dir / "report.json").read_text())  # type: ignore[operator]
+    assert saved["passed"] is True and saved["warning_count"] == 2
+
+
+def test_given_real_lines_are_judged_by_their_severity(run: Run) -> None:
+    moe = "[aiter] [fused_moe] using 1stage default for (256, 16, 6144, 256, 256, 8) "
+    bad = "torch.AcceleratorError: HIP error: invalid device function"
+    warned = run(env={"STANDIN_LOG_LINES": f"{moe}\n{moe}"})
+    assert warned.passed and warned.warning_count == 2
+    failed_run = run(env={"STANDIN_LOG_LINES": f"{moe}\n{bad}"})
+    assert failed(failed_run) == {"logs"} and failed_run.warning_count == 1
+    (logs,) = [c for c in failed_run.checks if c.name == "logs"]
+    assert logs.detail.startswith("hip-invalid-device-function: line ")
 
 
 def test_old_servers_are_read_through_get_server_info(run: Run) -> None:
@@ -176,7 +218,10 @@ def test_crash_while_loading_is_reported_within_two_seconds(run: Run) -> None:
     assert failed(report) == {"ready", "logs"}
     assert report.exit_code == 1
     assert "exited with code 1" in report.reason
-    assert any("shape mismatch" in line for line in report.log_tail)
+    # The real failure's last line: the weight loader's bare assert (linear.py:724 in 0.5.14).
+    assert report.log_tail[-1].endswith("AssertionError")
+    (logs,) = [c for c in report.checks if c.name == "logs"]
+    assert "bare-assertion-error" in logs.detail and "python-traceback" in logs.detail
     assert 0 < len(report.log_tail) <= smoke.LOG_TAIL_LINES
     assert report.figures["exit_to_verdict_s"] < 2.0  # type: ignore[operator]
     # Nowhere near the 120 s load timeout.
@@ -231,6 +276,8 @@ def test_cli_json_junit_and_exit_codes(
             str(free_port()),
             "--junit",
             str(junit),
+            "--env",
+            "STANDIN_FAULT=aiter-untuned",
             "--log-dir",
             str(tmp_path / "ok"),
             *label_args(docker_labels),
@@ -242,11 +289,16 @@ def test_cli_json_junit_and_exit_codes(
     )
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
-    assert data["passed"] is True
+    assert data["passed"] is True and data["warning_count"] == 2
     assert all({"name", "passed", "value", "threshold"} <= set(c) for c in data["checks"])
-    cases = ET.parse(junit).getroot().findall("testsuite/testcase")
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "0"
+    cases = suite.findall("testcase")
     assert len(cases) == len(data["checks"])
-    assert "PASSED" in summary.read_text()
+    props = {p.get("name"): p.get("value") for p in suite.find("properties") or []}
+    assert props["warnings"] == "2"
+    text = summary.read_text()
+    assert "PASSED with 2 warning line(s)" in text and "| flydsl-heuristic-fallback | 1 |" in text
 
     bad = subprocess.run(
         sglforge(
@@ -371,4 +423,31 @@ def test_reports_default_to_build_smoke_under_the_root(
     assert report.report_dir is not None
     assert report.report_dir.parent == tmp_path / "build" / "smoke"
     assert report.report_dir.name.startswith("standin-cpu-")
+    assert report.report_dir.name.endswith(f"-{report.run_id}")
     assert json.loads((report.report_dir / "report.json").read_text())["verdict"] == "cannot-run"
+    # A second run in the same second gets its own folder: nothing is shared or overwritten.
+    again = smoke.run_smoke(tmp_path, standin_sglang_base, CPU, model=tmp_path / "absent")
+    assert again.report_dir != report.report_dir and again.run_id != report.run_id
+    assert (report.report_dir / "report.json").is_file()
+    assert (again.report_dir / "report.json").is_file()  # type: ignore[operator]
+
+
+def test_an_image_entrypoint_is_not_relied_on_nor_in_the_way(
+    run: Run,
+    standin_sglang_base: str,
+    docker_labels: dict[str, str],
+    docker_client: docker.DockerClient,
+) -> None:
+    base = docker_client.api.inspect_image(standin_sglang_base)["Config"]
+    # The replica keeps upstream's run contract: no entrypoint, a shell as the command.
+    assert not base["Entrypoint"] and base["Cmd"] == ["/bin/bash"]
+    tag = f"sglforge-test/entrypoint:{uuid.uuid4().hex[:8]}"
+    dockerfile = f'FROM {standin_sglang_base}\nENTRYPOINT ["/bin/false"]\n'
+    docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=docker_labels, rm=True
+    )
+    try:
+        report = run(image=tag)
+        assert report.passed, smoke.table_rows(report)
+    finally:
+        docker_client.images.remove(tag, force=True)
