@@ -58,12 +58,16 @@ def smoke_cmd(
     """Prove an image serves with speculative decoding: launch it, check it, remove it.
 
     Preflight (devices, GPU arch and count, model folder, free port) decides whether the run
-    can happen here; then the container starts, readiness is polled while the container is
+    can happen here; then the container runs `python3 -m sglang.launch_server ARGS` as its
+    command (no image ENTRYPOINT is relied on), readiness is polled while the container is
     watched (a crash is reported at once with its exit code and last log lines), and the
     scenario's checks run: output, arithmetic answers, speculative accept length, decode
-    speed, forbidden log lines. The container is removed whatever happens.
+    speed, log lines. A log pattern of severity "fail" fails the run; "warn" lines are
+    counted and listed (table, JSON, JUnit, step summary) without failing it. The container
+    is removed whatever happens; reports go to a new build/smoke/<scenario>-<time>-<run id>/.
 
-    Exit code 0 when every check passed, 1 when some failed, 7 when it cannot run here.
+    Exit code 0 when every check passed (warnings or not), 1 when some failed, 7 when it
+    cannot run here.
 
     \b
     Examples:
