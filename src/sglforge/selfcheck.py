@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from sglforge.errors import BuildError
 
@@ -152,10 +153,10 @@ def expectations(
     return out
 
 
-def findings(expected: Sequence[Expectation], answer: Mapping[str, object]) -> list[Finding]:
+def findings(expected: Sequence[Expectation], answer: Mapping[str, Any]) -> list[Finding]:
     """What is wrong in one run's answer (``SGLFORGE-SELFCHECK`` JSON), per file."""
     cwd = str(answer.get("cwd", "?"))
-    got = {r["path"]: r for r in answer.get("results", [])}  # type: ignore[union-attr]
+    got: dict[str, dict[str, Any]] = {r["path"]: r for r in answer.get("results", [])}
     out: list[Finding] = []
     for e in expected:
         r = got.get(e.path, {})

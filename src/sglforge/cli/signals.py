@@ -14,7 +14,7 @@ import signal
 import threading
 from types import FrameType
 
-_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+_EXIT: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 def _starting(signum: int, _frame: FrameType | None) -> None:
