@@ -13,8 +13,14 @@ be pulled here, so the tests build replicas with no network access inside Docker
   setuptools-scm writing ``sglang/_version.py``), ``WORKDIR /sgl-workspace``,
   ``CMD ["/bin/bash"]``, upstream's runtime ENV.
 
-Where the replica differs from the real image, on purpose: no torch/ROCm/aiter and no
-dependencies in the pyproject; ``sglang/__init__.py`` trimmed (its imports need torch);
+With ``aiter=True`` the replica also carries aiter as the release images do: a checkout at
+``/sgl-workspace/aiter`` installed editable the way ``docker/rocm.Dockerfile`` installs it
+(``pip install --config-settings editable_mode=compat -e .``), its python tree and tuned-config
+CSVs taken from the real ``amd-aiter`` wheel on PyPI (:func:`aiter_tree`).
+
+Where the replica differs from the real image, on purpose: no torch/ROCm and no
+dependencies in the pyproject; aiter (when present) without its compiled kernels, its
+``aiter_meta/`` sources, or a ``setup.py`` build (see :func:`aiter_tree`); ``sglang/__init__.py`` trimmed (its imports need torch);
 ``sglang/launch_server.py`` is the stand-in server (``tests/standin/server.py``) so that
 ``python3 -m sglang.launch_server`` reaches it exactly as it would reach the real one;
 Python 3.11 (Debian's) instead of 3.10. tests/docker/test_release_replica.py checks that the
@@ -59,6 +65,9 @@ DEFAULT_SGLANG_VERSION = "0.5.14"
 WORKSPACE = "/sgl-workspace/sglang"
 PACKAGE_DIR = f"{WORKSPACE}/python/sglang"
 SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
+AITER_WORKSPACE = "/sgl-workspace/aiter"
+# The only amd-aiter release PyPI has (a pure-Python wheel with aiter/configs/*.csv).
+AITER_VERSION = "0.1.7.post2.dev18"
 
 # The build back-end of the editable install, pinned so the replica is reproducible; pip
 # takes them from the build context (the build has no network).
@@ -288,6 +297,70 @@ def release_wheel(version: str) -> Path:
     return found[0]
 
 
+def aiter_wheel(version: str = AITER_VERSION) -> Path:
+    """The ``amd-aiter`` wheel from PyPI (downloaded once into the cache)."""
+    folder = cache_dir() / "wheels"
+    folder.mkdir(parents=True, exist_ok=True)
+    pattern = f"amd_aiter-{version}-*.whl"
+    found = sorted(folder.glob(pattern))
+    if found:
+        return found[0]
+    with _locked("wheels"):
+        found = sorted(folder.glob(pattern))
+        if not found:
+            _pip_download(folder, [f"amd-aiter=={version}"], deps=False)
+            found = sorted(folder.glob(pattern))
+    if not found:
+        raise RuntimeError(f"pip download amd-aiter=={version} saved no wheel in {folder}")
+    return found[0]
+
+
+AITER_PYPROJECT = """\
+# sglforge TEST DOUBLE: aiter's checkout installed editable without building its kernels.
+# Upstream's setup.py needs torch and the ROCm compilers (it JIT/AOT-builds kernels); the
+# replica has neither, so this file packages the same python tree with plain setuptools.
+[build-system]
+requires = ["setuptools>=61.0"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "amd-aiter"
+version = "{version}"
+requires-python = ">=3.8"
+dependencies = []
+
+[tool.setuptools.packages.find]
+where = ["."]
+include = ["aiter*"]
+
+[tool.setuptools.package-data]
+"*" = ["*.csv", "*.json", "*.txt", "*.md", "*.h", "*.cu", "*.cuh", "*.py"]
+"""
+
+
+def aiter_tree(dest: Path, version: str = AITER_VERSION) -> Path:
+    """aiter's repository as ``/sgl-workspace/aiter`` holds it, from the PyPI wheel.
+
+    ``aiter/`` (python code, ``aiter/configs/*.csv``, ``aiter/configs/model_configs/``) is the
+    wheel's, byte for byte. Liberties: the wheel's ``aiter_meta/`` (C++/HIP sources, assembly
+    kernels, 3rdparty, 170 MB) is left out and ``pyproject.toml`` replaces upstream's
+    ``setup.py`` (which needs torch and hipcc). Neither matters to sglforge, which only reads
+    and adds tuned-config CSVs under ``aiter/configs/``:
+    tests/docker/test_aiter_configs.py::test_replica_aiter_is_the_wheels checks that the
+    installed tree resolves to ``/sgl-workspace/aiter/aiter`` and that its configs are the
+    wheel's bytes.
+    """
+    with zipfile.ZipFile(aiter_wheel(version)) as zf:
+        for info in zf.infolist():
+            if info.is_dir() or info.filename.split("/", 1)[0] != "aiter":
+                continue
+            target = dest / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(info))
+    (dest / "pyproject.toml").write_text(AITER_PYPROJECT.format(version=version))
+    return dest
+
+
 def build_tool_wheels() -> Path:
     """The build back-end pip needs for the editable install, as wheels (no network in Docker)."""
     folder = (
@@ -429,8 +502,25 @@ def replica_tree(
     return dest
 
 
-def _replica_dockerfile(debian: str) -> str:
+def _replica_dockerfile(debian: str, aiter: bool = False) -> str:
     env = " \\\n    ".join(f"{k}={v}" for k, v in RELEASE_ENV.items())
+    # docker/rocm.Dockerfile clones aiter to /sgl-workspace/aiter and installs it with
+    # `pip install --config-settings editable_mode=compat -e .` (a .pth pointing at the checkout).
+    aiter_lines = (
+        (
+            f"COPY aiter/ {AITER_WORKSPACE}/\n"
+            f"RUN cd {AITER_WORKSPACE} \\\n"
+            " && python3 -m pip install --no-cache-dir --no-index \\\n"
+            "      --find-links /tmp/sglforge-build-tools \\\n"
+            "      --config-settings editable_mode=compat -e . \\\n"
+            " && rm -rf /tmp/sglforge-build-tools\n"
+        )
+        if aiter
+        else ""
+    )
+    # Without aiter the recipe is byte-identical to before (cached replicas stay valid).
+    sglang_end = "\n" + aiter_lines if aiter else " \\\n && rm -rf /tmp/sglforge-build-tools\n"
+
     return (
         f"FROM {debian}\n"
         "# sglforge TEST DOUBLE of an sglang ROCm release image (docker/rocm.Dockerfile, no\n"
@@ -443,18 +533,22 @@ def _replica_dockerfile(debian: str) -> str:
         "RUN cd sglang \\\n"
         " && cp python/pyproject_other.toml python/pyproject.toml \\\n"
         " && python3 -m pip install --no-cache-dir --no-index \\\n"
-        '      --find-links /tmp/sglforge-build-tools -e "python[all_hip]" \\\n'
-        " && rm -rf /tmp/sglforge-build-tools\n"
+        '      --find-links /tmp/sglforge-build-tools -e "python[all_hip]"'
+        f"{sglang_end}"
         f"ENV {env}\n"
         'CMD ["/bin/bash"]\n'
     )
 
 
-def _context_dir(tree: Path, wheels: Path, dockerfile: str, into: Path) -> Path:
+def _context_dir(
+    tree: Path, wheels: Path, dockerfile: str, into: Path, aiter: bool = False
+) -> Path:
     into.mkdir(parents=True)
     (into / "Dockerfile").write_text(dockerfile)
     shutil.copytree(tree, into / "sglang", symlinks=True)
     shutil.copytree(wheels, into / "wheels")
+    if aiter:
+        aiter_tree(into / "aiter")
     return into
 
 
@@ -465,6 +559,7 @@ def ensure_sglang_base(
     server_py: Path | None = None,
     files: Mapping[str, bytes] | None = None,
     client: docker.DockerClient | None = None,
+    aiter: bool = False,
 ) -> str:
     """Tag of the replica of sglang ``version``'s ROCm release image (TEST DOUBLE).
 
@@ -475,10 +570,11 @@ def ensure_sglang_base(
     ``CMD ["/bin/bash"]``, upstream's runtime ENV. ``server_py`` (default
     ``tests/standin/server.py``) becomes ``sglang/launch_server.py``; ``files`` maps extra
     repository paths (``python/sglang/srt/x.py``) to contents. Pass a ``tag`` of your own
-    when passing ``files``.
+    when passing ``files``. ``aiter=True`` adds aiter at ``/sgl-workspace/aiter`` (from the
+    PyPI wheel, editable; default tag suffix ``-aiter``): the GLM-5.2 tuned-config tests use it.
     """
     client = _client(client)
-    tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x"
+    tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x{'-aiter' if aiter else ''}"
     server_path = server_py or SERVER_PY
     if not server_path.is_file():
         raise FileNotFoundError(f"{server_path}: the stand-in sglang server is missing")
@@ -487,8 +583,10 @@ def ensure_sglang_base(
     tools = build_tool_wheels()
     base = ensure_debian_base(client)
     base_id = client.images.get(base).id
-    dockerfile = _replica_dockerfile(base)
+    dockerfile = _replica_dockerfile(base, aiter)
     h = hashlib.sha256(f"{RECIPE}\0{version}\0{base_id}\0{dockerfile}\0".encode())
+    if aiter:
+        h.update(aiter_wheel().name.encode() + AITER_PYPROJECT.encode())
     h.update(hashlib.sha256(wheel.read_bytes()).digest() + hashlib.sha256(server).digest())
     for whl in sorted(tools.glob("*.whl")):
         h.update(whl.name.encode() + b"\0")
@@ -515,7 +613,7 @@ def ensure_sglang_base(
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="replica-", dir=cache_dir()) as tmp:
             tree = replica_tree(version, Path(tmp) / "tree", server, files)
-            context = _context_dir(tree, tools, dockerfile, Path(tmp) / "context")
+            context = _context_dir(tree, tools, dockerfile, Path(tmp) / "context", aiter)
             try:
                 client.images.build(
                     path=str(context),

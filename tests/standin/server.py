@@ -60,6 +60,34 @@ Where it differs from the real server, on purpose:
 - Simple arithmetic questions ("What is 17 + 25?") are answered correctly; other text is
   filler words.
 
+aiter's tuned fused-MoE lookup (:class:`AiterFusedMoE`), when aiter is installed in the image
+(the replica's ``ensure_sglang_base(aiter=True)``: the real ``amd-aiter`` wheel's tree at
+``/sgl-workspace/aiter``) and the model's ``config.json`` names a Quark (MXFP4) checkpoint with
+routed experts. Mirrored from amd-aiter 0.1.7.post2.dev18 (PyPI wheel; lines are that wheel's):
+
+- the table: ``AITER_CONFIG_FMOE`` or ``<aiter root>/aiter/configs/tuned_fmoe.csv``
+  (``aiter/jit/core.py:163-166``); without ``AITER_CONFIG_FMOE`` every ``*tuned_fmoe*`` file of
+  ``aiter/configs/model_configs/`` not named ``untuned`` is merged after it and aiter logs
+  ``merge tuned file under model_configs/ and configs/ <files>`` (``core.py:117-139``); a
+  ``:``-list is merged, a single path replaces (``core.py:75-78``); merged files must have the
+  first file's columns (``core.py:85-88``); duplicate keys (the header of
+  ``configs/untuned_fmoe.csv``) keep the lowest ``us`` (``core.py:95-108``);
+- the lookup: token bucketed by ``get_padded_M`` (``fused_moe.py:484-492``, called at
+  ``:223-224``), key ``cu_num, token, model_dim, inter_dim, expert, topk, act_type, dtype,
+  q_dtype_a, q_dtype_w, q_type, use_g1u1, doweight_stage1`` (``fused_moe.py:525-567``), logged
+  once per key (``get_2stage_cfgs`` is ``lru_cache``d, ``:504``) as ``[fused_moe] using 2stage
+  (kernelName1=..., kernelName2=...) for <key>`` or ``[fused_moe] using 2stage default for <key>``
+  (``:639-641``), through the ``[aiter] %(message)s`` logger (``aiter/__init__.py:23-25``).
+
+Where that differs from the real thing: the token counts are the stand-in's (a prefill of the
+prompt's words, then one verify step of ``--speculative-num-draft-tokens`` tokens, or 1 without
+speculative decoding) and there is no CUDA-graph capture sweep; ``cu_num`` is ``$CU_NUM``
+(aiter reads it too, ``aiter/jit/utils/chip_info.py:101``) or 256 (MI355X); the shared expert
+is never fused (sglang with our 0002 patch builds GLM-5.2's MTP shared expert on its own, so
+expert/topk are ``n_routed_experts``/``num_experts_per_tok``); ``inter_dim`` is
+``moe_intermediate_size // --tp``. tests/docker/test_aiter_configs.py runs the lookup against
+the real wheel's tables and against a table with our item, and fails if the lines change.
+
 Faults and extra log lines through the environment (comma-separated names in
 ``STANDIN_FAULT``):
 
@@ -148,6 +176,147 @@ AITER_UNTUNED_LINES = (
 METADATA_FALLBACK_LINE = (
     "Warning: Multi-backend fused metadata copy kernel not available, falling back to loop."
 )
+
+
+# aiter's fused-MoE key tail for an MXFP4 (Quark) MoE with SiLU, as str() renders it in the
+# key tuple (fused_moe.py:553-567): act_type, dtype, q_dtype_a, q_dtype_w, q_type, use_g1u1,
+# doweight_stage1.
+AITER_FP4_TAIL = (
+    "ActivationType.Silu",
+    "torch.bfloat16",
+    "torch.float4_e2m1fn_x2",
+    "torch.float4_e2m1fn_x2",
+    "QuantType.per_1x32",
+    True,
+    False,
+)
+AITER_KEY_COLUMNS = (
+    "cu_num",
+    "token",
+    "model_dim",
+    "inter_dim",
+    "expert",
+    "topk",
+    "act_type",
+    "dtype",
+    "q_dtype_a",
+    "q_dtype_w",
+    "q_type",
+    "use_g1u1",
+    "doweight_stage1",
+)
+AITER_INT_COLUMNS = frozenset(
+    {"cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "use_g1u1", "doweight_stage1"}
+)
+
+
+def aiter_root() -> str | None:
+    """aiter's AITER_ROOT_DIR: two folders above ``aiter/jit/`` (``aiter/jit/core.py:67``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("aiter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
+
+
+def aiter_padded_m(m: int) -> int:
+    """``get_padded_M`` (``fused_moe.py:484-492``): 1..16 -> 16, < 1024 -> next power of 2."""
+    if 1 <= m <= 16:
+        return 16
+    if m < 1024:
+        return 1 << (m - 1).bit_length() if m > 0 else 1
+    return 1024
+
+
+def _read_csv(path: str) -> tuple[list[str], list[dict]]:
+    import csv
+
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+class AiterFusedMoE:
+    """aiter's tuned fused-MoE table and lookup as the image's aiter would do it (see module doc)."""
+
+    def __init__(self, root: str, env: dict) -> None:
+        self.root = root
+        self.env = env
+        self.logged: set[tuple] = set()
+        self.merge_line: str | None = None
+        self.table: dict[tuple, dict] = {}
+        configs = os.path.join(root, "aiter", "configs")
+        given = env.get("AITER_CONFIG_FMOE")
+        default = given or os.path.join(configs, "tuned_fmoe.csv")
+        if given:
+            files = given.split(os.pathsep)
+        else:
+            # core.py:120-139: glob order, names holding "untuned" skipped.
+            import pathlib
+
+            model_dir = pathlib.Path(configs, "model_configs")
+            extra = [
+                str(p)
+                for p in model_dir.glob("*tuned_fmoe*")
+                if p.is_file() and "untuned" not in str(p)
+            ]
+            files = [default, *extra] if extra else [default]
+            if extra:
+                self.merge_line = (
+                    f"merge tuned file under model_configs/ and configs/ {':'.join(files)}"
+                )
+        columns, rows = _read_csv(files[0])
+        for path in files[1:]:
+            if not os.path.exists(path):
+                continue
+            more_columns, more = _read_csv(path)
+            if more_columns != columns:  # core.py:85-88
+                raise AssertionError(f"Column mismatch between {files[0]} and {path}")
+            rows += more
+        if len(files) > 1:
+            untuned = os.path.join(configs, "untuned_fmoe.csv")
+            if os.path.exists(untuned):
+                keys, _ = _read_csv(untuned)
+                rows.sort(key=lambda r: float(r.get("us") or 0))  # core.py:104-108
+                seen: set[tuple] = set()
+                kept = []
+                for row in rows:
+                    k = tuple(row.get(c) for c in keys)
+                    if k not in seen:
+                        seen.add(k)
+                        kept.append(row)
+                rows = kept
+        for row in rows:
+            key = tuple(
+                int(float(row[c])) if c in AITER_INT_COLUMNS else row[c] for c in AITER_KEY_COLUMNS
+            )
+            self.table[key] = row
+
+    def lookup(self, token_num: int, model_dim: int, inter_dim: int, expert: int, topk: int):
+        """The log line aiter prints for this shape, or None if this key was already logged."""
+        cu_num = int(self.env.get("CU_NUM") or 256)
+        keys = (cu_num, aiter_padded_m(token_num), model_dim, inter_dim, expert, topk)
+        keys = keys + AITER_FP4_TAIL
+        if keys in self.logged:
+            return None
+        self.logged.add(keys)
+        cfg = self.table.get(keys)
+        if cfg is None:
+            return f"[aiter] [fused_moe] using 2stage default for {keys} "
+        kernel_name1, kernel_name2 = cfg["kernelName1"], cfg["kernelName2"]
+        tag = f"({kernel_name1=}, {kernel_name2=})".replace("kernel_name", "kernelName")
+        return f"[aiter] [fused_moe] using 2stage {tag} for {keys} "
+
+
+def moe_shape(config: dict, tp: int) -> tuple[int, int, int, int] | None:
+    """(model_dim, inter_dim per rank, expert, topk) of an MXFP4 (Quark) MoE model, else None."""
+    quant = config.get("quantization_config") or {}
+    experts = config.get("n_routed_experts")
+    if quant.get("quant_method") != "quark" or not experts:
+        return None
+    inter = int(config.get("moe_intermediate_size") or 0) // max(tp, 1)
+    return (int(config["hidden_size"]), inter, int(experts), int(config["num_experts_per_tok"]))
 
 
 def log(message: str, prefix: str = "") -> None:
@@ -251,6 +420,17 @@ class Engine:
         self.num_generated_tokens = 0
         self.last_gen_throughput = 0.0
         self.last_decode_stats_tic = time.perf_counter()
+        self.aiter: AiterFusedMoE | None = None
+        self.moe: tuple[int, int, int, int] | None = None
+
+    def aiter_lookup(self, token_num: int) -> None:
+        """Print aiter's lookup line for one MoE forward of ``token_num`` tokens (once per key)."""
+        if self.aiter is None or self.moe is None:
+            return
+        with self.lock:
+            line = self.aiter.lookup(token_num, *self.moe)
+        if line is not None:
+            raw(line)
 
     def answer(self, prompt: str) -> str | None:
         """The answer to the last simple arithmetic question in ``prompt``, if there is one."""
@@ -335,6 +515,7 @@ class Engine:
         n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
         words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
         prompt_tokens = max(1, len(prompt.split()))
+        self.aiter_lookup(prompt_tokens)  # the prefill's MoE forward
         time.sleep(0.005)  # "prefill"
         done, verify, correct = 0, 0, 0
         histogram: list[int] = []
@@ -353,6 +534,8 @@ class Engine:
                     histogram[step - 1] += 1
                 else:
                     step = 1
+                # A verify step runs the target on every draft token (decode without MTP: 1).
+                self.aiter_lookup(self.draft_tokens if self.spec else 1)
                 self._decode_batch(step)
             step = min(step, len(words) - done)
             time.sleep(step / self.tok_s)
@@ -699,6 +882,20 @@ def _model_config(model_path: str) -> tuple[str, str | None]:
     return (config.get("architectures") or ["?"])[0], config.get("model_type")
 
 
+def _aiter_for(
+    args: argparse.Namespace, env: dict
+) -> tuple[AiterFusedMoE | None, tuple[int, int, int, int] | None]:
+    try:
+        with open(os.path.join(args.model_path, "config.json")) as fh:
+            shape = moe_shape(json.load(fh), args.tp_size)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+    root = aiter_root()
+    if shape is None or root is None:
+        return None, None
+    return AiterFusedMoE(root, env), shape
+
+
 def crash_while_loading() -> None:
     """Die the way the unpatched MXFP4 MTP image does while loading the draft model (exit 1)."""
     time.sleep(float(os.environ.get("STANDIN_CRASH_AFTER", "0.3")))
@@ -732,6 +929,7 @@ def make_server(
 ) -> ThreadingHTTPServer:
     """A listening, not yet warmed-up stand-in HTTP server; ``.engine`` is its fake model."""
     engine = Engine(args, faults, env)
+    engine.aiter, engine.moe = _aiter_for(args, dict(os.environ if env is None else env))
     httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
     httpd.daemon_threads = True
     httpd.engine = engine  # type: ignore[attr-defined]
@@ -780,6 +978,9 @@ def main(
     if "aiter-untuned" in faults:
         for line in AITER_UNTUNED_LINES:
             raw(line)
+    aiter, _ = _aiter_for(args, dict(os.environ))
+    if aiter is not None and aiter.merge_line:
+        raw(f"[aiter] {aiter.merge_line}")
     if "hang" in faults:
         while True:
             time.sleep(3600)
