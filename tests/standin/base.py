@@ -20,7 +20,8 @@ CSVs taken from the real ``amd-aiter`` wheel on PyPI (:func:`aiter_tree`).
 
 Where the replica differs from the real image, on purpose: no torch/ROCm and no
 dependencies in the pyproject; aiter (when present) without its compiled kernels, its
-``aiter_meta/`` sources, or a ``setup.py`` build (see :func:`aiter_tree`); ``sglang/__init__.py`` trimmed (its imports need torch);
+``aiter_meta/`` sources, or a ``setup.py`` build (see :func:`aiter_tree`);
+``sglang/__init__.py`` trimmed (its imports need torch);
 ``sglang/launch_server.py`` is the stand-in server (``tests/standin/server.py``) so that
 ``python3 -m sglang.launch_server`` reaches it exactly as it would reach the real one;
 Python 3.11 (Debian's) instead of 3.10. tests/docker/test_release_replica.py checks that the

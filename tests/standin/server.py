@@ -238,7 +238,7 @@ def _read_csv(path: str) -> tuple[list[str], list[dict]]:
 
 
 class AiterFusedMoE:
-    """aiter's tuned fused-MoE table and lookup as the image's aiter would do it (see module doc)."""
+    """aiter's tuned fused-MoE table and lookup, as the image's aiter does them (module doc)."""
 
     def __init__(self, root: str, env: dict) -> None:
         self.root = root
