@@ -48,7 +48,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sglforge import __version__
-from sglforge.errors import BuildError, ConfigError
+from sglforge.errors import BaseImageMissing, BuildError, ConfigError
 from sglforge.images import BuildTarget, load_targets
 from sglforge.util import sha256_bytes, work_dir
 
@@ -310,9 +310,11 @@ def render_overlay_dockerfile(
     )
     delete = ""
     if deleted:
-        # A layer cannot delete through COPY; a RUN adds whiteouts only (a few bytes).
-        paths = " ".join(json.dumps(d) for d in sorted(deleted))
-        delete = f"# Files the queue deletes.\nRUN rm -f -- {paths}\n"
+        # A layer cannot delete through COPY; a RUN adds whiteouts only (a few bytes). The
+        # exec (JSON) form hands each name to rm as it is: no shell reads quotes, spaces,
+        # "$" or UTF-8 in a file name (a shell would take JSON's \u00e9 literally).
+        argv = ["rm", "-f", "--", *sorted(deleted)]
+        delete = f"# Files the queue deletes.\nRUN {json.dumps(argv, ensure_ascii=False)}\n"
     values = {
         "BASE": base,
         "LABELS": _label_instruction(labels) if labels else "",
@@ -1031,7 +1033,7 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
         if offline
         else "on the engine or in its registry"
     )
-    raise BuildError(
+    raise BaseImageMissing(
         f"base image {base.ref} does not exist {where}; {found}",
         "pass --base-image with an existing tag, or pin an upstream release that has one",
     )
@@ -1060,7 +1062,7 @@ def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[
         where = "in its registry"
     close = closest_tags(ref.tag, set(local) | set(remote or ()), bt)
     found = f"closest tags: {', '.join(close)}" if close else f"{ref.repository} has no tags"
-    raise BuildError(
+    raise BaseImageMissing(
         f"no tag of {ref.repository} matches {ref.tag} (any YYYYMMDD date) {where}; {found}",
         "pass --base-image with an existing tag, or pin an upstream release that has one",
     )

@@ -15,6 +15,7 @@ EXIT_ENGINE = 5  # no Docker engine reachable
 EXIT_BUILD = 6  # image build failed
 EXIT_SMOKE = 7  # smoke run could not run (preflight, container start)
 EXIT_PUBLISH = 8  # push or registry failure
+EXIT_NO_IMAGE = 9  # the image named (to inspect, or to build on) does not exist
 EXIT_BUSY = 75  # another sglforge command holds the project (sysexits' EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15), handled like Ctrl-C
@@ -71,3 +72,13 @@ class BusyError(SglforgeError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (or SIGHUP) arrived: unwinds like Ctrl-C, so every cleanup runs."""
+
+
+class ImageNotFound(SglforgeError):
+    """An image that must exist does not: the one ``inspect`` was given, or a build's base."""
+
+    exit_code = EXIT_NO_IMAGE
+
+
+class BaseImageMissing(ImageNotFound, BuildError):
+    """The base image a build starts from exists nowhere (a build error with its own code)."""

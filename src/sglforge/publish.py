@@ -33,6 +33,7 @@ from sglforge.errors import (
     SglforgeError,
 )
 from sglforge.release import PatchInfo, Release, Smoke, record_release
+from sglforge.util import confined, signals_held
 
 SMOKE_DIR = "smoke"
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
@@ -101,14 +102,15 @@ class PublishResult:
 
 def find_scenario(root: Path, target: str, target_key: str | None = None) -> Path:
     """The ``smoke/*.toml`` whose ``target`` names this target; ConfigError if none or many."""
-    folder = Path(root) / SMOKE_DIR
+    from sglforge.defaults import smoke_dir
+
+    folder = smoke_dir(root)  # the project's smoke/, else the scenarios sglforge ships
     names = {target, target_key} - {None}
     found: list[Path] = []
+    from sglforge.smoke import read_toml
+
     for path in sorted(folder.glob("*.toml")):
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read smoke scenario: {exc}", f"fix {path}") from None
+        data = read_toml(path, "smoke scenario")
         table = data.get("scenario")
         wanted = table.get("target") if isinstance(table, dict) else data.get("target")
         wanted_list = wanted if isinstance(wanted, list) else [wanted]
@@ -133,25 +135,20 @@ def find_scenario(root: Path, target: str, target_key: str | None = None) -> Pat
 
 def _target_of(path: Path) -> object:
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
     table = data.get("scenario")
     return table.get("target") if isinstance(table, dict) else data.get("target")
 
 
 def registry_prefix(registry: str) -> str:
-    """``127.0.0.1:5000`` or ``ghcr.io/org`` with scheme and trailing slashes removed."""
-    value = re.sub(r"^[a-z]+://", "", registry.strip()).rstrip("/")
-    if not value:
-        raise ConfigError("--registry is empty", "pass --registry HOST[:PORT][/NAMESPACE]")
-    host = value.split("/", 1)[0]
-    if not ("." in host or ":" in host or host == "localhost"):
-        raise ConfigError(
-            f"--registry {registry!r}: the first part must be a registry host",
-            "e.g. --registry 127.0.0.1:5000 or --registry ghcr.io/ORG",
-        )
-    return value
+    """``127.0.0.1:5000`` or ``ghcr.io/org`` with scheme and trailing slashes removed.
+
+    ConfigError (exit 2) for credentials in it (never echoed), an uppercase or malformed
+    repository path, or a bad port: checked before the build.
+    """
+    return reg.check_registry(registry)
 
 
 def references(
@@ -340,29 +337,13 @@ def publish(
 
     # --- push the immutable tag, verify, then move friendly tags ---
     pushed: list[str] = []
+    digest = ""
     try:
         clock.reset()
         digest, source = _push_immutable(built.image, immutable, creds, attempts, backoff, say)
         pushed.append(immutable)
         clock.done("push", True, f"{immutable}@{digest}")
-        for ref in moving:
-            clock.reset()
-            newer = _newer_release_at(ref, built.labels, creds)
-            if newer:
-                # `latest-<target>` never moves back to an older upstream version.
-                clock.done("tag", True, f"{ref} kept: it names {newer}, newer than this image")
-                continue
-            say(f"move {ref}")
-            reg.tag(source, ref)
-            moved = reg.push(ref, creds, attempts=attempts, backoff=backoff, progress=say)
-            remote = reg.registry_digest(ref, creds)
-            if not (moved.digest == remote == digest):
-                raise PublishError(
-                    f"{ref}: after the move the registry serves {remote}, expected {digest}",
-                    "rerun sglforge publish",
-                )
-            pushed.append(ref)
-            clock.done("tag", True, ref)
+        _move_friendly(moving, source, digest, built, creds, attempts, backoff, say, pushed, clock)
     except PublishError as exc:
         clock.done("push" if not pushed else "tag", False, exc.message)
         return replace(
@@ -372,6 +353,21 @@ def publish(
             error=str(exc),
             exit_code=exc.exit_code,
         )
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM after the image is in the registry: what was pushed still gets
+        # its release record (local and next to the image), then the interrupt goes on.
+        if pushed:
+            with signals_held():
+                say("interrupted after the push: recording the release before stopping")
+                release = _release(
+                    root, built, build_target, immutable, pushed, digest, smoke, date
+                )
+                record_release(root, release, changelog)
+                try:
+                    push_release_record(root, release, immutable, creds, labels, attempts, backoff)
+                except SglforgeError as exc:
+                    say(f"release record not pushed: {exc.message}")
+        raise
 
     # --- release record and CHANGELOG entry ---
     release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
@@ -395,6 +391,39 @@ def publish(
         release_record=str(recorded.record),
         changelog_written=recorded.changelog_written,
     )
+
+
+def _move_friendly(
+    moving: Sequence[str],
+    source: str,
+    digest: str,
+    built: Any,
+    creds: reg.Credentials | None,
+    attempts: int,
+    backoff: float,
+    say: Progress,
+    pushed: list[str],
+    clock: _Clock,
+) -> None:
+    """Move each friendly tag to the pushed digest (appending to ``pushed`` as they land)."""
+    for ref in moving:
+        clock.reset()
+        newer = _newer_release_at(ref, built.labels, creds)
+        if newer:
+            # `latest-<target>` never moves back to an older upstream version.
+            clock.done("tag", True, f"{ref} kept: it names {newer}, newer than this image")
+            continue
+        say(f"move {ref}")
+        reg.tag(source, ref)
+        moved = reg.push(ref, creds, attempts=attempts, backoff=backoff, progress=say)
+        remote = reg.registry_digest(ref, creds)
+        if not (moved.digest == remote == digest):
+            raise PublishError(
+                f"{ref}: after the move the registry serves {remote}, expected {digest}",
+                "rerun sglforge publish",
+            )
+        pushed.append(ref)
+        clock.done("tag", True, ref)
 
 
 RECORD_LABEL = "io.sglforge.release"  # the release record (JSON) on the -release tag
@@ -447,7 +476,9 @@ def push_release_record(
         RECORD_LABEL: record,
         RECORD_FOR_LABEL: release.digest,
     }
-    log = root / "build" / "logs" / f"release-record-{release.version}.log"
+    log = confined(
+        root / "build" / "logs", f"release-record-{release.version}.log", "log name", "the release"
+    )
     engine_images.build(buf.getvalue(), ref, log, labels=all_labels)
     reg.push(ref, creds, attempts=attempts, backoff=backoff)
     return ref

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.errors import ConfigError
-from sglforge.util import atomic_write
+from sglforge.util import atomic_write, confined
 
 RECORD_SCHEMA = 1
 CHANGELOG = "CHANGELOG.md"
@@ -119,7 +119,7 @@ def _safe(version: str) -> str:
 
 def record_path(root: Path, version: str) -> Path:
     """Where the record for ``version`` lives."""
-    return releases_dir(root) / f"{_safe(version)}.json"
+    return confined(releases_dir(root), f"{_safe(version)}.json", "release record", version)
 
 
 def to_dict(release: Release) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import re
 import shutil
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import ConfigError, SglforgeError, SmokeError
-from sglforge.util import atomic_write, work_dir
+from sglforge.util import atomic_write, check_output_dir, confined, printable, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.containers import Profile
@@ -206,7 +207,9 @@ class _Table:
         if kind == "int" and isinstance(v, int) and not isinstance(v, bool):
             return v
         if kind == "float" and isinstance(v, int | float) and not isinstance(v, bool):
-            return float(v)
+            if math.isfinite(v):
+                return float(v)
+            raise self._bad(key, "a finite number")
         if kind == "bool" and isinstance(v, bool):
             return v
         if kind == "strs" and isinstance(v, list) and all(isinstance(x, str) for x in v):
@@ -226,6 +229,18 @@ class _Table:
         }[kind]
         raise self._bad(key, want)
 
+    def number(
+        self, key: str, kind: str, default: Any = _REQUIRED, *, low: float = 0, strict: bool = True
+    ) -> Any:
+        """A finite int or float above ``low`` (or equal to it, with ``strict`` False)."""
+        v = self.get(key, kind, default)
+        if v is None or key not in self.data:
+            return v
+        if v < low or (strict and v == low):
+            bound = f"greater than {low:g}" if strict else f"at least {low:g}"
+            raise self._bad(key, f"{'an integer' if kind == 'int' else 'a number'} {bound}")
+        return v
+
     def table(self, key: str) -> _Table:
         return _Table(self.get(key, "table", {}), self.path, self._key(key))
 
@@ -242,15 +257,35 @@ class _Table:
 def load_scenario(path: Path | str) -> Scenario:
     """Load and validate one scenario file."""
     path = Path(path)
+    return parse_scenario(read_toml(path, "scenario"), path)
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file's data; ConfigError (exit 2) naming the file for any reason it is unusable.
+
+    TOML is UTF-8 by definition: other bytes are refused naming the offset, not decoded to
+    replacement characters or left to crash later.
+    """
     try:
-        data = tomllib.loads(path.read_text())
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise ConfigError(
-            f"{path}: no such scenario", "ls smoke/ for the scenarios that exist"
+            f"{path}: no such {what}", "ls smoke/ for the scenarios that exist"
         ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            f"a {what} is a UTF-8 TOML file",
+            f"re-encode {path} as UTF-8",
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}", f"fix {path}") from None
-    return parse_scenario(data, path)
 
 
 def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
@@ -258,6 +293,14 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     top = _Table(dict(data), path, "")
     sc = top.table("scenario")
     name = sc.get("name", "str", path.stem)
+    # The name becomes a folder under build/smoke/: "../../srv/x" or "/srv/x" must not steer
+    # where the report goes. Refused here, before anything is written.
+    confined(path.parent, name, "'scenario.name'", str(path))
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise ConfigError(
+            f"{path}: 'scenario.name' {name!r} must be a plain name (it names a report folder)",
+            f"fix 'scenario.name' in {path}",
+        )
     description = sc.get("description", "str", "")
     target = sc.get("target", "str", None)
     accelerator = sc.get("accelerator", "str", "rocm")
@@ -270,7 +313,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     port = sc.get("port", "int", DEFAULT_PORT)
     if not 0 < port < 65536:
         raise ConfigError(f"{path}: 'scenario.port' {port} is not a TCP port", f"fix {path}")
-    load_timeout = sc.get("load_timeout", "float", DEFAULT_LOAD_TIMEOUT)
+    load_timeout = sc.number("load_timeout", "float", DEFAULT_LOAD_TIMEOUT)
     sc.done()
 
     mt = top.table("model")
@@ -317,11 +360,11 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     container = Profile(
         devices=ct.get("devices", "strs", ()),
         group_add=ct.get("group_add", "strs", ()),
-        ipc_mode=ct.get("ipc_mode", "str", None),
-        shm_size=ct.get("shm_size", "str", None),
+        ipc_mode=_ipc_mode(ct, path),
+        shm_size=_shm_size(ct, path),
         security_opt=ct.get("security_opt", "strs", ()),
         cap_add=ct.get("cap_add", "strs", ()),
-        nofile=ct.get("nofile", "int", None),
+        nofile=ct.number("nofile", "int", None),
         network_mode=ct.get("network_mode", "str", "host"),
         env=dict(env),
     )
@@ -352,14 +395,34 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     )
 
 
+_SIZE = re.compile(r"^[0-9]+(?:\.[0-9]+)?\s*[bkmgBKMG]?[bB]?$")
+
+
+def _shm_size(ct: _Table, path: Path) -> str | None:
+    """``shm_size`` as Docker reads it (``64g``, ``512m``, bytes): checked before any run."""
+    value = ct.get("shm_size", "str", None)
+    if value is not None and not (_SIZE.match(value) and float(re.sub(r"[^0-9.]", "", value)) > 0):
+        raise ct._bad("shm_size", 'a size such as "64g", "512m" or "1073741824"')
+    return value
+
+
+def _ipc_mode(ct: _Table, path: Path) -> str | None:
+    value = ct.get("ipc_mode", "str", None)
+    if value is not None and not (
+        value in ("host", "private", "shareable", "none", "") or value.startswith("container:")
+    ):
+        raise ct._bad("ipc_mode", '"host", "private", "shareable", "none" or "container:NAME"')
+    return value
+
+
 def _parse_checks(ch: _Table, path: Path) -> Checks:
-    request_timeout = ch.get("request_timeout", "float", 300.0)
+    request_timeout = ch.number("request_timeout", "float", 300.0)
     chat_extra = ch.get("chat_extra", "table", {})
 
     sv = ch.table("serves")
     prompts = sv.get("prompts", "strs")
     chat_prompt = sv.get("chat_prompt", "str")
-    serve_max = sv.get("max_new_tokens", "int", 32)
+    serve_max = sv.number("max_new_tokens", "int", 32)
     sv.done()
     if not prompts:
         raise ConfigError(f"{path}: 'checks.serves.prompts' is empty", f"fix {path}")
@@ -370,18 +433,18 @@ def _parse_checks(ch: _Table, path: Path) -> Checks:
         qt = _Table(q, path, f"checks.arithmetic.questions[{i}]")
         questions.append(Question(qt.get("prompt", "str"), qt.get("answer", "str")))
         qt.done()
-    question_max = ar.get("max_tokens", "int", 64)
+    question_max = ar.number("max_tokens", "int", 64)
     ar.done()
 
     sp = ch.table("spec")
     spec_enabled = sp.get("enabled", "bool", True)
-    min_accept = sp.get("min_accept_length", "float", DEFAULT_ACCEPT_LENGTH)
+    min_accept = sp.number("min_accept_length", "float", DEFAULT_ACCEPT_LENGTH, strict=False)
     sp.done()
 
     sd = ch.table("speed")
     speed_prompt = sd.get("prompt", "str")
-    speed_max = sd.get("max_new_tokens", "int", 256)
-    min_tok_s = sd.get("min_decode_tok_s", "float")
+    speed_max = sd.number("max_new_tokens", "int", 256)
+    min_tok_s = sd.number("min_decode_tok_s", "float", strict=False)
     sd.done()
     if speed_max < 8:
         raise ConfigError(
@@ -763,11 +826,12 @@ def _request(
 def _json(url: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0) -> Any:
     status, raw = _request(url, body, timeout)
     if status != 200:
-        raise HttpError(f"{url}: HTTP {status}: {raw[:200].decode(errors='replace')}")
+        raise HttpError(f"{url}: HTTP {status}: {printable(raw[:200].decode(errors='replace'))}")
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise HttpError(f"{url}: not JSON: {raw[:200].decode(errors='replace')}") from exc
+        shown = printable(raw[:200].decode(errors="replace"))
+        raise HttpError(f"{url}: not JSON: {shown}") from exc
 
 
 def _stream(
@@ -871,7 +935,7 @@ def scan_log(path: Path, patterns: Sequence[ForbiddenPattern]) -> list[LogMatch]
     first: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
     try:
-        fh = open(path, encoding="utf-8", errors="replace")
+        fh = open(path, encoding="utf-8", errors="replace", newline="\n")
     except OSError:
         return []
     with fh:
@@ -879,7 +943,8 @@ def scan_log(path: Path, patterns: Sequence[ForbiddenPattern]) -> list[LogMatch]
             for p, rx in compiled:
                 if rx.search(line):
                     counts[p.name] = counts.get(p.name, 0) + 1
-                    first.setdefault(p.name, (n, line.strip()[:200]))
+                    # Server output is untrusted: control characters are shown escaped.
+                    first.setdefault(p.name, (n, printable(line.strip()[:200])))
     return [
         LogMatch(p.name, p.severity, counts[p.name], *first[p.name], why=p.why)
         for p, _ in compiled
@@ -1075,7 +1140,7 @@ def new_report_dir(root: Path, scenario: str) -> tuple[Path, str]:
     parent = work_dir(root, "smoke")
     for _ in range(100):
         run_id = uuid.uuid4().hex[:8]
-        folder = parent / f"{scenario}-{_stamp()}-{run_id}"
+        folder = confined(parent, f"{scenario}-{_stamp()}-{run_id}", "report folder", scenario)
         try:
             folder.mkdir(exist_ok=False)
         except FileExistsError:
@@ -1117,10 +1182,13 @@ def run_smoke(
     scenario = load_scenario(scenario_path)
     port = port or scenario.port
     timeout = float(load_timeout if load_timeout is not None else scenario.load_timeout)
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(
+            f"--load-timeout {timeout!r}: must be a finite number of seconds greater than 0"
+        )
     model_path = Path(model).resolve() if model else scenario.model_path
     if log_dir:
-        report_dir, run_id = Path(log_dir), uuid.uuid4().hex[:8]
-        report_dir.mkdir(parents=True, exist_ok=True)
+        report_dir, run_id = check_output_dir(log_dir, "--log-dir"), uuid.uuid4().hex[:8]
     else:
         report_dir, run_id = new_report_dir(root, scenario.name)
     log_path = report_dir / "server.log"

@@ -356,3 +356,111 @@ def recover_transactions(journal_dir: Path) -> bool:
                 for stray in folder.glob(f".*{TMP_SUFFIX}"):
                     stray.unlink(missing_ok=True)
         return recovered
+
+
+# --- untrusted text, output paths, signals held (image/smoke/publish side of issue 10) -----
+
+# Characters a terminal acts on: C0 and C1 controls, DEL, and the bidirectional overrides
+# that reorder what is shown (CVE-2021-42574). Text from patches, server logs or registries
+# goes through ``printable`` before it is shown, so it can never move the cursor, clear the
+# screen, retitle the window or hide a line.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with control characters shown escaped (``\\x1b``, ``\\r``, ``\\u202e``).
+
+    Everything else (``é``, CJK, emoji) is kept as is; ``keep`` names control characters to
+    leave alone (``"\\n\\t"`` for multi-line text). Surrogates from undecodable bytes
+    (``decode_exact``) come out as ``\\xNN``.
+    """
+    out: list[str] = []
+    for ch in text:
+        o = ord(ch)
+        if ch in keep:
+            out.append(ch)
+        elif o < 0x20 or 0x7F <= o < 0xA0:
+            out.append({"\r": "\\r", "\n": "\\n", "\t": "\\t"}.get(ch, f"\\x{o:02x}"))
+        elif 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch in _BIDI or 0xD800 <= o <= 0xDFFF:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
+    """``path`` if a file can be written there; ConfigError (exit 2) naming ``option`` if not.
+
+    Tried for real (as root every permission check says yes): the parent folders are created
+    and the file opened for appending; a file that did not exist before is removed again.
+    Called before long work, so a bad path fails in a second, not after an hour.
+    """
+    target = Path(path)
+    existed = target.exists()
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "ab"):
+            pass
+        if not existed:
+            target.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{option} {target}: cannot write there ({exc.strerror or exc})",
+            f"pass a writable path to {option}",
+        ) from None
+    return target
+
+
+def check_output_dir(path: str | os.PathLike[str], option: str) -> Path:
+    """``path`` created if needed and proven writable (a file made and removed in it)."""
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=target, prefix=".sglforge-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(
+            f"{option} {target}: cannot write there ({exc.strerror or exc})",
+            f"pass a writable folder to {option}",
+        ) from None
+    return target
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Hold SIGINT/SIGTERM/SIGHUP while a cleanup or a last record runs; yields what arrived.
+
+    The caller re-raises afterwards (``raise_held``), so the command still ends as
+    interrupted (130) or terminated (143), only never half-way through the cleanup.
+    """
+    import signal
+
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda signum, _f: arrived.append(signum)) for s in sigs}
+    try:
+        yield arrived
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def raise_held(arrived: list[int]) -> None:
+    """Re-raise the first signal ``signals_held`` held: KeyboardInterrupt or Terminated."""
+    import signal
+
+    from sglforge.errors import Terminated
+
+    if not arrived:
+        return
+    if arrived[0] == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(f"received {signal.Signals(arrived[0]).name}")

@@ -195,7 +195,7 @@ def test_dockerfile(target, worktree: Path) -> None:
     df = plan.dockerfile
     assert "FROM lmsysorg/sglang:v0.5.14-rocm700-mi35x\n" in df
     assert df.count("COPY ") == 1 and "COPY overlay/ /\n" in df
-    assert f'RUN rm -f -- "/sgl-workspace/sglang/{GONE}"' in df
+    assert f'RUN ["rm", "-f", "--", "/sgl-workspace/sglang/{GONE}"]' in df
     # The release image's run contract is kept: no instruction touches it.
     instructions = [ln.split()[0] for ln in df.splitlines() if ln and ln[0] not in "# "]
     assert not {"ENTRYPOINT", "CMD", "WORKDIR", "USER"} & set(instructions)

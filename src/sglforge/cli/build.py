@@ -9,6 +9,7 @@ import click
 from sglforge.build import MODES, BuildResult, Status, build_image
 from sglforge.cli.common import State, is_tty, json_option, main, pass_state, print_json, table
 from sglforge.errors import ConfigError
+from sglforge.util import printable
 
 
 @main.command("build")
@@ -85,9 +86,9 @@ def build_cmd(
     if as_json:
         print_json(to_json(result))
     elif dry_run:
-        click.echo(render_plan(result))
+        click.echo(printable(render_plan(result), keep="\n"))
     else:
-        click.echo(render_result(result))
+        click.echo(printable(render_result(result), keep="\n"))
 
 
 def to_json(r: BuildResult) -> dict[str, Any]:
@@ -174,10 +175,11 @@ def _progress() -> Any:
 
     def show(event: Any) -> None:
         if isinstance(event, Status):
-            click.echo(f"... {event.message}", err=True)
+            click.echo(f"... {printable(event.message)}", err=True)
         else:
-            # LABEL steps are one long line; the full text is in the log.
-            text = " ".join(f"[{event.n}/{event.total}] {event.instruction}".split())
+            # LABEL steps are one long line; the full text is in the log. Build output is
+            # untrusted (file names, labels, a step's own output): control characters escaped.
+            text = printable(" ".join(f"[{event.n}/{event.total}] {event.instruction}".split()))
             click.echo(text if len(text) <= width else text[: width - 3] + "...", err=True)
 
     return show

@@ -20,7 +20,7 @@ import click
 from sglforge import __version__
 from sglforge.cli import signals
 from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
-from sglforge.util import find_root
+from sglforge.util import find_root, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,7 +45,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except SglforgeError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {printable(str(exc), keep=chr(10))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             code = signals.exit_code(exc)
@@ -129,8 +129,10 @@ def print_json(obj: Any) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain left-aligned text table."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    """A plain left-aligned text table; cells show control characters escaped (``printable``)."""
+    cells = [[str(h) for h in headers]] + [
+        ["" if c is None else printable(str(c)) for c in r] for r in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for n, r in enumerate(cells):

@@ -8,6 +8,7 @@ import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import EXIT_PROBLEMS
+from sglforge.util import printable
 
 upstream_option = click.option(
     "--upstream",
@@ -92,7 +93,8 @@ def lint_cmd(st: State, as_json: bool) -> None:
         print_json({"ok": not errors, "findings": findings})
     else:
         for f in findings:
-            click.echo(f"{f} ({f.severity})" if f.severity != "error" else str(f))
+            # A finding may quote a patch's subject or lines: untrusted, shown escaped.
+            click.echo(printable(f"{f} ({f.severity})" if f.severity != "error" else str(f)))
         warnings = len(findings) - len(errors)
         summary = f"lint: {len(errors)} problem(s)" if errors else "lint: clean"
         click.echo(summary + (f", {warnings} warning(s)" if warnings else ""))
@@ -165,7 +167,7 @@ def check_cmd(
         for r in report.refs:
             for p in r.patches:
                 if p.detail and p.status not in ("clean",):
-                    click.echo(f"{r.ref} {p.name}: {p.status}: {p.detail}")
+                    click.echo(printable(f"{r.ref} {p.name}: {p.status}: {p.detail}"))
         if report.python_only:
             click.echo("note: upstream built from PyPI wheels: the tree holds python/ only")
     if not report.ok:

@@ -19,7 +19,27 @@ from sglforge.publish import (
     publish,
     summary,
 )
-from sglforge.util import atomic_write
+from sglforge.util import atomic_write, check_output_file, printable
+
+
+def _registry_option(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """--registry validated as it is read: nothing runs with a reference that cannot push."""
+    from sglforge.engine.registry import check_registry
+
+    try:
+        return check_registry(value)
+    except ConfigError as exc:  # the message never holds the credentials
+        raise click.BadParameter(str(exc)) from None
+
+
+def _image_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    from sglforge.engine.registry import refuse_credentials
+
+    try:
+        refuse_credentials(value, "IMAGE")
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
 
 
 def _labels(items: tuple[str, ...]) -> dict[str, str]:
@@ -43,6 +63,7 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
     "--registry",
     required=True,
     metavar="HOST[:PORT][/NS]",
+    callback=_registry_option,
     help="Registry to push to, e.g. 127.0.0.1:5000 or ghcr.io/ORG.",
 )
 @click.option("--model", metavar="PATH", help="Model folder for the smoke run.")
@@ -145,8 +166,16 @@ def publish_cmd(
 
     # Progress goes to stderr even with --json: stdout then holds only the JSON document.
     def say(msg: str) -> None:
-        click.echo(f"... {msg}", err=True)
+        click.echo(f"... {printable(msg)}", err=True)
 
+    # Outputs are proven writable before an hour of build and smoke, not after it.
+    for path, option in (
+        (junit, "--junit"),
+        (summary_path, "--summary"),
+        (changelog, "--changelog"),
+    ):
+        if path is not None:
+            check_output_file(path, option)
     try:
         result = publish(
             state.root,
@@ -177,9 +206,9 @@ def publish_cmd(
     if as_json:
         print_json(summary(result))
     else:
-        click.echo(render(result))
+        click.echo(printable(render(result), keep="\n"))
     if result.error:
-        click.echo(f"error: {result.error}", err=True)
+        click.echo(f"error: {printable(result.error, keep=chr(10))}", err=True)
         raise click.exceptions.Exit(result.exit_code or 1)
 
 
@@ -241,7 +270,7 @@ def render(r: PublishResult) -> str:
 
 
 @main.command("inspect")
-@click.argument("image")
+@click.argument("image", callback=_image_argument)
 @click.option("--pull", is_flag=True, help="Pull the image from its registry first.")
 @json_option
 @pass_state
@@ -265,7 +294,7 @@ def inspect_cmd(state: State, image: str, pull: bool, as_json: bool) -> None:
     if as_json:
         print_json(prov_json(prov))
     else:
-        click.echo(render_provenance(prov))
+        click.echo(printable(render_provenance(prov), keep="\n"))
 
 
 def prov_json(p: Provenance) -> dict[str, Any]:

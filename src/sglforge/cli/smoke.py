@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import click
 from sglforge import smoke as core
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
+from sglforge.util import check_output_file, printable
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
@@ -78,7 +80,13 @@ def smoke_cmd(
     """
 
     def say(message: str) -> None:
-        click.echo(f"smoke: {message}", err=True)
+        click.echo(f"smoke: {printable(message)}", err=True)
+
+    # Outputs are proven writable before the server loads (minutes on real hardware).
+    if junit:
+        check_output_file(junit, "--junit")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
 
     report = core.run_smoke(
         state.root,

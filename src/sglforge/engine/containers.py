@@ -33,6 +33,7 @@ import requests
 
 from sglforge.engine import LABEL, client
 from sglforge.errors import SmokeError
+from sglforge.util import printable
 
 # Labels on every smoke container: which runner (host + pid) owns it, so an orphan left by a
 # runner that was SIGKILLed can be recognised and removed by the next run.
@@ -189,10 +190,11 @@ class Container:
 
 
 def tail_lines(path: Path, n: int) -> list[str]:
-    """The last ``n`` lines of a text file (empty when there is none)."""
+    """The last ``n`` lines of a text file (empty when there is none), control characters
+    shown escaped: a server log is untrusted text on its way to terminals and reports."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return [line.rstrip("\n") for line in deque(fh, maxlen=n)]
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
+            return [printable(line.rstrip("\n")) for line in deque(fh, maxlen=n)]
     except OSError:
         return []
 

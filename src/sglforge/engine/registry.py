@@ -37,7 +37,7 @@ import docker.errors
 import requests.exceptions
 
 from sglforge.engine import LABEL, client
-from sglforge.errors import PublishError
+from sglforge.errors import ConfigError, ImageNotFound, PublishError
 
 USER_ENV = "SGLFORGE_REGISTRY_USER"
 PASSWORD_ENV = "SGLFORGE_REGISTRY_PASSWORD"
@@ -124,8 +124,62 @@ class Pushed:
     attempts: int
 
 
+# The distribution spec's grammar: a host (name, IPv4 or [IPv6]) with an optional port, then
+# lowercase path components separated by "/" (each alphanumeric runs joined by ".", "_",
+# "__" or dashes).
+_HOST = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::([0-9]+))?$"
+)
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$")
+_USERINFO = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?[^/]*@", re.I)
+
+
+def refuse_credentials(text: str, what: str) -> None:
+    """ConfigError (exit 2) when ``text`` carries ``user:password@``; the text is never shown.
+
+    A secret in an option would otherwise reach plans, logs, JSON, JUnit and step summaries.
+    """
+    if _USERINFO.match(text.strip()):
+        host = text.strip().split("@", 1)[1].split("/", 1)[0]
+        raise ConfigError(
+            f"{what}: credentials in a registry reference are refused (user:password@ before "
+            f"{host!r}; the value is not shown)",
+            f"log in with `docker login {host}` or set {USER_ENV}/{PASSWORD_ENV}, and pass "
+            "only HOST[:PORT][/NAMESPACE]",
+        )
+
+
+def check_registry(text: str, what: str = "--registry") -> str:
+    """``HOST[:PORT][/NAMESPACE]`` validated and normalised; ConfigError (exit 2) otherwise.
+
+    Checked where the option is read, before any build or smoke run: credentials, an
+    uppercase or malformed repository path, a port outside 1-65535.
+    """
+    refuse_credentials(text, what)
+    value = re.sub(r"^[a-z]+://", "", text.strip()).rstrip("/")
+    if not value:
+        raise ConfigError(f"{what} is empty", f"pass {what} HOST[:PORT][/NAMESPACE]")
+    host, _, path = value.partition("/")
+    m = _HOST.match(host)
+    hint = f"e.g. {what} 127.0.0.1:5000 or {what} ghcr.io/org"
+    if not m or not ("." in host or ":" in host or host == "localhost"):
+        raise ConfigError(f"{what} {value!r}: {host!r} is not a registry host", hint)
+    if m.group(1) is not None and not 0 < int(m.group(1)) < 65536:
+        raise ConfigError(f"{what} {value!r}: port {m.group(1)} is not a TCP port", hint)
+    for part in path.split("/") if path else ():
+        if not _COMPONENT.match(part):
+            why = "must be lowercase" if _COMPONENT.match(part.lower()) else "is not a valid name"
+            raise ConfigError(
+                f"{what} {value!r}: repository path component {part!r} {why} "
+                "(letters a-z, digits, and . _ - between them)",
+                hint,
+            )
+    return value
+
+
 def parse_ref(ref: str) -> Reference:
     """Split ``host[:port]/path:tag``; the registry part is required (no implicit Docker Hub)."""
+    refuse_credentials(ref, "image reference")
     if "@" in ref:
         raise PublishError(f"{ref}: a digest reference cannot be pushed", "push a tag instead")
     first, sep, rest = ref.partition("/")
@@ -588,11 +642,13 @@ def image_attrs(image: str) -> dict[str, Any]:
     try:
         return dict(client().api.inspect_image(image))
     except docker.errors.ImageNotFound:
-        raise PublishError(
+        raise ImageNotFound(
             f"{image}: no such image in the local engine",
             f"pull it first: sglforge inspect --pull {image} (or docker pull {image})",
         ) from None
     except docker.errors.APIError as exc:
+        if exc.status_code == 400:  # "invalid reference format": a typo, not the registry
+            raise ConfigError(f"inspect {image}: {exc.explanation or exc}") from None
         raise PublishError(f"inspect {image}: {exc.explanation or exc}") from None
 
 
@@ -608,8 +664,13 @@ def pull(ref: str, creds: Credentials | None = None) -> str:
             if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
                 error = error or _scrub(str(event.get("error")), creds)
     except docker.errors.APIError as exc:
-        raise PublishError(f"pull {ref}: {_scrub(str(exc.explanation or exc), creds)}") from None
+        text = _scrub(str(exc.explanation or exc), creds)
+        if exc.status_code == 404:
+            raise ImageNotFound(f"pull {ref}: {text}", f"check the tag: docker pull {ref}") from None
+        raise PublishError(f"pull {ref}: {text}") from None
     if error:
+        if re.search(r"manifest unknown|not found|does not exist", error, re.I):
+            raise ImageNotFound(f"pull {ref}: {error}", f"check the tag: docker pull {ref}")
         raise PublishError(f"pull {ref}: {error}", f"check the registry: docker pull {ref}")
     found = local_id(ref)
     if not found:
