@@ -1205,13 +1205,15 @@ def _log_path(root: Path, plan: BuildPlan) -> Path:
 
 
 def _overlay_template(root: Path) -> str:
-    path = root / OVERLAY_TEMPLATE
+    from sglforge.defaults import project_file
+
+    path = project_file(root, OVERLAY_TEMPLATE)  # the project's own, else the shipped one
     try:
         return path.read_text()
     except FileNotFoundError:
         raise ConfigError(
-            f"{path}: the overlay Dockerfile is missing",
-            "copy images/ from the sglforge repository into the project root",
+            f"{path}: the overlay Dockerfile is missing (and none ships with this install)",
+            "sglforge init (lays out images/), or reinstall sglforge",
         ) from None
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglforge.defaults import project_file
 from sglforge.errors import ConfigError
 
 TARGETS_FILE = Path("images") / "targets.toml"
@@ -231,14 +232,14 @@ def newest_dated_tag(pattern_tag: str, tags: Iterable[str]) -> str | None:
 
 
 def load_targets(root: Path) -> Targets:
-    """Load and validate ``<root>/images/targets.toml``."""
-    path = Path(root) / TARGETS_FILE
+    """Load and validate ``<root>/images/targets.toml``, else the targets sglforge ships."""
+    path = project_file(root, TARGETS_FILE)
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(
-            f"{path}: no targets file",
-            "copy images/ from the sglforge repository into the project root",
+            f"{path}: no targets file (and no default targets in this sglforge install)",
+            "sglforge init (lays out images/), or reinstall sglforge",
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}", f"fix {path}") from None

@@ -9,6 +9,7 @@ _signals.install_startup()
 
 # Each command group lives in its own module; importing registers it on ``main``.
 from sglforge.cli import build as _build  # noqa: E402,F401
+from sglforge.cli import init as _init  # noqa: E402,F401
 from sglforge.cli import patches as _patches  # noqa: E402,F401
 from sglforge.cli import publish as _publish  # noqa: E402,F401
 from sglforge.cli import smoke as _smoke  # noqa: E402,F401
