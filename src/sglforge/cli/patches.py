@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
@@ -53,6 +55,7 @@ def list_cmd(st: State, as_json: bool) -> None:
                 "pin": {"url": q.pin.url, "ref": q.pin.ref, "commit": q.pin.commit},
                 "hash": q.hash,
                 "patches": rows,
+                "configs": [_config_row(c) for c in q.configs],
             }
         )
         return
@@ -74,6 +77,44 @@ def list_cmd(st: State, as_json: bool) -> None:
             ],
         )
     )
+    if q.configs:
+        click.echo("config items (patches/configs/):")
+        click.echo(
+            table(
+                ["file", "tool/table", "target", "status", "rows", "applies-to"],
+                [
+                    [
+                        c.csv_file.rsplit("/", 1)[-1],
+                        f"{c.tool}/{c.table}",
+                        f"{c.target} ({c.gfx})",
+                        _cut(c.upstream_status, 24),
+                        len(c.rows),
+                        c.applies_to or "",
+                    ]
+                    for c in q.configs
+                ],
+            )
+        )
+
+
+def _config_row(c: Any) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "file": c.csv_file,
+        "meta": c.meta_file,
+        "tool": c.tool,
+        "table": c.table,
+        "target": c.target,
+        "gfx": c.gfx,
+        "status": c.upstream_status,
+        "origin": c.origin,
+        "applies_to": c.applies_to,
+        "rows": len(c.rows),
+        "covers": list(c.covers),
+        "gaps": list(c.gaps),
+        "installed_as": c.installed_name,
+        "sha256": c.sha256,
+    }
 
 
 def _cut(s: str, n: int) -> str:
@@ -81,13 +122,27 @@ def _cut(s: str, n: int) -> str:
 
 
 @patches_group.command("lint")
+@click.option(
+    "--aiter-configs",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The base's aiter/configs folder: check config items against its own table.",
+)
 @json_option
 @pass_state
-def lint_cmd(st: State, as_json: bool) -> None:
-    """Check series vs files, metadata and diffs; every finding names file and line."""
+def lint_cmd(st: State, aiter_configs: Path | None, as_json: bool) -> None:
+    """Check series vs files, metadata and diffs; every finding names file and line.
+
+    Config items (patches/configs/) are checked too: metadata, columns, keys duplicated
+    within our files; with --aiter-configs also against the base's own table.
+
+    \b
+    Example:
+      docker cp $(docker create IMAGE):/sgl-workspace/aiter/aiter/configs build/aiter-configs
+      sglforge patches lint --aiter-configs build/aiter-configs
+    """
     from sglforge.patches.lint import lint_queue
 
-    findings = lint_queue(st.root)
+    findings = lint_queue(st.root, aiter_configs)
     errors = [f for f in findings if f.severity == "error"]
     if as_json:
         print_json({"ok": not errors, "findings": findings})
@@ -131,6 +186,11 @@ def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_
 @click.option("--tags", metavar="SPEC", help="Also every tag whose version matches SPEC.")
 @upstream_option
 @click.option("--jobs", type=int, help="Refs checked in parallel (default: CPU count).")
+@click.option(
+    "--aiter-configs",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The base's aiter/configs folder: report config items it already carries.",
+)
 @json_option
 @pass_state
 def check_cmd(
@@ -139,6 +199,7 @@ def check_cmd(
     tags: str | None,
     upstream: str | None,
     jobs: int | None,
+    aiter_configs: Path | None,
     as_json: bool,
 ) -> None:
     """Apply the whole series at each ref (no worktree touched) and report a matrix.
@@ -150,10 +211,12 @@ def check_cmd(
       sglforge patches check --upstream pypi:sglang --tags '>=0.5.10,<=0.5.23'
     """
     from sglforge.patches.check import check_refs
+    from sglforge.patches.configs import check_items
 
     report = check_refs(st.root, list(refs), upstream=upstream, tags=tags, jobs=jobs)
+    config_rows = check_items(st.root, [r.ref for r in report.refs], aiter_configs)
     if as_json:
-        print_json(report)
+        print_json({**asdict(report), "configs": config_rows} if config_rows else report)
     else:
         names = [p.name for p in report.refs[0].patches] if report.refs else []
         for n, name in enumerate(names, 1):
@@ -170,6 +233,8 @@ def check_cmd(
                     click.echo(printable(f"{r.ref} {p.name}: {p.status}: {p.detail}"))
         if report.python_only:
             click.echo("note: upstream built from PyPI wheels: the tree holds python/ only")
+        for c in config_rows:
+            click.echo(printable(f"{c['ref']} config {c['name']}: {c['status']}: {c['detail']}"))
     if not report.ok:
         raise SystemExit(EXIT_PROBLEMS)
 

@@ -33,8 +33,12 @@ class Finding:
         return f"{self.file}:{self.line}: {self.code}: {self.message}"
 
 
-def lint_queue(root: Path) -> list[Finding]:
-    """Every problem found in ``root/patches``, in file and line order."""
+def lint_queue(root: Path, aiter_configs: Path | None = None) -> list[Finding]:
+    """Every problem found in ``root/patches``, in file and line order.
+
+    ``aiter_configs`` (a copy of the base's ``aiter/configs`` folder) also checks config items
+    against the base's own table: its columns and its keys.
+    """
     recover_transactions(root / "patches")
     findings: list[Finding] = []
     pdir = root / "patches"
@@ -121,7 +125,29 @@ def lint_queue(root: Path) -> list[Finding]:
             )
         elif key:
             changes[key] = e.name
+    findings.extend(_config_findings(root, aiter_configs))
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
+
+
+def _config_findings(root: Path, aiter_configs: Path | None) -> list[Finding]:
+    from sglforge.patches import configs
+
+    try:
+        items = configs.load_items(root)
+        base = configs.base_tables_from_dir(aiter_configs) if aiter_configs else None
+    except ConfigError as exc:
+        m = re.match(r"(.+?):(\d+): (.*)", exc.message)
+        if m:
+            return [Finding(m.group(1), int(m.group(2)), "bad-config", m.group(3))]
+        return [Finding(configs.CONFIGS_DIR, 0, "bad-config", exc.message)]
+    findings = [Finding(*f) for f in configs.item_findings(items, base)]
+    if base is not None:
+        findings += [
+            Finding(i.meta_file, 1, "config-upstreamed", "the base's aiter carries every row")
+            for i in items
+            if configs.upstreamed(i, base)
+        ]
+    return findings
 
 
 def lint_patch(patch: Patch, rel: str) -> list[Finding]:

@@ -16,6 +16,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from sglforge.errors import ConfigError
+from sglforge.patches.configs import ConfigItem, load_items
 from sglforge.util import (
     atomic_write,
     confined,
@@ -135,6 +136,7 @@ class Queue:
     entries: tuple[SeriesEntry, ...]
     patches: tuple[Patch, ...]
     hash: str
+    configs: tuple[ConfigItem, ...] = ()
 
     @property
     def patches_dir(self) -> Path:
@@ -449,6 +451,14 @@ def queue_hash(pin: Pin, entries: tuple[SeriesEntry, ...], root: Path) -> str:
         data = path.read_bytes() if path.is_file() else b"<missing>"
         h.update(f"patch {e.name} {len(data)}\n".encode())
         h.update(data)
+    # Config items (patches/configs/NAME.toml + NAME.csv) are queue content too; a queue
+    # without them hashes as before.
+    configs = root / "patches" / "configs"
+    for path in sorted(configs.glob("*.toml")) if configs.is_dir() else []:
+        for part in (path, path.with_suffix(".csv")):
+            data = part.read_bytes() if part.is_file() else b"<missing>"
+            h.update(f"config {part.name} {len(data)}\n".encode())
+            h.update(data)
     return h.hexdigest()
 
 
@@ -494,6 +504,7 @@ def load_queue(root: Path) -> Queue:
         entries=entries,
         patches=tuple(patches),
         hash=queue_hash(pin, entries, root),
+        configs=load_items(root),
     )
 
 
