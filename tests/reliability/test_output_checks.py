@@ -67,7 +67,9 @@ def test_smoke_junit_and_step_summary_are_checked_first(project: Path, index: in
 def test_smoke_log_dir_is_checked_first(project: Path, bad: str) -> None:
     path = bad if bad.startswith("/") else str(project / bad)
     scenario = str(project / "smoke" / "cpu.toml")
-    code, _, err = cli(project, "smoke", "--image", "x:1", "--scenario", scenario, "--log-dir", path)
+    code, _, err = cli(
+        project, "smoke", "--image", "x:1", "--scenario", scenario, "--log-dir", path
+    )
     assert code == 2 and "--log-dir" in err, err
 
 
