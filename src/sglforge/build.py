@@ -80,6 +80,10 @@ LABEL_MODE = "io.sglforge.mode"
 LABEL_UPSTREAM = "io.sglforge.upstream"
 LABEL_UPSTREAM_REF = "io.sglforge.upstream-ref"
 LABEL_UPSTREAM_COMMIT = "io.sglforge.upstream-commit"
+# Upstream's repository and revision: org.opencontainers.image.source/.revision name the
+# project's own (GHCR links the package to it; Renovate reads the changelog there).
+LABEL_UPSTREAM_SOURCE = "io.sglforge.upstream.source"
+LABEL_UPSTREAM_REVISION = "io.sglforge.upstream.revision"
 LABEL_SGLANG_VERSION = "io.sglforge.sglang-version"
 LABEL_TOOL = "io.sglforge.version"
 OCI = "org.opencontainers.image"
@@ -443,8 +447,6 @@ def make_labels(
     names = [p.name for p in patches]
     described = ", ".join(names) if names else "no patches"
     labels = {
-        f"{OCI}.source": upstream.url,
-        f"{OCI}.revision": upstream.revision,
         f"{OCI}.version": version,
         f"{OCI}.created": created,
         f"{OCI}.title": f"sglang {version} for {target.name} ({target.gpu_arch}, "
@@ -464,6 +466,8 @@ def make_labels(
         LABEL_GPU_ARCH: target.gpu_arch,
         LABEL_MODE: mode,
         LABEL_UPSTREAM: upstream.source,
+        LABEL_UPSTREAM_SOURCE: upstream.url,
+        LABEL_UPSTREAM_REVISION: upstream.revision,
         LABEL_UPSTREAM_REF: upstream.ref,
         LABEL_UPSTREAM_COMMIT: upstream.commit,
         LABEL_SGLANG_VERSION: version,
@@ -475,9 +479,32 @@ def make_labels(
             labels[f"{OCI}.base.digest"] = base.pinned
     if inputs:
         labels[LABEL_INPUTS] = inputs
-    for k, v in (extra or {}).items():
-        labels.setdefault(k, v)
+    # Given labels (--label, the project's source and revision) win over the defaults.
+    labels.update(extra or {})
     return labels
+
+
+def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
+    """``org.opencontainers.image.source``/``.revision`` naming the project's own repository
+    (``[image] source``, else the checkout's git remote) and its HEAD commit, when known."""
+    from sglforge import git
+
+    url, commit = git.checkout_facts(root)
+    labels = {}
+    if configured_source or url:
+        labels[f"{OCI}.source"] = configured_source or str(url)
+    if commit:
+        labels[f"{OCI}.revision"] = commit
+    return labels
+
+
+def from_reference(base: Base) -> str:
+    """The overlay's FROM: ``repo:tag@sha256:...`` when a registry digest is known (the build
+    then starts from exactly the base the labels record), else the tag (an image ID is no
+    valid FROM reference)."""
+    if base.digest and base.digest.startswith("sha256:") and "@" not in base.ref:
+        return f"{base.ref}@{base.digest}"
+    return base.ref
 
 
 def _provenance(
@@ -554,7 +581,7 @@ def plan_overlay(
     workspace, ws_source = workspace_of(base.package_path, target.workspace)
     files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
     image = target.image_ref(version, queue_hash)
-    bare = render_overlay_dockerfile(template, base.ref, target, deleted)
+    bare = render_overlay_dockerfile(template, from_reference(base), target, deleted)
     manifest, key, labels = _provenance(
         image=image,
         version=version,
@@ -570,7 +597,7 @@ def plan_overlay(
         created=created,
         extra_labels=extra_labels,
     )
-    dockerfile = render_overlay_dockerfile(template, base.ref, target, deleted, labels)
+    dockerfile = render_overlay_dockerfile(template, from_reference(base), target, deleted, labels)
     return BuildPlan(
         target=target,
         version=version,
@@ -808,6 +835,8 @@ def build_image(
         commit=applied.commit,
         revision=_revision(queue.pin, applied),
     )
+    # Image labels only (containers of the build keep ``labels``): --label wins over these.
+    image_labels = {**fork_labels(root, bt.source), **(labels or {})}
 
     if chosen == "source":
         plan = plan_source(
@@ -820,7 +849,7 @@ def build_image(
             worktree=applied.worktree,
             changed_files=applied.changed_files,
             tags=tags,
-            extra_labels=labels,
+            extra_labels=image_labels,
         )
         if dry_run:
             return _result(plan, None, False, None, True, started)
@@ -847,7 +876,7 @@ def build_image(
             changed_files=applied.changed_files,
             template=template,
             tags=tags,
-            extra_labels=labels,
+            extra_labels=image_labels,
         )
 
     plan = make_plan(base)

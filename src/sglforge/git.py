@@ -142,6 +142,37 @@ def out(cwd: Path | str, *args: str) -> str:
     return run(cwd, *args).stdout
 
 
+# --- the project's own checkout -------------------------------------------------------------
+
+
+def public_url(url: str) -> str | None:
+    """``url`` as a browsable https address with any credentials removed; None for a local
+    path (nobody else can follow it). ``git@host:org/repo.git`` -> ``https://host/org/repo``."""
+    url = url.strip()
+    m = re.match(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/]+@)?([^/:]+)(?::\d+)?[:/](.+)$", url)
+    if not m or url.startswith("file:") or is_local(url):
+        return None
+    host, path = m.group(1), m.group(2)
+    path = re.sub(r"\.git/?$", "", path.strip("/"))
+    return f"https://{host}/{path}" if path else None
+
+
+def checkout_facts(path: Path) -> tuple[str | None, str | None]:
+    """(public URL of the ``origin`` remote, else of the only remote; HEAD commit) of the git
+    checkout holding ``path``; None for what is unknown (no checkout, no remote, no commit)."""
+    if not Path(path).is_dir() or run(path, "rev-parse", "--git-dir", check=False).status:
+        return None, None
+    head = run(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+    commit = head.stdout if head.status == 0 and head.stdout else None
+    remotes = run(path, "remote", check=False).stdout.split()
+    name = "origin" if "origin" in remotes else (remotes[0] if len(remotes) == 1 else None)
+    url = None
+    if name:
+        got = run(path, "remote", "get-url", name, check=False)
+        url = public_url(got.stdout) if got.status == 0 else None
+    return url, commit
+
+
 # --- upstream cache -------------------------------------------------------------------------
 
 
@@ -313,6 +344,7 @@ __all__ = [
     "IDENTITY",
     "RENAME_LIMIT",
     "cache_name",
+    "checkout_facts",
     "ensure_cache",
     "is_ancestor",
     "out",

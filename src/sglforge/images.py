@@ -87,6 +87,7 @@ class BuildTarget:
     repository: str
     workspace: str
     path: Path = TARGETS_FILE  # the targets file, named in errors
+    source: str = ""  # [image] source: the project's repository URL for the OCI labels
 
     @property
     def name(self) -> str:
@@ -165,6 +166,7 @@ class Targets:
     workspace: str
     rocm: tuple[Rocm, ...]
     targets: tuple[Target, ...]
+    source: str = ""  # [image] source ("" = the checkout's git remote)
 
     def names(self) -> list[str]:
         """Every spelling ``resolve`` accepts: ``mi355x`` and ``mi355x-rocm700`` etc."""
@@ -191,7 +193,9 @@ class Targets:
                 f"unknown target {spec!r} (known in {self.path}: {known})",
                 "sglforge build --target mi355x",
             )
-        return BuildTarget(target, rocms[rocm_name], self.repository, self.workspace, self.path)
+        return BuildTarget(
+            target, rocms[rocm_name], self.repository, self.workspace, self.path, self.source
+        )
 
 
 def is_dated(ref: str) -> bool:
@@ -250,7 +254,9 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
     """Validate the parsed TOML of a targets file (``path`` names it in errors)."""
     _keys(data, {"image", "rocm", "targets"}, path, "")
     image = _table(data.get("image", {}), path, "image")
-    _keys(image, {"repository", "workspace"}, path, "image")
+    _keys(image, {"repository", "workspace", "source"}, path, "image")
+    # The project's repository (org.opencontainers.image.source); default: the git remote.
+    source = _str(image.get("source", ""), path, "image.source")
     repository = _str(image.get("repository", "sglforge/sglang"), path, "image.repository")
     workspace = _str(image.get("workspace", "/sgl-workspace/sglang"), path, "image.workspace")
     if not workspace.startswith("/"):
@@ -305,7 +311,7 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
         )
     if not targets:
         raise ConfigError(f"{path}: no [targets.NAME] tables", f"add a target to {path}")
-    return Targets(path, repository, workspace, tuple(rocms), tuple(targets))
+    return Targets(path, repository, workspace, tuple(rocms), tuple(targets), source)
 
 
 def _rocm_list(

@@ -35,6 +35,8 @@ class Provenance:
     repo_digests: tuple[str, ...] = ()
     sglang_version: str = ""
     upstream_url: str = ""
+    source: str = ""  # the project's repository (org.opencontainers.image.source)
+    revision: str = ""  # the project's commit the image was built from
     upstream_source: str = ""
     upstream_ref: str = ""
     upstream_commit: str = ""
@@ -104,16 +106,23 @@ def provenance_from(
     if not patches and label(SGLFORGE + "patches"):
         # No manifest: the label lists names only (no checksums to vouch for them).
         patches = [PatchInfo(n) for n in label(SGLFORGE + "patches").split(",") if n]
+    fork_labels = SGLFORGE + "upstream.source" in labels  # OCI source/revision name the fork
     return Provenance(
         image=image,
         sglang_version=str(m.get("sglang_version") or label(SGLFORGE + "sglang-version")),
-        upstream_url=str(up.get("url") or label(f"{OCI}.source")),
+        # Images from before io.sglforge.upstream.* named upstream in the OCI labels.
+        upstream_url=str(
+            up.get("url") or label(SGLFORGE + "upstream.source") or label(f"{OCI}.source")
+        ),
+        source=label(f"{OCI}.source") if fork_labels else "",
+        revision=label(f"{OCI}.revision") if fork_labels else "",
         upstream_source=str(up.get("source") or label(SGLFORGE + "upstream")),
         upstream_ref=str(up.get("ref") or label(SGLFORGE + "upstream-ref")),
         upstream_commit=str(
             up.get("revision")
             or up.get("commit")
-            or label(f"{OCI}.revision")
+            or label(SGLFORGE + "upstream.revision")
+            or (label(f"{OCI}.revision") if not fork_labels else "")
             or label(SGLFORGE + "upstream-commit")
         ),
         queue_hash=str(queue.get("hash") or label(SGLFORGE + "queue-hash")),

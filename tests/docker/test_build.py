@@ -40,7 +40,7 @@ from helpers_build import (
     upstream_files,
 )
 from sglforge import selfcheck
-from sglforge.build import BuildResult, build_image
+from sglforge.build import BuildResult, build_image, fork_labels
 from sglforge.cli import main
 from sglforge.errors import BuildError
 from standin.base import ensure_sglang_base
@@ -200,8 +200,12 @@ def test_labels_manifest_and_entrypoint(
     lab = img.labels
     oci = "org.opencontainers.image."
     queue_names = [f"{n:04d}-{c.slug}.patch" for n, c in enumerate(DEFAULT_CHANGES, 1)]
-    assert lab[oci + "source"] == "https://github.com/sgl-project/sglang.git"
-    assert lab[oci + "revision"] == result.plan.upstream.commit
+    assert lab["io.sglforge.upstream.source"] == "https://github.com/sgl-project/sglang.git"
+    assert lab["io.sglforge.upstream.revision"] == result.plan.upstream.commit
+    # the project's own repository and commit, when its checkout has them
+    assert {k: lab[k] for k in lab if k in (oci + "source", oci + "revision")} == fork_labels(
+        project.root
+    )
     assert lab[oci + "version"] == "0.5.14"
     assert lab[oci + "base.name"] == build_base
     assert lab[oci + "base.digest"] == docker_client.images.get(build_base).id
@@ -224,7 +228,7 @@ def test_labels_manifest_and_entrypoint(
     assert {p["upstream_status"] for p in manifest["queue"]["patches"]} == {"Pending"}
     assert manifest["queue"]["hash"] == lab["io.sglforge.queue-hash"]
     assert manifest["base"] == {"name": build_base, "digest": lab[oci + "base.digest"]}
-    assert manifest["upstream"]["commit"] == lab[oci + "revision"]
+    assert manifest["upstream"]["commit"] == lab["io.sglforge.upstream.revision"]
     assert manifest["deleted"] == [f"{WS}/{OBSOLETE}"]
 
     # The run contract of the release image is kept: WORKDIR, CMD and no ENTRYPOINT, so

@@ -148,8 +148,10 @@ def test_labels_and_manifest(target, worktree: Path) -> None:
     assert plan.image == "sglforge/sglang:v0.5.14-rocm700-mi355x-q01234567"
     lab = plan.labels
     oci = "org.opencontainers.image."
-    assert lab[oci + "source"] == UP.url
-    assert lab[oci + "revision"] == "c" * 40
+    # upstream's repository and revision; OCI source/revision name the project (build_image)
+    assert lab["io.sglforge.upstream.source"] == UP.url
+    assert lab["io.sglforge.upstream.revision"] == "c" * 40
+    assert oci + "source" not in lab and oci + "revision" not in lab
     assert lab[oci + "version"] == "0.5.14"
     assert lab[oci + "created"] == "2026-01-01T00:00:00Z"
     assert lab[oci + "base.name"] == "lmsysorg/sglang:v0.5.14-rocm700-mi35x"

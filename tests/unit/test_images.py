@@ -223,7 +223,12 @@ def test_bad_files_are_refused_naming_key_and_file(tmp_path: Path, text: str, ne
     assert str(root / "images" / "targets.toml") in err.value.message
 
 
-def test_missing_file_names_the_path(tmp_path: Path) -> None:
+def test_missing_file_names_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A project without images/ uses the shipped targets (test_package_data.py); with none
+    # shipped either, the error names the file the project would add.
+    import sglforge.defaults
+
+    monkeypatch.setattr(sglforge.defaults, "defaults_root", lambda: None)
     with pytest.raises(ConfigError) as err:
         load_targets(tmp_path)
     assert str(tmp_path / "images" / "targets.toml") in err.value.message

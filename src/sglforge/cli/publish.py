@@ -304,6 +304,7 @@ def prov_json(p: Provenance) -> dict[str, Any]:
         "id": p.id,
         "repo_digests": list(p.repo_digests),
         "sglforge_image": p.is_sglforge_image,
+        "source": {"url": p.source, "revision": p.revision},
         "upstream": {
             "version": p.sglang_version,
             "url": p.upstream_url,
@@ -366,6 +367,7 @@ def render_provenance(p: Provenance) -> str:
             if p.upstream_source and p.upstream_source != p.upstream_url
             else ""
         ),
+        f"source    {p.source or 'unknown'}" + (f" @ {p.revision[:12]}" if p.revision else ""),
         f"target    {p.target} ({p.gpu_arch}, {p.rocm}), {p.mode} build",
         f"base      {p.base}" + (f" @ {p.base_digest}" if p.base_digest else ""),
         f"queue     {p.queue_hash} ({len(p.patches)} patches)",
