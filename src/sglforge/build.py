@@ -862,6 +862,13 @@ def build_image(
             base = _check_base(base, bt, offline, say)
     if not dry_run:
         base = _inspect_base(root, base, version, labels)
+    staged = None
+    if queue.configs and not dry_run:
+        # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
+        from sglforge import overlay_configs
+
+        staged = overlay_configs.stage(root, queue.configs, base.ref, version, bt.name, labels, say)
+        image_labels = {**staged.labels, **image_labels}
 
     def make_plan(b: Base) -> BuildPlan:
         return plan_overlay(
@@ -880,6 +887,8 @@ def build_image(
         )
 
     plan = make_plan(base)
+    if staged is not None:
+        plan = overlay_configs.attach(plan, staged)
     if dry_run:
         return _result(plan, None, False, None, True, started)
     return _build_overlay(root, plan, applied.worktree, say, progress, started, labels)

@@ -580,3 +580,53 @@ __all__ = [
     "sglang_info",
     "tag",
 ]
+
+
+# Finds aiter the way aiter finds its own tables (AITER_ROOT_DIR = two folders above aiter/jit/,
+# amd-aiter aiter/jit/core.py:67) without importing it (the import needs torch and a GPU).
+_AITER_PROBE = r"""
+import json, os, sys
+sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
+import importlib.util
+out = {"root": None}
+spec = importlib.util.find_spec("aiter")
+if spec is not None and spec.submodule_search_locations:
+    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
+    out["root"] = os.path.dirname(pkg)
+    configs = os.path.join(pkg, "configs")
+    out["configs_dir"] = configs
+    def read(path):
+        try:
+            return open(path, encoding="utf-8").read()
+        except OSError:
+            return None
+    out["tuned_fmoe"] = read(os.path.join(configs, "tuned_fmoe.csv"))
+    untuned = read(os.path.join(configs, "untuned_fmoe.csv"))
+    out["untuned_fmoe_header"] = untuned.splitlines()[0] if untuned else None
+    model = os.path.join(configs, "model_configs")
+    out["model_configs"] = {}
+    if os.path.isdir(model):
+        for name in sorted(os.listdir(model)):
+            if name.endswith(".csv") and "tuned_fmoe" in name and "untuned" not in name:
+                out["model_configs"][name] = read(os.path.join(model, name))
+print("SGLFORGE-AITER " + json.dumps(out))
+"""
+
+
+def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Where image ``ref``'s aiter keeps its tuned tables, and their contents.
+
+    ``{"root": None}`` when the image has no aiter. Keys otherwise: ``root``, ``configs_dir``,
+    ``tuned_fmoe`` (text), ``untuned_fmoe_header``, ``model_configs`` ({name: text} of the
+    ``*tuned_fmoe*`` files aiter merges).
+    """
+    text = run_python(ref, _AITER_PROBE, labels=labels, working_dir="/")
+    line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-AITER ")), None)
+    if line is None:
+        raise BuildError(
+            f"image {ref}: could not look for aiter: {_first_line(text)}",
+            f"docker run --rm -w / {ref} python3 -c 'import importlib.util as u; "
+            "print(u.find_spec(\"aiter\"))'",
+        )
+    data: dict[str, Any] = json.loads(line.removeprefix("SGLFORGE-AITER "))
+    return data

@@ -1,0 +1,134 @@
+"""Config items in the overlay image: where the base's aiter merges them, checked against it.
+
+The base is inspected (engine.images.aiter_configs) for where its aiter keeps its tables; each
+item is rendered in the base's columns and installed as
+``<aiter>/configs/model_configs/sglforge_<name>_tuned_fmoe.csv``, beside aiter's own files
+(never replacing one). A key the base's tables already hold is refused before building: aiter
+aborts the merge on duplicate keys at run time and rewrites its own CSVs (ROCm/aiter
+``update_config_files``; docs/aiter-tuned-configs.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from sglforge.build import BuildPlan, ContextFile
+from sglforge.errors import BuildError
+from sglforge.patches.configs import BaseTables, ConfigItem, base_tables, item_findings, render
+from sglforge.util import atomic_write, sha256_bytes
+
+LABEL_PREFIX = "io.sglforge.config."
+
+
+@dataclass(frozen=True)
+class Staged:
+    """Rendered items ready for the overlay: context files, labels, manifest entries."""
+
+    files: tuple[ContextFile, ...]
+    labels: Mapping[str, str]
+    manifest: tuple[Mapping[str, Any], ...]
+
+
+def base_aiter(ref: str, labels: Mapping[str, str] | None = None) -> BaseTables | None:
+    """The base image's own tuned_fmoe table, or None when the image has no aiter."""
+    from sglforge.engine import images as eng
+
+    info = eng.aiter_configs(ref, labels)
+    if not info.get("root") or info.get("tuned_fmoe") is None:
+        return None
+    return base_tables(
+        info["configs_dir"],
+        "tuned_fmoe",
+        info["tuned_fmoe"],
+        info.get("untuned_fmoe_header"),
+        info.get("model_configs") or {},
+    )
+
+
+def stage(
+    root: Path,
+    items: Sequence[ConfigItem],
+    base_ref: str,
+    version: str,
+    target: str,
+    labels: Mapping[str, str] | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> Staged:
+    """Check ``items`` against the base's aiter and render those for this target and version."""
+    chosen = [i for i in items if _applies(i, version) and i.target == target]
+    for item in items:
+        if item not in chosen:
+            say(f"config item {item.name}: not for {target} at sglang {version}, left out")
+    if not chosen:
+        return Staged((), {}, ())
+    base = base_aiter(base_ref, labels)
+    if base is None:
+        raise BuildError(
+            f"base image {base_ref} has no aiter (no importable 'aiter' package): config items "
+            f"{', '.join(i.name for i in chosen)} have nowhere to go",
+            "build from a release image with aiter, or move the items out of patches/configs/",
+        )
+    problems = item_findings(chosen, base)
+    if problems:
+        file, line, code, message = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise BuildError(
+            f"{file}:{line}: {code}: {message}{more}",
+            f"copy the base's {base.configs_dir} out (docker cp) and run "
+            "`sglforge patches lint --aiter-configs DIR`",
+        )
+    out_dir = root / "build" / "configs"
+    files, entries, label_map = [], [], {}
+    for item in chosen:
+        data = render(item, base)
+        digest = sha256_bytes(data)
+        local = out_dir / digest / item.installed_name
+        if not local.is_file():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(local, data)
+        dest = f"{base.model_configs_dir}/{item.installed_name}"
+        # An absolute path: context_tar reads worktree / path, which is then this file.
+        files.append(ContextFile(str(local.resolve()), dest, len(data), digest, 0o644))
+        label_map[LABEL_PREFIX + item.name] = f"{dest} sha256:{item.sha256}"
+        entries.append(
+            {
+                "name": item.name,
+                "file": item.csv_file,
+                "sha256": item.sha256,
+                "installed": dest,
+                "installed_sha256": digest,
+                "tool": item.tool,
+                "table": item.table,
+                "target": item.target,
+                "gfx": item.gfx,
+                "status": item.upstream_status,
+                "origin": item.origin,
+                "rows": len(item.rows),
+            }
+        )
+        say(f"config item {item.name}: {len(item.rows)} row(s) -> {dest}")
+    return Staged(tuple(files), label_map, tuple(entries))
+
+
+def attach(plan: BuildPlan, staged: Staged) -> BuildPlan:
+    """``plan`` with the staged files in its context and the items in its manifest."""
+    if not staged.files:
+        return plan
+    manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
+    return dataclasses.replace(plan, files=plan.files + staged.files, manifest=manifest)
+
+
+def _applies(item: ConfigItem, version: str) -> bool:
+    if not item.applies_to:
+        return True
+    try:
+        return Version(version) in SpecifierSet(item.applies_to)
+    except InvalidVersion:
+        return True
