@@ -14,6 +14,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+
 from helpers_build import (
     DEFAULT_CHANGES,
     OBSOLETE,
@@ -24,10 +25,9 @@ from helpers_build import (
     make_build_project,
     upstream_files,
 )
-from standin.base import ensure_sglang_base
-
 from sglforge.build import build_image, render_overlay_dockerfile, scan_files
 from sglforge.images import load_targets
+from standin.base import ensure_sglang_base
 
 REPO = Path(__file__).resolve().parents[2]
 WS = "/sgl-workspace/sglang"
