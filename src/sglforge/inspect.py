@@ -57,6 +57,8 @@ class Provenance:
     references: tuple[str, ...] = ()
     smoke: Smoke | None = None
     tested: bool | None = None  # None: no release record found for this image
+    # Config items (tuned tables): name, installed path, sha256, status, origin (issue 13).
+    configs: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def upstream_version(self) -> str:
@@ -107,7 +109,20 @@ def provenance_from(
         # No manifest: the label lists names only (no checksums to vouch for them).
         patches = [PatchInfo(n) for n in label(SGLFORGE + "patches").split(",") if n]
     fork_labels = SGLFORGE + "upstream.source" in labels  # OCI source/revision name the fork
+    configs = [dict(c) for c in m.get("configs") or () if isinstance(c, Mapping)]
+    if not configs:  # no manifest: the labels name each item's path and checksum
+        for key, value in sorted(labels.items()):
+            if key.startswith(SGLFORGE + "config."):
+                path, _, sha = str(value).partition(" sha256:")
+                configs.append(
+                    {
+                        "name": key.removeprefix(SGLFORGE + "config."),
+                        "installed": path,
+                        "sha256": sha,
+                    }
+                )
     return Provenance(
+        configs=tuple(configs),
         image=image,
         sglang_version=str(m.get("sglang_version") or label(SGLFORGE + "sglang-version")),
         # Images from before io.sglforge.upstream.* named upstream in the OCI labels.
