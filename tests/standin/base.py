@@ -13,7 +13,7 @@ be pulled here, so the tests build replicas with no network access inside Docker
   setuptools-scm writing ``sglang/_version.py``), ``WORKDIR /sgl-workspace``,
   ``CMD ["/bin/bash"]``, upstream's runtime ENV.
 
-With ``aiter=True`` the replica also carries aiter as the release images do: a checkout at
+The replica also carries aiter as the release images do: a checkout at
 ``/sgl-workspace/aiter`` installed editable the way ``docker/rocm.Dockerfile`` installs it
 (``pip install --config-settings editable_mode=compat -e .``), its python tree and tuned-config
 CSVs taken from the real ``amd-aiter`` wheel on PyPI (:func:`aiter_tree`).
@@ -560,7 +560,7 @@ def ensure_sglang_base(
     server_py: Path | None = None,
     files: Mapping[str, bytes] | None = None,
     client: docker.DockerClient | None = None,
-    aiter: bool = False,
+    aiter: bool = True,
 ) -> str:
     """Tag of the replica of sglang ``version``'s ROCm release image (TEST DOUBLE).
 
@@ -571,11 +571,13 @@ def ensure_sglang_base(
     ``CMD ["/bin/bash"]``, upstream's runtime ENV. ``server_py`` (default
     ``tests/standin/server.py``) becomes ``sglang/launch_server.py``; ``files`` maps extra
     repository paths (``python/sglang/srt/x.py``) to contents. Pass a ``tag`` of your own
-    when passing ``files``. ``aiter=True`` adds aiter at ``/sgl-workspace/aiter`` (from the
-    PyPI wheel, editable; default tag suffix ``-aiter``): the GLM-5.2 tuned-config tests use it.
+    when passing ``files``. ``aiter`` (default True, as in every release image) installs aiter
+    at ``/sgl-workspace/aiter`` from the PyPI wheel, editable: the build puts the queue's config
+    items where it merges them, so a replica without it cannot take the real queue.
+    ``aiter=False`` gives the older aiter-less replica (default tag suffix ``-noaiter``).
     """
     client = _client(client)
-    tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x{'-aiter' if aiter else ''}"
+    tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x{'' if aiter else '-noaiter'}"
     server_path = server_py or SERVER_PY
     if not server_path.is_file():
         raise FileNotFoundError(f"{server_path}: the stand-in sglang server is missing")
