@@ -33,7 +33,7 @@ from sglforge.errors import (
     SglforgeError,
 )
 from sglforge.release import PatchInfo, Release, Smoke, record_release
-from sglforge.util import confined, signals_held
+from sglforge.util import confined, raise_held, signals_held
 
 SMOKE_DIR = "smoke"
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
@@ -370,16 +370,22 @@ def publish(
         raise
 
     # --- release record and CHANGELOG entry ---
-    release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
-    recorded = record_release(root, release, changelog)
-    clock.done("record", True, str(recorded.record))
-    clock.reset()
-    try:
-        record_ref = push_release_record(root, release, immutable, creds, labels, attempts, backoff)
-        clock.done("record-push", True, record_ref)
-    except SglforgeError as exc:
-        # The image is published; only `inspect` on other machines loses the smoke figures.
-        clock.done("record-push", False, f"release record not pushed: {exc.message}")
+    # The image is in the registry: its record is written and pushed whole, an interrupt
+    # arriving meanwhile is held and raised after it (exit 130/143, record in place).
+    with signals_held() as arrived:
+        release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
+        recorded = record_release(root, release, changelog)
+        clock.done("record", True, str(recorded.record))
+        clock.reset()
+        try:
+            record_ref = push_release_record(
+                root, release, immutable, creds, labels, attempts, backoff
+            )
+            clock.done("record-push", True, record_ref)
+        except SglforgeError as exc:
+            # The image is published; only `inspect` on other machines loses the smoke figures.
+            clock.done("record-push", False, f"release record not pushed: {exc.message}")
+    raise_held(arrived)
     runnable = pushed[1] if len(pushed) > 1 else pushed[0]  # the versioned friendly tag
     return replace(
         result,
