@@ -15,6 +15,7 @@ import docker
 import pytest
 
 from sglforge import engine
+from sglforge.cache import cache_root
 from sglforge.errors import EngineUnavailable
 from standin.base import (
     SERVER_PY,
@@ -32,6 +33,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [_SRC, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
 )
 
+# The user cache, found before fixtures isolate HOME: its PyPI wheels and histories are shared
+# with the tests (downloads happen once per machine).
+USER_CACHE = cache_root()
+
 ENGINE_HINT = "start the engine (as root): `bash .ci/setup`, or point DOCKER_HOST at one"
 
 
@@ -47,6 +52,17 @@ def git_identity(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
         monkeypatch.setenv(f"GIT_{who}_NAME", "sglforge tests")
         monkeypatch.setenv(f"GIT_{who}_EMAIL", "tests@sglforge.invalid")
     return home
+
+
+@pytest.fixture(autouse=True)
+def sglforge_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """$SGLFORGE_CACHE per test: its own upstream mirrors (tests make throwaway upstreams that
+    must not pile up in the user cache), the user cache's PyPI wheels and histories."""
+    root = tmp_path_factory.mktemp("sglforge-cache")
+    (USER_CACHE / "pypi").mkdir(parents=True, exist_ok=True)
+    (root / "pypi").symlink_to(USER_CACHE / "pypi", target_is_directory=True)
+    monkeypatch.setenv("SGLFORGE_CACHE", str(root))
+    return root
 
 
 @pytest.fixture(scope="session")

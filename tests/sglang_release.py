@@ -1,16 +1,20 @@
 """Real sglang release trees for tests: PyPI wheels -> sglforge.pypi history -> a checkout.
 
-Wheels and histories are cached in ``$SGLFORGE_TEST_PYPI_CACHE``, else in this checkout's
-``build/pypi`` (the cache ``--upstream pypi:sglang`` itself uses), so a test run downloads
-each wheel at most once. Tests using this module need PyPI: mark them ``pypi``.
+Wheels and histories live in the user cache every project shares (``sglforge.cache``:
+``$SGLFORGE_CACHE``, which tests/conftest.py pins to the real user cache), the cache
+``--upstream pypi:sglang`` itself uses, so a machine downloads each wheel at most once.
+``$SGLFORGE_TEST_PYPI_CACHE`` still names another folder. Wheels a checkout kept in its
+``build/pypi`` before the cache moved are linked in, not downloaded again. Tests using this
+module need PyPI: mark them ``pypi``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-from sglforge import git, pypi
+from sglforge import cache, git, pypi
 from sglforge.patches.series import read_series
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -19,12 +23,29 @@ CACHE_ENV = "SGLFORGE_TEST_PYPI_CACHE"
 
 def pypi_cache() -> Path:
     """Where PyPI-backed tests keep wheels and histories."""
-    return Path(os.environ.get(CACHE_ENV) or REPO_ROOT / "build" / "pypi")
+    return Path(os.environ.get(CACHE_ENV) or cache.pypi_cache())
 
 
 def release_history(spec: str) -> Path:
     """The sglforge.pypi history of the sglang releases matching ``spec``."""
-    return pypi.history(pypi_cache(), "sglang", spec)
+    return pypi.history(pypi_cache(), "sglang", spec, seed=cache.legacy_wheels(REPO_ROOT, "sglang"))
+
+
+def adopt_checkout_wheels() -> None:
+    """Link the wheels this checkout kept in ``build/pypi`` (before the cache was shared) into
+    the shared cache, so nothing is downloaded again."""
+    dest = pypi_cache() / "pypi-sglang" / "wheels"
+    for folder in cache.legacy_wheels(REPO_ROOT, "sglang"):
+        dest.mkdir(parents=True, exist_ok=True)
+        for wheel in folder.glob("*.whl"):
+            if (dest / wheel.name).exists():
+                continue
+            tmp = dest / f".adopt-{os.getpid()}-{wheel.name}"
+            try:
+                os.link(wheel, tmp)
+            except OSError:
+                shutil.copyfile(wheel, tmp)
+            os.replace(tmp, dest / wheel.name)
 
 
 def release_tree(dest: Path, version: str, patched: bool) -> Path:

@@ -12,8 +12,14 @@ touches anything else does not apply to it. Compiled extension modules (``*.so``
 that a wheel ships are build outputs, not sources, and are left out too; so are the
 ``*.dist-info`` folder and any other top-level folder of the wheel.
 
-Wheels come from ``python -m pip download --no-deps --only-binary=:all:`` with pip's own index
-configuration, and are kept under ``<cache_root>/pypi-<project>/wheels`` (never downloaded twice).
+Releases and wheels come from PyPI's JSON API (``$SGLFORGE_PYPI_URL``, else ``$PIP_INDEX_URL``
+without ``/simple``, else https://pypi.org): for each release, a Linux x86_64 wheel whatever the
+host (a pure ``py3-none-any`` one first, else a ``manylinux`` or ``linux`` x86_64 one), checked
+against the sha256 the index publishes; releases with no such wheel are left out. With
+``pip_args`` (tests point pip at a local folder: ``--no-index --find-links DIR``) pip lists and
+downloads instead. Wheels are kept under ``<cache_root>/pypi-<project>/wheels`` (never
+downloaded twice); earlier wheel folders given as ``seed`` (a checkout's old ``build/pypi``) are
+linked in first.
 Commits use a fixed identity and date, so the same versions give the same SHAs on any machine
 (wheels for different Python versions differ only in their compiled modules, which are dropped).
 When newer releases appear the history grows at its end and the existing commits keep their SHAs;
@@ -104,11 +110,12 @@ def history(
     spec: str = "",
     *,
     pip_args: Sequence[str] = (),
+    seed: Sequence[Path] = (),
 ) -> Path:
     """A bare git repository with one commit per release of ``project`` matching ``spec``.
 
     ``pip_args`` are extra pip options (tests point pip at a local folder of wheels with
-    ``--no-index --find-links DIR``).
+    ``--no-index --find-links DIR``); ``seed`` names older caches whose wheels are reused.
     """
     spec_set = _spec_set(spec, f"pypi:{project}{spec}")
     versions = available_versions(project, spec_set, pip_args=pip_args)
@@ -122,7 +129,7 @@ def history(
             keep += 1
         if keep == len(chain) == len(versions):
             return repo
-        wheels = [_wheel(base / "wheels", project, v, pip_args) for v in versions[keep:]]
+        wheels = [_wheel(base / "wheels", project, v, pip_args, seed) for v in versions[keep:]]
         _rebuild(repo, chain[:keep], versions[keep:], wheels, project)
     return repo
 
@@ -136,6 +143,14 @@ def available_versions(
     """
     spec_set = spec if isinstance(spec, SpecifierSet) else _spec_set(spec, f"pypi:{project}")
     pre = bool(spec_set.prereleases)
+    if not pip_args:
+        found = sorted(_index_wheels(project))
+        if not found:
+            raise UpstreamError(
+                f"pypi:{project}: no release with a Linux x86_64 wheel on {_index_url()}",
+                "check the project name, or pass --upstream PATH to a local sglang clone",
+            )
+        return _matching(project, spec_set, found, pre)
     # -vv: pip then says which index locations it could not fetch, and why
     args = ["index", "versions", "-vv", project, *(["--pre"] if pre else []), *pip_args]
     res = _pip(args, f"asking the package index for the releases of {project}")
@@ -147,6 +162,12 @@ def available_versions(
                     found.append(Version(item.strip()))
     if res.returncode != 0 or not found:
         _raise_index_error(project, spec_set, res)
+    return _matching(project, spec_set, found, pre)
+
+
+def _matching(
+    project: str, spec_set: SpecifierSet, found: list[Version], pre: bool
+) -> list[Version]:
     matching = sorted(set(spec_set.filter(found, prereleases=pre)))
     if not matching:
         raise UpstreamError(
@@ -281,12 +302,30 @@ def _chain(repo: Path) -> list[tuple[str, str]]:
     return chain
 
 
-def _wheel(wheels: Path, project: str, version: Version, pip_args: Sequence[str]) -> Path:
+def _wheel(
+    wheels: Path,
+    project: str,
+    version: Version,
+    pip_args: Sequence[str],
+    seed: Sequence[Path] = (),
+) -> Path:
     """The cached wheel of ``project==version``, downloading it once."""
     found = _cached_wheel(wheels, project, version)
     if found:
         return found
     wheels.mkdir(parents=True, exist_ok=True)
+    for folder in seed:
+        old = _cached_wheel(folder, project, version)
+        if old:
+            tmp = wheels / f".seed-{os.getpid()}-{old.name}"
+            try:
+                os.link(old, tmp)
+            except OSError:
+                shutil.copyfile(old, tmp)
+            os.replace(tmp, wheels / old.name)
+            return wheels / old.name
+    if not pip_args:
+        return _download(wheels, project, version)
     tmp = Path(tempfile.mkdtemp(dir=wheels, prefix=f".download-{version}-"))
     try:
         res = _pip(
@@ -317,6 +356,123 @@ def _wheel(wheels: Path, project: str, version: Version, pip_args: Sequence[str]
         return dest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+INDEX_ENV = "SGLFORGE_PYPI_URL"
+_RELEASES: dict[tuple[str, str], dict[Version, dict[str, str]]] = {}
+# Linux x86_64 platform tags of wheels (manylinux1/2010/2014, manylinux_2_NN, plain linux).
+_LINUX_X86_64 = re.compile(r"^(manylinux\w*|linux)_x86_64$")
+
+
+def _index_url() -> str:
+    """``$SGLFORGE_PYPI_URL``, else pip's ``$PIP_INDEX_URL`` without its ``/simple`` (a mirror
+    serving PyPI's JSON API there too), else https://pypi.org."""
+    given = os.environ.get(INDEX_ENV) or re.sub(
+        r"/simple/?$", "", os.environ.get("PIP_INDEX_URL", "")
+    )
+    return (given or "https://pypi.org").rstrip("/")
+
+
+def _index_wheels(project: str) -> dict[Version, dict[str, str]]:
+    """version -> the Linux x86_64 wheel to use (filename, url, sha256), from the JSON API."""
+    import requests
+
+    key = (_index_url(), canonicalize_name(project))
+    if key in _RELEASES:
+        return _RELEASES[key]
+    url = f"{key[0]}/pypi/{key[1]}/json"
+    each, _ = pip_timeouts()
+    hint = f"check the network (or ${INDEX_ENV}), or pass --upstream PATH to a local sglang clone"
+    try:
+        res = requests.get(url, timeout=each, headers={"Accept": "application/json"})
+    except requests.RequestException as exc:
+        raise UpstreamError(
+            f"pypi:{project}: the package index is unreachable: could not fetch {url}: "
+            f"{type(exc).__name__}",
+            hint,
+        ) from None
+    if res.status_code == 404:
+        raise UpstreamError(
+            f"pypi:{project}: no such project on {key[0]} ({url}: 404)",
+            "check the project name (pypi:sglang)",
+        )
+    try:
+        res.raise_for_status()
+        releases = res.json()["releases"]
+    except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
+        raise UpstreamError(f"pypi:{project}: unexpected answer from {url}: {exc}", hint) from None
+    picked: dict[Version, dict[str, str]] = {}
+    for raw, files in releases.items():
+        try:
+            version = Version(raw)
+        except InvalidVersion:
+            continue
+        choice = _linux_wheel(files or [])
+        if choice:
+            picked[version] = choice
+    _RELEASES[key] = picked
+    return picked
+
+
+def _linux_wheel(files: list[dict[str, object]]) -> dict[str, str] | None:
+    """A wheel any Linux x86_64 host could install: pure first, then manylinux; by name."""
+    ranked = []
+    for f in files:
+        name = str(f.get("filename", ""))
+        if f.get("packagetype") != "bdist_wheel" or f.get("yanked"):
+            continue
+        try:
+            _, _, _, tags = parse_wheel_filename(name)
+        except InvalidWheelFilename:
+            continue
+        platforms = {t.platform for t in tags}
+        if "any" in platforms:
+            rank = 0
+        elif any(_LINUX_X86_64.match(p) for p in platforms):
+            rank = 1
+        else:
+            continue
+        digests = f.get("digests")
+        sha = str(digests.get("sha256", "")) if isinstance(digests, dict) else ""
+        ranked.append((rank, name, {"filename": name, "url": str(f.get("url")), "sha256": sha}))
+    return min(ranked, key=lambda r: r[:2])[2] if ranked else None
+
+
+def _download(wheels: Path, project: str, version: Version) -> Path:
+    """Download the chosen wheel of ``project==version`` into ``wheels`` (checked, renamed in)."""
+    import requests
+
+    info = _index_wheels(project).get(version)
+    if info is None:
+        raise UpstreamError(
+            f"pypi:{project}=={version}: no Linux x86_64 wheel on {_index_url()}",
+            "pick another release",
+        )
+    each, _ = pip_timeouts()
+    dest = wheels / info["filename"]
+    tmp = wheels / f".download-{os.getpid()}-{info['filename']}"
+    digest = hashlib.sha256()
+    try:
+        with requests.get(info["url"], stream=True, timeout=each) as res:
+            res.raise_for_status()
+            with open(tmp, "wb") as fh:
+                for chunk in res.iter_content(1 << 20):
+                    fh.write(chunk)
+                    digest.update(chunk)
+    except (requests.RequestException, OSError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise UpstreamError(
+            f"pypi:{project}=={version}: wheel download failed ({type(exc).__name__}: {exc})",
+            f"retry; the wheel is {info['url']}",
+        ) from None
+    if info["sha256"] and digest.hexdigest() != info["sha256"]:
+        tmp.unlink(missing_ok=True)
+        raise UpstreamError(
+            f"pypi:{project}=={version}: {info['filename']} does not match the index's sha256",
+            "retry (a proxy or mirror may have served other bytes)",
+        )
+    os.replace(tmp, dest)
+    return dest
 
 
 def _cached_wheel(folder: Path, project: str, version: Version) -> Path | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sglforge.cache import upstream_mirrors
 from sglforge.cli import main
 from sglforge.patches.check import check_refs
 from synthetic import commit, edit, git, make_project, make_upstream
@@ -83,8 +84,8 @@ def test_fixed_in_is_the_last_resort(tmp_path: Path) -> None:
 
 def test_cli_json_matrix_and_exit_code(project: Path) -> None:
     res = CliRunner().invoke(
-        main, ["--root", str(project), "patches", "check", "--ref", "v1.0", "--ref", "v1.1",
-               "--json"]
+        main,
+        ["--root", str(project), "patches", "check", "--ref", "v1.0", "--ref", "v1.1", "--json"],
     )
     assert res.exit_code == 1, res.output  # a conflict is a problem found
     data = json.loads(res.output)
@@ -132,7 +133,7 @@ def test_remote_upstream_is_a_partial_clone(tmp_path: Path) -> None:
     toml.write_text(toml.read_text().replace(f'"{upstream}"', f'"file://{upstream}"'))
     report = check_refs(root, ["v1.1"])
     assert statuses(report, "v1.1")["0002-fix-b.patch"] == "offset"
-    (cache,) = (root / "build" / "upstream").glob("*.git")
+    (cache,) = upstream_mirrors().glob("*.git")
     missing = git(cache, "rev-list", "--objects", "--all", "--missing=print")
     assert any(line.startswith("?") for line in missing.splitlines()), "no blob was left out"
 

@@ -1,6 +1,6 @@
 """The real queue in patches/ against every sglang release from 0.5.10 to 0.5.23 (PyPI wheels).
 
-The queue is copied into a temporary root whose ``build/pypi`` is the shared wheel cache (see
+The queue is copied into a temporary root (the wheels come from the shared user cache, see
 sglang_release.py), so nothing in this checkout's patches/ or build/worktrees changes.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from sglang_release import REPO_ROOT, pypi_cache
+from sglang_release import REPO_ROOT, adopt_checkout_wheels
 from sglforge.patches.apply import apply_queue
 from sglforge.patches.check import check_refs
 from sglforge.patches.lint import lint_queue
@@ -55,10 +55,7 @@ EXPECTED = {
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("queue")
     shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    cache = pypi_cache()
-    cache.mkdir(parents=True, exist_ok=True)
-    (root / "build").mkdir()
-    (root / "build" / "pypi").symlink_to(cache, target_is_directory=True)
+    adopt_checkout_wheels()
     return root
 
 

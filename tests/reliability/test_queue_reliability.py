@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from reliability_helpers import cli, spawn, tree_digest
 
+from sglforge.cache import upstream_mirrors
 from sglforge.errors import ConfigError
 from sglforge.patches.apply import worktree_path
 from sglforge.util import confined
@@ -501,13 +502,9 @@ class TestFaults:
     def test_a_shared_upstream_cache_serves_two_projects(
         self, tmp_path: Path, upstream: Path
     ) -> None:
+        # every project uses the mirror in the user cache ($SGLFORGE_CACHE)
         a = make_project(tmp_path / "a", upstream, NO_CONFLICT)
         b = make_project(tmp_path / "b", upstream, NO_CONFLICT)
-        shared = tmp_path / "shared-upstream"
-        shared.mkdir()
-        for root in (a, b):
-            (root / "build").mkdir()
-            (root / "build" / "upstream").symlink_to(shared)
         for root in (a, b, a):
             code, _out, err = cli(root, "patches", "apply")
             assert code == 0, err
@@ -523,10 +520,10 @@ class TestFaults:
 
     def test_a_deleted_cache_is_rebuilt(self, project: Path) -> None:
         assert cli(project, "patches", "check")[0] == 0
-        shutil.rmtree(project / "build" / "upstream")
+        shutil.rmtree(upstream_mirrors())
         assert cli(project, "patches", "check")[0] == 0
         assert cli(project, "patches", "apply")[0] == 0
-        shutil.rmtree(project / "build" / "upstream")
+        shutil.rmtree(upstream_mirrors())
         code, _out, err = cli(project, "patches", "apply")
         assert code == 4 and "no longer exists" in err and "not a git repository" not in err
         code, _out, err = cli(project, "patches", "apply", "--force")

@@ -1,7 +1,7 @@
 """Where upstream comes from: a git URL or path, or a history built from PyPI wheels.
 
-Every source ends up as one shared bare cache under ``build/upstream/`` that is fetched,
-never re-cloned. The pin's commit is enforced here.
+Every source ends up as one bare mirror in the user cache (``sglforge.cache``: shared by every
+project and CI run) that is fetched, never re-cloned. The pin's commit is enforced here.
 """
 
 from __future__ import annotations
@@ -62,16 +62,20 @@ def upstream_source(pin: Pin, upstream: str | None = None) -> str:
 
 def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream:
     """Open (fetching into the cache) the source ``upstream_source`` names."""
+    from sglforge import cache as shared
+
     source = upstream_source(pin, upstream)
-    cache_root = root / "build" / "upstream"
+    cache_root = shared.upstream_mirrors()  # shared by every project (not build/upstream)
     parsed = _parse_pypi(source)
     if parsed:
         from sglforge import pypi
 
         project, spec = parsed
-        memo = (str((root / "build" / "pypi").resolve()), project, spec)
+        memo = (str(shared.pypi_cache()), project, spec)
         if memo not in _PYPI_HISTORIES:  # asking the index costs seconds; once per process
-            _PYPI_HISTORIES[memo] = pypi.history(root / "build" / "pypi", project, spec)
+            _PYPI_HISTORIES[memo] = pypi.history(
+                shared.pypi_cache(), project, spec, seed=shared.legacy_wheels(root, project)
+            )
         cache = git.ensure_cache(cache_root, str(_PYPI_HISTORIES[memo]), share_objects=True)
         return Upstream(source=source, key=f"pypi:{project}", cache=cache, python_only=True)
     cache = git.ensure_cache(cache_root, source)
