@@ -423,7 +423,7 @@ def test_inspect_other_and_missing_images(standin_base: str, tmp_path: Path) -> 
     assert other.exit_code == 0, other.output
     assert "not built by sglforge" in other.output
     missing = CliRunner().invoke(main, ["inspect", "sglforge-test/none:missing"])
-    assert missing.exit_code == 8
+    assert missing.exit_code == 9  # no such image (issue 10), not "publish"
     assert "no such image" in missing.output and "--pull" in missing.output
 
 
