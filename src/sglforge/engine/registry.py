@@ -666,7 +666,8 @@ def pull(ref: str, creds: Credentials | None = None) -> str:
     except docker.errors.APIError as exc:
         text = _scrub(str(exc.explanation or exc), creds)
         if exc.status_code == 404:
-            raise ImageNotFound(f"pull {ref}: {text}", f"check the tag: docker pull {ref}") from None
+            hint = f"check the tag: docker pull {ref}"
+            raise ImageNotFound(f"pull {ref}: {text}", hint) from None
         raise PublishError(f"pull {ref}: {text}") from None
     if error:
         if re.search(r"manifest unknown|not found|does not exist", error, re.I):
