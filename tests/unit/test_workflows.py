@@ -65,7 +65,7 @@ def options_of(cmd: click.Command) -> set[str]:
     return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "publish.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "publish.yml", "upstream-watch.yml"])
 def test_workflow_parses_and_its_sglforge_calls_exist(name: str) -> None:
     wf = load(name)
     assert wf["jobs"], f"{name} has no jobs"
@@ -125,3 +125,74 @@ def test_publish_runs_per_target_on_gpu_runners_with_secrets_and_reports() -> No
     assert "build/reports/" in upload["with"]["path"]
     # Secrets never sit in the job-wide environment, where every step (and action) sees them.
     assert not any("secrets." in str(v) for v in job.get("env", {}).values())
+
+
+def cache_steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/cache@")]
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "publish.yml", "upstream-watch.yml"])
+def test_upstream_caches_are_kept_between_runs_keyed_on_the_pin(name: str) -> None:
+    wf = load(name)
+    for job_name, job in wf["jobs"].items():
+        if name == "ci.yml" and job_name == "lint":
+            continue
+        env = {**wf.get("env", {}), **job.get("env", {})}
+        assert "SGLFORGE_CACHE" in env, f"{name}: {job_name} leaves the cache in $HOME"
+        (step,) = cache_steps(job)
+        assert step["with"]["path"] == "${{ env.SGLFORGE_CACHE }}"
+        assert "hashFiles('patches/upstream.toml')" in step["with"]["key"]
+        assert step["with"].get("restore-keys")
+        users = [
+            i
+            for i, s in enumerate(job["steps"])
+            if "sglforge" in str(s.get("run", "")) or ".ci/run" in str(s.get("run", ""))
+        ]
+        assert users and job["steps"].index(step) < users[0], f"{name}: cache restored late"
+
+
+def test_publish_is_a_matrix_of_targets_and_rocm_behind_a_protected_environment() -> None:
+    job = load("publish.yml")["jobs"]["publish"]
+    matrix = job["strategy"]["matrix"]
+    assert set(matrix["target"]) == {"mi355x", "mi300x"}
+    assert set(matrix["rocm"]) == {"rocm700", "rocm720"}
+    targets = tomllib.loads((REPO / "images" / "targets.toml").read_text())["targets"]
+    for t in matrix["target"]:
+        assert set(matrix["rocm"]) <= set(targets[t]["rocm"]), t
+    assert job["environment"] == "release"
+    assert job["env"]["TARGET"] == "${{ matrix.target }}-${{ matrix.rocm }}"
+    upload = next(s for s in job["steps"] if "upload-artifact" in str(s.get("uses", "")))
+    assert "${{ matrix.rocm }}" in upload["with"]["name"]
+
+
+def test_upstream_watch_pr_gets_ci_and_the_smoke_gets_its_model() -> None:
+    wf = load("upstream-watch.yml")
+    job = wf["jobs"]["upgrade"]
+    checkout = next(
+        s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/checkout")
+    )
+    assert "secrets.SGLFORGE_BOT_TOKEN" in checkout["with"]["token"]
+    pr = next(s for s in job["steps"] if "gh pr create" in str(s.get("run", "")))
+    assert "secrets.SGLFORGE_BOT_TOKEN" in pr["env"]["GH_TOKEN"]
+    # without the bot token, CI is dispatched explicitly (GITHUB_TOKEN's events start none)
+    assert "gh workflow run ci.yml" in pr["run"] and wf["permissions"]["actions"] == "write"
+    assert "workflow_dispatch" in load("ci.yml")["on"]
+    upgrade = next(s for s in job["steps"] if "sglforge upgrade" in str(s.get("run", "")))
+    assert "--model" in upgrade["run"] and "vars.SGLFORGE_MODEL_PATH" in job["env"]["MODEL"]
+
+
+def test_the_init_workflow_parses_and_its_calls_exist() -> None:
+    from sglforge.init import project_files
+
+    text = project_files()[".github/workflows/sglforge.yml"].decode()
+    wf = yaml.safe_load(text)
+    wf["on"] = wf.pop(True)
+    for script in run_scripts(wf):
+        for words in sglforge_calls(script):
+            cmd, rest, chain = resolve(words)
+            known = set().union(*(options_of(c) for c in chain))
+            for opt in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", " ".join(rest)):
+                assert opt in known, f"sglforge.yml: `sglforge {' '.join(words)}`: no {opt}"
+    publish = wf["jobs"]["publish"]
+    assert publish["environment"] == "release" and set(publish["strategy"]["matrix"]["rocm"])
+    assert all(cache_steps(job) for job in wf["jobs"].values())
