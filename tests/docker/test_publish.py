@@ -165,7 +165,10 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
         in docker_client.images.get(out["image"]).attrs["RepoDigests"]
     )
     assert project.entries() == 1
-    assert out["run"].startswith("docker run ") and f" {friendly[0]} python3 -m sglang.launch_server --model-path " in out["run"]
+    assert (
+        out["run"].startswith("docker run ")
+        and f" {friendly[0]} python3 -m sglang.launch_server --model-path " in out["run"]
+    )
     assert "--speculative-num-steps 5" in out["run"] and "--ipc host" in out["run"]
     assert 'failures="0"' in junit.read_text() and "smoke: " in junit.read_text()
     assert "published" in summary.read_text() and digest in summary.read_text()
