@@ -19,14 +19,23 @@ SHIPPED = ("images/*", "smoke/*.toml", "tests/standin/model/*", "patches/upstrea
 def test_every_default_file_is_mapped_into_the_wheel_at_its_own_path() -> None:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
     mapping = config["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
-    expected = {p.relative_to(REPO).as_posix() for pattern in SHIPPED for p in REPO.glob(pattern)}
-    assert set(mapping) == expected
     for src, dest in mapping.items():
         assert dest == PREFIX + src, f"{src} is shipped under another path: {dest}"
-    # the stand-in scenario mounts the model folder by a path relative to itself
-    scenario = tomllib.loads((REPO / "smoke" / "standin-cpu.toml").read_text())
-    model = (REPO / "smoke" / scenario["model"]["path"]).resolve()
-    assert model == (REPO / "tests" / "standin" / "model").resolve()
+    shipped = {
+        f.relative_to(REPO).as_posix()
+        for src in mapping
+        for f in ([REPO / src] if (REPO / src).is_file() else (REPO / src).rglob("*"))
+        if f.is_file()
+    }
+    expected = {p.relative_to(REPO).as_posix() for pattern in SHIPPED for p in REPO.glob(pattern)}
+    assert expected <= shipped
+    # every shipped scenario's model folder inside the repository ships with it
+    for path in REPO.glob("smoke/*.toml"):
+        model = tomllib.loads(path.read_text()).get("model", {}).get("path", "")
+        folder = (path.parent / model).resolve() if model else None
+        if folder and folder.is_relative_to(REPO) and folder.is_dir():
+            for f in folder.rglob("*"):
+                assert not f.is_file() or f.relative_to(REPO).as_posix() in shipped, f
 
 
 def test_a_project_without_images_or_smoke_uses_the_defaults(tmp_path: Path) -> None:
