@@ -144,13 +144,13 @@ def available_versions(
     spec_set = spec if isinstance(spec, SpecifierSet) else _spec_set(spec, f"pypi:{project}")
     pre = bool(spec_set.prereleases)
     if not pip_args:
-        found = sorted(_index_wheels(project))
-        if not found:
+        on_index = sorted(_index_wheels(project))
+        if not on_index:
             raise UpstreamError(
                 f"pypi:{project}: no release with a Linux x86_64 wheel on {_index_url()}",
                 "check the project name, or pass --upstream PATH to a local sglang clone",
             )
-        return _matching(project, spec_set, found, pre)
+        return _matching(project, spec_set, on_index, pre)
     # -vv: pip then says which index locations it could not fetch, and why
     args = ["index", "versions", "-vv", project, *(["--pre"] if pre else []), *pip_args]
     res = _pip(args, f"asking the package index for the releases of {project}")

@@ -14,7 +14,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
     out = []
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, f"sglforge {prefix}{name} is listed but cannot be loaded"
         full = f"{prefix}{name}"
         out.append((full, cmd))
         if isinstance(cmd, click.Group):
@@ -50,3 +53,26 @@ def test_exit_codes_are_documented() -> None:
     for name in dir(errors):
         if name.startswith("EXIT_"):
             assert f"| {getattr(errors, name)} |" in text, f"{name} missing from README"
+
+
+def test_top_level_help_needs_no_command_module() -> None:
+    """`sglforge --help` lists every command from COMMANDS without importing its module; the
+    table's one-line help is each command's own."""
+    import subprocess
+    import sys
+
+    from sglforge.cli.common import COMMANDS
+
+    ctx = click.Context(main)
+    for name, (module, short) in COMMANDS.items():
+        cmd = main.get_command(ctx, name)
+        assert cmd is not None and cmd.get_short_help_str(200) == short, name
+        assert module.startswith("sglforge.cli.")
+    code = (
+        "import sys; from click.testing import CliRunner; from sglforge.cli import main;"
+        "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output;"
+        "print(sorted(m for m in sys.modules if m.startswith(('sglforge.cli.', 'docker',"
+        " 'requests', 'sglforge.build', 'sglforge.smoke', 'sglforge.publish'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['sglforge.cli.common', 'sglforge.cli.signals']", out.stdout

@@ -7,13 +7,7 @@ from sglforge.cli import signals as _signals
 
 _signals.install_startup()
 
-# Each command group lives in its own module; importing registers it on ``main``.
-from sglforge.cli import build as _build  # noqa: E402,F401
-from sglforge.cli import init as _init  # noqa: E402,F401
-from sglforge.cli import patches as _patches  # noqa: E402,F401
-from sglforge.cli import publish as _publish  # noqa: E402,F401
-from sglforge.cli import smoke as _smoke  # noqa: E402,F401
-from sglforge.cli import upgrade as _upgrade  # noqa: E402,F401
+# Each command lives in its own module, imported when it runs (cli.common.COMMANDS).
 from sglforge.cli.common import main  # noqa: E402
 
 __all__ = ["main"]

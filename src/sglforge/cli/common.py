@@ -37,8 +37,67 @@ class State:
         return self._root
 
 
+# The top-level commands, the module that defines each, and its one-line help. A command's
+# module (and the core modules, the Docker SDK and requests behind it) is imported only when
+# that command runs or its own help is asked for, so `sglforge --help` and `sglforge patches
+# list` start fast. tests/unit/test_cli_docs.py checks this table against the commands.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
+    "init": (
+        "sglforge.cli.init",
+        "Lay out a new fork-packaging project in DIRECTORY (default: here).",
+    ),
+    "inspect": (
+        "sglforge.cli.publish",
+        "Show where an image came from: upstream, patches, queue hash, base, smoke figures.",
+    ),
+    "patches": ("sglforge.cli.patches", "Inspect, check and maintain the patch queue in patches/."),
+    "publish": (
+        "sglforge.cli.publish",
+        "Build, smoke-test and push an image; friendly tags move only after all passed.",
+    ),
+    "smoke": (
+        "sglforge.cli.smoke",
+        "Prove an image serves with speculative decoding: launch it, check it, remove it.",
+    ),
+    "upgrade": (
+        "sglforge.cli.upgrade",
+        "Move the queue to a new upstream release: refresh, retire, build, smoke, report.",
+    ),
+}
+
+
 class Group(click.Group):
-    """A group whose commands map project errors to exit codes in one place."""
+    """A group whose commands map project errors to exit codes in one place.
+
+    Top-level commands are imported on first use (``COMMANDS``).
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        if self.name != "main":
+            return super().list_commands(ctx)
+        return sorted(set(self.commands) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if self.name == "main" and cmd_name not in self.commands and cmd_name in COMMANDS:
+            import importlib
+
+            importlib.import_module(COMMANDS[cmd_name][0])
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.name != "main":
+            return super().format_commands(ctx, formatter)
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(formatter.width)))
+            elif cmd is None:
+                rows.append((name, COMMANDS[name][1]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()
