@@ -144,8 +144,6 @@ def work_dir(root: Path, *parts: str) -> Path:
 JOURNAL = ".sglforge-txn.json"
 LOCKS = ("build", "locks")
 TMP_SUFFIX = ".sglforge-tmp"
-# Test hook: exit abruptly after this many renames, to prove recovery (see tests).
-CRASH_ENV = "SGLFORGE_TEST_CRASH_AFTER_RENAMES"
 
 
 _HELD = threading.local()  # .counts: lock file -> how many times this thread holds it
@@ -308,8 +306,6 @@ def _journal_ops(journal_dir: Path, ops: object) -> list[tuple[Path | None, Path
 
 
 def _roll_forward(journal_dir: Path, raw_ops: object) -> None:
-    crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
-    done = 0
     ops = _journal_ops(journal_dir, raw_ops)
     for tmp_path, target, sha in ops:
         tmp = str(tmp_path) if tmp_path else None
@@ -324,9 +320,6 @@ def _roll_forward(journal_dir: Path, raw_ops: object) -> None:
                 f"restore the queue from git (`git checkout -- {journal_dir}`), then delete "
                 f"{journal_dir / JOURNAL}",
             )
-        done += 1
-        if crash_after and done >= crash_after:
-            os._exit(99)
     (journal_dir / JOURNAL).unlink(missing_ok=True)
 
 
