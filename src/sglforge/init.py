@@ -36,6 +36,8 @@ _FROM_DEFAULTS = (
     "smoke/*.toml",
     # smoke/standin-cpu.toml mounts it ("../tests/standin/model"): a TEST DOUBLE's config
     "tests/standin/model/config.json",
+    # smoke/standin-cpu-aiter.toml's stand-in MXFP4 model (GLM-5.2's MoE sizes): a TEST DOUBLE's
+    "tests/standin/model-mxfp4/config.json",
 )
 
 

@@ -4,12 +4,13 @@ Owns ``sglforge smoke``: a scenario (``smoke/*.toml``, loaded with tomllib into 
 dataclasses, unknown keys rejected naming the key and the file) says how to launch sglang in
 an image (launch arguments, container profile, model mount, port, load timeout) and what to
 check (readiness, non-empty output, arithmetic answers, speculative accept length, single
-stream decode speed, forbidden log lines). :func:`run_smoke` checks the host first (devices,
-GPU arch and count, model path, port: a failed preflight is a "cannot-run" verdict, not a
-crash), starts the container through :mod:`sglforge.engine.containers`, polls readiness
-while watching the container (a dead server is reported within about a second of its exit,
-with its exit code and last log lines), runs the checks over HTTP on 127.0.0.1 and returns a
-:class:`SmokeReport`. Reports render as table rows, JSON, JUnit XML and markdown.
+stream decode speed, forbidden and required log lines). :func:`run_smoke` checks the host
+first (devices, GPU arch and count, model path, port: a failed preflight is a "cannot-run"
+verdict, not a crash), starts the container through :mod:`sglforge.engine.containers`,
+polls readiness while watching the container (a dead server is reported within about a
+second of its exit, with its exit code and last log lines), runs the checks over HTTP on
+127.0.0.1 and returns a :class:`SmokeReport`. Reports render as table rows, JSON, JUnit XML
+and markdown.
 """
 
 from __future__ import annotations
@@ -72,8 +73,26 @@ class ForbiddenPattern:
 
 
 @dataclass(frozen=True)
+class RequiredPattern:
+    """A log line that must appear (at least ``min_count`` times): proof that something ran.
+
+    A ``fail`` pattern with too few matching lines fails the ``logs`` check; ``warn`` reports it.
+    """
+
+    name: str
+    pattern: str
+    why: str = ""
+    severity: str = "fail"
+    min_count: int = 1
+
+
+@dataclass(frozen=True)
 class LogMatch:
-    """Every line of a server log matching one pattern: how many, and the first of them."""
+    """Every line of a server log matching one pattern: how many, and the first of them.
+
+    ``kind`` is ``forbidden`` or ``required``; a required pattern's ``need`` is its
+    ``min_count`` and ``missing`` says it matched fewer lines (``first_line`` 0: none).
+    """
 
     name: str
     severity: str
@@ -81,8 +100,16 @@ class LogMatch:
     first_line: int
     text: str
     why: str = ""
+    kind: str = "forbidden"
+    need: int = 0
+
+    @property
+    def missing(self) -> bool:
+        return self.kind == "required" and self.count < self.need
 
     def describe(self) -> str:
+        if self.missing:
+            return f"{self.name}: required line missing ({self.count} of at least {self.need})"
         more = f" (+{self.count - 1} more)" if self.count > 1 else ""
         return f"{self.name}: line {self.first_line}: {self.text}{more}"
 
@@ -112,6 +139,7 @@ class Checks:
     speed_max_new_tokens: int
     min_decode_tok_s: float
     forbidden: tuple[ForbiddenPattern, ...]
+    required: tuple[RequiredPattern, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -453,31 +481,22 @@ def _parse_checks(ch: _Table, path: Path) -> Checks:
         )
 
     lg = ch.table("logs")
-    forbidden = []
-    for i, f in enumerate(lg.get("forbidden", "tables", [])):
-        ft = _Table(f, path, f"checks.logs.forbidden[{i}]")
-        fp = ForbiddenPattern(
-            ft.get("name", "str"),
-            ft.get("pattern", "str"),
-            ft.get("why", "str", ""),
-            ft.get("severity", "str", "fail"),
+    forbidden = [
+        ForbiddenPattern(*_log_pattern(path, "forbidden", i, f))
+        for i, f in enumerate(lg.get("forbidden", "tables", []))
+    ]
+    required: list[RequiredPattern] = []
+    for i, r in enumerate(lg.get("required", "tables", [])):
+        rt = _Table(r, path, f"checks.logs.required[{i}]")
+        min_count = rt.number("min_count", "int", 1)
+        required.append(RequiredPattern(*_log_pattern(path, "required", i, r, rt), min_count))
+    names = [p.name for p in forbidden] + [p.name for p in required]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"{path}: log pattern name {twice[0]!r} is used twice in [checks.logs]",
+            f"give each forbidden and required pattern its own name in {path}",
         )
-        ft.done()
-        if fp.severity not in SEVERITIES:
-            raise ConfigError(
-                f'{path}: \'checks.logs.forbidden[{i}].severity\' must be "fail" or "warn", '
-                f"not {fp.severity!r}",
-                f"fix checks.logs.forbidden[{i}].severity ({fp.name}) in {path}",
-            )
-        try:
-            re.compile(fp.pattern)
-        except re.error as exc:
-            raise ConfigError(
-                f"{path}: forbidden log pattern {fp.name!r} is not a valid regular "
-                f"expression: {exc}",
-                f"fix checks.logs.forbidden[{i}].pattern in {path}",
-            ) from None
-        forbidden.append(fp)
     lg.done()
     ch.done()
     return Checks(
@@ -494,7 +513,32 @@ def _parse_checks(ch: _Table, path: Path) -> Checks:
         speed_max_new_tokens=speed_max,
         min_decode_tok_s=min_tok_s,
         forbidden=tuple(forbidden),
+        required=tuple(required),
     )
+
+
+def _log_pattern(
+    path: Path, kind: str, i: int, data: Any, table: _Table | None = None
+) -> tuple[str, str, str, str]:
+    """(name, pattern, why, severity) of ``checks.logs.<kind>[i]``, validated."""
+    where = f"checks.logs.{kind}[{i}]"
+    t = table or _Table(data, path, where)
+    name, pattern = t.get("name", "str"), t.get("pattern", "str")
+    why, severity = t.get("why", "str", ""), t.get("severity", "str", "fail")
+    t.done()
+    if severity not in SEVERITIES:
+        raise ConfigError(
+            f'{path}: \'{where}.severity\' must be "fail" or "warn", not {severity!r}',
+            f"fix {where}.severity ({name}) in {path}",
+        )
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(
+            f"{path}: {kind} log pattern {name!r} is not a valid regular expression: {exc}",
+            f"fix {where}.pattern in {path}",
+        ) from None
+    return name, pattern, why, severity
 
 
 # --------------------------------------------------------------------------- results
@@ -540,6 +584,7 @@ class SmokeReport:
     duration_s: float = 0.0
     warnings: tuple[LogMatch, ...] = ()
     run_id: str = ""
+    required: tuple[LogMatch, ...] = ()  # one per required pattern, found or missing
 
     @property
     def failed_checks(self) -> list[Check]:
@@ -547,8 +592,8 @@ class SmokeReport:
 
     @property
     def warning_count(self) -> int:
-        """Log lines that matched a ``warn`` pattern (each line counted)."""
-        return sum(w.count for w in self.warnings)
+        """Log lines that matched a ``warn`` pattern, plus one per missing ``warn`` line."""
+        return sum(1 if w.missing else w.count for w in self.warnings)
 
 
 # --------------------------------------------------------------------------- preflight
@@ -929,15 +974,17 @@ def accept_length_from_server_info(info: Mapping[str, Any]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def scan_log(path: Path, patterns: Sequence[ForbiddenPattern]) -> list[LogMatch]:
-    """One :class:`LogMatch` per pattern that matched any line of the log, in pattern order."""
+def _scan(
+    path: Path, patterns: Sequence[ForbiddenPattern | RequiredPattern]
+) -> tuple[dict[str, int], dict[str, tuple[int, str]]]:
+    """Per pattern name: how many lines of the log match, and the first (number, text)."""
     compiled = [(p, re.compile(p.pattern)) for p in patterns]
     first: dict[str, tuple[int, str]] = {}
     counts: dict[str, int] = {}
     try:
         fh = open(path, encoding="utf-8", errors="replace", newline="\n")
     except OSError:
-        return []
+        return counts, first
     with fh:
         for n, line in enumerate(fh, 1):
             for p, rx in compiled:
@@ -945,23 +992,57 @@ def scan_log(path: Path, patterns: Sequence[ForbiddenPattern]) -> list[LogMatch]
                     counts[p.name] = counts.get(p.name, 0) + 1
                     # Server output is untrusted: control characters are shown escaped.
                     first.setdefault(p.name, (n, printable(line.strip()[:200])))
+    return counts, first
+
+
+def scan_log(path: Path, patterns: Sequence[ForbiddenPattern]) -> list[LogMatch]:
+    """One :class:`LogMatch` per pattern that matched any line of the log, in pattern order."""
+    counts, first = _scan(path, patterns)
     return [
         LogMatch(p.name, p.severity, counts[p.name], *first[p.name], why=p.why)
-        for p, _ in compiled
+        for p in patterns
         if p.name in counts
     ]
 
 
-def logs_check(matches: Sequence[LogMatch], patterns: int) -> Check:
-    """The ``logs`` check: fails on any ``fail`` match; ``warn`` matches are only counted."""
-    fails = [m for m in matches if m.severity == "fail"]
+def scan_required(path: Path, patterns: Sequence[RequiredPattern]) -> list[LogMatch]:
+    """One :class:`LogMatch` per required pattern, found or not (``missing``), in order."""
+    counts, first = _scan(path, patterns)
+    return [
+        LogMatch(
+            p.name,
+            p.severity,
+            counts.get(p.name, 0),
+            *first.get(p.name, (0, "")),
+            why=p.why,
+            kind="required",
+            need=p.min_count,
+        )
+        for p in patterns
+    ]
+
+
+def logs_check(
+    matches: Sequence[LogMatch], patterns: int, required: Sequence[LogMatch] = ()
+) -> Check:
+    """The ``logs`` check: fails on a ``fail`` match or a missing ``fail`` required line;
+    ``warn`` ones are only counted."""
+    missing = [r for r in required if r.missing]
+    fails = [m for m in (*missing, *matches) if m.severity == "fail"]
     warns = [m for m in matches if m.severity == "warn"]
-    detail = "; ".join(m.describe() for m in fails[:5]) or f"{patterns} patterns"
+    missing_warns = [r for r in missing if r.severity == "warn"]
+    detail = "; ".join(m.describe() for m in fails[:5]) or f"{patterns + len(required)} patterns"
     if warns:
         detail += f"; {sum(w.count for w in warns)} warning line(s): " + ", ".join(
             f"{w.name} x{w.count}" for w in warns
         )
-    return Check("logs", not fails, sum(m.count for m in fails), 0, detail)
+    if missing_warns:
+        detail += "; required line(s) missing (warn): " + ", ".join(r.name for r in missing_warns)
+    found = [r for r in required if not r.missing]
+    if found:
+        detail += "; required found: " + ", ".join(f"{r.name} x{r.count}" for r in found)
+    value = sum(1 if m.missing else m.count for m in fails)
+    return Check("logs", not fails, value, 0, detail)
 
 
 def _timed(name: str, fn: Callable[[], Check]) -> Check:
@@ -1266,6 +1347,7 @@ def run_smoke(
     )
     session = _Session(scenario, port)
     warnings: tuple[LogMatch, ...] = ()
+    required: tuple[LogMatch, ...] = ()
     exit_code: int | None = None
     tail: tuple[str, ...] = ()
     crash_at: float | None = None
@@ -1334,8 +1416,10 @@ def run_smoke(
                 tail = tuple(box.tail(LOG_TAIL_LINES))
         # The container is gone: the log stream has reached its end, scan all of it.
         matches = scan_log(log_path, scenario.checks.forbidden)
+        required = tuple(scan_required(log_path, scenario.checks.required))
         warnings = tuple(m for m in matches if m.severity == "warn")
-        live.append(logs_check(matches, len(scenario.checks.forbidden)))
+        warnings += tuple(r for r in required if r.severity == "warn" and r.missing)
+        live.append(logs_check(matches, len(scenario.checks.forbidden), required))
         if not reason and not all(c.passed for c in live):
             reason = "failed: " + ", ".join(c.name for c in live if not c.passed)
         if not all(c.passed for c in live) and not tail:
@@ -1367,6 +1451,7 @@ def run_smoke(
         reason=reason,
         crash_at=crash_at,
         warnings=warnings,
+        required=required,
     )
 
 
@@ -1485,11 +1570,16 @@ def junit_xml(report: SmokeReport) -> str:
         cprops = ET.SubElement(case, "properties")
         ET.SubElement(cprops, "property", name="value", value=_fmt(c.value))
         ET.SubElement(cprops, "property", name="threshold", value=_fmt(c.threshold))
-        if c.name == "logs" and report.warnings:
+        if c.name == "logs" and (report.warnings or report.required):
             # JUnit has no warning outcome: a passing case with a count and the lines.
-            ET.SubElement(cprops, "property", name="warnings", value=str(report.warning_count))
+            if report.warnings:
+                ET.SubElement(cprops, "property", name="warnings", value=str(report.warning_count))
+            for r in report.required:
+                ET.SubElement(
+                    cprops, "property", name=f"required.{r.name}", value=f"{r.count}/{r.need}"
+                )
             out = ET.SubElement(case, "system-out")
-            out.text = "\n".join(_warning_lines(report))
+            out.text = "\n".join([*_warning_lines(report), *_required_lines(report)])
         if c.skipped:
             ET.SubElement(case, "skipped", message=c.detail or "not run")
         elif not c.passed:
@@ -1508,6 +1598,14 @@ def junit_xml(report: SmokeReport) -> str:
 
 def _warning_lines(report: SmokeReport) -> list[str]:
     return [f"WARNING {w.describe()}" + (f" -- {w.why}" if w.why else "") for w in report.warnings]
+
+
+def _required_lines(report: SmokeReport) -> list[str]:
+    out = []
+    for r in report.required:
+        state = ("MISSING" if r.severity == "fail" else "MISSING (warn)") if r.missing else "FOUND"
+        out.append(f"REQUIRED {state} {r.describe()}" + (f" -- {r.why}" if r.why else ""))
+    return out
 
 
 def markdown(report: SmokeReport) -> str:
@@ -1532,7 +1630,15 @@ def markdown(report: SmokeReport) -> str:
     if report.warnings:
         lines += ["", "| warning | lines | first | why |", "|---|---|---|---|"]
         for w in report.warnings:
-            cells = [w.name, str(w.count), f"line {w.first_line}: `{w.text[:120]}`", w.why]
+            first = f"line {w.first_line}: `{w.text[:120]}`" if w.first_line else w.describe()
+            cells = [w.name, str(w.count), first, w.why]
+            lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    if report.required:
+        lines += ["", "| required line | result | lines | first | why |", "|---|---|---|---|---|"]
+        for req in report.required:
+            result = ("FAIL" if req.severity == "fail" else "warn") if req.missing else "ok"
+            first = f"line {req.first_line}: `{req.text[:120]}`" if req.first_line else "-"
+            cells = [req.name, result, f"{req.count} (need {req.need})", first, req.why]
             lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     if report.figures:
         lines += ["", "| figure | value |", "|---|---|"]
@@ -1568,6 +1674,7 @@ __all__ = [
     "ForbiddenPattern",
     "GpuInventory",
     "LogMatch",
+    "RequiredPattern",
     "Scenario",
     "SmokeReport",
     "append_step_summary",
@@ -1581,6 +1688,7 @@ __all__ = [
     "report_dict",
     "run_smoke",
     "scan_log",
+    "scan_required",
     "table_rows",
     "write_junit",
 ]

@@ -657,11 +657,170 @@ def test_warnings_show_in_json_junit_and_markdown_without_failing(tmp_path: Path
     assert logs_row[1] == "ok" and "15 warning line(s)" in logs_row[4]
 
 
+# --------------------------------------------------------------------------- required lines
+
+CPU_AITER = ROOT / "smoke" / "standin-cpu-aiter.toml"
+TP4DP2 = ROOT / "smoke" / "glm5-mxfp4-mtp-tp4dp2-mi355x.toml"
+REQUIRED = """
+[[checks.logs.required]]
+name = "ready-line"
+pattern = 'fired up and ready'
+why = "the server said so"
+"""
+
+
+def test_required_lines_parse_with_defaults_and_min_count(tmp_path: Path) -> None:
+    text = cpu_text() + REQUIRED + REQUIRED.replace("ready-line", "twice") + "min_count = 2\n"
+    s = smoke.load_scenario(write(tmp_path, text))
+    assert s.checks.required == (
+        smoke.RequiredPattern("ready-line", "fired up and ready", "the server said so"),
+        smoke.RequiredPattern("twice", "fired up and ready", "the server said so", "fail", 2),
+    )
+    assert smoke.load_scenario(CPU).checks.required == ()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("colour = 'red'\n", "unknown key 'checks.logs.required[0].colour'"),
+        ('severity = "info"\n', '\'checks.logs.required[0].severity\' must be "fail" or "warn"'),
+        ("min_count = 0\n", "'checks.logs.required[0].min_count' must be an integer greater"),
+        ("min_count = 1.5\n", "'checks.logs.required[0].min_count' must be an integer"),
+    ],
+)
+def test_bad_required_lines_are_rejected_naming_file_and_key(
+    tmp_path: Path, extra: str, needle: str
+) -> None:
+    path = write(tmp_path, cpu_text() + REQUIRED + extra)
+    with pytest.raises(ConfigError) as exc:
+        smoke.load_scenario(path)
+    assert needle in exc.value.message and str(path) in exc.value.message
+
+
+def test_a_bad_required_regex_or_a_reused_name_is_a_config_error(tmp_path: Path) -> None:
+    path = write(tmp_path, cpu_text() + REQUIRED.replace("fired up and ready", "fired (up"))
+    with pytest.raises(ConfigError, match="required log pattern 'ready-line' is not a valid"):
+        smoke.load_scenario(path)
+    path = write(tmp_path, cpu_text() + REQUIRED.replace("ready-line", "python-traceback"))
+    with pytest.raises(ConfigError, match="'python-traceback' is used twice"):
+        smoke.load_scenario(path)
+
+
+def test_missing_required_lines_fail_or_warn_and_found_ones_show(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("x\n[aiter] hit one\ny\n[aiter] hit two\n")
+    patterns = (
+        smoke.RequiredPattern("hits", r"\[aiter\] hit", min_count=2),
+        smoke.RequiredPattern("merge", "merge tuned file"),
+        smoke.RequiredPattern("soft", "never printed", severity="warn"),
+        smoke.RequiredPattern("three", "hit", min_count=3),
+    )
+    found = smoke.scan_required(log, patterns)
+    assert [(r.name, r.count, r.first_line, r.missing) for r in found] == [
+        ("hits", 2, 2, False),
+        ("merge", 0, 0, True),
+        ("soft", 0, 0, True),
+        ("three", 2, 2, True),
+    ]
+    check = smoke.logs_check([], 10, found)
+    assert not check.passed and check.value == 2
+    assert check.detail.startswith("merge: required line missing (0 of at least 1)")
+    assert "three: required line missing (2 of at least 3)" in check.detail
+    assert "required line(s) missing (warn): soft" in check.detail
+    assert "required found: hits x2" in check.detail
+    ok = smoke.logs_check([], 10, [found[0], found[2]])
+    assert ok.passed and "soft" in ok.detail
+    assert smoke.scan_required(tmp_path / "none.log", patterns[:1])[0].missing
+
+
+def test_required_lines_show_in_json_junit_and_markdown(tmp_path: Path) -> None:
+    required = (
+        smoke.LogMatch(
+            "merge", "fail", 1, 7, "[aiter] merge tuned file ...", kind="required", need=1
+        ),
+        smoke.LogMatch("hit", "fail", 0, 0, "", why="our rows used", kind="required", need=2),
+        smoke.LogMatch("soft", "warn", 0, 0, "", kind="required", need=1),
+    )
+    report = sample_report(tmp_path)
+    report = smoke.SmokeReport(
+        **{
+            **{f: getattr(report, f) for f in report.__dataclass_fields__},
+            "checks": (smoke.logs_check([], 3, required),),
+            "required": required,
+            "warnings": (required[2],),
+        }
+    )
+    assert report.warning_count == 1 and report.failed_checks[0].name == "logs"
+    data = json.loads(json.dumps(smoke.report_dict(report)))
+    assert [(r["name"], r["count"], r["need"]) for r in data["required"]] == [
+        ("merge", 1, 1),
+        ("hit", 0, 2),
+        ("soft", 0, 1),
+    ]
+    root = ET.fromstring(smoke.junit_xml(report).split("\n", 1)[1])
+    (logs,) = root.iter("testcase")
+    props = {p.get("name"): p.get("value") for p in logs.find("properties") or []}
+    assert props["required.merge"] == "1/1" and props["required.hit"] == "0/2"
+    out = logs.findtext("system-out") or ""
+    assert "REQUIRED FOUND merge: line 7:" in out
+    assert "REQUIRED MISSING hit: required line missing (0 of at least 2) -- our rows used" in out
+    assert "REQUIRED MISSING (warn) soft" in out
+    failure = logs.find("failure")
+    assert failure is not None and "hit: required line missing" in (failure.get("message") or "")
+    md = smoke.markdown(report)
+    assert "| merge | ok | 1 (need 1) | line 7: `[aiter] merge tuned file ...` |  |" in md
+    assert "| hit | FAIL | 0 (need 2) | - | our rows used |" in md
+    assert "| soft | warn | 0 (need 1) | - |  |" in md
+    assert "| soft | 0 | soft: required line missing (0 of at least 1) |" in md
+
+
+def test_the_aiter_scenarios_require_our_table_and_fail_on_covered_fallbacks() -> None:
+    item = "sglforge_glm52_mxfp4_moe_gfx950_tuned_fmoe.csv"
+    merge = (
+        f"[aiter] merge tuned file under model_configs/ and configs/ /a/tuned_fmoe.csv:/a/{item}"
+    )
+    tail = (
+        "6144, 512, 256, 8, 'ActivationType.Silu', 'torch.bfloat16', 'torch.float4_e2m1fn_x2', "
+        "'torch.float4_e2m1fn_x2', 'QuantType.per_1x32', True, False) "
+    )
+    hit = "[aiter] [fused_moe] using 2stage (kernelName1='k1', kernelName2='k2') for (256, {}, "
+    default = "[aiter] [fused_moe] using 2stage default for (256, {}, "
+    for path in (GLM, TP4DP2, CPU_AITER):
+        s = smoke.load_scenario(path)
+        (rx,) = [re.compile(r.pattern) for r in s.checks.required if "merges" in r.name]
+        assert rx.search(merge) and not rx.search(merge.replace(item, "glm5_fp4_tuned_fmoe.csv"))
+    s = smoke.load_scenario(TP4DP2)
+    assert s.gpus_needed == 8 and "--tp 4 --dp 2" in " ".join(s.args)
+    assert "--speculative-num-draft-tokens 6" in " ".join(s.args)
+    (rx,) = [re.compile(r.pattern) for r in s.checks.required if r.name == "aiter-tuned-hit"]
+    assert all(rx.search(hit.format(t) + tail) for t in (2, 4, 16, 32, 64))
+    assert not rx.search(hit.format(128) + tail) and not rx.search(default.format(16) + tail)
+    fails = [
+        re.compile(p.pattern)
+        for p in s.checks.forbidden
+        if p.severity == "fail" and "covered" in p.name
+    ]
+    for t, covered in ((16, True), (64, True), (8, False), (128, False)):
+        assert any(rx.search(default.format(t) + tail) for rx in fails) is covered, t
+    assert not any(rx.search(hit.format(16) + tail) for rx in fails)
+    # TP8 asks inter_dim 256, which the item does not cover: its fallbacks stay warnings.
+    tp8 = smoke.load_scenario(GLM)
+    line = default.format(16) + tail.replace("512", "256")
+    assert {p.severity for p in tp8.checks.forbidden if re.search(p.pattern, line)} == {"warn"}
+
+
+def test_the_aiter_scenarios_prompts_reach_the_covered_prefill_buckets() -> None:
+    for path in (TP4DP2, CPU_AITER):
+        words = {len(p.split()) for p in smoke.load_scenario(path).checks.prompts}
+        # the stand-in counts words; aiter 0.1.x buckets 17..32 -> 32 and 33..64 -> 64
+        assert any(17 <= w <= 32 for w in words) and any(33 <= w <= 64 for w in words), path
+
+
 # --------------------------------------------------------------------------- the docs
 
 
 def _schema_keys() -> set[str]:
-    """Every key the scenario loader reads (recorded while it loads the CPU scenario)."""
+    """Every key the scenario loader reads (recorded while it loads every shipped scenario)."""
     keys: set[str] = set()
     original = smoke._Table.get
 
@@ -672,7 +831,8 @@ def _schema_keys() -> set[str]:
 
     smoke._Table.get = recording  # type: ignore[method-assign]
     try:
-        smoke.load_scenario(CPU)
+        for scenario in sorted((ROOT / "smoke").glob("*.toml")):
+            smoke.load_scenario(scenario)
     finally:
         smoke._Table.get = original  # type: ignore[method-assign]
     return keys
@@ -684,6 +844,7 @@ def test_readme_smoke_section_documents_every_scenario_key() -> None:
     section = text[start : text.index("\n## ", start + 1)]
     keys = _schema_keys()
     assert "checks.logs.forbidden.severity" in keys and "launch.command" in keys
+    assert "checks.logs.required.min_count" in keys
     tables = {k for k in keys if any(o.startswith(k + ".") for o in keys)}
     missing = sorted(k for k in keys - tables if f"`{k.rsplit('.', 1)[-1]}`" not in section)
     assert not missing, f"README's smoke section does not document {missing}"
