@@ -380,6 +380,18 @@ def render_provenance(p: Provenance) -> str:
             (x.name, x.upstream_status or "-", x.sha256[:16] or "-", x.subject) for x in p.patches
         ]
         lines.append(table(["patch", "upstream status", "sha256", "subject"], rows))
+    if p.configs:  # config items (issue 13): the tuned tables the overlay installed
+        lines.append("")
+        cfg_rows = [
+            (
+                str(c.get("name", "-")),
+                str(c.get("status") or "-"),
+                str(c.get("sha256") or "-")[:16],
+                str(c.get("installed") or "-"),
+            )
+            for c in p.configs
+        ]
+        lines.append(table(["config item", "upstream status", "sha256", "installed"], cfg_rows))
     lines.append("")
     if p.release is None:
         lines.append("release   no release record for this image here (smoke figures unknown)")
