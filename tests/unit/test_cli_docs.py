@@ -76,3 +76,28 @@ def test_top_level_help_needs_no_command_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['sglforge.cli.common', 'sglforge.cli.signals']", out.stdout
+
+
+def test_shared_options_read_their_environment_variables() -> None:
+    """--target, --upstream, --offline and --registry are declared once (cli/options.py), with
+    the same environment variable in every command that takes them."""
+    from sglforge import build
+    from sglforge.cli import options
+
+    assert options.MODES == build.MODES
+    seen: dict[str, set[str | None]] = {}
+    for _name, cmd in commands(main):
+        for p in cmd.params:
+            if isinstance(p, click.Option) and p.opts[0] in (
+                "--target",
+                "--upstream",
+                "--offline",
+                "--registry",
+            ):
+                seen.setdefault(p.opts[0], set()).add(p.envvar)  # type: ignore[arg-type]
+    assert seen == {
+        "--target": {"SGLFORGE_TARGET"},
+        "--upstream": {"SGLFORGE_UPSTREAM"},
+        "--offline": {"SGLFORGE_OFFLINE"},
+        "--registry": {"SGLFORGE_REGISTRY"},
+    }, seen

@@ -6,35 +6,29 @@ from typing import Any
 
 import click
 
-from sglforge.build import MODES, BuildResult, Status, build_image
+from sglforge.build import BuildResult, Status, build_image
 from sglforge.cli.common import State, is_tty, json_option, main, pass_state, print_json, table
+from sglforge.cli.options import (
+    base_image_option,
+    label_option,
+    mode_option,
+    offline_option,
+    target_option,
+    upstream_option,
+)
 from sglforge.errors import ConfigError
 from sglforge.util import printable
 
 
 @main.command("build")
-@click.option(
-    "--target",
-    default="mi355x",
-    show_default=True,
-    help="Target from images/targets.toml: mi355x, mi300x, or NAME-ROCM (mi355x-rocm720).",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="auto",
-    show_default=True,
-    help="overlay: release image + changed files; source: upstream's rocm.Dockerfile "
-    "(docker buildx); auto: source only when a patch is aot-kernel or build kind.",
-)
-@click.option("--base-image", metavar="IMG", help="Base image instead of the target's template.")
-@click.option("--upstream", metavar="URL|PATH", help="Where to fetch upstream (default: the pin).")
+@target_option
+@mode_option
+@base_image_option
+@upstream_option
 @click.option("--ref", metavar="REF", help="Upstream ref to build (default: the pinned tag).")
 @click.option("--tag", "tags", multiple=True, metavar="T", help="Extra tag (repeatable).")
-@click.option(
-    "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra label (repeatable)."
-)
-@click.option("--offline", is_flag=True, help="Never ask a registry; only local images count.")
+@label_option
+@offline_option
 @click.option("--dry-run", is_flag=True, help="Print the plan; needs no Docker engine.")
 @json_option
 @pass_state

@@ -9,15 +9,9 @@ from typing import Any
 import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.options import upstream_option
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.util import printable
-
-upstream_option = click.option(
-    "--upstream",
-    metavar="URL|PATH|pypi:PROJECT[SPEC]",
-    help="Upstream to use instead of the pin's URL (also $SGLFORGE_UPSTREAM). "
-    "`pypi:sglang` builds a python/-only history from released wheels.",
-)
 
 
 @main.group("patches")

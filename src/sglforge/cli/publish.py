@@ -7,8 +7,16 @@ from typing import Any
 
 import click
 
-from sglforge.build import MODES
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.options import (
+    base_image_option,
+    label_option,
+    mode_option,
+    offline_option,
+    registry_option,
+    target_option,
+    upstream_option,
+)
 from sglforge.errors import ConfigError, SglforgeError
 from sglforge.inspect import Provenance, inspect_image
 from sglforge.publish import (
@@ -20,16 +28,6 @@ from sglforge.publish import (
     summary,
 )
 from sglforge.util import atomic_write, check_output_file, printable
-
-
-def _registry_option(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    """--registry validated as it is read: nothing runs with a reference that cannot push."""
-    from sglforge.engine.registry import check_registry
-
-    try:
-        return check_registry(value)
-    except ConfigError as exc:  # the message never holds the credentials
-        raise click.BadParameter(str(exc)) from None
 
 
 def _image_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -53,19 +51,8 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
 
 
 @main.command("publish")
-@click.option(
-    "--target",
-    default="mi355x",
-    show_default=True,
-    help="Target from images/targets.toml: mi355x, mi300x, or NAME-ROCM (mi355x-rocm720).",
-)
-@click.option(
-    "--registry",
-    required=True,
-    metavar="HOST[:PORT][/NS]",
-    callback=_registry_option,
-    help="Registry to push to, e.g. 127.0.0.1:5000 or ghcr.io/ORG.",
-)
+@target_option
+@registry_option(required=True)
 @click.option("--model", metavar="PATH", help="Model folder for the smoke run.")
 @click.option(
     "--port", type=click.IntRange(1, 65535), help="Smoke server port (overrides the scenario)."
@@ -81,19 +68,11 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
     help="Emergency only: push the immutable tag without a smoke run; recorded as untested. "
     "Friendly tags do not move.",
 )
-@click.option(
-    "--mode",
-    type=click.Choice(MODES),
-    default="auto",
-    show_default=True,
-    help="Build mode (see sglforge build).",
-)
-@click.option("--base-image", metavar="IMG", help="Base image instead of the target's template.")
-@click.option("--upstream", metavar="URL|PATH", help="Where to fetch upstream (default: the pin).")
-@click.option(
-    "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Extra image label (repeatable)."
-)
-@click.option("--offline", is_flag=True, help="Build without asking a registry for the base.")
+@mode_option
+@base_image_option
+@upstream_option
+@label_option
+@offline_option
 @click.option(
     "--retries",
     type=click.IntRange(0, 20),

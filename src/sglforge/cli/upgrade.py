@@ -7,6 +7,13 @@ from pathlib import Path
 import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.options import (
+    base_image_option,
+    offline_option,
+    registry_option,
+    targets_option,
+    upstream_option,
+)
 from sglforge.errors import EXIT_PROBLEMS
 
 
@@ -19,24 +26,9 @@ from sglforge.errors import EXIT_PROBLEMS
     help="Upstream ref to move to, or `latest` (newest release tag).",
 )
 @click.option("--pre", is_flag=True, help="With --to latest, consider pre-releases too.")
-@click.option(
-    "--upstream",
-    metavar="URL|PATH|pypi:PROJECT",
-    help="Upstream to use instead of the pin's URL (also $SGLFORGE_UPSTREAM).",
-)
-@click.option(
-    "--target",
-    "targets",
-    multiple=True,
-    default=("mi355x",),
-    show_default=True,
-    help="Target to build and smoke-test (repeatable).",
-)
-@click.option(
-    "--base-image",
-    metavar="IMG",
-    help="Base image; `{version}` is replaced by the new upstream version.",
-)
+@upstream_option
+@targets_option
+@base_image_option
 @click.option("--model", metavar="PATH", help="Model path for the smoke scenario.")
 @click.option(
     "--scenario",
@@ -51,8 +43,8 @@ from sglforge.errors import EXIT_PROBLEMS
     is_flag=True,
     help="Publish each image (the smoke gate still applies).",
 )
-@click.option("--registry", metavar="REG", help="Registry for --publish.")
-@click.option("--offline", is_flag=True, help="Never ask a registry for base images.")
+@registry_option(required=False)
+@offline_option
 @click.option(
     "--report-dir",
     type=click.Path(file_okay=False, path_type=Path),

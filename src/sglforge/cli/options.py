@@ -1,0 +1,131 @@
+"""Options several commands share, declared once: the same name, help and environment variable
+everywhere (``--target``, ``--upstream``, ``--offline``, ``--label``, ``--base-image``,
+``--registry``, ``--mode``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from sglforge.errors import ConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Kept here (not imported from sglforge.build) so that loading the command line stays light.
+MODES = ("auto", "overlay", "source")
+TARGET_HELP = "Target from images/targets.toml: mi355x, mi300x, or NAME-ROCM (mi355x-rocm720)."
+
+
+def target_option(f: F) -> F:
+    """``--target`` (also ``$SGLFORGE_TARGET``)."""
+    return click.option(
+        "--target",
+        default="mi355x",
+        show_default=True,
+        envvar="SGLFORGE_TARGET",
+        metavar="NAME[-ROCM]",
+        help=TARGET_HELP + " Also $SGLFORGE_TARGET.",
+    )(f)
+
+
+def targets_option(f: F) -> F:
+    """``--target`` repeatable, into ``targets`` (also ``$SGLFORGE_TARGET``, space-separated)."""
+    return click.option(
+        "--target",
+        "targets",
+        multiple=True,
+        default=("mi355x",),
+        show_default=True,
+        envvar="SGLFORGE_TARGET",
+        metavar="NAME[-ROCM]",
+        help=TARGET_HELP + " Repeatable; also $SGLFORGE_TARGET.",
+    )(f)
+
+
+def upstream_option(f: F) -> F:
+    """``--upstream`` (also ``$SGLFORGE_UPSTREAM``)."""
+    return click.option(
+        "--upstream",
+        envvar="SGLFORGE_UPSTREAM",
+        metavar="URL|PATH|pypi:PROJECT[SPEC]",
+        help="Upstream to fetch instead of the pin's URL: a git URL, a local clone, or "
+        "`pypi:sglang[SPEC]` (a python/-only history built from released wheels). "
+        "Also $SGLFORGE_UPSTREAM.",
+    )(f)
+
+
+def offline_option(f: F) -> F:
+    """``--offline`` (also ``$SGLFORGE_OFFLINE``)."""
+    return click.option(
+        "--offline",
+        is_flag=True,
+        default=None,
+        envvar="SGLFORGE_OFFLINE",
+        help="Never ask a registry for base images; only images on the engine count. "
+        "Also $SGLFORGE_OFFLINE.",
+    )(f)
+
+
+def label_option(f: F) -> F:
+    """``--label KEY=VALUE``, repeatable, into ``labels``."""
+    return click.option(
+        "--label",
+        "labels",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Extra image label (repeatable); wins over sglforge's own.",
+    )(f)
+
+
+def base_image_option(f: F) -> F:
+    """``--base-image`` (a ``{version}``/``{date}`` template is allowed)."""
+    return click.option(
+        "--base-image",
+        metavar="IMG",
+        help="Base image instead of the target's; `{version}` and `{date}` are filled in "
+        "(the newest published date).",
+    )(f)
+
+
+def mode_option(f: F) -> F:
+    """``--mode auto|overlay|source``."""
+    return click.option(
+        "--mode",
+        type=click.Choice(MODES),
+        default="auto",
+        show_default=True,
+        help="overlay: release image + changed files; source: upstream's rocm.Dockerfile "
+        "(docker buildx); auto: source only when a patch is aot-kernel or build kind.",
+    )(f)
+
+
+def _registry(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """The registry validated as it is read: nothing runs with a reference that cannot push,
+    and credentials in it are refused without being echoed."""
+    if value is None:
+        return None
+    from sglforge.engine.registry import check_registry
+
+    try:
+        return check_registry(value)
+    except ConfigError as exc:  # the message never holds the credentials
+        raise click.BadParameter(str(exc)) from None
+
+
+def registry_option(required: bool) -> Callable[[F], F]:
+    """``--registry HOST[:PORT][/NS]`` (also ``$SGLFORGE_REGISTRY``)."""
+
+    def deco(f: F) -> F:
+        return click.option(
+            "--registry",
+            required=required,
+            envvar="SGLFORGE_REGISTRY",
+            metavar="HOST[:PORT][/NS]",
+            callback=_registry,
+            help="Registry to push to, e.g. 127.0.0.1:5000 or ghcr.io/ORG. "
+            "Also $SGLFORGE_REGISTRY.",
+        )(f)
+
+    return deco
