@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sglforge import __version__
 from sglforge.errors import BaseImageMissing, BuildError, ConfigError
-from sglforge.images import BuildTarget, load_targets
+from sglforge.targets import BuildTarget, load_targets
 from sglforge.util import sha256_bytes, work_dir
 
 if TYPE_CHECKING:
@@ -1033,7 +1033,7 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
     is what the labels and manifest record.
     """
     from sglforge.engine import images as eng
-    from sglforge.images import is_dated
+    from sglforge.targets import is_dated
 
     if is_dated(base.ref):
         base = replace(base, ref=_resolve_dated(base.ref, bt, offline, say))
@@ -1080,7 +1080,7 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
 def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> str:
     """``repo:...-{date}`` as the tag with the newest date its registry (offline: engine) lists."""
     from sglforge.engine import images as eng
-    from sglforge.images import newest_dated_tag
+    from sglforge.targets import newest_dated_tag
 
     ref = eng.parse_reference(pattern)
     local = eng.local_tags(ref.repository)
@@ -1115,7 +1115,7 @@ def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5)
     """
     import difflib
 
-    from sglforge.images import DATE_FIELD, tag_regex
+    from sglforge.targets import DATE_FIELD, tag_regex
 
     known = sorted(set(known))
     fields = {

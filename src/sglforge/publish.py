@@ -226,7 +226,7 @@ def publish(
     errors that stop the flow before anything ran (configuration, engine) are raised.
     """
     from sglforge.build import build_image  # the build engineer's module; imported late
-    from sglforge.images import load_targets
+    from sglforge.targets import load_targets
 
     root = Path(root)
     say = progress or (lambda _msg: None)

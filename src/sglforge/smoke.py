@@ -736,7 +736,7 @@ def expected_arch(
     target = scenario.target or labels.get(TARGET_LABEL)
     if target:
         try:
-            from sglforge.images import load_targets
+            from sglforge.targets import load_targets
 
             from_target = load_targets(root).resolve(target).gpu_arch
         except SglforgeError:
@@ -1532,21 +1532,9 @@ def table_rows(report: SmokeReport) -> tuple[list[str], list[list[str]]]:
     return ["check", "result", "value", "threshold", "detail"], rows
 
 
-def junit_xml(report: SmokeReport) -> str:
-    """JUnit XML: one test case per check; image, digest and figures as properties."""
-    suite = ET.Element(
-        "testsuite",
-        name=f"sglforge.smoke.{report.scenario}",
-        tests=str(len(report.checks)),
-        failures=str(len(report.failed_checks)),
-        errors="0",
-        skipped=str(sum(1 for c in report.checks if c.skipped)),
-        time=f"{report.duration_s:.3f}",
-        timestamp=report.started_at,
-        hostname=socket.gethostname(),
-    )
-    props = ET.SubElement(suite, "properties")
-    base_props: dict[str, Value] = {
+def junit_suite(report: SmokeReport) -> reports.Suite:
+    """The run as one JUnit suite: a case ``smoke.<check>`` per check, facts as properties."""
+    props: dict[str, object] = {
         "image": report.image,
         "image_digest": report.image_digest,
         "image_id": report.image_id,
@@ -1556,44 +1544,49 @@ def junit_xml(report: SmokeReport) -> str:
         "run_id": report.run_id or None,
         "warnings": report.warning_count,
     }
-    for k, v in {**base_props, **{f"figure.{k}": v for k, v in report.figures.items()}}.items():
-        if v is not None:
-            ET.SubElement(props, "property", name=k, value=str(v))
+    props.update({f"figure.{k}": v for k, v in report.figures.items()})
+    cases = []
     for c in report.checks:
-        case = ET.SubElement(
-            suite,
-            "testcase",
-            classname=f"smoke.{report.scenario}",
-            name=c.name,
-            time=f"{c.seconds:.3f}",
-        )
-        cprops = ET.SubElement(case, "properties")
-        ET.SubElement(cprops, "property", name="value", value=_fmt(c.value))
-        ET.SubElement(cprops, "property", name="threshold", value=_fmt(c.threshold))
+        props[f"check.{c.name}.value"] = _fmt(c.value)
+        props[f"check.{c.name}.threshold"] = _fmt(c.threshold)
+        output = ""
         if c.name == "logs" and (report.warnings or report.required):
-            # JUnit has no warning outcome: a passing case with a count and the lines.
+            # JUnit has no warning outcome: a passing case with the lines, counts as properties.
             if report.warnings:
-                ET.SubElement(cprops, "property", name="warnings", value=str(report.warning_count))
+                props["logs.warnings"] = report.warning_count
             for r in report.required:
-                ET.SubElement(
-                    cprops, "property", name=f"required.{r.name}", value=f"{r.count}/{r.need}"
-                )
-            out = ET.SubElement(case, "system-out")
-            out.text = "\n".join([*_warning_lines(report), *_required_lines(report)])
+                props[f"logs.required.{r.name}"] = f"{r.count}/{r.need}"
+            output = "\n".join([*_warning_lines(report), *_required_lines(report)])
         if c.skipped:
-            ET.SubElement(case, "skipped", message=c.detail or "not run")
-        elif not c.passed:
-            failure = ET.SubElement(
-                case, "failure", message=c.detail or f"{c.name} failed", type="SmokeCheckFailed"
+            case = reports.Case(
+                f"smoke.{c.name}", reports.SKIPPED, c.detail or "not run", seconds=c.seconds
             )
-            failure.text = f"value {_fmt(c.value)}, threshold {_fmt(c.threshold)}\n{c.detail}"
-    if report.log_tail:
-        out = ET.SubElement(suite, "system-out")
-        out.text = "\n".join(report.log_tail)
-    root = ET.Element("testsuites", name="sglforge smoke")
-    root.append(suite)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+        elif not c.passed:
+            message = f"{c.name}: value {_fmt(c.value)}, threshold {_fmt(c.threshold)}"
+            case = reports.Case(
+                f"smoke.{c.name}",
+                reports.FAILED,
+                message + (f": {c.detail}" if c.detail else ""),
+                f"{message}\n{c.detail}",
+                c.seconds,
+            )
+        else:
+            case = reports.Case(f"smoke.{c.name}", seconds=c.seconds)
+        cases.append(replace(case, output=output))
+    return reports.Suite(
+        name=f"sglforge smoke {report.scenario}",
+        classname=f"sglforge.smoke.{report.scenario}",
+        cases=tuple(cases),
+        properties=props,
+        seconds=report.duration_s,
+        timestamp=report.started_at,
+        output="\n".join(report.log_tail),
+    )
+
+
+def junit_xml(report: SmokeReport) -> str:
+    """JUnit XML (the schema Jenkins' xUnit plugin validates) of one smoke run."""
+    return reports.junit_xml([junit_suite(report)], "sglforge smoke")
 
 
 def _warning_lines(report: SmokeReport) -> list[str]:

@@ -23,7 +23,7 @@ import pytest
 
 from sglforge.build import Base, _check_base
 from sglforge.errors import BuildError
-from sglforge.images import BuildTarget, load_targets
+from sglforge.targets import BuildTarget, load_targets
 from standin.registry import Registry
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]

@@ -26,7 +26,7 @@ from helpers_build import (
     upstream_files,
 )
 from sglforge.build import build_image, render_overlay_dockerfile, scan_files
-from sglforge.images import load_targets
+from sglforge.targets import load_targets
 from standin.base import ensure_sglang_base
 
 REPO = Path(__file__).resolve().parents[2]

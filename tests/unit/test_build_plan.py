@@ -27,7 +27,7 @@ from sglforge.build import (
 )
 from sglforge.engine.images import parse_reference
 from sglforge.errors import BuildError, ConfigError
-from sglforge.images import load_targets
+from sglforge.targets import load_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = (REPO_ROOT / "images" / "overlay.Dockerfile").read_text()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sglforge.build import OCI, Base, PatchFact, Upstream, from_reference, make_labels
 from sglforge.git import public_url
-from sglforge.images import load_targets, parse_targets
 from sglforge.inspect import provenance_from
+from sglforge.targets import load_targets, parse_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UP = Upstream(

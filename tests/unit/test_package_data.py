@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sglforge.build import _overlay_template
 from sglforge.defaults import defaults_root, project_file, smoke_dir
-from sglforge.images import load_targets
+from sglforge.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "sglforge/data/project/"

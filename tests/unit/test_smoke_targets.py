@@ -6,9 +6,9 @@ from pathlib import Path
 
 from test_workflows import load
 
-from sglforge.images import load_targets
 from sglforge.publish import find_scenario
 from sglforge.smoke import load_scenario
+from sglforge.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[2]
 

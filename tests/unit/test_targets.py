@@ -9,7 +9,7 @@ import pytest
 
 from sglforge.build import closest_tags
 from sglforge.errors import ConfigError
-from sglforge.images import load_targets, newest_dated_tag, tag_regex
+from sglforge.targets import load_targets, newest_dated_tag, tag_regex
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
