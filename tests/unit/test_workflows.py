@@ -100,7 +100,11 @@ def test_ci_runs_lint_and_the_ci_script_on_push_and_pull_request() -> None:
     assert {"push", "pull_request"} <= set(wf["on"])
     scripts = "\n".join(run_scripts(wf))
     assert "bash .ci/run" in scripts and (REPO / ".ci" / "run").is_file()
-    assert "ruff check" in scripts
+    # the fast checks run first, and the slow suite waits for them
+    assert "bash .ci/lint" in scripts
+    lint = (REPO / ".ci" / "lint").read_text()
+    assert all(c in lint for c in ("ruff format --check", "ruff check", "mypy"))
+    assert wf["jobs"]["tests"]["needs"] == "lint"
 
 
 def test_publish_runs_per_target_on_gpu_runners_with_secrets_and_reports() -> None:
