@@ -302,6 +302,7 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             }
             for x in p.patches
         ],
+        "configs": [dict(c) for c in p.configs],
         "target": p.target,
         "rocm": p.rocm,
         "gpu_arch": p.gpu_arch,
