@@ -42,23 +42,29 @@ def main() -> int:
         labels = {"io.sglforge.managed": "1", "io.sglforge.test": "1"}
         start = time.perf_counter()
         r = upgrade(
-            root, "latest", upstream=upstream, targets=("mi355x",),
+            root,
+            "latest",
+            upstream=upstream,
+            targets=("mi355x",),
             base_image="sglforge-standin/sglang:v{version}-rocm700-mi35x",
-            scenario=REPO / "smoke" / "standin-cpu.toml", labels=labels, offline=True,
+            scenario=REPO / "smoke" / "standin-cpu.toml",
+            labels=labels,
+            offline=True,
         )
         total = time.perf_counter() - start
         queue_only_root = project(base / "b")
         start = time.perf_counter()
         upgrade(queue_only_root, "latest", upstream=upstream, build=False)
         queue_only = time.perf_counter() - start
-        print(f"upgrade v0.5.14 -> {r.new_ref}: {'READY' if r.ready else 'NOT READY'} "
-              f"({r.reason})")
+        print(f"upgrade v0.5.14 -> {r.new_ref}: {'READY' if r.ready else 'NOT READY'} ({r.reason})")
         print(f"{'stage':28} seconds")
         for stage, seconds in r.stages.items():
             print(f"{stage:28} {seconds:7.2f}")
         print(f"{'wall time':28} {total:7.2f}")
-        print(f"baseline: queue-only upgrade (--no-build) {queue_only:.2f} s; full upgrade is "
-              f"{total / queue_only:.1f}x that")
+        print(
+            f"baseline: queue-only upgrade (--no-build) {queue_only:.2f} s; full upgrade is "
+            f"{total / queue_only:.1f}x that"
+        )
         return 0 if r.ready else 1
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -33,7 +33,9 @@ def test_upgrade_retires_with_evidence_and_reports(tmp_path: Path) -> None:
     q = load_queue(root)
     assert q.pin.ref == "v1.1"
     assert [p.name for p in q.patches] == [
-        "0001-fix-a.patch", "0002-fix-b.patch", "0003-fix-c.patch"
+        "0001-fix-a.patch",
+        "0002-fix-b.patch",
+        "0003-fix-c.patch",
     ]
     retired = (root / "patches/retired/0006-fix-g.patch").read_text()
     assert "Retired: v1.1: Applies-To <1.1 excludes 1.1" in retired
@@ -51,8 +53,9 @@ def test_upgrade_retires_with_evidence_and_reports(tmp_path: Path) -> None:
 def test_conflict_changes_nothing_and_names_the_hunk(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path))
     load_queue(root)
-    res = CliRunner().invoke(main, ["--root", str(root), "upgrade", "--to", "v1.1",
-                                    "--no-build", "--json"])
+    res = CliRunner().invoke(
+        main, ["--root", str(root), "upgrade", "--to", "v1.1", "--no-build", "--json"]
+    )
     before_pin = (root / "patches/upstream.toml").read_text()
     assert res.exit_code == 1, res.output
     data = json.loads(res.output)
