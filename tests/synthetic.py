@@ -124,9 +124,7 @@ def make_project(
     patches = PATCHES if patches is None else patches
     root = tmp / "project"
     (root / "patches").mkdir(parents=True)
-    (root / "patches" / "upstream.toml").write_text(
-        f'url = "{upstream}"\nref = "{base}"\n'
-    )
+    (root / "patches" / "upstream.toml").write_text(f'url = "{upstream}"\nref = "{base}"\n')
     (root / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
     scratch = tmp / "scratch"
     git(tmp, "clone", "-q", str(upstream), str(scratch))

@@ -109,10 +109,15 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
         latest = f"{prefix}latest-mi355x"
         before = reg.registry_digest(latest)
         old = publish(
-            copy_real_project(tmp_path / "old"), "mi355x", registry.address,
-            scenario=REPO / "smoke" / "standin-cpu.toml", port=free_port(),
-            base_image=ensure_sglang_base("0.5.14", client=docker_client), upstream=UPSTREAM,
-            labels=docker_labels, offline=True,
+            copy_real_project(tmp_path / "old"),
+            "mi355x",
+            registry.address,
+            scenario=REPO / "smoke" / "standin-cpu.toml",
+            port=free_port(),
+            base_image=ensure_sglang_base("0.5.14", client=docker_client),
+            upstream=UPSTREAM,
+            labels=docker_labels,
+            offline=True,
         )
         assert old.error is None, old.error
         assert f"{prefix}v0.5.14-rocm700-mi355x" in old.pushed and latest not in old.pushed

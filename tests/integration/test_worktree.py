@@ -137,7 +137,10 @@ def test_refresh_rebases_retires_and_notes_changelog(tmp_path: Path) -> None:
     q = load_queue(root)
     assert q.pin.ref == "v1.1"
     assert [p.name for p in q.patches] == [
-        "0001-fix-a.patch", "0002-fix-b.patch", "0003-fix-c.patch", "0006-fix-g.patch"
+        "0001-fix-a.patch",
+        "0002-fix-b.patch",
+        "0003-fix-c.patch",
+        "0006-fix-g.patch",
     ]
     assert q.hash != old.hash
     # headers it did not create are kept
@@ -173,7 +176,9 @@ def test_interrupted_refresh_is_all_old_or_all_new(tmp_path: Path) -> None:
     assert not (root / "patches" / ".sglforge-txn.json").exists()
     assert not list(root.rglob("*.sglforge-tmp"))
     assert [p.name for p in q.patches][:3] == [
-        "0001-fix-a.patch", "0002-fix-b.patch", "0003-fix-c.patch"
+        "0001-fix-a.patch",
+        "0002-fix-b.patch",
+        "0003-fix-c.patch",
     ]
     assert (root / "patches/retired/0004-fix-e.patch").exists()
     assert snapshot(root) != before
@@ -255,10 +260,12 @@ def test_a_reader_during_a_write_never_half_applies_it(tmp_path: Path) -> None:
         (pdir / ".b.patch.x.sglforge-tmp").unlink()
     reader.join(5)
     assert done.is_set()
-    commit_files(pdir, {pdir / "a.patch": None, pdir / "b.patch": "new b\n",
-                        pdir / "series": "b.patch\n"})
+    commit_files(
+        pdir, {pdir / "a.patch": None, pdir / "b.patch": "new b\n", pdir / "series": "b.patch\n"}
+    )
     assert sorted(p.name for p in pdir.iterdir() if not p.name.startswith(".")) == [
-        "b.patch", "series"
+        "b.patch",
+        "series",
     ]
 
 
@@ -313,6 +320,7 @@ def test_python_only_upstream_skips_files_outside_python(tmp_path: Path) -> None
     pin = pinned_commit(root, q.pin, up)
     # the same tree seen as a python/-only source (as from PyPI), at a ref without the file
     py_only = replace(up, python_only=True)
-    (st,) = check_ref(load_queue(root), py_only, "v1.0", up.resolve("v1.0"), pin,
-                      root / "build" / "tmp").patches
+    (st,) = check_ref(
+        load_queue(root), py_only, "v1.0", up.resolve("v1.0"), pin, root / "build" / "tmp"
+    ).patches
     assert st.status == "skipped" and "python/ only" in st.detail
