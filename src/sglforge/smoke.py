@@ -28,12 +28,12 @@ import tomllib
 import urllib.error
 import urllib.request
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sglforge import reports
 from sglforge.errors import ConfigError, SglforgeError, SmokeError
 from sglforge.util import atomic_write, check_output_dir, confined, printable, work_dir
 
@@ -1614,28 +1614,25 @@ def markdown(report: SmokeReport) -> str:
     ]
     if report.reason:
         lines += [f"> {report.reason}", ""]
-    lines += ["| check | result | value | threshold | detail |", "|---|---|---|---|---|"]
     headers, rows = table_rows(report)
-    del headers
-    for r in rows:
-        cells = [x.replace("|", "\\|") for x in r]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += reports.md_table(headers, rows)
     if report.warnings:
-        lines += ["", "| warning | lines | first | why |", "|---|---|---|---|"]
+        rows = []
         for w in report.warnings:
             first = f"line {w.first_line}: `{w.text[:120]}`" if w.first_line else w.describe()
-            cells = [w.name, str(w.count), first, w.why]
-            lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+            rows.append([w.name, str(w.count), first, w.why])
+        lines += ["", *reports.md_table(["warning", "lines", "first", "why"], rows)]
     if report.required:
-        lines += ["", "| required line | result | lines | first | why |", "|---|---|---|---|---|"]
+        rows = []
         for req in report.required:
             result = ("FAIL" if req.severity == "fail" else "warn") if req.missing else "ok"
             first = f"line {req.first_line}: `{req.text[:120]}`" if req.first_line else "-"
-            cells = [req.name, result, f"{req.count} (need {req.need})", first, req.why]
-            lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+            rows.append([req.name, result, f"{req.count} (need {req.need})", first, req.why])
+        headers = ["required line", "result", "lines", "first", "why"]
+        lines += ["", *reports.md_table(headers, rows)]
     if report.figures:
-        lines += ["", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {_fmt(v)} |" for k, v in report.figures.items()]
+        figures = [[k, _fmt(v)] for k, v in report.figures.items()]
+        lines += ["", *reports.md_table(["figure", "value"], figures)]
     if report.log_tail:
         lines += ["", "<details><summary>last server log lines</summary>", "", "```"]
         lines += list(report.log_tail)

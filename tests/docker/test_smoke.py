@@ -24,6 +24,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from junit_schema import assert_valid_junit
 from sglforge import smoke
 from sglforge.engine import containers
 
@@ -291,6 +292,7 @@ def test_cli_json_junit_and_exit_codes(
     data = json.loads(ok.stdout)
     assert data["passed"] is True and data["warning_count"] == 2
     assert all({"name", "passed", "value", "threshold"} <= set(c) for c in data["checks"])
+    assert_valid_junit(junit)
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("failures") == "0"
     cases = suite.findall("testcase")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from junit_schema import assert_valid_junit
 from sglforge import smoke
 from sglforge.engine.containers import tail_lines
 from sglforge.util import printable
@@ -96,6 +97,7 @@ def test_report_junit_markdown_and_json_hold_no_raw_controls(
     report = report_for(hostile_log, tmp_path)
     xml = smoke.junit_xml(report)
     ET.fromstring(xml.split("\n", 1)[1])  # well-formed: XML 1.0 forbids most C0 characters
+    assert_valid_junit(xml)
     md = smoke.markdown(report)
     doc = json.dumps(smoke.report_dict(report), ensure_ascii=False)
     for text in (xml, md, doc):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from junit_schema import assert_valid_junit
 from sglforge import smoke
 from sglforge.cli import main
 from sglforge.engine import containers
@@ -511,6 +512,7 @@ def test_json_has_passed_and_checks_with_value_and_threshold(tmp_path: Path) -> 
 def test_junit_has_one_case_per_check_and_digest_and_figures(tmp_path: Path) -> None:
     report = sample_report(tmp_path)
     smoke.write_junit(report, tmp_path / "junit.xml")
+    assert_valid_junit(tmp_path / "junit.xml")
     root = ET.parse(tmp_path / "junit.xml").getroot()
     suite = root.find("testsuite")
     assert suite is not None
@@ -519,8 +521,16 @@ def test_junit_has_one_case_per_check_and_digest_and_figures(tmp_path: Path) -> 
     assert props["image_digest"] == report.image_digest
     assert props["figure.decode_tok_s"] == "201.5"
     cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == ["ready", "spec-accept.server", "stays-up"]
-    assert cases[0].find("failure") is None and cases[1].find("failure") is not None
+    # Stable names: the check, never its outcome or detail; value and threshold in the message.
+    assert [c.get("name") for c in cases] == [
+        "smoke.ready",
+        "smoke.spec-accept.server",
+        "smoke.stays-up",
+    ]
+    failure = cases[1].find("failure")
+    assert cases[0].find("failure") is None and failure is not None
+    assert "value 1.3, threshold 2.5" in (failure.get("message") or "")
+    assert props["check.spec-accept.server.value"] == "1.3"
     assert cases[2].find("skipped") is not None
     assert "line & two" in (suite.findtext("system-out") or "")
 
@@ -637,16 +647,15 @@ def test_warnings_show_in_json_junit_and_markdown_without_failing(tmp_path: Path
         "aiter-moe-default",
         "flydsl-heuristic-fallback",
     ]
+    assert_valid_junit(smoke.junit_xml(report))
     root = ET.fromstring(smoke.junit_xml(report).split("\n", 1)[1])
     suite = root.find("testsuite")
     assert suite is not None and suite.get("failures") == "0"
     props = {p.get("name"): p.get("value") for p in suite.find("properties") or []}
     assert props["warnings"] == "15" and props["run_id"] == "0123abcd"
-    (logs,) = [c for c in suite.findall("testcase") if c.get("name") == "logs"]
+    assert props["logs.warnings"] == "15"
+    (logs,) = [c for c in suite.findall("testcase") if c.get("name") == "smoke.logs"]
     assert logs.find("failure") is None
-    assert {p.get("name"): p.get("value") for p in logs.find("properties") or []}[
-        "warnings"
-    ] == "15"
     out = logs.findtext("system-out") or ""
     assert "WARNING aiter-moe-default: line 40:" in out and "(+11 more)" in out
     md = smoke.markdown(report)
@@ -757,10 +766,11 @@ def test_required_lines_show_in_json_junit_and_markdown(tmp_path: Path) -> None:
         ("hit", 0, 2),
         ("soft", 0, 1),
     ]
+    assert_valid_junit(smoke.junit_xml(report))
     root = ET.fromstring(smoke.junit_xml(report).split("\n", 1)[1])
     (logs,) = root.iter("testcase")
-    props = {p.get("name"): p.get("value") for p in logs.find("properties") or []}
-    assert props["required.merge"] == "1/1" and props["required.hit"] == "0/2"
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["logs.required.merge"] == "1/1" and props["logs.required.hit"] == "0/2"
     out = logs.findtext("system-out") or ""
     assert "REQUIRED FOUND merge: line 7:" in out
     assert "REQUIRED MISSING hit: required line missing (0 of at least 2) -- our rows used" in out
