@@ -311,13 +311,14 @@ def base_duplicates(
         for n, record in enumerate(item.records(), 2):
             key = key_of(record, base.key_columns)
             if key in index:
+                shown = ", ".join(f"{c}={v}" for c, v in zip(base.key_columns, key, strict=True))
                 found.append(
                     (
                         item.csv_file,
                         n,
                         "config-base-duplicate",
-                        f"the base's aiter already has this key in {index[key]}; aiter aborts "
-                        "the merge on duplicate keys and rewrites its own tables",
+                        f"key ({shown}) is already in the base's aiter {index[key]}; aiter "
+                        "aborts the merge on duplicate keys and rewrites its own tables",
                     )
                 )
     return found
