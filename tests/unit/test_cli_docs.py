@@ -101,3 +101,25 @@ def test_shared_options_read_their_environment_variables() -> None:
         "--offline": {"SGLFORGE_OFFLINE"},
         "--registry": {"SGLFORGE_REGISTRY"},
     }, seen
+
+
+def test_every_json_document_carries_schema_and_ok(tmp_path) -> None:
+    """--json goes through one serializer: `schema` and `ok` first, whatever the command."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sglforge.cli.common import JSON_SCHEMA
+
+    root = tmp_path / "p"
+    runner = CliRunner()
+    init = runner.invoke(main, ["init", str(root), "--json"])
+    assert init.exit_code == 0, init.output
+    for args in (["patches", "list"], ["patches", "lint"], ["patches", "hash"]):
+        res = runner.invoke(main, ["--root", str(root), *args, "--json"])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.output)
+        assert list(doc)[:2] == ["schema", "ok"] and doc["schema"] == JSON_SCHEMA, args
+        assert doc["ok"] is True
+    doc = json.loads(init.output)
+    assert list(doc)[:2] == ["schema", "ok"]

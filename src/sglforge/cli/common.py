@@ -183,8 +183,18 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def print_json(obj: Any) -> None:
-    click.echo(json.dumps(to_jsonable(obj), indent=2, sort_keys=False))
+# Version of the --json documents' shape; bumped when a key changes meaning or goes away.
+JSON_SCHEMA = 1
+
+
+def print_json(obj: Any, ok: bool | None = None) -> None:
+    """Every ``--json`` document: ``schema`` (its version) and ``ok`` (whether the command
+    succeeded: the same key in every command) first, then the command's own keys."""
+    doc = to_jsonable(obj)
+    if isinstance(doc, dict):
+        success = ok if ok is not None else bool(doc.get("ok", True))
+        doc = {"schema": JSON_SCHEMA, "ok": success, **{k: v for k, v in doc.items() if k != "ok"}}
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

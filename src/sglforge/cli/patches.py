@@ -210,7 +210,9 @@ def check_cmd(
     report = check_refs(st.root, list(refs), upstream=upstream, tags=tags, jobs=jobs)
     config_rows = check_items(st.root, [r.ref for r in report.refs], aiter_configs)
     if as_json:
-        print_json({**asdict(report), "configs": config_rows} if config_rows else report)
+        print_json(
+            {**asdict(report), "configs": config_rows} if config_rows else report, ok=report.ok
+        )
     else:
         names = [p.name for p in report.refs[0].patches] if report.refs else []
         for n, name in enumerate(names, 1):

@@ -179,11 +179,11 @@ def publish_cmd(
         # Reports still get written: CI shows why nothing was published.
         _reports(None, target, junit, summary_path, str(exc))
         if as_json:
-            print_json(failure_summary(target, registry, exc))
+            print_json(failure_summary(target, registry, exc), ok=False)
         raise
     _reports(result, target, junit, summary_path, result.error)
     if as_json:
-        print_json(summary(result))
+        print_json(summary(result), ok=not result.error)
     else:
         click.echo(printable(render(result), keep="\n"))
     if result.error:

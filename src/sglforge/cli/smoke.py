@@ -104,7 +104,7 @@ def smoke_cmd(
         core.write_junit(report, Path(junit))
     core.append_step_summary(report)
     if as_json:
-        print_json(core.report_dict(report))
+        print_json(core.report_dict(report), ok=report.passed)
     else:
         headers, rows = core.table_rows(report)
         click.echo(f"{report.scenario} on {report.image} ({report.image_digest or 'no digest'})")

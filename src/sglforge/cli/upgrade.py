@@ -101,7 +101,7 @@ def upgrade_cmd(
         progress=None if as_json else (lambda m: click.echo(m, err=True)),
     )
     if as_json:
-        print_json(to_dict(r))
+        print_json(to_dict(r), ok=r.ready)
     else:
         click.echo(f"upgrade {r.old_ref} -> {r.new_ref}: {'READY' if r.ready else 'NOT READY'}")
         click.echo(f"  {r.reason}")
