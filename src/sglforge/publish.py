@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 
+from sglforge import reports
 from sglforge.engine import registry as reg
 from sglforge.errors import (
     EXIT_PROBLEMS,
@@ -33,6 +33,7 @@ from sglforge.errors import (
     SglforgeError,
 )
 from sglforge.release import PatchInfo, Release, Smoke, record_release
+from sglforge.reports import FAILED, SKIPPED, Case, Suite
 from sglforge.util import confined, raise_held, signals_held
 
 SMOKE_DIR = "smoke"
@@ -60,6 +61,8 @@ class SmokeCheck:
     name: str
     passed: bool | None
     detail: str = ""
+    value: float | int | str | None = None
+    threshold: float | int | str | None = None
 
 
 @dataclass(frozen=True)
@@ -563,21 +566,14 @@ def _labels_of(image: str) -> dict[str, str]:
 
 
 def _checks(report: Any) -> list[SmokeCheck]:
-    out: list[SmokeCheck] = []
-    for check in getattr(report, "checks", ()) or ():
-        if isinstance(check, Mapping):
-            name = str(check.get("name", "check"))
-            passed = bool(check.get("passed", check.get("ok", False)))
-            detail = str(check.get("detail", check.get("message", "")))
-        else:
-            name = str(getattr(check, "name", "check"))
-            passed = bool(getattr(check, "passed", getattr(check, "ok", False)))
-            detail = str(getattr(check, "detail", getattr(check, "message", "")) or "")
-            if getattr(check, "skipped", False):
-                out.append(SmokeCheck(name, None, detail))
-                continue
-        out.append(SmokeCheck(name, passed, detail))
-    return out
+    from sglforge.smoke import SmokeReport
+
+    if not isinstance(report, SmokeReport):
+        return []
+    return [
+        SmokeCheck(c.name, None if c.skipped else c.passed, c.detail, c.value, c.threshold)
+        for c in report.checks
+    ]
 
 
 def _manifest(image: str) -> dict[str, Any]:
@@ -737,40 +733,88 @@ def failure_summary(target: str, registry: str, error: SglforgeError) -> dict[st
     }
 
 
-def junit_xml(result: PublishResult | None, target: str, error: str | None = None) -> str:
-    """A JUnit report: one test case per stage and per smoke check."""
-    cases: list[str] = []
+# The stages of a publish, in order: each is a JUnit case under this stable name whether it
+# ran or not (a stage not reached is skipped), so CI can follow a stage across runs.
+STAGES = ("prepare", "build", "smoke", "push", "tag.version", "tag.latest", "record", "record-push")
 
-    def case(name: str, seconds: float, ok: bool | None, detail: str) -> None:
-        head = f"  <testcase classname={quoteattr('publish.' + target)} name={quoteattr(name)}"
-        head += f' time="{seconds:.3f}"'
-        if ok is None:
-            cases.append(f"{head}>\n    <skipped message={quoteattr(detail)}/>\n  </testcase>")
-        elif ok:
-            cases.append(f"{head}/>")
-        else:
-            cases.append(
-                f"{head}>\n    <failure message={quoteattr(detail[:500])}>"
-                f"{escape(detail)}</failure>\n  </testcase>"
-            )
 
+def _fmt(value: object) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def junit_suite(result: PublishResult | None, target: str, error: str | None = None) -> Suite:
+    """The publish as one JUnit suite: a case per stage (``push``) and per smoke check."""
     if result is None:
-        case("publish", 0.0, False, error or "publish failed")
-    else:
-        for step in result.steps:
-            case(f"{step.name} {step.detail}".strip()[:200], step.seconds, step.ok, step.detail)
-        for check in result.smoke_checks:
-            case(f"smoke: {check.name}", 0.0, check.passed, check.detail)
-        if result.error and not any(s.ok is False for s in result.steps):
-            case("publish", 0.0, False, result.error)
-    failures = sum("<failure" in c for c in cases)
-    skipped = sum("<skipped" in c for c in cases)
-    body = "\n".join(cases)
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f'<testsuite name={quoteattr("sglforge publish " + target)} tests="{len(cases)}" '
-        f'failures="{failures}" errors="0" skipped="{skipped}">\n{body}\n</testsuite>\n'
+        cases = [Case("prepare", FAILED, error or "publish failed")]
+        not_reached = "not reached: publish stopped before it began"
+        cases += [Case(stage, SKIPPED, not_reached) for stage in STAGES[1:]]
+        return Suite(f"sglforge publish {target}", f"sglforge.publish.{target}", tuple(cases))
+    ran: dict[str, Step] = {}
+    tags = iter(("tag.latest" if ":latest-" in r else "tag.version") for r in result.friendly)
+    for done in result.steps:
+        # Tag steps come in the order of ``friendly``; a failed move is the next one.
+        name = next(tags, "tag.version") if done.name == "tag" else done.name
+        ran.setdefault(name, done)
+    stopped = next((s.name for s in result.steps if s.ok is False), None)
+    cases = [Case("prepare")]
+    for stage in STAGES[1:]:
+        step = ran.get(stage)
+        if step is None:
+            why = (
+                "not moved: --skip-smoke pushes the immutable tag only"
+                if stage.startswith("tag.") and result.skip_smoke
+                else "dry run: planned, not done"
+                if result.dry_run
+                else f"not reached: {stopped} failed"
+                if stopped
+                else "not run"
+            )
+            cases.append(Case(stage, SKIPPED, why))
+        elif step.ok is None:
+            cases.append(Case(stage, SKIPPED, step.detail or "not run", seconds=step.seconds))
+        elif step.ok:
+            cases.append(Case(stage, seconds=step.seconds, output=step.detail))
+        else:
+            message = (result.error or step.detail) if stage == "smoke" else step.detail
+            cases.append(Case(stage, FAILED, message, seconds=step.seconds))
+        if stage == "smoke":
+            cases += [_check_case(check) for check in result.smoke_checks]
+    if result.error and not any(c.outcome == FAILED for c in cases):
+        cases[0] = Case("prepare", FAILED, result.error)
+    props: dict[str, object] = {
+        "target": result.target,
+        "registry": result.registry,
+        "image": result.image,
+        "immutable": result.immutable,
+        "digest": result.digest,
+        "scenario": result.scenario,
+        "smoke_verdict": result.smoke_verdict or None,
+        "tested": result.tested,
+        "dry_run": result.dry_run,
+    }
+    props.update({f"figure.{k}": v for k, v in sorted(result.smoke_figures.items())})
+    return Suite(
+        f"sglforge publish {result.target}",
+        f"sglforge.publish.{result.target}",
+        tuple(cases),
+        props,
+        sum(s.seconds for s in result.steps),
     )
+
+
+def _check_case(check: SmokeCheck) -> Case:
+    name = f"smoke.{check.name}"
+    if check.passed is None:
+        return Case(name, SKIPPED, check.detail or "not run")
+    if check.passed:
+        return Case(name)
+    message = f"{check.name}: value {_fmt(check.value)}, threshold {_fmt(check.threshold)}"
+    return Case(name, FAILED, message + (f": {check.detail}" if check.detail else ""))
+
+
+def junit_xml(result: PublishResult | None, target: str, error: str | None = None) -> str:
+    """JUnit XML (the schema Jenkins' xUnit plugin validates) of one publish."""
+    return reports.junit_xml([junit_suite(result, target, error)], "sglforge publish")
 
 
 def markdown(result: PublishResult | None, target: str, error: str | None = None) -> str:
@@ -798,16 +842,13 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
     ]
     lines += [f"- pushed: `{ref}`" for ref in result.pushed]
     if result.smoke_figures and not result.smoke_markdown:
-        lines += ["", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in sorted(result.smoke_figures.items())]
+        figures = sorted(result.smoke_figures.items())
+        lines += ["", *reports.md_table(["figure", "value"], figures)]
     if result.smoke_markdown:
         lines += ["", result.smoke_markdown.rstrip()]
     elif result.smoke_checks:
-        lines += ["", "| check | result | detail |", "|---|---|---|"]
-        lines += [
-            f"| {c.name} | {_word(c.passed)} | {c.detail.replace('|', '/')} |"
-            for c in result.smoke_checks
-        ]
+        rows = [(c.name, _word(c.passed), c.detail) for c in result.smoke_checks]
+        lines += ["", *reports.md_table(["check", "result", "detail"], rows)]
     return "\n".join(lines) + "\n"
 
 

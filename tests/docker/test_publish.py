@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from helpers_build import STANDIN_REPO, make_build_project
+from junit_schema import assert_valid_junit
 from sglforge.cli import main
 from sglforge.engine import registry as reg
 from sglforge.patches.series import load_queue
@@ -170,7 +171,8 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
         and f" {friendly[0]} python3 -m sglang.launch_server --model-path " in out["run"]
     )
     assert "--speculative-num-steps 5" in out["run"] and "--ipc host" in out["run"]
-    assert 'failures="0"' in junit.read_text() and "smoke: " in junit.read_text()
+    assert_valid_junit(junit)
+    assert 'failures="0"' in junit.read_text() and '"smoke.' in junit.read_text()
     assert "published" in summary.read_text() and digest in summary.read_text()
 
     # Round trip: drop every local name of the registry refs and pull one back by tag.

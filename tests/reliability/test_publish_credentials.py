@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from reliability_helpers import cli
 
+from junit_schema import assert_valid_junit
 from sglforge.engine.registry import check_registry, parse_ref
 from sglforge.errors import ConfigError
 
@@ -128,4 +129,5 @@ def test_a_refused_password_from_the_environment_is_never_printed(
     assert code == 8, (out, err)
     assert "refused" in err and json.loads(out)["exit_code"] == 8
     assert junit.is_file() and summary.is_file()  # the reports say why, without the secret
+    assert_valid_junit(junit)
     scan(tmp_path, out, err)

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from junit_schema import assert_valid_junit
 from sglforge.errors import ConfigError
 from sglforge.inspect import provenance_from
 from sglforge.publish import (
+    STAGES,
     PublishResult,
     SmokeCheck,
     Step,
@@ -89,23 +91,83 @@ def result(**kw: object) -> PublishResult:
 def test_json_document_has_the_promised_keys_and_reports_parse() -> None:
     failed = result(
         smoke_passed=False,
-        smoke_checks=(SmokeCheck("serves", True), SmokeCheck("decode-speed", False, "12 < 50")),
+        smoke_checks=(
+            SmokeCheck("serves", True),
+            SmokeCheck("decode-speed", False, "12 < 50", 12.0, 50),
+        ),
         steps=(Step("build", True, 1.0, "built"), Step("smoke", False, 3.0, "failed")),
         error="smoke failed: decode-speed; nothing was pushed",
         exit_code=1,
     )
     doc = summary(failed)
     assert doc["pushed"] == [] and doc["digest"] is None and doc["smoke_passed"] is False
-    suite = ET.fromstring(junit_xml(failed, "mi355x"))
-    assert suite.get("failures") == "2" and suite.get("tests") == "4"
-    names = [c.get("name") for c in suite.iter("testcase")]
-    assert "smoke: decode-speed" in names
+    assert_valid_junit(junit_xml(failed, "mi355x"))
+    suite = ET.fromstring(junit_xml(failed, "mi355x").split("\n", 1)[1]).find("testsuite")
+    assert suite is not None
+    assert (suite.get("failures"), suite.get("tests"), suite.get("skipped")) == ("2", "10", "5")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    # Stable names; the stages the failure stopped are there, skipped.
+    assert list(cases) == [
+        "prepare",
+        "build",
+        "smoke",
+        "smoke.serves",
+        "smoke.decode-speed",
+        "push",
+        "tag.version",
+        "tag.latest",
+        "record",
+        "record-push",
+    ]
+    failure = cases["smoke.decode-speed"].find("failure")
+    assert failure is not None
+    assert failure.get("message") == "decode-speed: value 12, threshold 50: 12 < 50"
+    skipped = cases["push"].find("skipped")
+    assert skipped is not None and skipped.get("message") == "not reached: smoke failed"
     text = markdown(failed, "mi355x")
     assert "failed, nothing moved" in text and "| decode-speed | FAIL | 12 < 50 |" in text
     ok = result(pushed=("a", "b"), digest="sha256:" + "0" * 64, smoke_passed=True, tested=True)
     assert "published" in markdown(ok, "mi355x") and "FAIL" not in markdown(ok, "mi355x")
-    stopped = ET.fromstring(junit_xml(None, "mi355x", "no engine"))
-    assert stopped.get("failures") == "1"
+    assert_valid_junit(junit_xml(ok, "mi355x"))
+    stopped = ET.fromstring(junit_xml(None, "mi355x", "no engine").split("\n", 1)[1])
+    assert stopped.get("failures") == "1" and stopped.get("tests") == str(len(STAGES))
+    assert_valid_junit(junit_xml(None, "mi355x", "no engine"))
+
+
+def test_junit_names_are_stable_across_outcomes() -> None:
+    """Digests, refs and errors never reach a case name; a dry run plans every stage."""
+    friendly = (
+        "127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x",
+        "127.0.0.1:5000/sglforge/sglang:latest-mi355x",
+    )
+    ok = result(
+        friendly=friendly,
+        pushed=("a", *friendly),
+        digest="sha256:" + "1" * 64,
+        smoke_passed=True,
+        tested=True,
+        steps=(
+            Step("build", True, 1.0, "built"),
+            Step("smoke", True, 2.0, "passed"),
+            Step("push", True, 1.0, "127.0.0.1:5000/x@sha256:" + "1" * 64),
+            Step("tag", True, 0.5, friendly[0]),
+            Step("tag", False, 0.5, "registry said 500"),
+            Step("record", True, 0.1, "build/releases/x.json"),
+        ),
+        error="registry said 500",
+    )
+    xml = junit_xml(ok, "mi355x")
+    assert_valid_junit(xml)
+    root = ET.fromstring(xml.split("\n", 1)[1])
+    names = [c.get("name") for c in root.iter("testcase")]
+    assert names == list(STAGES)
+    (bad,) = [c for c in root.iter("testcase") if c.find("failure") is not None]
+    assert bad.get("name") == "tag.latest"
+    dry = junit_xml(result(dry_run=True, steps=(Step("build", None, 0, "planned"),)), "mi355x")
+    assert_valid_junit(dry)
+    assert [c.get("name") for c in ET.fromstring(dry.split("\n", 1)[1]).iter("testcase")] == list(
+        STAGES
+    )
 
 
 def test_provenance_prefers_the_manifest_and_falls_back_to_labels() -> None:
