@@ -29,6 +29,9 @@ from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
 from sglforge.util import atomic_write, commit_files, confined, project_lock
 
 STAGED = ("patches", "images", "smoke")
+# The label the build gives each installed config item (sglforge.overlay_configs).
+LABEL_CONFIG_PREFIX = "io.sglforge.config."
+CONFIG_LABEL = "io.sglforge.config."  # one label per installed config item (overlay_configs)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class TargetOutcome:
     smoke_figures: dict[str, Any] = field(default_factory=dict)
     published: tuple[str, ...] = ()
     error: str = ""
+    # (config item, status at this target's base): "upstreamed" (the base's aiter carries
+    # every row with the same kernel choice: retired) or "installed"
+    configs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -305,12 +311,18 @@ def _prove_target(
     version = str(ref_version(new_ref) or new_ref.lstrip("v"))
     base = base_image.format(version=version, date="{date}") if base_image else None
     try:
+        retired = _retire_upstreamed_configs(stage, base, labels, say) if base else ()
         t = time.monotonic()
         say(f"{target}: building for {new_ref}")
         built = build_image(
             stage, target, base_image=base, upstream=upstream, labels=labels, offline=offline
         )
         stages[f"build {target}"] = time.monotonic() - t
+        installed = tuple(
+            (k.removeprefix(CONFIG_LABEL), "installed")
+            for k in sorted(built.labels)
+            if k.startswith(CONFIG_LABEL)
+        )
         out = TargetOutcome(
             target,
             built.image,
@@ -318,6 +330,7 @@ def _prove_target(
             built.up_to_date,
             round(time.monotonic() - t, 2),
             built.changed_files,
+            configs=tuple((n, "upstreamed") for n in retired) + installed,
         )
         if publish:
             from sglforge.publish import publish as do_publish
@@ -365,6 +378,35 @@ def _prove_target(
         return out
     except SglforgeError as exc:
         return TargetOutcome(target, error=str(exc).splitlines()[0])
+
+
+def _retire_upstreamed_configs(
+    stage: Path, base: str, labels: dict[str, str] | None, say: Callable[[str], None]
+) -> tuple[str, ...]:
+    """Move the staged config items ``base``'s aiter already carries to patches/retired/configs/.
+
+    Such an item's keys are all in the base's tables with the same kernel choice: installing it
+    would duplicate keys (the build refuses those) and it has nothing left to add.
+    """
+    from sglforge.overlay_configs import base_aiter
+    from sglforge.patches.configs import load_items, upstreamed
+
+    items = load_items(stage)
+    if not items:
+        return ()
+    tables = base_aiter(base, labels)
+    if tables is None:
+        return ()
+    retired = []
+    dest = stage / "patches" / "retired" / "configs"
+    for item in items:
+        if upstreamed(item, tables):
+            dest.mkdir(parents=True, exist_ok=True)
+            for rel in (item.meta_file, item.csv_file):
+                shutil.move(stage / rel, dest / Path(rel).name)
+            say(f"config item {item.name}: {base}'s aiter carries every row: upstreamed, retired")
+            retired.append(item.name)
+    return tuple(retired)
 
 
 def _write_report(root: Path, result: UpgradeResult, report_dir: Path | None) -> UpgradeResult:
@@ -429,6 +471,11 @@ def markdown(result: UpgradeResult) -> str:
                 f"{t.build_seconds if t.build_seconds is not None else '-'} | {smoke} | "
                 f"{figures or '-'} | {t.error or ''} |"
             )
+        lines.append("")
+    configs = [(t.target, name, st) for t in result.targets for name, st in t.configs]
+    if configs:
+        lines += ["## Config items", "", "| target | item | status |", "|---|---|---|"]
+        lines += [f"| {t} | {n} | {st} |" for t, n, st in configs]
         lines.append("")
     if result.changelog:
         lines += ["## CHANGELOG entry (Unreleased, Changed)", ""]
