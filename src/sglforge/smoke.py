@@ -24,7 +24,6 @@ import shutil
 import socket
 import subprocess
 import time
-import tomllib
 import urllib.error
 import urllib.request
 import uuid
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglforge import reports
+from sglforge.config import Table as _Table
+from sglforge.config import read_toml
 from sglforge.errors import ConfigError, SglforgeError, SmokeError
 from sglforge.util import atomic_write, check_output_dir, confined, printable, work_dir
 
@@ -200,120 +201,12 @@ def _flag_int(args: Sequence[str], names: Sequence[str], default: int) -> int:
     return default
 
 
-_REQUIRED = object()
-
-
-class _Table:
-    """One TOML table being read: typed access, and unknown keys rejected at the end."""
-
-    def __init__(self, data: Any, path: Path, where: str) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: [{where}] must be a table", f"see {path}")
-        self.data, self.path, self.where = data, path, where
-        self.seen: set[str] = set()
-
-    def _key(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def _bad(self, key: str, want: str) -> ConfigError:
-        return ConfigError(
-            f"{self.path}: '{self._key(key)}' must be {want}, not {self.data[key]!r}",
-            f"fix '{self._key(key)}' in {self.path}",
-        )
-
-    def get(self, key: str, kind: str, default: Any = _REQUIRED) -> Any:
-        self.seen.add(key)
-        if key not in self.data:
-            if default is _REQUIRED:
-                raise ConfigError(
-                    f"{self.path}: missing '{self._key(key)}'", f"add it to {self.path}"
-                )
-            return default
-        v = self.data[key]
-        if kind == "str" and isinstance(v, str):
-            return v
-        if kind == "int" and isinstance(v, int) and not isinstance(v, bool):
-            return v
-        if kind == "float" and isinstance(v, int | float) and not isinstance(v, bool):
-            if math.isfinite(v):
-                return float(v)
-            raise self._bad(key, "a finite number")
-        if kind == "bool" and isinstance(v, bool):
-            return v
-        if kind == "strs" and isinstance(v, list) and all(isinstance(x, str) for x in v):
-            return tuple(v)
-        if kind == "table" and isinstance(v, dict):
-            return v
-        if kind == "tables" and isinstance(v, list) and all(isinstance(x, dict) for x in v):
-            return v
-        want = {
-            "str": "a string",
-            "int": "an integer",
-            "float": "a number",
-            "bool": "true or false",
-            "strs": "a list of strings",
-            "table": "a table",
-            "tables": "a list of tables",
-        }[kind]
-        raise self._bad(key, want)
-
-    def number(
-        self, key: str, kind: str, default: Any = _REQUIRED, *, low: float = 0, strict: bool = True
-    ) -> Any:
-        """A finite int or float above ``low`` (or equal to it, with ``strict`` False)."""
-        v = self.get(key, kind, default)
-        if v is None or key not in self.data:
-            return v
-        if v < low or (strict and v == low):
-            bound = f"greater than {low:g}" if strict else f"at least {low:g}"
-            raise self._bad(key, f"{'an integer' if kind == 'int' else 'a number'} {bound}")
-        return v
-
-    def table(self, key: str) -> _Table:
-        return _Table(self.get(key, "table", {}), self.path, self._key(key))
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            known = ", ".join(sorted(self.seen)) or "none"
-            raise ConfigError(
-                f"{self.path}: unknown key '{self._key(unknown[0])}'",
-                f"known keys in [{self.where or 'top level'}]: {known}",
-            )
-
-
 def load_scenario(path: Path | str) -> Scenario:
     """Load and validate one scenario file."""
     path = Path(path)
-    return parse_scenario(read_toml(path, "scenario"), path)
-
-
-def read_toml(path: Path, what: str) -> dict[str, Any]:
-    """A TOML file's data; ConfigError (exit 2) naming the file for any reason it is unusable.
-
-    TOML is UTF-8 by definition: other bytes are refused naming the offset, not decoded to
-    replacement characters or left to crash later.
-    """
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{path}: no such {what}", "ls smoke/ for the scenarios that exist"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-            f"a {what} is a UTF-8 TOML file",
-            f"re-encode {path} as UTF-8",
-        ) from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}", f"fix {path}") from None
+    return parse_scenario(
+        read_toml(path, "scenario", "ls smoke/ for the scenarios that exist"), path
+    )
 
 
 def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:

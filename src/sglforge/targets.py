@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import string
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglforge.config import Table, read_toml
 from sglforge.defaults import project_file
 from sglforge.errors import ConfigError
 
@@ -238,77 +238,71 @@ def newest_dated_tag(pattern_tag: str, tags: Iterable[str]) -> str | None:
 def load_targets(root: Path) -> Targets:
     """Load and validate ``<root>/images/targets.toml``, else the targets sglforge ships."""
     path = project_file(root, TARGETS_FILE)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{path}: no targets file (and no default targets in this sglforge install)",
-            "sglforge init (lays out images/), or reinstall sglforge",
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}", f"fix {path}") from None
+    data = read_toml(
+        path, "targets file", "sglforge init (lays out images/), or reinstall sglforge"
+    )
     return parse_targets(data, path)
 
 
 def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
     """Validate the parsed TOML of a targets file (``path`` names it in errors)."""
-    _keys(data, {"image", "rocm", "targets"}, path, "")
-    image = _table(data.get("image", {}), path, "image")
-    _keys(image, {"repository", "workspace", "source"}, path, "image")
+    top = Table(dict(data), path, "")
+    image = top.table("image")
     # The project's repository (org.opencontainers.image.source); default: the git remote.
-    source = _str(image.get("source", ""), path, "image.source")
-    repository = _str(image.get("repository", "sglforge/sglang"), path, "image.repository")
-    workspace = _str(image.get("workspace", "/sgl-workspace/sglang"), path, "image.workspace")
+    source = image.get("source", "str", "")
+    repository = image.get("repository", "str", "sglforge/sglang")
+    workspace = image.get("workspace", "str", "/sgl-workspace/sglang")
+    image.done()
     if not workspace.startswith("/"):
         raise ConfigError(f"{path}: image.workspace must be an absolute path", f"fix {path}")
 
     rocms: list[Rocm] = []
-    for name, raw in _table(data.get("rocm", {}), path, "rocm").items():
+    for name, raw in top.table("rocm").items():
         where = f"rocm.{name}"
-        tbl = _table(raw, path, where)
-        _keys(tbl, {"version", "gpu_arch_suffix"}, path, where)
         _check_name(name, path, where)
+        tbl = Table(raw, path, where)
         rocms.append(
             Rocm(
                 name=name,
-                version=_str(tbl.get("version", ""), path, f"{where}.version"),
-                gpu_arch_suffix=_str(
-                    tbl.get("gpu_arch_suffix", f"-{name}"), path, f"{where}.gpu_arch_suffix"
-                ),
+                version=tbl.get("version", "str", ""),
+                gpu_arch_suffix=tbl.get("gpu_arch_suffix", "str", f"-{name}"),
             )
         )
+        tbl.done()
     known_rocm = {r.name for r in rocms}
 
     targets: list[Target] = []
-    for name, raw in _table(data.get("targets", {}), path, "targets").items():
+    for name, raw in top.table("targets").items():
         where = f"targets.{name}"
-        tbl = _table(raw, path, where)
-        _keys(tbl, {"description", "gpu_arch", "rocm", "base", "bases", "env"}, path, where)
         _check_name(name, path, where)
-        for req in ("gpu_arch", "rocm"):
-            if req not in tbl:
-                raise ConfigError(f"{path}: {where}.{req} is required", f"add it to {path}")
-        rocm = _rocm_list(tbl["rocm"], known_rocm, path, f"{where}.rocm")
-        bases = _bases(tbl, tuple(rocm), path, where)
-        env_tbl = _table(tbl.get("env", {}), path, f"{where}.env")
+        tbl = Table(raw, path, where)
+        tbl.expect({"description", "gpu_arch", "rocm", "base", "bases", "env"})
+        gpu_arch = tbl.get("gpu_arch", "str")
+        rocm = _rocm_list(list(tbl.get("rocm", "strs")), known_rocm, path, f"{where}.rocm")
+        bases = _bases(tbl.data, tuple(rocm), path, where)
         env: list[tuple[str, str]] = []
+        env_tbl = tbl.table("env")
         for key, value in env_tbl.items():
             if not _ENV_NAME.match(key):
                 raise ConfigError(
                     f"{path}: {where}.env: {key!r} is not an environment variable name",
                     f"fix {path}",
                 )
-            env.append((key, _str(value, path, f"{where}.env.{key}")))
+            if not isinstance(value, str):
+                raise ConfigError(f"{path}: {where}.env.{key} must be a string", f"fix {path}")
+            env.append((key, value))
         targets.append(
             Target(
                 name=name,
-                description=_str(tbl.get("description", ""), path, f"{where}.description"),
-                gpu_arch=_str(tbl["gpu_arch"], path, f"{where}.gpu_arch"),
+                description=tbl.get("description", "str", ""),
+                gpu_arch=gpu_arch,
                 rocm=tuple(rocm),
                 bases=bases,
                 env=tuple(env),
             )
         )
+        tbl.done(also={"base", "bases"})
+    top.done()
     if not targets:
         raise ConfigError(f"{path}: no [targets.NAME] tables", f"add a target to {path}")
     return Targets(path, repository, workspace, tuple(rocms), tuple(targets), source)
@@ -347,7 +341,9 @@ def _bases(
             f"{path}: {where} has both base and bases; keep one", f"remove one from {path}"
         )
     if "base" in tbl:
-        template = _str(tbl["base"], path, f"{where}.base")
+        template = tbl["base"]
+        if not isinstance(template, str):
+            raise ConfigError(f"{path}: {where}.base must be a string", f"fix {path}")
         _check_template(template, path, f"{where}.base")
         return (BasePattern("", template, rocm),)
     if "bases" not in tbl:
@@ -364,12 +360,8 @@ def _bases(
     out: list[BasePattern] = []
     for n, item in enumerate(raw):
         at = f"{where}.bases[{n}]"
-        entry = _table(item, path, at)
-        _keys(entry, {"versions", "base", "rocm"}, path, at)
-        for req in ("versions", "base"):
-            if req not in entry:
-                raise ConfigError(f"{path}: {at}.{req} is required", f"add it to {path}")
-        versions = _str(entry["versions"], path, f"{at}.versions")
+        entry = Table(item, path, at)
+        versions = entry.get("versions", "str")
         try:
             SpecifierSet(versions)
         except InvalidSpecifier:
@@ -378,35 +370,16 @@ def _bases(
                 "(e.g. '>=0.5.15,<0.5.17')",
                 f"fix {path}",
             ) from None
-        template = _str(entry["base"], path, f"{at}.base")
+        template = entry.get("base", "str")
         _check_template(template, path, f"{at}.base")
         flavours = rocm
-        if "rocm" in entry:
-            flavours = tuple(_rocm_list(entry["rocm"], rocm, path, f"{at}.rocm", where))
+        if "rocm" in entry.data:
+            flavours = tuple(
+                _rocm_list(list(entry.get("rocm", "strs")), rocm, path, f"{at}.rocm", where)
+            )
+        entry.done()
         out.append(BasePattern(versions, template, flavours))
     return tuple(out)
-
-
-def _keys(tbl: Mapping[str, Any], allowed: set[str], path: Path, where: str) -> None:
-    for key in tbl:
-        if key not in allowed:
-            at = f"{where}.{key}" if where else key
-            raise ConfigError(
-                f"{path}: unknown key {at!r} (allowed here: {', '.join(sorted(allowed))})",
-                f"remove or rename it in {path}",
-            )
-
-
-def _table(value: Any, path: Path, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: {where} must be a table", f"fix {path}")
-    return value
-
-
-def _str(value: Any, path: Path, where: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{path}: {where} must be a string", f"fix {path}")
-    return value
 
 
 def _check_name(name: str, path: Path, where: str) -> None:

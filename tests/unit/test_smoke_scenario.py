@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from junit_schema import assert_valid_junit
-from sglforge import smoke
+from sglforge import config, smoke
 from sglforge.cli import main
 from sglforge.engine import containers
 from sglforge.errors import ConfigError, SmokeError
@@ -834,7 +834,7 @@ def _schema_keys() -> set[str]:
     keys: set[str] = set()
     original = smoke._Table.get
 
-    def recording(self, key, kind, default=smoke._REQUIRED):  # type: ignore[no-untyped-def]
+    def recording(self, key, kind, default=config.REQUIRED):  # type: ignore[no-untyped-def]
         where = re.sub(r"\[\d+\]", "", self.where)
         keys.add(f"{where}.{key}" if where else key)
         return original(self, key, kind, default)
