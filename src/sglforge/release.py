@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglforge import changelog
+from sglforge.changelog import Entry, render_entry
 from sglforge.errors import ConfigError
 from sglforge.util import atomic_write, confined
 
@@ -103,6 +105,7 @@ class Recorded:
     changelog: Path
     changelog_written: bool
     diff: PatchDiff
+    fork_version: str = ""  # the CHANGELOG heading: v<upstream version>-<n>
 
 
 # --- records --------------------------------------------------------------------------------
@@ -202,7 +205,12 @@ def find_by_digest(root: Path, digest: str) -> Release | None:
 
 def previous_release(root: Path, target: str, version: str) -> Release | None:
     """The newest release of ``target`` other than ``version``."""
-    others = [r for r in load_records(root) if r.target == target and r.version != version]
+    return _previous(load_records(root), target, version)
+
+
+def _previous(records: Sequence[Release], target: str, version: str) -> Release | None:
+    ordered = sorted(records, key=lambda r: (r.published_at or r.date, r.version))
+    others = [r for r in ordered if r.target == target and r.version != version]
     return others[-1] if others else None
 
 
@@ -244,107 +252,116 @@ def _write_record(root: Path, release: Release) -> tuple[Path, bool]:
 # --- CHANGELOG.md ---------------------------------------------------------------------------
 
 
+def fork_version(records: Sequence[Release], release: Release) -> str:
+    """The fork's version of ``release``: ``v<upstream version>-<n>`` (``v0.5.14-1``).
+
+    ``n`` counts the patch queues released on that upstream version, in order of first
+    publication: every target and ROCm flavour built from one queue shares the version.
+    """
+    upstream = _upstream(release)
+    ordered = sorted(records, key=lambda r: (r.published_at or r.date, r.version))
+    queues = list(dict.fromkeys(r.queue_hash for r in ordered if _upstream(r) == upstream))
+    n = queues.index(release.queue_hash) + 1 if release.queue_hash in queues else len(queues) + 1
+    return f"v{upstream}-{n}"
+
+
+def _upstream(release: Release) -> str:
+    return (release.upstream_version or release.upstream_ref).removeprefix("v")
+
+
 def _fmt_figure(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
     return str(value)
 
 
-def changelog_entry(release: Release, diff: PatchDiff) -> str:
-    """The Keep a Changelog entry for ``release`` (ends with a blank line)."""
-    short = release.upstream_commit[:12] if release.upstream_commit else "unknown commit"
-    upstream = f"sglang {release.upstream_version or release.upstream_ref}"
-    lines = [
-        f"## [{release.version}] - {release.date}",
-        "",
-        f"Image `{release.image}` (`{release.digest}`), target {release.target}"
-        + (f" ({release.gpu_arch})" if release.gpu_arch else "")
-        + ".",
-    ]
+def _image_line(release: Release) -> str:
+    line = f"Image `{release.image}` (`{release.digest}`), target {release.target}"
+    line += f" ({release.gpu_arch})" if release.gpu_arch else ""
+    if release.base:
+        line += f", base `{release.base}`" + (
+            f" (`{release.base_digest}`)" if release.base_digest else ""
+        )
     friendly = [r for r in release.references if r != release.image]
     if friendly:
-        lines.append("Also tagged " + ", ".join(f"`{r}`" for r in friendly) + ".")
-    if release.base:
-        at = f" (`{release.base_digest}`)" if release.base_digest else ""
-        lines.append(f"Base image: `{release.base}`{at}.")
-    lines += [
+        line += "; also tagged " + ", ".join(f"`{r}`" for r in friendly)
+    smoke = release.smoke
+    if smoke is None:
+        return line + f"; {_UNTESTED}: published with `--skip-smoke`, no smoke run before the push."
+    line += "; smoke " + ("passed" if smoke.passed else "FAILED")
+    line += f" (scenario `{smoke.scenario}`)" if smoke.scenario else ""
+    if smoke.verdict not in ("", "passed", "failed"):
+        line += f": {smoke.verdict}"
+    figures = ", ".join(f"{k} {_fmt_figure(v)}" for k, v in sorted(smoke.figures.items()))
+    return line + (f"; {figures}." if figures else ".")
+
+
+def _line_key(line: str) -> str:
+    # One line per image: the image reference is the key.
+    m = re.match(r"^Image `([^`]+)`", line)
+    return m.group(1) if m else line
+
+
+def _better(old: str, new: str) -> bool:
+    # A --skip-smoke push later smoke-tested: the tested line replaces the untested one.
+    return _UNTESTED in old and _UNTESTED not in new
+
+
+def changelog_parts(release: Release, diff: PatchDiff, since: str | None = None) -> Entry:
+    """The entry's lines (image, upstream pin) and sections (patches added/refreshed/dropped)."""
+    short = release.upstream_commit[:12] if release.upstream_commit else "unknown commit"
+    upstream = f"sglang {release.upstream_version or release.upstream_ref}"
+    pin = (
         f"Upstream pin: {upstream} (`{release.upstream_ref}` = `{short}`"
         + (f" from {release.upstream_url}" if release.upstream_url else "")
-        + f"); patch queue `{release.queue_hash[:16]}` with {len(release.patches)} patches.",
-        "",
-    ]
-    since = f" since {diff.previous}" if diff.previous else ""
+        + f"); patch queue `{release.queue_hash[:16]}` with {len(release.patches)} patches."
+    )
+    after = f" since {since or diff.previous}" if diff.previous else ""
+    sections: dict[str, tuple[str, ...]] = {}
     if diff.added:
-        lines += ["### Added", ""]
-        lines += [f"- Patch `{p.name}`: {p.subject}" for p in diff.added]
-        lines.append("")
+        sections["Added"] = tuple(f"- Patch `{p.name}`: {p.subject}" for p in diff.added)
     if diff.refreshed:
-        lines += ["### Changed", ""]
-        lines += [
-            f"- Patch `{p.name}` refreshed{since} (sha256 `{p.sha256[:12]}`): {p.subject}"
+        sections["Changed"] = tuple(
+            f"- Patch `{p.name}` refreshed{after} (sha256 `{p.sha256[:12]}`): {p.subject}"
             for p in diff.refreshed
-        ]
-        lines.append("")
+        )
     if diff.dropped:
-        lines += ["### Removed", ""]
-        lines += [
-            f"- Patch `{p.name}` dropped{since}"
+        sections["Removed"] = tuple(
+            f"- Patch `{p.name}` dropped{after}"
             + (f" (upstream status: {p.upstream_status})" if p.upstream_status else "")
             + f": {p.subject}"
             for p in diff.dropped
-        ]
-        lines.append("")
-    lines += ["### Smoke", ""]
-    smoke = release.smoke
-    if smoke is None:
-        lines.append(f"- {_UNTESTED}: published with `--skip-smoke`; no smoke run before the push.")
-    else:
-        state = "passed" if smoke.passed else "FAILED"
-        head = f"- {state}" + (f" (scenario `{smoke.scenario}`)" if smoke.scenario else "")
-        verdict = "" if smoke.verdict in ("", "passed", "failed") else f": {smoke.verdict}"
-        lines.append(head + verdict)
-        lines += [f"- {k}: {_fmt_figure(v)}" for k, v in sorted(smoke.figures.items())]
-    lines.append("")
-    return "\n".join(lines) + "\n"
+        )
+    return Entry((pin, _image_line(release)), sections)
 
 
-def _entry_span(text: str, version: str) -> tuple[int, int] | None:
-    for m in _HEADING.finditer(text):
-        if m.group("version") == version:
-            nxt = _HEADING.search(text, m.end())
-            return m.start(), nxt.start() if nxt else len(text)
-    return None
+def changelog_entry(
+    release: Release, diff: PatchDiff, version: str | None = None, since: str | None = None
+) -> str:
+    """The Keep a Changelog entry for ``release`` alone, headed by its fork ``version``."""
+    heading = f"## [{version or release.version}] - {release.date}"
+    return render_entry(heading, changelog_parts(release, diff, since))
 
 
-def _insert_at(text: str) -> int:
-    """Where a new release goes: after the Unreleased section, before the newest release."""
-    for m in _HEADING.finditer(text):
-        if m.group("version").lower() != "unreleased":
-            return m.start()
-    return len(text)
+def write_changelog(
+    path: Path,
+    release: Release,
+    diff: PatchDiff,
+    version: str | None = None,
+    since: str | None = None,
+) -> bool:
+    """Release ``release`` as fork ``version`` in CHANGELOG.md; True if the file changed.
 
-
-def write_changelog(path: Path, release: Release, diff: PatchDiff) -> bool:
-    """Add the entry for ``release`` unless one exists; True if the file changed.
-
-    An existing entry is only replaced when it is marked untested and this release is tested
-    (a ``--skip-smoke`` emergency push that was later smoke-tested).
+    Unreleased items move into the release. Another image of the same fork version joins
+    its entry; the same image again changes nothing, except that a tested push replaces the
+    line of an untested (``--skip-smoke``) one.
     """
     path = Path(path)
     text = path.read_text() if path.is_file() else "# Changelog\n\n## [Unreleased]\n\n"
-    entry = changelog_entry(release, diff)
-    span = _entry_span(text, release.version)
-    if span is not None:
-        old = text[span[0] : span[1]]
-        if not (release.tested and _UNTESTED in old):
-            return False
-        new = text[: span[0]] + entry + text[span[1] :]
-    else:
-        at = _insert_at(text)
-        before = text[:at]
-        if before and not before.endswith("\n\n"):
-            before = before.rstrip("\n") + "\n\n"
-        new = before + entry + text[at:]
+    parts = changelog_parts(release, diff, since)
+    new = changelog.release(
+        text, version or release.version, release.date, parts, _line_key, _better
+    )
     if new == text:
         return False
     atomic_write(path, new)
@@ -355,8 +372,11 @@ def record_release(root: Path, release: Release, changelog: Path | None = None) 
     """Write the release record and the CHANGELOG entry (each only if new)."""
     root = Path(root)
     changelog = changelog or root / CHANGELOG
-    prev = previous_release(root, release.target, release.version)
+    records = load_records(root)
+    prev = _previous(records, release.target, release.version)
     diff = diff_patches(prev, release.patches)
+    version = fork_version(records, release)
+    since = fork_version(records, prev) if prev else None
     path, written = _write_record(root, release)
-    changed = write_changelog(changelog, release, diff)
-    return Recorded(path, written, changelog, changed, diff)
+    changed = write_changelog(changelog, release, diff, version, since)
+    return Recorded(path, written, changelog, changed, diff, version)

@@ -73,13 +73,17 @@ def test_first_release_lists_every_patch_as_added_below_unreleased(root: Path) -
     done = record_release(root, make_release())
     text = (root / "CHANGELOG.md").read_text()
     assert done.changelog_written and done.record_written
-    assert text.index("## [Unreleased]") < text.index("## [v0.5.14-rocm700-mi355x-1111] - 2026")
-    assert "- Something the tool gained." in text  # Unreleased content untouched
+    # The heading is the fork's version: v<upstream version>-<n>.
+    assert done.fork_version == "v0.5.14-1"
+    assert text.index("## [Unreleased]") < text.index("## [v0.5.14-1] - 2026-11-30")
     entry = text[text.index("## [v0.5.14") :]
+    # Unreleased items roll into the release; Unreleased stays, empty.
+    assert "- Something the tool gained." in entry
+    assert text[text.index("## [Unreleased]") : text.index("## [v0.5.14")].count("- ") == 0
     assert "### Added" in entry and P1.name in entry and P2.name in entry
     assert "### Removed" not in entry and "### Changed" not in entry
     assert "`v0.5.14` = `0123456789ab`" in entry
-    assert "decode_tok_s: 213" in entry and "passed (scenario `standin-cpu`)" in entry
+    assert "decode_tok_s 213" in entry and "smoke passed (scenario `standin-cpu`)" in entry
     assert "`127.0.0.1:5000/sglforge/sglang:latest-mi355x`" in entry
 
 
@@ -98,7 +102,7 @@ def test_publishing_the_same_release_twice_adds_one_entry(root: Path) -> None:
     assert not again.changelog_written and not again.record_written
     assert (root / "CHANGELOG.md").read_bytes() == before
     assert record_path(root, "v0.5.14-rocm700-mi355x-1111").read_bytes() == record_before
-    assert (root / "CHANGELOG.md").read_text().count("## [v0.5.14-rocm700-mi355x-1111]") == 1
+    assert (root / "CHANGELOG.md").read_text().count("## [v0.5.14-1]") == 1
     assert not list(root.rglob("*.tmp"))  # atomic writes leave no temporary files
 
 
@@ -109,6 +113,7 @@ def test_second_release_lists_added_refreshed_and_dropped_patches(root: Path) ->
         "v0.5.14-rocm700-mi355x-2222",
         digest="sha256:" + "9" * 64,
         patches=(p2_new, P3),
+        queue_hash="2" * 64,
         published_at="2026-11-30T08:00:00Z",
     )
     done = record_release(root, second)
@@ -118,10 +123,11 @@ def test_second_release_lists_added_refreshed_and_dropped_patches(root: Path) ->
     assert [p.name for p in done.diff.dropped] == [P1.name]
     text = (root / "CHANGELOG.md").read_text()
     # Newest first, both below Unreleased.
-    assert text.index("-2222]") < text.index("-1111]")
-    entry = text[text.index("-2222]") : text.index("-1111]")]
+    assert done.fork_version == "v0.5.14-2"
+    assert text.index("## [v0.5.14-2]") < text.index("## [v0.5.14-1]")
+    entry = text[text.index("## [v0.5.14-2]") : text.index("## [v0.5.14-1]")]
     assert "### Added" in entry and P3.name in entry
-    assert "### Changed" in entry and "refreshed since v0.5.14-rocm700-mi355x-1111" in entry
+    assert "### Changed" in entry and "refreshed since v0.5.14-1" in entry
     assert "### Removed" in entry and f"`{P1.name}` dropped" in entry
     assert [r.version for r in load_records(root)] == [
         "v0.5.14-rocm700-mi355x-1111",
@@ -146,7 +152,7 @@ def test_untested_entry_is_replaced_once_the_image_passes_smoke(root: Path) -> N
     done = record_release(root, make_release())
     text = (root / "CHANGELOG.md").read_text()
     assert done.changelog_written
-    assert "**untested**" not in text and text.count("## [v0.5.14-rocm700-mi355x-1111]") == 1
+    assert "**untested**" not in text and text.count("## [v0.5.14-1]") == 1
     assert find_by_digest(root, "sha256:" + "d" * 64).tested  # type: ignore[union-attr]
     # ...but a later untested push never downgrades a tested release.
     assert not record_release(root, make_release(smoke=None)).changelog_written
@@ -198,7 +204,7 @@ def test_diff_without_previous_and_entry_figures() -> None:
     diff = diff_patches(None, (P1,))
     assert diff.added == (P1,) and diff.previous is None
     failed = changelog_entry(make_release(smoke=Smoke(False, "s", "ttft too slow")), diff)
-    assert "- FAILED (scenario `s`): ttft too slow" in failed
+    assert "smoke FAILED (scenario `s`): ttft too slow" in failed
 
 
 def test_changelog_keeps_its_file_mode(root: Path) -> None:
@@ -206,3 +212,33 @@ def test_changelog_keeps_its_file_mode(root: Path) -> None:
     done = record_release(root, make_release())
     assert (root / "CHANGELOG.md").stat().st_mode & 0o777 == 0o664
     assert done.record.stat().st_mode & 0o777 == 0o644
+
+
+def test_targets_of_one_queue_share_a_fork_release_with_standard_sections(root: Path) -> None:
+    """Keep a Changelog: one heading per fork version, only its six sections."""
+    from sglforge.changelog import SECTIONS
+
+    (root / "CHANGELOG.md").write_text(HEADER + "\n### Fixed\n- A fix someone noted.\n")
+    first = record_release(root, make_release("v0.5.14-rocm700-mi300x-1111", target="mi300x"))
+    second = record_release(root, make_release())
+    assert first.fork_version == second.fork_version == "v0.5.14-1"
+    text = (root / "CHANGELOG.md").read_text()
+    assert text.count("## [v0.5.14-1] - 2026-11-30") == 1
+    entry = text[text.index("## [v0.5.14-1]") :]
+    assert "Image `127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi300x-1111`" in entry
+    assert "Image `127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x-1111`" in entry
+    assert entry.count(f"- Patch `{P1.name}`") == 1  # patches once, not once per target
+    assert "- A fix someone noted." in entry and "- Something the tool gained." in entry
+    headings = [line[4:] for line in text.splitlines() if line.startswith("### ")]
+    assert headings and set(headings) <= set(SECTIONS)
+    # A new upstream version starts again at 1.
+    newer = make_release(
+        "v0.5.15-rocm700-mi355x-3333",
+        upstream_version="0.5.15",
+        upstream_ref="v0.5.15",
+        published_at="2026-12-05T00:00:00Z",
+        date="2026-12-05",
+    )
+    assert record_release(root, newer).fork_version == "v0.5.15-1"
+    text = (root / "CHANGELOG.md").read_text()
+    assert text.index("## [v0.5.15-1] - 2026-12-05") < text.index("## [v0.5.14-1]")
