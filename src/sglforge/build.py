@@ -24,7 +24,8 @@ The image reference is immutable and content-derived:
 ``inputs`` key (base image ID or digest, queue hash, upstream commit, Dockerfile, target,
 manifest and changed files); when the tag already exists locally with the same key, nothing
 is built and ``up_to_date`` is True. Every image carries OCI labels, ``io.sglforge.*``
-labels and ``/opt/sglforge/manifest.json`` (patch names and sha256s, files, base, upstream).
+labels and ``/opt/sglforge/manifest.json`` (patch names and sha256s, files, base, upstream):
+the contract ``sglforge.provenance`` defines and reads back.
 
 Raises ConfigError (targets, mode), BuildError (missing base, wrong sglang version, failed
 step, no buildx) and EngineUnavailable (no engine; never for ``dry_run``).
@@ -47,8 +48,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sglforge import __version__
 from sglforge.errors import BaseImageMissing, BuildError, ConfigError
+from sglforge.provenance import (
+    LABEL_INPUTS,
+    MANIFEST_PATH,
+    Base,
+    ContextFile,
+    PatchFacts,
+    UpstreamFacts,
+    make_labels,
+    make_manifest,
+    manifest_bytes,
+    source_labels,
+)
 from sglforge.targets import BuildTarget, load_targets
 from sglforge.util import sha256_bytes, work_dir
 
@@ -59,34 +71,11 @@ MODES = ("auto", "overlay", "source")
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
 UPSTREAM_DOCKERFILE = "docker/rocm.Dockerfile"
-MANIFEST_PATH = "/opt/sglforge/manifest.json"
-MANIFEST_SCHEMA = "sglforge.manifest/1"
 OFFLINE_ENV = "SGLFORGE_OFFLINE"
 # Fixed file times in the build context (2000-01-01, the date sglforge's own commits carry):
 # the same inputs give the same layer bytes. The base's stale .pyc files are not used: they
 # record the original source's mtime and size (or hash), which the patched file does not match.
 MTIME = 946684800
-LICENSE = "Apache-2.0"  # sglang's license; the overlay only adds its patched files
-
-# Labels of our own; ``publish`` and ``upgrade`` read them.
-LABEL_MANAGED = "io.sglforge.managed"
-LABEL_INPUTS = "io.sglforge.inputs"
-LABEL_QUEUE = "io.sglforge.queue-hash"
-LABEL_PATCHES = "io.sglforge.patches"
-LABEL_TARGET = "io.sglforge.target"
-LABEL_ROCM = "io.sglforge.rocm"
-LABEL_GPU_ARCH = "io.sglforge.gpu-arch"
-LABEL_MODE = "io.sglforge.mode"
-LABEL_UPSTREAM = "io.sglforge.upstream"
-LABEL_UPSTREAM_REF = "io.sglforge.upstream-ref"
-LABEL_UPSTREAM_COMMIT = "io.sglforge.upstream-commit"
-# Upstream's repository and revision: org.opencontainers.image.source/.revision name the
-# project's own (GHCR links the package to it; Renovate reads the changelog there).
-LABEL_UPSTREAM_SOURCE = "io.sglforge.upstream.source"
-LABEL_UPSTREAM_REVISION = "io.sglforge.upstream.revision"
-LABEL_SGLANG_VERSION = "io.sglforge.sglang-version"
-LABEL_TOOL = "io.sglforge.version"
-OCI = "org.opencontainers.image"
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 _BUILDX_STEP = re.compile(r"^#\d+ \[(?:[^\]]*?\s)?(\d+)/(\d+)\] (.*)$")
@@ -107,56 +96,6 @@ class Status:
 
 
 @dataclass(frozen=True)
-class Upstream:
-    """Where the patched tree came from."""
-
-    url: str  # the pinned repository (OCI source)
-    source: str  # what was actually fetched (a mirror, a path, pypi:sglang)
-    ref: str
-    commit: str  # commit the patches were applied on (in ``source``)
-    revision: str  # the upstream commit for the OCI label (the pin's when known)
-
-
-@dataclass(frozen=True)
-class PatchFact:
-    """A patch as recorded in labels and the manifest."""
-
-    name: str
-    sha256: str
-    kind: str
-    subject: str
-    upstream_status: str = ""
-
-
-@dataclass(frozen=True)
-class ContextFile:
-    """One changed file: repository path, where it goes in the image, and its content."""
-
-    path: str
-    dest: str
-    size: int
-    sha256: str
-    mode: int
-    link: str | None = None  # symlink target, when the patched tree holds a symlink
-
-
-@dataclass(frozen=True)
-class Base:
-    """The base image of an overlay and what inspecting it told (None before that)."""
-
-    ref: str
-    id: str | None = None
-    digest: str | None = None
-    sglang_version: str | None = None
-    package_path: str | None = None
-
-    @property
-    def pinned(self) -> str | None:
-        """The identity that goes into labels and the inputs key: registry digest or ID."""
-        return self.digest or self.id
-
-
-@dataclass(frozen=True)
 class BuildPlan:
     """Everything a build will do, computed without touching the engine."""
 
@@ -167,9 +106,9 @@ class BuildPlan:
     base: Base
     workspace: str
     workspace_source: str  # "inspected" or "assumed" (targets.toml, before inspection)
-    upstream: Upstream
+    upstream: UpstreamFacts
     queue_hash: str
-    patches: tuple[PatchFact, ...]
+    patches: tuple[PatchFacts, ...]
     changed_files: tuple[str, ...]
     files: tuple[ContextFile, ...]
     deleted: tuple[str, ...]  # image paths the queue deletes
@@ -205,7 +144,7 @@ class BuildResult:
     seconds: float = 0.0
 
 
-Progress = Callable[["Status | BuildStep"], None]
+BuildProgress = Callable[["Status | BuildStep"], None]  # phases and engine build steps
 
 
 # --- planning (pure) --------------------------------------------------------------------------
@@ -349,61 +288,6 @@ def _label_instruction(labels: Mapping[str, str]) -> str:
     return "LABEL " + " \\\n      ".join(f"{q(k)}={q(v)}" for k, v in sorted(labels.items()))
 
 
-def make_manifest(
-    *,
-    image: str,
-    version: str,
-    target: BuildTarget,
-    mode: str,
-    base: Base | None,
-    upstream: Upstream,
-    queue_hash: str,
-    patches: Sequence[PatchFact],
-    files: Sequence[ContextFile],
-    deleted: Sequence[str],
-) -> dict[str, Any]:
-    """The provenance manifest written to ``/opt/sglforge/manifest.json`` (no timestamps)."""
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "image": image,
-        "sglang_version": version,
-        "target": target.name,
-        "rocm": target.rocm.name,
-        "gpu_arch": target.gpu_arch,
-        "mode": mode,
-        "base": {"name": base.ref, "digest": base.pinned} if base else None,
-        "upstream": {
-            "url": upstream.url,
-            "source": upstream.source,
-            "ref": upstream.ref,
-            "commit": upstream.commit,
-            "revision": upstream.revision,
-        },
-        "queue": {
-            "hash": queue_hash,
-            "patches": [
-                {
-                    "name": p.name,
-                    "sha256": p.sha256,
-                    "kind": p.kind,
-                    "subject": p.subject,
-                    "upstream_status": p.upstream_status,
-                }
-                for p in patches
-            ],
-        },
-        "files": [
-            {"path": f.path, "dest": f.dest, "sha256": f.sha256, "size": f.size} for f in files
-        ],
-        "deleted": list(deleted),
-        "sglforge": __version__,
-    }
-
-
-def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-
-
 def inputs_key(
     *,
     base_pinned: str | None,
@@ -429,73 +313,13 @@ def inputs_key(
     return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
 
 
-def make_labels(
-    *,
-    image: str,
-    version: str,
-    target: BuildTarget,
-    mode: str,
-    base: Base | None,
-    upstream: Upstream,
-    queue_hash: str,
-    patches: Sequence[PatchFact],
-    inputs: str | None,
-    created: str,
-    extra: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """OCI labels plus sglforge's own (queue hash, patches, target, GPU arch, mode, inputs)."""
-    names = [p.name for p in patches]
-    described = ", ".join(names) if names else "no patches"
-    labels = {
-        f"{OCI}.version": version,
-        f"{OCI}.created": created,
-        f"{OCI}.title": f"sglang {version} for {target.name} ({target.gpu_arch}, "
-        f"{target.rocm.name}) + sglforge queue q{queue_hash[:8]}",
-        f"{OCI}.description": (
-            f"sglang {upstream.ref} with {len(names)} sglforge patch(es): {described}. "
-            f"Built by sglforge {__version__} ({mode} mode). Run: docker run ... {image} "
-            "--model-path MODEL [server options]"
-        ),
-        f"{OCI}.licenses": LICENSE,
-        f"{OCI}.ref.name": image.rpartition(":")[2],
-        LABEL_MANAGED: "1",
-        LABEL_QUEUE: queue_hash,
-        LABEL_PATCHES: ",".join(names),
-        LABEL_TARGET: target.name,
-        LABEL_ROCM: target.rocm.name,
-        LABEL_GPU_ARCH: target.gpu_arch,
-        LABEL_MODE: mode,
-        LABEL_UPSTREAM: upstream.source,
-        LABEL_UPSTREAM_SOURCE: upstream.url,
-        LABEL_UPSTREAM_REVISION: upstream.revision,
-        LABEL_UPSTREAM_REF: upstream.ref,
-        LABEL_UPSTREAM_COMMIT: upstream.commit,
-        LABEL_SGLANG_VERSION: version,
-        LABEL_TOOL: __version__,
-    }
-    if base is not None:
-        labels[f"{OCI}.base.name"] = base.ref
-        if base.pinned:
-            labels[f"{OCI}.base.digest"] = base.pinned
-    if inputs:
-        labels[LABEL_INPUTS] = inputs
-    # Given labels (--label, the project's source and revision) win over the defaults.
-    labels.update(extra or {})
-    return labels
-
-
 def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
     """``org.opencontainers.image.source``/``.revision`` naming the project's own repository
     (``[image] source``, else the checkout's git remote) and its HEAD commit, when known."""
     from sglforge import git
 
     url, commit = git.checkout_facts(root)
-    labels = {}
-    if configured_source or url:
-        labels[f"{OCI}.source"] = configured_source or str(url)
-    if commit:
-        labels[f"{OCI}.revision"] = commit
-    return labels
+    return source_labels(configured_source or (str(url) if url else None), commit)
 
 
 def from_reference(base: Base) -> str:
@@ -514,9 +338,9 @@ def _provenance(
     target: BuildTarget,
     mode: str,
     base: Base | None,
-    upstream: Upstream,
+    upstream: UpstreamFacts,
     queue_hash: str,
-    patches: Sequence[PatchFact],
+    patches: Sequence[PatchFacts],
     files: Any,
     deleted: Any,
     key_dockerfile: str,
@@ -567,9 +391,9 @@ def plan_overlay(
     version: str,
     mode_reason: str,
     base: Base,
-    upstream: Upstream,
+    upstream: UpstreamFacts,
     queue_hash: str,
-    patches: Sequence[PatchFact],
+    patches: Sequence[PatchFacts],
     worktree: Path,
     changed_files: Sequence[str],
     template: str,
@@ -627,9 +451,9 @@ def plan_source(
     target: BuildTarget,
     version: str,
     mode_reason: str,
-    upstream: Upstream,
+    upstream: UpstreamFacts,
     queue_hash: str,
-    patches: Sequence[PatchFact],
+    patches: Sequence[PatchFacts],
     worktree: Path,
     changed_files: Sequence[str],
     tags: Sequence[str] = (),
@@ -785,7 +609,7 @@ def build_image(
     upstream: str | None = None,
     tags: Sequence[str] = (),
     dry_run: bool = False,
-    progress: Progress | None = None,
+    progress: BuildProgress | None = None,
     *,
     ref: str | None = None,
     labels: Mapping[str, str] | None = None,
@@ -806,7 +630,7 @@ def build_image(
     queue = load_queue(root)
     chosen, reason = choose_mode(mode, queue.patches)
     patches = tuple(
-        PatchFact(p.name, p.sha256, p.kind, p.subject, p.upstream_status) for p in queue.patches
+        PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
     )
     the_ref = ref or queue.pin.ref
     version = version_of(the_ref)
@@ -828,7 +652,7 @@ def build_image(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
             'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
         )
-    up = Upstream(
+    up = UpstreamFacts(
         url=queue.pin.url,
         source=upstream_source(queue.pin, upstream),
         ref=applied.ref,
@@ -887,8 +711,10 @@ def build_image(
         )
 
     plan = make_plan(base)
-    if staged is not None:
-        plan = overlay_configs.attach(plan, staged)
+    if staged is not None and staged.files:
+        # The staged files join the context and the items the manifest.
+        manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
+        plan = replace(plan, files=plan.files + staged.files, manifest=manifest)
     if dry_run:
         return _result(plan, None, False, None, True, started)
     return _build_overlay(root, plan, applied.worktree, say, progress, started, labels)
@@ -912,7 +738,7 @@ def _build_overlay(
     plan: BuildPlan,
     worktree: Path,
     say: Callable[[str], None],
-    progress: Progress | None,
+    progress: BuildProgress | None,
     started: float,
     labels: Mapping[str, str] | None = None,
 ) -> BuildResult:
@@ -965,7 +791,7 @@ def _build_source(
     plan: BuildPlan,
     worktree: Path,
     say: Callable[[str], None],
-    progress: Progress | None,
+    progress: BuildProgress | None,
     started: float,
     labels: Mapping[str, str] | None = None,
 ) -> BuildResult:
@@ -1261,7 +1087,7 @@ def _offline(given: bool | None) -> bool:
     return os.environ.get(OFFLINE_ENV, "").lower() not in ("", "0", "false", "no")
 
 
-def _sayer(progress: Progress | None) -> Callable[[str], None]:
+def _sayer(progress: BuildProgress | None) -> Callable[[str], None]:
     def say(message: str) -> None:
         if progress is not None:
             progress(Status(message))

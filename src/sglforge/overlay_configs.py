@@ -10,7 +10,6 @@ aborts the merge on duplicate keys at run time and rewrites its own CSVs (ROCm/a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,10 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from sglforge.build import BuildPlan, ContextFile
 from sglforge.errors import BuildError
 from sglforge.patches.configs import BaseTables, ConfigItem, base_tables, item_findings, render
+from sglforge.provenance import ContextFile, config_label
 from sglforge.util import atomic_write, sha256_bytes
-
-LABEL_PREFIX = "io.sglforge.config."
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,8 @@ def stage(
         dest = f"{base.model_configs_dir}/{item.installed_name}"
         # An absolute path: context_tar reads worktree / path, which is then this file.
         files.append(ContextFile(str(local.resolve()), dest, len(data), digest, 0o644))
-        label_map[LABEL_PREFIX + item.name] = f"{dest} sha256:{item.sha256}"
+        key, value = config_label(item.name, dest, item.sha256)
+        label_map[key] = value
         entries.append(
             {
                 "name": item.name,
@@ -115,14 +113,6 @@ def stage(
         )
         say(f"config item {item.name}: {len(item.rows)} row(s) -> {dest}")
     return Staged(tuple(files), label_map, tuple(entries))
-
-
-def attach(plan: BuildPlan, staged: Staged) -> BuildPlan:
-    """``plan`` with the staged files in its context and the items in its manifest."""
-    if not staged.files:
-        return plan
-    manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
-    return dataclasses.replace(plan, files=plan.files + staged.files, manifest=manifest)
 
 
 def _applies(item: ConfigItem, version: str) -> bool:

@@ -14,11 +14,10 @@ summary CI shows.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 import time
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,16 +31,14 @@ from sglforge.errors import (
     PublishError,
     SglforgeError,
 )
-from sglforge.release import PatchInfo, Release, Smoke, record_release
+from sglforge.inspect import image_manifest, queue_statuses
+from sglforge.provenance import LABEL_INPUTS, OCI_VERSION, PatchFacts, Smoke, provenance_from
+from sglforge.release import Release, push_release_record, record_release
 from sglforge.reports import FAILED, SKIPPED, Case, Suite
-from sglforge.util import confined, raise_held, signals_held
+from sglforge.util import Progress, raise_held, signals_held
 
 SMOKE_DIR = "smoke"
-MANIFEST_PATH = "/opt/sglforge/manifest.json"
-INPUTS_LABEL = "io.sglforge.inputs"  # sglforge.build: the hash of everything an image is made of
 _QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}$")
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -435,64 +432,6 @@ def _move_friendly(
         clock.done("tag", True, ref)
 
 
-RECORD_LABEL = "io.sglforge.release"  # the release record (JSON) on the -release tag
-RECORD_FOR_LABEL = "io.sglforge.release-for"  # the digest of the image it describes
-RECORD_SUFFIX = "-release"
-
-
-def record_ref_for(immutable: str) -> str:
-    """Where the release record of ``immutable`` lives in the registry: a sibling tag."""
-    return immutable + RECORD_SUFFIX
-
-
-def push_release_record(
-    root: Path,
-    release: Release,
-    immutable: str,
-    creds: Any,
-    labels: Mapping[str, str] | None = None,
-    attempts: int = 4,
-    backoff: float = 2.0,
-) -> str:
-    """Push the release record (smoke figures included) next to the image it describes.
-
-    The image itself cannot carry figures measured after it was built, so anyone holding it
-    finds them on the sibling tag ``<immutable>-release``: a one-file image whose labels hold
-    the record and the digest it belongs to.
-    """
-    import io
-    import tarfile
-
-    from sglforge.engine import images as engine_images
-    from sglforge.release import to_dict
-
-    record = json.dumps(to_dict(release), sort_keys=True, separators=(",", ":"))
-    files = {
-        "Dockerfile": b"FROM scratch\nCOPY release.json /sglforge-release.json\n",
-        "release.json": record.encode(),
-    }
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mtime = 0
-            tar.addfile(info, io.BytesIO(data))
-    ref = record_ref_for(immutable)
-    all_labels = {
-        **dict(labels or {}),
-        "io.sglforge.managed": "1",
-        RECORD_LABEL: record,
-        RECORD_FOR_LABEL: release.digest,
-    }
-    log = confined(
-        root / "build" / "logs", f"release-record-{release.version}.log", "log name", "the release"
-    )
-    engine_images.build(buf.getvalue(), ref, log, labels=all_labels)
-    reg.push(ref, creds, attempts=attempts, backoff=backoff)
-    return ref
-
-
 def _smoke_markdown(report: Any) -> str:
     try:
         from sglforge.smoke import markdown as smoke_markdown
@@ -508,7 +447,7 @@ def _newer_release_at(ref: str, labels: Mapping[str, str], creds: Any) -> str | 
 
     if ":latest-" not in ref or reg.registry_digest_or_none(ref, creds) is None:
         return None
-    key = "org.opencontainers.image.version"
+    key = OCI_VERSION
     try:
         ours = Version(str(labels.get(key, "")))
         theirs_text = reg.registry_labels(ref, creds).get(key, "")
@@ -543,8 +482,8 @@ def _push_immutable(
     # release (pulled, not overwritten); from other inputs, refuse.
     existing = reg.registry_digest_or_none(immutable, creds)
     if existing is not None and existing not in reg.local_repo_digests(image, immutable):
-        theirs = reg.registry_labels(immutable, creds).get(INPUTS_LABEL)
-        ours = _labels_of(image).get(INPUTS_LABEL)
+        theirs = reg.registry_labels(immutable, creds).get(LABEL_INPUTS)
+        ours = _labels_of(image).get(LABEL_INPUTS)
         if not (theirs and theirs == ours):
             raise PublishError(
                 f"{immutable} already names {existing} in the registry, built from other "
@@ -576,34 +515,6 @@ def _checks(report: Any) -> list[SmokeCheck]:
     ]
 
 
-def _manifest(image: str) -> dict[str, Any]:
-    raw = reg.read_image_file(image, MANIFEST_PATH)
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def patch_infos(manifest: Mapping[str, Any]) -> tuple[PatchInfo, ...]:
-    """The patches listed in an image manifest."""
-    out = []
-    for p in manifest.get("patches") or ():
-        if isinstance(p, Mapping) and p.get("name"):
-            out.append(
-                PatchInfo(
-                    name=str(p["name"]),
-                    subject=str(p.get("subject", "")),
-                    sha256=str(p.get("sha256", "")),
-                    kind=str(p.get("kind", "")),
-                    upstream_status=str(p.get("upstream_status", p.get("status", "")) or ""),
-                )
-            )
-    return tuple(out)
-
-
 def _release(
     root: Path,
     built: Any,
@@ -614,17 +525,16 @@ def _release(
     smoke: Smoke | None,
     date: str | None,
 ) -> Release:
-    from sglforge.inspect import provenance_from, queue_statuses
-
     labels = dict(getattr(built, "labels", {}) or {})
-    prov = provenance_from(built.image, labels, _manifest(built.image), queue_statuses(root))
+    prov = provenance_from(built.image, labels, image_manifest(built.image), queue_statuses(root))
     patches = prov.patches
     if not patches:  # an image without a manifest: fall back to the queue on disk
         from sglforge.patches.series import load_queue
 
         queue = load_queue(root)
         patches = tuple(
-            PatchInfo(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
+            PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status)
+            for p in queue.patches
         )
     now = _dt.datetime.now(_dt.UTC)
     return Release(

@@ -1,4 +1,5 @@
-"""Release records (``build/releases/<version>.json``) and release entries in CHANGELOG.md.
+"""Release records (``build/releases/<version>.json``, and next to the image in the registry)
+and release entries in CHANGELOG.md.
 
 A release is one published image: its references, digest, upstream pin, patch queue hash,
 patches and the smoke figures measured before it was pushed. The CHANGELOG entry follows Keep a
@@ -6,54 +7,36 @@ Changelog: a ``## [version] - date`` heading, the upstream pin, the patches adde
 dropped since the previous release of the same target, and the smoke figures.
 
 Both writes are idempotent (the version is the key: the same inputs never add a second entry)
-and atomic (temporary file + rename).
+and atomic (temporary file + rename). ``publish`` also pushes the record as the sibling tag
+``<immutable tag>-release`` (its labels hold the record and the image's digest), where
+``inspect`` finds it without a checkout.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
+import tarfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sglforge import changelog
 from sglforge.changelog import Entry, render_entry
+from sglforge.engine import images as engine_images
+from sglforge.engine import registry as reg
 from sglforge.errors import ConfigError
+from sglforge.provenance import LABEL_MANAGED, LABEL_RELEASE, LABEL_RELEASE_FOR, PatchFacts, Smoke
 from sglforge.util import atomic_write, confined
 
 RECORD_SCHEMA = 1
+RECORD_SUFFIX = "-release"  # the registry tag of a record: the image's immutable tag + this
 CHANGELOG = "CHANGELOG.md"
 _HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\]", re.MULTILINE)
 _UNTESTED = "**untested**"
-
-
-@dataclass(frozen=True)
-class PatchInfo:
-    """A patch as released: name, subject, checksum and upstream status."""
-
-    name: str
-    subject: str = ""
-    sha256: str = ""
-    kind: str = ""
-    upstream_status: str = ""
-
-    @property
-    def slug(self) -> str:
-        """The name without its series number (patches are renumbered when others drop)."""
-        return re.sub(r"^\d+-", "", self.name)
-
-
-@dataclass(frozen=True)
-class Smoke:
-    """What the smoke run before publishing measured."""
-
-    passed: bool
-    scenario: str = ""
-    verdict: str = ""
-    figures: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,7 +54,7 @@ class Release:
     upstream_commit: str
     upstream_version: str
     queue_hash: str
-    patches: tuple[PatchInfo, ...]
+    patches: tuple[PatchFacts, ...]
     smoke: Smoke | None
     gpu_arch: str = ""
     base: str = ""
@@ -91,9 +74,9 @@ class PatchDiff:
     """Patches added, refreshed (same slug, new checksum) and dropped since a release."""
 
     previous: str | None
-    added: tuple[PatchInfo, ...]
-    refreshed: tuple[PatchInfo, ...]
-    dropped: tuple[PatchInfo, ...]
+    added: tuple[PatchFacts, ...]
+    refreshed: tuple[PatchFacts, ...]
+    dropped: tuple[PatchFacts, ...]
 
 
 @dataclass(frozen=True)
@@ -156,7 +139,7 @@ def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Relea
             upstream_commit=str(data.get("upstream_commit", "")),
             upstream_version=str(data.get("upstream_version", "")),
             queue_hash=str(data.get("queue_hash", "")),
-            patches=tuple(PatchInfo(**p) for p in data.get("patches", ())),
+            patches=tuple(PatchFacts(**p) for p in data.get("patches", ())),
             smoke=None
             if smoke is None
             else Smoke(
@@ -214,7 +197,7 @@ def _previous(records: Sequence[Release], target: str, version: str) -> Release 
     return others[-1] if others else None
 
 
-def diff_patches(previous: Release | None, patches: Sequence[PatchInfo]) -> PatchDiff:
+def diff_patches(previous: Release | None, patches: Sequence[PatchFacts]) -> PatchDiff:
     """Patches added, refreshed and dropped relative to ``previous`` (all added if None)."""
     if previous is None:
         return PatchDiff(None, tuple(patches), (), ())
@@ -247,6 +230,70 @@ def _write_record(root: Path, release: Release) -> tuple[Path, bool]:
             release = dataclasses.replace(release, references=refs, digests=others)
     atomic_write(path, json.dumps(to_dict(release), indent=2) + "\n")
     return path, True
+
+
+# --- the record in the registry ---------------------------------------------------------------
+
+
+def record_ref_for(immutable: str) -> str:
+    """Where the release record of ``immutable`` lives in the registry: a sibling tag."""
+    return immutable + RECORD_SUFFIX
+
+
+def record_labels(release: Release, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The labels of the record's image: the record (compact JSON) and the digest it is for."""
+    record = json.dumps(to_dict(release), sort_keys=True, separators=(",", ":"))
+    return {
+        **dict(extra or {}),
+        LABEL_MANAGED: "1",
+        LABEL_RELEASE: record,
+        LABEL_RELEASE_FOR: release.digest,
+    }
+
+
+def record_from_labels(
+    labels: Mapping[str, str], digest: str, source: str = "<record>"
+) -> Release | None:
+    """The record a ``-release`` tag's labels hold, when it is for ``digest``; else None."""
+    if labels.get(LABEL_RELEASE_FOR) != digest or LABEL_RELEASE not in labels:
+        return None
+    return from_dict(json.loads(labels[LABEL_RELEASE]), source)
+
+
+def push_release_record(
+    root: Path,
+    release: Release,
+    immutable: str,
+    creds: reg.Credentials | None,
+    labels: Mapping[str, str] | None = None,
+    attempts: int = 4,
+    backoff: float = 2.0,
+) -> str:
+    """Push the release record (smoke figures included) next to the image it describes.
+
+    The image itself cannot carry figures measured after it was built, so anyone holding it
+    finds them on the sibling tag ``<immutable>-release``: a one-file image whose labels hold
+    the record and the digest it belongs to.
+    """
+    all_labels = record_labels(release, labels)
+    files = {
+        "Dockerfile": b"FROM scratch\nCOPY release.json /sglforge-release.json\n",
+        "release.json": all_labels[LABEL_RELEASE].encode(),
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+    ref = record_ref_for(immutable)
+    log = confined(
+        root / "build" / "logs", f"release-record-{release.version}.log", "log name", "the release"
+    )
+    engine_images.build(buf.getvalue(), ref, log, labels=all_labels)
+    reg.push(ref, creds, attempts=attempts, backoff=backoff)
+    return ref
 
 
 # --- CHANGELOG.md ---------------------------------------------------------------------------

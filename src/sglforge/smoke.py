@@ -36,6 +36,7 @@ from sglforge import reports
 from sglforge.config import Table as _Table
 from sglforge.config import read_toml
 from sglforge.errors import ConfigError, SglforgeError, SmokeError
+from sglforge.provenance import LABEL_GPU_ARCH, LABEL_TARGET
 from sglforge.util import atomic_write, check_output_dir, confined, printable, work_dir
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ LOG_TAIL_LINES = 50
 # After a failed request: how long to wait for the engine to report the container's exit.
 EXIT_GRACE_S = 2.0
 HTTP_FAILED = "request failed: "
-ARCH_LABEL = "io.sglforge.gpu-arch"
-TARGET_LABEL = "io.sglforge.target"
 ACCELERATORS = ("rocm", "none")
 SEVERITIES = ("fail", "warn")
 Value = float | int | str | None
@@ -624,9 +623,9 @@ def expected_arch(
     root: Path, scenario: Scenario, labels: Mapping[str, str]
 ) -> tuple[str | None, str]:
     """The GPU arch the image needs and where that came from (image label, then target)."""
-    from_label = labels.get(ARCH_LABEL)
+    from_label = labels.get(LABEL_GPU_ARCH)
     from_target = None
-    target = scenario.target or labels.get(TARGET_LABEL)
+    target = scenario.target or labels.get(LABEL_TARGET)
     if target:
         try:
             from sglforge.targets import load_targets
@@ -636,13 +635,14 @@ def expected_arch(
             from_target = None
     if from_label and from_target and from_label != from_target:
         return None, (
-            f"the image is labelled {ARCH_LABEL}={from_label} but target {target} is {from_target}"
+            f"the image is labelled {LABEL_GPU_ARCH}={from_label} "
+            f"but target {target} is {from_target}"
         )
     if from_label:
-        return from_label, f"image label {ARCH_LABEL}"
+        return from_label, f"image label {LABEL_GPU_ARCH}"
     if from_target:
         return from_target, f"target {target} in images/targets.toml"
-    return None, f"no {ARCH_LABEL} label on the image and no known target ({target or 'none'})"
+    return None, f"no {LABEL_GPU_ARCH} label on the image and no known target ({target or 'none'})"
 
 
 def port_in_use(port: int) -> bool:

@@ -9,12 +9,14 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sglforge.errors import BusyError, ConfigError
 
 ROOT_ENV = "SGLFORGE_ROOT"
+
+Progress = Callable[[str], None]  # receives one line of progress for people
 
 
 def file_mode(path: Path) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sglforge.build import OCI, fork_labels
+from sglforge.build import fork_labels
+from sglforge.provenance import OCI
 
 
 def git(cwd: Path, *args: str) -> str:

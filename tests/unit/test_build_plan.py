@@ -11,11 +11,7 @@ import pytest
 
 from sglforge import build
 from sglforge.build import (
-    MANIFEST_PATH,
     MTIME,
-    Base,
-    PatchFact,
-    Upstream,
     buildx_command,
     choose_mode,
     closest_tags,
@@ -27,12 +23,13 @@ from sglforge.build import (
 )
 from sglforge.engine.images import parse_reference
 from sglforge.errors import BuildError, ConfigError
+from sglforge.provenance import MANIFEST_PATH, Base, PatchFacts, UpstreamFacts
 from sglforge.targets import load_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = (REPO_ROOT / "images" / "overlay.Dockerfile").read_text()
 QHASH = "0123456789abcdef" * 4
-UP = Upstream(
+UP = UpstreamFacts(
     url="https://github.com/sgl-project/sglang.git",
     source="/srv/mirror/sglang",
     ref="v0.5.14",
@@ -40,8 +37,8 @@ UP = Upstream(
     revision="c" * 40,
 )
 PATCHES = (
-    PatchFact("0001-mtp-prefix.patch", "a" * 64, "python", "MTP prefix lookup"),
-    PatchFact("0002-rocm-guard.patch", "b" * 64, "jit-kernel", "USE_ROCM guard"),
+    PatchFacts("0001-mtp-prefix.patch", "MTP prefix lookup", "a" * 64, "python"),
+    PatchFacts("0002-rocm-guard.patch", "USE_ROCM guard", "b" * 64, "jit-kernel"),
 )
 QUARK = "python/sglang/srt/layers/quantization/quark.py"
 CUH = "python/sglang/jit_kernel/fused_metadata_copy.cuh"

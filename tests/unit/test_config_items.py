@@ -12,11 +12,11 @@ import io
 import shutil
 from pathlib import Path
 
+from sglforge.patches.check import check_items
 from sglforge.patches.configs import (
     base_duplicates,
     base_tables,
     base_tables_from_dir,
-    check_items,
     load_items,
     upstreamed,
 )

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglforge.build import OCI, Base, PatchFact, Upstream, from_reference, make_labels
+from sglforge.build import from_reference
 from sglforge.git import public_url
-from sglforge.inspect import provenance_from
+from sglforge.provenance import OCI, Base, PatchFacts, UpstreamFacts, make_labels, provenance_from
 from sglforge.targets import load_targets, parse_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-UP = Upstream(
+UP = UpstreamFacts(
     url="https://github.com/sgl-project/sglang",
     source="pypi:sglang",
     ref="v0.5.14",
@@ -30,7 +30,7 @@ def labels(**extra: str) -> dict[str, str]:
         base=Base("lmsysorg/sglang:v0.5.14-rocm700-mi35x", id="sha256:" + "9" * 64),
         upstream=UP,
         queue_hash="0123456789abcdef" * 4,
-        patches=(PatchFact("0001-x.patch", "a" * 64, "python", "x"),),
+        patches=(PatchFacts("0001-x.patch", "x", "a" * 64, "python"),),
         inputs="f" * 64,
         created="2026-01-01T00:00:00Z",
         extra=extra,

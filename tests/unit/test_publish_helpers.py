@@ -9,7 +9,7 @@ import pytest
 
 from junit_schema import assert_valid_junit
 from sglforge.errors import ConfigError
-from sglforge.inspect import provenance_from
+from sglforge.provenance import provenance_from
 from sglforge.publish import (
     STAGES,
     PublishResult,

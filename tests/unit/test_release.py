@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from sglforge.errors import ConfigError
+from sglforge.provenance import PatchFacts, Smoke
 from sglforge.release import (
-    PatchInfo,
     Release,
-    Smoke,
     changelog_entry,
     diff_patches,
     find_by_digest,
@@ -33,9 +32,9 @@ All notable changes to this project are documented here.
 - Something the tool gained.
 """
 
-P1 = PatchInfo("0001-mtp-quant-prefix.patch", "Map MTP exclusions to decoder prefix", "a" * 64)
-P2 = PatchInfo("0002-rocm-guard-fused-metadata.patch", "Guard cuda_runtime include", "b" * 64)
-P3 = PatchInfo("0003-tuned-fp4-moe-configs.patch", "Ship tuned fp4 MoE configs", "c" * 64)
+P1 = PatchFacts("0001-mtp-quant-prefix.patch", "Map MTP exclusions to decoder prefix", "a" * 64)
+P2 = PatchFacts("0002-rocm-guard-fused-metadata.patch", "Guard cuda_runtime include", "b" * 64)
+P3 = PatchFacts("0003-tuned-fp4-moe-configs.patch", "Ship tuned fp4 MoE configs", "c" * 64)
 
 
 def make_release(version: str = "v0.5.14-rocm700-mi355x-1111", **kw: object) -> Release:

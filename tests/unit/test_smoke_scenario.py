@@ -18,6 +18,7 @@ from sglforge import config, smoke
 from sglforge.cli import main
 from sglforge.engine import containers
 from sglforge.errors import ConfigError, SmokeError
+from sglforge.provenance import LABEL_GPU_ARCH, LABEL_TARGET
 
 ROOT = Path(__file__).resolve().parents[2]
 GLM = ROOT / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
@@ -379,11 +380,11 @@ def test_cpu_scenario_preflight_skips_gpu_checks() -> None:
 def test_expected_arch_from_label_then_targets_and_conflicts() -> None:
     s = smoke.load_scenario(GLM)
     assert smoke.expected_arch(ROOT, s, {})[0] == "gfx950"
-    assert smoke.expected_arch(ROOT, s, {smoke.ARCH_LABEL: "gfx950"})[0] == "gfx950"
-    arch, why = smoke.expected_arch(ROOT, s, {smoke.ARCH_LABEL: "gfx942"})
+    assert smoke.expected_arch(ROOT, s, {LABEL_GPU_ARCH: "gfx950"})[0] == "gfx950"
+    arch, why = smoke.expected_arch(ROOT, s, {LABEL_GPU_ARCH: "gfx942"})
     assert arch is None and "gfx942" in why and "gfx950" in why
     cpu = smoke.load_scenario(CPU)
-    assert smoke.expected_arch(ROOT, cpu, {smoke.TARGET_LABEL: "mi300x"})[0] == "gfx942"
+    assert smoke.expected_arch(ROOT, cpu, {LABEL_TARGET: "mi300x"})[0] == "gfx942"
     assert smoke.expected_arch(ROOT, cpu, {})[0] is None
 
 

@@ -1,0 +1,405 @@
+"""The image contract: what an sglforge image says about itself, written and read back here.
+
+Owns every label key (OCI ``org.opencontainers.image.*`` and our ``io.sglforge.*``), the
+manifest at ``/opt/sglforge/manifest.json`` and its schema, the facts both are made from
+(upstream, patches, base, added files) and reading them back into a ``Provenance``. ``build``
+writes the contract, ``inspect``, ``publish``, ``release`` and ``smoke`` read it; images
+already published must stay readable, so the readers also accept the keys older images carry.
+
+Pure: no engine, no git, no files (``inspect`` fetches labels and the manifest from images).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglforge import __version__
+from sglforge.targets import BuildTarget
+
+MANIFEST_PATH = "/opt/sglforge/manifest.json"
+MANIFEST_SCHEMA = "sglforge.manifest/1"
+LICENSE = "Apache-2.0"  # sglang's license; the overlay only adds its patched files
+
+OCI = "org.opencontainers.image"
+OCI_VERSION = f"{OCI}.version"
+OCI_CREATED = f"{OCI}.created"
+OCI_TITLE = f"{OCI}.title"
+OCI_DESCRIPTION = f"{OCI}.description"
+OCI_LICENSES = f"{OCI}.licenses"
+OCI_REF_NAME = f"{OCI}.ref.name"
+# The project's own repository and commit (GHCR links the package to it; Renovate reads the
+# changelog there). Images from before io.sglforge.upstream.* named upstream here.
+OCI_SOURCE = f"{OCI}.source"
+OCI_REVISION = f"{OCI}.revision"
+OCI_BASE_NAME = f"{OCI}.base.name"
+OCI_BASE_DIGEST = f"{OCI}.base.digest"
+
+PREFIX = "io.sglforge."
+# Also the label of every object the engine creates (sglforge.engine.LABEL, which may not
+# import this module: engine/ never imports core).
+LABEL_MANAGED = PREFIX + "managed"
+LABEL_INPUTS = PREFIX + "inputs"  # the hash of everything the image is made of
+LABEL_QUEUE = PREFIX + "queue-hash"
+LABEL_PATCHES = PREFIX + "patches"  # patch names, comma-separated
+LABEL_TARGET = PREFIX + "target"
+LABEL_ROCM = PREFIX + "rocm"
+LABEL_GPU_ARCH = PREFIX + "gpu-arch"
+LABEL_MODE = PREFIX + "mode"
+LABEL_UPSTREAM = PREFIX + "upstream"  # what was fetched (a mirror, a path, pypi:sglang)
+LABEL_UPSTREAM_REF = PREFIX + "upstream-ref"
+LABEL_UPSTREAM_COMMIT = PREFIX + "upstream-commit"
+LABEL_UPSTREAM_SOURCE = PREFIX + "upstream.source"  # the pinned repository
+LABEL_UPSTREAM_REVISION = PREFIX + "upstream.revision"  # the pinned commit
+LABEL_SGLANG_VERSION = PREFIX + "sglang-version"
+LABEL_TOOL = PREFIX + "version"  # the sglforge that built the image
+# One per config item (tuned table): ``io.sglforge.config.<name>`` = "<path> sha256:<hex>".
+LABEL_CONFIG_PREFIX = PREFIX + "config."
+# On the release record's sibling tag (sglforge.release): the record and the image's digest.
+LABEL_RELEASE = PREFIX + "release"
+LABEL_RELEASE_FOR = PREFIX + "release-for"
+
+
+@dataclass(frozen=True)
+class UpstreamFacts:
+    """Where the patched tree came from, as labels and the manifest record it."""
+
+    url: str  # the pinned repository
+    source: str  # what was actually fetched (a mirror, a path, pypi:sglang)
+    ref: str
+    commit: str  # commit the patches were applied on (in ``source``)
+    revision: str  # the upstream commit for the labels (the pin's when known)
+
+
+@dataclass(frozen=True)
+class PatchFacts:
+    """A patch as an image and its release record name it: name, subject, checksum, status.
+
+    Field order is the release record's (``build/releases/*.json`` lists fields in it).
+    """
+
+    name: str
+    subject: str = ""
+    sha256: str = ""
+    kind: str = ""
+    upstream_status: str = ""
+
+    @property
+    def slug(self) -> str:
+        """The name without its series number (patches are renumbered when others drop)."""
+        return re.sub(r"^\d+-", "", self.name)
+
+
+@dataclass(frozen=True)
+class Base:
+    """The base image of an overlay and what inspecting it told (None before that)."""
+
+    ref: str
+    id: str | None = None
+    digest: str | None = None
+    sglang_version: str | None = None
+    package_path: str | None = None
+
+    @property
+    def pinned(self) -> str | None:
+        """The identity that goes into labels and the inputs key: registry digest or ID."""
+        return self.digest or self.id
+
+
+@dataclass(frozen=True)
+class ContextFile:
+    """One file the image adds: repository path, where it goes in the image, its content."""
+
+    path: str
+    dest: str
+    size: int
+    sha256: str
+    mode: int
+    link: str | None = None  # symlink target, when the patched tree holds a symlink
+
+
+@dataclass(frozen=True)
+class Smoke:
+    """What the smoke run before publishing measured."""
+
+    passed: bool
+    scenario: str = ""
+    verdict: str = ""
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def make_manifest(
+    *,
+    image: str,
+    version: str,
+    target: BuildTarget,
+    mode: str,
+    base: Base | None,
+    upstream: UpstreamFacts,
+    queue_hash: str,
+    patches: Sequence[PatchFacts],
+    files: Sequence[ContextFile],
+    deleted: Sequence[str],
+) -> dict[str, Any]:
+    """The provenance manifest written to ``/opt/sglforge/manifest.json`` (no timestamps)."""
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "image": image,
+        "sglang_version": version,
+        "target": target.name,
+        "rocm": target.rocm.name,
+        "gpu_arch": target.gpu_arch,
+        "mode": mode,
+        "base": {"name": base.ref, "digest": base.pinned} if base else None,
+        "upstream": {
+            "url": upstream.url,
+            "source": upstream.source,
+            "ref": upstream.ref,
+            "commit": upstream.commit,
+            "revision": upstream.revision,
+        },
+        "queue": {
+            "hash": queue_hash,
+            "patches": [
+                {
+                    "name": p.name,
+                    "sha256": p.sha256,
+                    "kind": p.kind,
+                    "subject": p.subject,
+                    "upstream_status": p.upstream_status,
+                }
+                for p in patches
+            ],
+        },
+        "files": [
+            {"path": f.path, "dest": f.dest, "sha256": f.sha256, "size": f.size} for f in files
+        ],
+        "deleted": list(deleted),
+        "sglforge": __version__,
+    }
+
+
+def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
+    """The manifest as the image holds it (sorted keys: the same facts give the same bytes)."""
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def make_labels(
+    *,
+    image: str,
+    version: str,
+    target: BuildTarget,
+    mode: str,
+    base: Base | None,
+    upstream: UpstreamFacts,
+    queue_hash: str,
+    patches: Sequence[PatchFacts],
+    inputs: str | None,
+    created: str,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """OCI labels plus sglforge's own (queue hash, patches, target, GPU arch, mode, inputs)."""
+    names = [p.name for p in patches]
+    described = ", ".join(names) if names else "no patches"
+    labels = {
+        OCI_VERSION: version,
+        OCI_CREATED: created,
+        OCI_TITLE: f"sglang {version} for {target.name} ({target.gpu_arch}, "
+        f"{target.rocm.name}) + sglforge queue q{queue_hash[:8]}",
+        OCI_DESCRIPTION: (
+            f"sglang {upstream.ref} with {len(names)} sglforge patch(es): {described}. "
+            f"Built by sglforge {__version__} ({mode} mode). Run: docker run ... {image} "
+            "--model-path MODEL [server options]"
+        ),
+        OCI_LICENSES: LICENSE,
+        OCI_REF_NAME: image.rpartition(":")[2],
+        LABEL_MANAGED: "1",
+        LABEL_QUEUE: queue_hash,
+        LABEL_PATCHES: ",".join(names),
+        LABEL_TARGET: target.name,
+        LABEL_ROCM: target.rocm.name,
+        LABEL_GPU_ARCH: target.gpu_arch,
+        LABEL_MODE: mode,
+        LABEL_UPSTREAM: upstream.source,
+        LABEL_UPSTREAM_SOURCE: upstream.url,
+        LABEL_UPSTREAM_REVISION: upstream.revision,
+        LABEL_UPSTREAM_REF: upstream.ref,
+        LABEL_UPSTREAM_COMMIT: upstream.commit,
+        LABEL_SGLANG_VERSION: version,
+        LABEL_TOOL: __version__,
+    }
+    if base is not None:
+        labels[OCI_BASE_NAME] = base.ref
+        if base.pinned:
+            labels[OCI_BASE_DIGEST] = base.pinned
+    if inputs:
+        labels[LABEL_INPUTS] = inputs
+    # Given labels (--label, the project's source and revision) win over the defaults.
+    labels.update(extra or {})
+    return labels
+
+
+def source_labels(url: str | None, commit: str | None) -> dict[str, str]:
+    """The OCI source/revision labels naming the project's repository and commit, when known."""
+    labels = {}
+    if url:
+        labels[OCI_SOURCE] = url
+    if commit:
+        labels[OCI_REVISION] = commit
+    return labels
+
+
+def config_label(name: str, installed: str, sha256: str) -> tuple[str, str]:
+    """The label recording one config item: its installed path and checksum."""
+    return LABEL_CONFIG_PREFIX + name, f"{installed} sha256:{sha256}"
+
+
+# --- reading back -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What an image holds and where it came from."""
+
+    image: str
+    id: str | None = None
+    repo_digests: tuple[str, ...] = ()
+    sglang_version: str = ""
+    upstream_url: str = ""
+    source: str = ""  # the project's repository (org.opencontainers.image.source)
+    revision: str = ""  # the project's commit the image was built from
+    upstream_source: str = ""
+    upstream_ref: str = ""
+    upstream_commit: str = ""
+    queue_hash: str = ""
+    patches: tuple[PatchFacts, ...] = ()
+    target: str = ""
+    rocm: str = ""
+    gpu_arch: str = ""
+    mode: str = ""
+    base: str = ""
+    base_digest: str = ""
+    built_by: str = ""
+    created: str = ""
+    manifest_found: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    release: str | None = None
+    published_at: str | None = None
+    references: tuple[str, ...] = ()
+    smoke: Smoke | None = None
+    tested: bool | None = None  # None: no release record found for this image
+    # Config items (tuned tables): name, installed path, sha256, status, origin (issue 13).
+    configs: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def upstream_version(self) -> str:
+        return self.sglang_version
+
+    @property
+    def is_sglforge_image(self) -> bool:
+        """True when the image carries sglforge's labels or manifest."""
+        return self.manifest_found or bool(self.queue_hash)
+
+
+def parse_manifest(raw: bytes | str | None) -> dict[str, Any] | None:
+    """The manifest from the file's bytes; None when absent or not a JSON object."""
+    if not raw:
+        return None
+    try:
+        loaded = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def provenance_from(
+    image: str,
+    labels: Mapping[str, str],
+    manifest: Mapping[str, Any] | None,
+    statuses: Mapping[str, str] | None = None,
+) -> Provenance:
+    """Provenance from labels and the manifest (the manifest wins where both say something).
+
+    ``statuses`` maps a patch sha256 to its Upstream-Status when the manifest has none (the
+    queue on disk knows it for patches with the same checksum).
+    """
+    m: Mapping[str, Any] = manifest or {}
+    up: Mapping[str, Any] = m.get("upstream") or {}
+    queue: Mapping[str, Any] = m.get("queue") or {}
+    base: Mapping[str, Any] = m.get("base") or {}
+    statuses = statuses or {}
+
+    def label(key: str) -> str:
+        return str(labels.get(key, "") or "")
+
+    patches: list[PatchFacts] = []
+    for p in queue.get("patches") or m.get("patches") or ():
+        if not isinstance(p, Mapping) or not p.get("name"):
+            continue
+        sha = str(p.get("sha256", ""))
+        status = str(p.get("upstream_status") or p.get("status") or statuses.get(sha, ""))
+        patches.append(
+            PatchFacts(
+                name=str(p["name"]),
+                subject=str(p.get("subject", "")),
+                sha256=sha,
+                kind=str(p.get("kind", "")),
+                upstream_status=status,
+            )
+        )
+    if not patches and label(LABEL_PATCHES):
+        # No manifest: the label lists names only (no checksums to vouch for them).
+        patches = [PatchFacts(n) for n in label(LABEL_PATCHES).split(",") if n]
+    fork_labels = LABEL_UPSTREAM_SOURCE in labels  # OCI source/revision name the fork
+    configs = [dict(c) for c in m.get("configs") or () if isinstance(c, Mapping)]
+    if not configs:  # no manifest: the labels name each item's path and checksum
+        for key, value in sorted(labels.items()):
+            if key.startswith(LABEL_CONFIG_PREFIX):
+                path, _, sha = str(value).partition(" sha256:")
+                configs.append(
+                    {
+                        "name": key.removeprefix(LABEL_CONFIG_PREFIX),
+                        "installed": path,
+                        "sha256": sha,
+                    }
+                )
+    return Provenance(
+        configs=tuple(configs),
+        image=image,
+        sglang_version=str(m.get("sglang_version") or label(LABEL_SGLANG_VERSION)),
+        # Images from before io.sglforge.upstream.* named upstream in the OCI labels.
+        upstream_url=str(up.get("url") or label(LABEL_UPSTREAM_SOURCE) or label(OCI_SOURCE)),
+        source=label(OCI_SOURCE) if fork_labels else "",
+        revision=label(OCI_REVISION) if fork_labels else "",
+        upstream_source=str(up.get("source") or label(LABEL_UPSTREAM)),
+        upstream_ref=str(up.get("ref") or label(LABEL_UPSTREAM_REF)),
+        upstream_commit=str(
+            up.get("revision")
+            or up.get("commit")
+            or label(LABEL_UPSTREAM_REVISION)
+            or (label(OCI_REVISION) if not fork_labels else "")
+            or label(LABEL_UPSTREAM_COMMIT)
+        ),
+        queue_hash=str(queue.get("hash") or label(LABEL_QUEUE)),
+        patches=tuple(patches),
+        target=str(m.get("target") or label(LABEL_TARGET)),
+        rocm=str(m.get("rocm") or label(LABEL_ROCM)),
+        gpu_arch=str(m.get("gpu_arch") or label(LABEL_GPU_ARCH)),
+        mode=str(m.get("mode") or label(LABEL_MODE)),
+        base=str(base.get("name") or label(OCI_BASE_NAME)),
+        base_digest=str(base.get("digest") or label(OCI_BASE_DIGEST)),
+        built_by=str(m.get("sglforge") or label(LABEL_TOOL)),
+        created=label(OCI_CREATED),
+        manifest_found=bool(m),
+        labels={
+            k: str(v)
+            for k, v in sorted(labels.items())
+            if k.startswith(PREFIX) or k.startswith(OCI)
+        },
+    )

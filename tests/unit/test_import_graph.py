@@ -1,0 +1,134 @@
+"""The import graph of sglforge has no cycle, and every module imports on its own.
+
+Every ``import`` counts, at module level or inside a function (a late import hides a cycle
+from the reader, not from the interpreter): an edge goes from a module to the most specific
+sglforge module it names (``from sglforge.engine import images`` is an edge to
+``sglforge.engine.images``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "sglforge"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {
+    _module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "data" not in p.parts[-3:-1]
+}
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The sglforge modules ``name`` imports anywhere in its source."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            candidates = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for candidate in candidates:
+            # The most specific module named: `sglforge.engine.images.x` -> engine.images.
+            parts = candidate.split(".")
+            while parts and ".".join(parts) not in MODULES:
+                parts.pop()
+            if parts:
+                found.add(".".join(parts))
+                if isinstance(node, ast.ImportFrom):
+                    break  # `from a import b`: b when it is a module, else a
+    found.discard(name)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_sees_the_modules_and_their_imports() -> None:
+    # The check below proves nothing if the walk finds no modules or no edges.
+    assert {"sglforge.build", "sglforge.provenance", "sglforge.engine.images"} <= set(GRAPH)
+    assert "sglforge.provenance" in GRAPH["sglforge.build"]
+    assert "sglforge.engine.images" in GRAPH["sglforge.release"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle() -> None:
+    cycles = _cycles(GRAPH)
+    assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_image_contract_imports_no_engine_and_no_build() -> None:
+    # provenance is read by build, publish, inspect, release and smoke: it stays at the bottom.
+    def reachable(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for nxt in GRAPH[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    below = reachable("sglforge.provenance")
+    assert not {m for m in below if m.startswith("sglforge.engine")}
+    users = {"sglforge.build", "sglforge.publish", "sglforge.inspect", "sglforge.release"}
+    assert not below & users
+
+
+@pytest.mark.parametrize("name", sorted(set(MODULES) - {"sglforge.__main__"}))  # runs the CLI
+def test_every_module_imports(name: str) -> None:
+    importlib.import_module(name)
