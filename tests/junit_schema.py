@@ -1,7 +1,8 @@
 """Validate JUnit files against the schema Jenkins' xUnit plugin uses (``junit-10.xsd``).
 
-The schema is not copied into this repository: it is read from ``../shared/schemas/`` next
-to the checkout, or from ``$SGLFORGE_JUNIT_XSD``. A missing schema fails the test with that
+The schema is not copied into this repository: it is read from ``$SGLFORGE_JUNIT_XSD``, else
+the team's shared folder (``../shared/schemas/`` next to the checkout, or
+``/work/shared/schemas/``). A missing schema fails the test with that
 hint (skipping would hide a report CI tools cannot read).
 """
 
@@ -14,15 +15,25 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "junit-10.xsd"
+# Where the team's shared folder keeps it: beside this checkout, or at the workplace's root
+# (CI clones the project elsewhere on the same machine).
+CANDIDATES = (
+    Path(__file__).resolve().parents[2] / "shared" / "schemas" / "junit-10.xsd",
+    Path("/work/shared/schemas/junit-10.xsd"),
+)
 
 
 @cache
 def _schema() -> xmlschema.XMLSchema10:
-    path = Path(os.environ.get("SGLFORGE_JUNIT_XSD") or DEFAULT)
-    if not path.is_file():
-        pytest.fail(f"{path}: no junit-10.xsd; set SGLFORGE_JUNIT_XSD to the xUnit plugin's copy")
-    return xmlschema.XMLSchema10(str(path))
+    given = os.environ.get("SGLFORGE_JUNIT_XSD")
+    paths = [Path(given)] if given else list(CANDIDATES)
+    for path in paths:
+        if path.is_file():
+            return xmlschema.XMLSchema10(str(path))
+    pytest.fail(
+        f"no junit-10.xsd at {', '.join(map(str, paths))}; "
+        "set SGLFORGE_JUNIT_XSD to the xUnit plugin's copy"
+    )
 
 
 def assert_valid_junit(xml: str | Path) -> None:
