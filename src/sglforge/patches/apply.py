@@ -16,8 +16,9 @@ from pathlib import Path
 from sglforge import git
 from sglforge.errors import PatchError
 from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref, git_reason
-from sglforge.patches.series import Queue, load_queue, ref_version
-from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
+from sglforge.patches.series import Queue, ref_version
+from sglforge.patches.upstream import Upstream, pinned_commit
+from sglforge.project import Project, ProjectLike
 from sglforge.util import atomic_write, confined, project_lock
 
 
@@ -71,15 +72,17 @@ def read_record(root: Path, ref: str) -> dict | None:  # type: ignore[type-arg]
 
 
 def apply_queue(
-    root: Path,
+    root: ProjectLike,
     ref: str | None = None,
     upstream: str | None = None,
     force: bool = False,
 ) -> Applied:
     """Apply the queue at ``ref`` (default: the pin) in its worktree, one commit per patch."""
+    project = Project.of(root, upstream)
+    root = project.root
     with project_lock(root):
-        queue = load_queue(root)
-        up = open_upstream(root, queue.pin, upstream)
+        queue = project.fresh_queue()
+        up = project.upstream()
         pin_commit = pinned_commit(root, queue.pin, up)
         ref = ref or queue.pin.ref
         commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)

@@ -12,6 +12,7 @@ from sglforge.errors import ConfigError, PatchError
 from sglforge.patches.apply import read_record, record_path, worktree_path
 from sglforge.patches.check import git_reason
 from sglforge.patches.series import Queue, load_queue, split_patch
+from sglforge.project import Project, ProjectLike
 from sglforge.util import atomic_write, commit_files, confined, project_lock, read_exact
 
 
@@ -82,12 +83,15 @@ def same_effect(wt: Path, patch_text: str, commit: str) -> bool:
         Path(index).unlink(missing_ok=True)
 
 
-def export_queue(root: Path, ref: str | None = None, new_slug: str | None = None) -> Exported:
+def export_queue(
+    root: ProjectLike, ref: str | None = None, new_slug: str | None = None
+) -> Exported:
     """Write the commits on the ref's worktree branch back to the queue, keeping series order.
 
     Only patches whose content changed are rewritten (``same_effect``); the others keep
     every byte.
     """
+    root = Project.of(root).root
     with project_lock(root):
         return _export(root, ref, new_slug)
 
@@ -200,13 +204,14 @@ def _with_status(text: str) -> str:
 
 
 def new_patch(
-    root: Path, name: str, ref: str | None = None, message: str | None = None
+    root: ProjectLike, name: str, ref: str | None = None, message: str | None = None
 ) -> Exported:
     """Commit the worktree's uncommitted changes as a new patch named ``name``.
 
     The author and date are the user's (``git var GIT_AUTHOR_IDENT``, and now), as a commit
     of theirs would have; the patches already in the queue are left byte for byte.
     """
+    root = Project.of(root).root
     with project_lock(root):
         return _new_patch(root, name, ref, message)
 

@@ -29,8 +29,9 @@ from sglforge.patches.check import (
     retarget,
 )
 from sglforge.patches.export import diff_body, format_commit, merge_header, split_patch
-from sglforge.patches.series import Patch, Queue, load_queue, render_pin
-from sglforge.patches.upstream import Upstream, machine_local, open_upstream, pinned_commit
+from sglforge.patches.series import Patch, Queue, render_pin
+from sglforge.patches.upstream import Upstream, machine_local, pinned_commit
+from sglforge.project import Project, ProjectLike
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 
@@ -56,7 +57,7 @@ class RefreshResult:
 
 
 def refresh_queue(
-    root: Path,
+    root: ProjectLike,
     new_ref: str,
     upstream: str | None = None,
     drop_upstreamed: bool = False,
@@ -69,23 +70,24 @@ def refresh_queue(
     A patch that still applies exactly (clean: no offset, no fuzz, same path) keeps every
     byte; only the patches whose diff had to change are rewritten.
     """
-    with project_lock(root):
-        return _refresh(
-            root, new_ref, upstream, drop_upstreamed, retire_excluded, dry_run, changelog
-        )
+    project = Project.of(root, upstream)
+    with project_lock(project.root):
+        result = _refresh(project, new_ref, drop_upstreamed, retire_excluded, dry_run, changelog)
+    project.reload()  # the queue and the pin may have been rewritten
+    return result
 
 
 def _refresh(
-    root: Path,
+    project: Project,
     new_ref: str,
-    upstream: str | None,
     drop_upstreamed: bool,
     retire_excluded: bool,
     dry_run: bool,
     changelog: bool,
 ) -> RefreshResult:
-    queue = load_queue(root)
-    up = open_upstream(root, queue.pin, upstream)
+    root = project.root
+    queue = project.fresh_queue()
+    up = project.upstream()
     pin_commit = pinned_commit(root, queue.pin, up)
     new_commit = up.resolve(new_ref)
     report = check_ref(queue, up, new_ref, new_commit, pin_commit, root / "build" / "tmp")
