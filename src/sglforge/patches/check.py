@@ -13,15 +13,18 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from unidiff import PatchSet
 
 from sglforge import git
 from sglforge.errors import ConfigError
+from sglforge.patches.configs import base_tables_from_dir, load_items, upstreamed
 from sglforge.patches.series import Patch, Queue, ref_version
 from sglforge.patches.upstream import Upstream
 from sglforge.project import Project, ProjectLike
@@ -568,3 +571,34 @@ def check_refs(
     if not wanted:
         wanted = [queue.pin.ref]  # nothing asked: the pin
     return check_queue(queue, up, wanted, pin_commit, jobs=jobs)
+
+
+def check_items(
+    root: Path, refs: Sequence[str], aiter_configs: Path | None = None
+) -> list[dict[str, str]]:
+    """Each config item at each ref: applies, skipped (Applies-To) or upstreamed.
+
+    An item is *upstreamed* when the base's aiter (``aiter_configs``, a copy of the base's
+    ``aiter/configs`` folder) already carries every row with the same kernel choice.
+    """
+    items = load_items(root)
+    base = base_tables_from_dir(aiter_configs) if aiter_configs else None
+    out = []
+    for ref in refs:
+        version = ref_version(ref)
+        for item in items:
+            if base is not None and upstreamed(item, base):
+                status, detail = "upstreamed", f"{base.configs_dir} carries every row"
+            elif (
+                item.applies_to
+                and version is not None
+                and version not in SpecifierSet(item.applies_to)
+            ):
+                status, detail = "skipped", f"Applies-To {item.applies_to}"
+            else:
+                status = "applies"
+                detail = "installed by the build" + (
+                    "" if base is not None else " (rows not compared: no --aiter-configs)"
+                )
+            out.append({"ref": ref, "name": item.name, "status": status, "detail": detail})
+    return out
