@@ -204,8 +204,7 @@ def check_cmd(
     Example:
       sglforge patches check --upstream pypi:sglang --tags '>=0.5.10,<=0.5.23'
     """
-    from sglforge.patches.check import check_refs
-    from sglforge.patches.configs import check_items
+    from sglforge.patches.check import check_items, check_refs
 
     report = check_refs(st.root, list(refs), upstream=upstream, tags=tags, jobs=jobs)
     config_rows = check_items(st.root, [r.ref for r in report.refs], aiter_configs)

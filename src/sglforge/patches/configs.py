@@ -403,36 +403,3 @@ def base_tables_from_dir(path: Path, table: str = "tuned_fmoe") -> BaseTables:
 def items_digest(items: Iterable[ConfigItem]) -> list[tuple[str, str]]:
     """(installed file, sha256) per item, for labels and the manifest."""
     return [(i.installed_name, i.sha256) for i in items]
-
-
-def check_items(
-    root: Path, refs: Sequence[str], aiter_configs: Path | None = None
-) -> list[dict[str, str]]:
-    """Each config item at each ref: applies, skipped (Applies-To) or upstreamed.
-
-    An item is *upstreamed* when the base's aiter (``aiter_configs``, a copy of the base's
-    ``aiter/configs`` folder) already carries every row with the same kernel choice.
-    """
-    from sglforge.patches.series import ref_version
-
-    items = load_items(root)
-    base = base_tables_from_dir(aiter_configs) if aiter_configs else None
-    out = []
-    for ref in refs:
-        version = ref_version(ref)
-        for item in items:
-            if base is not None and upstreamed(item, base):
-                status, detail = "upstreamed", f"{base.configs_dir} carries every row"
-            elif (
-                item.applies_to
-                and version is not None
-                and version not in SpecifierSet(item.applies_to)
-            ):
-                status, detail = "skipped", f"Applies-To {item.applies_to}"
-            else:
-                status = "applies"
-                detail = "installed by the build" + (
-                    "" if base is not None else " (rows not compared: no --aiter-configs)"
-                )
-            out.append({"ref": ref, "name": item.name, "status": status, "detail": detail})
-    return out
