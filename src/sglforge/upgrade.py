@@ -26,12 +26,10 @@ from sglforge.patches.check import select_tags
 from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
 from sglforge.patches.series import load_queue, ref_version
 from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
+from sglforge.provenance import LABEL_CONFIG_PREFIX
 from sglforge.util import atomic_write, commit_files, confined, project_lock
 
 STAGED = ("patches", "images", "smoke")
-# The label the build gives each installed config item (sglforge.overlay_configs).
-LABEL_CONFIG_PREFIX = "io.sglforge.config."
-CONFIG_LABEL = "io.sglforge.config."  # one label per installed config item (overlay_configs)
 
 
 @dataclass(frozen=True)
@@ -319,9 +317,9 @@ def _prove_target(
         )
         stages[f"build {target}"] = time.monotonic() - t
         installed = tuple(
-            (k.removeprefix(CONFIG_LABEL), "installed")
+            (k.removeprefix(LABEL_CONFIG_PREFIX), "installed")
             for k in sorted(built.labels)
-            if k.startswith(CONFIG_LABEL)
+            if k.startswith(LABEL_CONFIG_PREFIX)
         )
         out = TargetOutcome(
             target,
