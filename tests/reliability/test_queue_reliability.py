@@ -548,6 +548,12 @@ class TestFaults:
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
+        if "init_import_site" in err:
+            # The signal landed while CPython itself was still importing `site`, before any
+            # code of ours could run (the faster start-up makes that window a larger share of
+            # 0.05 s): CPython's own fatal-error report, which names no sglforge frame.
+            assert "sglforge" not in err.split("Traceback", 1)[-1], err
+            return
         assert "Traceback" not in err, err
         # 130: our handler; -SIGINT: the signal came before Python itself was up (a loaded
         # machine), which the shell also reports as 130; 0: the command was already done

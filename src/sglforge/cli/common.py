@@ -30,11 +30,22 @@ class State:
     root_option: str | None = None
     _root: Path | None = None
 
+    _project: Any = None
+
     @property
     def root(self) -> Path:
         if self._root is None:
             self._root = find_root(self.root_option)
         return self._root
+
+    @property
+    def project(self) -> Any:
+        """The project, opened once for the whole command (``sglforge.project.Project``)."""
+        if self._project is None:
+            from sglforge.project import Project
+
+            self._project = Project(self.root)
+        return self._project
 
 
 # The top-level commands, the module that defines each, and its one-line help. A command's

@@ -24,9 +24,8 @@ def patches_group() -> None:
 @pass_state
 def list_cmd(st: State, as_json: bool) -> None:
     """List the queue: index, file, subject, status, kind, files, lines +/-."""
-    from sglforge.patches.series import load_queue
 
-    q = load_queue(st.root)
+    q = st.project.queue
     rows: list[dict[str, Any]] = [
         {
             "index": p.index,
@@ -161,7 +160,7 @@ def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_
     """Apply the queue in build/worktrees/<ref>, one commit per patch (git am --3way)."""
     from sglforge.patches.apply import apply_queue
 
-    a = apply_queue(st.root, ref=ref, upstream=upstream, force=force)
+    a = apply_queue(st.project, ref=ref, upstream=upstream, force=force)
     if as_json:
         print_json(a)
         return
@@ -206,7 +205,7 @@ def check_cmd(
     """
     from sglforge.patches.check import check_items, check_refs
 
-    report = check_refs(st.root, list(refs), upstream=upstream, tags=tags, jobs=jobs)
+    report = check_refs(st.project, list(refs), upstream=upstream, tags=tags, jobs=jobs)
     config_rows = check_items(st.root, [r.ref for r in report.refs], aiter_configs)
     if as_json:
         print_json(
@@ -257,7 +256,7 @@ def refresh_cmd(
     from sglforge.patches.refresh import refresh_queue
 
     r = refresh_queue(
-        st.root, new_ref, upstream=upstream, drop_upstreamed=drop_upstreamed, dry_run=dry_run
+        st.project, new_ref, upstream=upstream, drop_upstreamed=drop_upstreamed, dry_run=dry_run
     )
     if as_json:
         print_json(r)
@@ -288,7 +287,7 @@ def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
     """Write the worktree branch's commits back to patch files (series order kept)."""
     from sglforge.patches.export import export_queue
 
-    r = export_queue(st.root, ref)
+    r = export_queue(st.project, ref)
     if as_json:
         print_json(r)
     else:
@@ -312,7 +311,7 @@ def new_cmd(st: State, name: str, ref: str | None, message: str | None, as_json:
     """Start patch NAME from the uncommitted changes in the ref's worktree."""
     from sglforge.patches.export import new_patch
 
-    r = new_patch(st.root, name, ref=ref, message=message)
+    r = new_patch(st.project, name, ref=ref, message=message)
     if as_json:
         print_json(r)
     else:
@@ -325,9 +324,8 @@ def new_cmd(st: State, name: str, ref: str | None, message: str | None, as_json:
 @pass_state
 def hash_cmd(st: State, as_json: bool) -> None:
     """Print the queue fingerprint (pin + series order + patch contents)."""
-    from sglforge.patches.series import load_queue
 
-    q = load_queue(st.root)
+    q = st.project.queue
     if as_json:
         print_json({"hash": q.hash, "short": q.hash[:8]})
     else:
