@@ -38,9 +38,7 @@ import io
 import json
 import os
 import re
-import shutil
 import stat
-import subprocess
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,7 +76,6 @@ OFFLINE_ENV = "SGLFORGE_OFFLINE"
 MTIME = 946684800
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
-_BUILDX_STEP = re.compile(r"^#\d+ \[(?:[^\]]*?\s)?(\d+)/(\d+)\] (.*)$")
 
 
 class PatchLike(Protocol):
@@ -796,57 +793,18 @@ def _build_source(
     labels: Mapping[str, str] | None = None,
 ) -> BuildResult:
     from sglforge.engine import images as eng
-    from sglforge.engine.images import BuildStep
 
     done = _already_built(plan, started)
     if done is not None:
         return done
-    docker = shutil.which("docker")
-    have = (
-        docker is not None
-        and subprocess.run([docker, "buildx", "version"], capture_output=True).returncode == 0
-    )
-    if not have or docker is None:
-        raise BuildError(
-            "source mode needs `docker buildx` (upstream's rocm.Dockerfile uses BuildKit "
-            "heredocs, which the engine's classic builder cannot run), and it is not installed",
-            "install the buildx plugin (Debian: apt-get install docker-buildx), "
-            "or use --mode overlay when no patch needs compiling",
-        )
     log_path = _log_path(root, plan)
     say(f"building {plan.image} from source with docker buildx (log: {log_path})")
-    tail: list[str] = []
-    step: BuildStep | None = None
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write("# " + " ".join(buildx_command(plan, docker)) + "\n")
-        proc = subprocess.Popen(
-            buildx_command(plan, docker),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            tail = (tail + [line.rstrip()])[-20:]
-            m = _BUILDX_STEP.match(line.strip())
-            if m and progress is not None:
-                step = BuildStep(int(m.group(1)), int(m.group(2)), m.group(3))
-                progress(step)
-        rc = proc.wait()
-    if rc != 0:
-        where = f"step {step.n}/{step.total} ({step.instruction})" if step else "the start"
-        last = "\n".join(f"    {ln}" for ln in tail[-8:])
-        raise BuildError(
-            f"docker buildx build of {plan.image} failed at {where}\n  last output:\n{last}",
-            f"full log: {log_path}",
-        )
-    info = eng.inspect(plan.image)
-    if info is None:
-        raise BuildError(
-            f"docker buildx finished but {plan.image} is not on the engine", f"full log: {log_path}"
-        )
+    info = eng.buildx(
+        buildx_command(plan)[1:],
+        plan.image,
+        log_path,
+        progress=(lambda s: progress(s)) if progress else None,
+    )
     # Catches a Dockerfile that ignores BRANCH_TYPE=local and clones upstream instead.
     _self_check(plan, worktree, say, labels)
     return _result(plan, info, False, log_path, False, started)
@@ -859,6 +817,7 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
     is what the labels and manifest record.
     """
     from sglforge.engine import images as eng
+    from sglforge.engine import reference, registry
     from sglforge.targets import is_dated
 
     if is_dated(base.ref):
@@ -866,7 +825,7 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
     info = eng.inspect(base.ref)
     if info is not None:
         return replace(base, id=info.id, digest=info.digest)
-    answer = None if offline else eng.remote_tag(base.ref)
+    answer = None if offline else registry.remote_tag(base.ref)
     if answer is not None and answer.exists:
         say(f"pulling {base.ref} (not on the engine yet)")
         eng.pull(base.ref)
@@ -874,16 +833,16 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
         if info is None:
             raise BuildError(f"pulled {base.ref} but the engine does not list it")
         return replace(base, id=info.id, digest=info.digest or answer.digest)
-    ref = eng.parse_reference(base.ref)
-    known = set(eng.local_tags(ref.repository))
-    remote = None if offline else eng.remote_tags(ref.repository)
+    ref = reference.parse(base.ref)
+    known = set(eng.local_tags(ref.name))
+    remote = None if offline else registry.remote_tags(ref.name)
     known |= set(remote or ())
     close = closest_tags(ref.tag, known, bt)
     listed = "on the engine" if remote is None else "on the engine or in its registry"
     found = (
         f"closest existing tags for {bt.key} {listed}: {', '.join(close)}"
         if close
-        else f"no tags of {ref.repository} for {bt.key} {listed}"
+        else f"no tags of {ref.name} for {bt.key} {listed}"
     )
     if answer is not None and answer.exists is None:
         # Unknown is not "missing": say so rather than send someone hunting for a typo.
@@ -906,18 +865,19 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
 def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> str:
     """``repo:...-{date}`` as the tag with the newest date its registry (offline: engine) lists."""
     from sglforge.engine import images as eng
+    from sglforge.engine import reference, registry
     from sglforge.targets import newest_dated_tag
 
-    ref = eng.parse_reference(pattern)
-    local = eng.local_tags(ref.repository)
-    remote = None if offline else eng.remote_tags(ref.repository)
+    ref = reference.parse(pattern)
+    local = eng.local_tags(ref.name)
+    remote = None if offline else registry.remote_tags(ref.name)
     if remote is None and not offline:
-        say(f"the registry of {ref.repository} did not list its tags; using the engine's")
+        say(f"the registry of {ref.name} did not list its tags; using the engine's")
     tags = local if remote is None else remote
     chosen = newest_dated_tag(ref.tag, tags)
     if chosen is not None:
         say(f"{pattern}: newest published tag is {chosen}")
-        return f"{ref.repository}:{chosen}"
+        return f"{ref.name}:{chosen}"
     if offline:
         where = f"on the engine (${OFFLINE_ENV} is set: registries not asked)"
     elif remote is None:
@@ -925,9 +885,9 @@ def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[
     else:
         where = "in its registry"
     close = closest_tags(ref.tag, set(local) | set(remote or ()), bt)
-    found = f"closest tags: {', '.join(close)}" if close else f"{ref.repository} has no tags"
+    found = f"closest tags: {', '.join(close)}" if close else f"{ref.name} has no tags"
     raise BaseImageMissing(
-        f"no tag of {ref.repository} matches {ref.tag} (any YYYYMMDD date) {where}; {found}",
+        f"no tag of {ref.name} matches {ref.tag} (any YYYYMMDD date) {where}; {found}",
         "pass --base-image with an existing tag, or pin an upstream release that has one",
     )
 

@@ -17,7 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sglforge.engine import registry as reg
+from sglforge.engine import containers, registry
+from sglforge.engine import images as engine_images
+from sglforge.engine.credentials import credentials
+from sglforge.engine.reference import parse as parse_reference
 from sglforge.errors import SglforgeError
 from sglforge.provenance import (
     MANIFEST_PATH,
@@ -49,7 +52,7 @@ def _registry_record(repo: str, digest: str, labels: Mapping[str, str]) -> Relea
         return None
     ref = record_ref_for(f"{repo}:{tag}")
     try:
-        found = reg.registry_labels(ref, reg.credentials(reg.parse_ref(ref).registry))
+        found = registry.registry_labels(ref, credentials(parse_reference(ref).registry))
         return record_from_labels(found, digest, ref)
     except (SglforgeError, ValueError):
         return None  # no record published, or the registry is not reachable from here
@@ -57,19 +60,18 @@ def _registry_record(repo: str, digest: str, labels: Mapping[str, str]) -> Relea
 
 def image_manifest(image: str) -> dict[str, Any] | None:
     """The manifest ``build`` wrote into a local image; None for other images."""
-    return parse_manifest(reg.read_image_file(image, MANIFEST_PATH))
+    return parse_manifest(containers.read_file(image, MANIFEST_PATH))
 
 
 def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> Provenance:
     """Provenance of a local image (pulled first with ``pull``), plus its release record."""
     if pull:
-        reg.pull(image, reg.credentials(reg.parse_ref(image).registry))
-    attrs = reg.image_attrs(image)
-    config: Mapping[str, Any] = attrs.get("Config") or {}
-    labels = dict(config.get("Labels") or {})
+        engine_images.pull(image)
+    info = engine_images.require(image)
+    labels = dict(info.labels)
     prov = provenance_from(image, labels, image_manifest(image), queue_statuses(root))
-    repo_digests = tuple(str(d) for d in attrs.get("RepoDigests") or ())
-    prov = replace(prov, id=str(attrs.get("Id") or "") or None, repo_digests=repo_digests)
+    repo_digests = info.repo_digests
+    prov = replace(prov, id=info.id or None, repo_digests=repo_digests)
     for repo_digest in repo_digests:
         repo, _, digest = repo_digest.partition("@")
         record = None

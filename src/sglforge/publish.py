@@ -23,7 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from sglforge import reports
+from sglforge.engine import images as engine_images
+from sglforge.engine import reference as engine_ref
 from sglforge.engine import registry as reg
+from sglforge.engine.credentials import Credentials
+from sglforge.engine.errors import EngineError
 from sglforge.errors import (
     EXIT_PROBLEMS,
     EXIT_SMOKE,
@@ -148,7 +152,7 @@ def registry_prefix(registry: str) -> str:
     ConfigError (exit 2) for credentials in it (never echoed), an uppercase or malformed
     repository path, or a bad port: checked before the build.
     """
-    return reg.check_registry(registry)
+    return engine_ref.check_registry(registry)
 
 
 def references(
@@ -242,7 +246,7 @@ def publish(
             raise ConfigError(f"{scenario_path}: no such smoke scenario", "pass --scenario FILE")
     prefix = registry_prefix(registry)
     host = prefix.split("/", 1)[0]
-    creds: reg.Credentials | None = None
+    creds: Credentials | None = None
     if not dry_run:
         # Before the build and the smoke run, which can take an hour on real hardware.
         creds = reg.credentials(host)
@@ -344,7 +348,7 @@ def publish(
         pushed.append(immutable)
         clock.done("push", True, f"{immutable}@{digest}")
         _move_friendly(moving, source, digest, built, creds, attempts, backoff, say, pushed, clock)
-    except PublishError as exc:
+    except (PublishError, EngineError) as exc:
         clock.done("push" if not pushed else "tag", False, exc.message)
         return replace(
             result,
@@ -404,7 +408,7 @@ def _move_friendly(
     source: str,
     digest: str,
     built: Any,
-    creds: reg.Credentials | None,
+    creds: Credentials | None,
     attempts: int,
     backoff: float,
     say: Progress,
@@ -420,7 +424,7 @@ def _move_friendly(
             clock.done("tag", True, f"{ref} kept: it names {newer}, newer than this image")
             continue
         say(f"move {ref}")
-        reg.tag(source, ref)
+        engine_images.tag(source, ref)
         moved = reg.push(ref, creds, attempts=attempts, backoff=backoff, progress=say)
         remote = reg.registry_digest(ref, creds)
         if not (moved.digest == remote == digest):
@@ -452,7 +456,7 @@ def _newer_release_at(ref: str, labels: Mapping[str, str], creds: Any) -> str | 
         ours = Version(str(labels.get(key, "")))
         theirs_text = reg.registry_labels(ref, creds).get(key, "")
         theirs = Version(theirs_text)
-    except (InvalidVersion, PublishError):
+    except (InvalidVersion, PublishError, EngineError):
         return None
     return theirs_text if theirs > ours else None
 
@@ -470,7 +474,7 @@ def _event_text(event: Any) -> str:
 def _push_immutable(
     image: str,
     immutable: str,
-    creds: reg.Credentials | None,
+    creds: Credentials | None,
     attempts: int,
     backoff: float,
     say: Progress,
@@ -481,7 +485,7 @@ def _push_immutable(
     # when the registry already holds the tag from the same inputs, that image is the
     # release (pulled, not overwritten); from other inputs, refuse.
     existing = reg.registry_digest_or_none(immutable, creds)
-    if existing is not None and existing not in reg.local_repo_digests(image, immutable):
+    if existing is not None and existing not in engine_images.repo_digests(image, immutable):
         theirs = reg.registry_labels(immutable, creds).get(LABEL_INPUTS)
         ours = _labels_of(image).get(LABEL_INPUTS)
         if not (theirs and theirs == ours):
@@ -491,17 +495,16 @@ def _push_immutable(
                 "delete the tag in the registry if it is wrong, or change the patch queue",
             )
         say(f"{immutable} is already published from the same inputs; reusing {existing}")
-        reg.pull(immutable, creds)
+        engine_images.pull(immutable, creds)
         return reg.verify(immutable, existing, creds), immutable
-    reg.tag(image, immutable)
+    engine_images.tag(image, immutable)
     say(f"push {immutable}")
     pushed = reg.push(immutable, creds, attempts=attempts, backoff=backoff, progress=say)
     return reg.verify(immutable, pushed.digest, creds), image
 
 
 def _labels_of(image: str) -> dict[str, str]:
-    config = reg.image_attrs(image).get("Config") or {}
-    return dict(config.get("Labels") or {}) if isinstance(config, dict) else {}
+    return dict(engine_images.require(image).labels)
 
 
 def _checks(report: Any) -> list[SmokeCheck]:

@@ -28,6 +28,7 @@ from sglforge import changelog
 from sglforge.changelog import Entry, render_entry
 from sglforge.engine import images as engine_images
 from sglforge.engine import registry as reg
+from sglforge.engine.credentials import Credentials
 from sglforge.errors import ConfigError
 from sglforge.provenance import LABEL_MANAGED, LABEL_RELEASE, LABEL_RELEASE_FOR, PatchFacts, Smoke
 from sglforge.util import atomic_write, confined
@@ -264,7 +265,7 @@ def push_release_record(
     root: Path,
     release: Release,
     immutable: str,
-    creds: reg.Credentials | None,
+    creds: Credentials | None,
     labels: Mapping[str, str] | None = None,
     attempts: int = 4,
     backoff: float = 2.0,

@@ -170,7 +170,7 @@ def test_offline_resolves_from_the_engine_tags(upstream, monkeypatch) -> None:
     bt = target(root, "mi355x-rocm720")
     # the engine holds only the 20260701 image; the registry is never asked
     monkeypatch.setattr(
-        "sglforge.engine.images.remote_tags",
+        "sglforge.engine.registry.remote_tags",
         lambda *_a, **_k: pytest.fail("offline must not list a registry's tags"),
     )
     base, _ = check(bt, "0.5.16", offline=True)

@@ -25,7 +25,9 @@ from click.testing import CliRunner, Result
 from helpers_build import STANDIN_REPO, make_build_project
 from junit_schema import assert_valid_junit
 from sglforge.cli import main
+from sglforge.engine import images as engine_images
 from sglforge.engine import registry as reg
+from sglforge.engine.errors import RegistryAuthRefused
 from sglforge.patches.series import load_queue
 from standin.base import ensure_sglang_base
 from standin.registry import Registry, free_port, start_registry
@@ -132,7 +134,7 @@ def seed_friendly(old: str, registry: Registry, creds: reg.Credentials | None) -
     out = {}
     for tag in ("v0.5.14-rocm700-mi355x", "latest-mi355x"):
         ref = registry.ref(REPOSITORY, tag)
-        reg.tag(old, ref)
+        engine_images.tag(old, ref)
         out[tag] = reg.push(ref, creds, attempts=1).digest
         assert manifest_digest(registry, tag) == out[tag]
     return out
@@ -313,12 +315,12 @@ def test_engine_push_reports_in_band_auth_errors_without_retrying(
 ) -> None:
     r = registry("publisher", "right-password")
     ref = r.ref(REPOSITORY, "probe")
-    reg.tag(old_image, ref)
+    engine_images.tag(old_image, ref)
     slept: list[float] = []
-    with pytest.raises(reg.PublishError, match="refused the login of 'publisher'") as info:
+    with pytest.raises(RegistryAuthRefused, match="refused the login of 'publisher'") as info:
         reg.push(ref, reg.Credentials("publisher", "nope-123"), attempts=4, sleep=slept.append)
     assert slept == [] and "nope-123" not in str(info.value)
-    with pytest.raises(reg.PublishError, match="requires a login"):
+    with pytest.raises(RegistryAuthRefused, match="requires a login"):
         reg.push(ref, None, attempts=4, sleep=slept.append)
     assert slept == []
 
@@ -413,7 +415,7 @@ def test_push_retries_a_registry_that_comes_up_late(
     r = registry()
     with late_proxy(r.address, delay=1.0) as address:
         ref = f"{address}/{REPOSITORY}:late"
-        reg.tag(old_image, ref)
+        engine_images.tag(old_image, ref)
         notes: list[str] = []
         started = time.monotonic()
         pushed = reg.push(ref, None, attempts=5, backoff=0.5, progress=notes.append)
@@ -438,7 +440,7 @@ def test_an_immutable_tag_holding_other_inputs_is_never_overwritten(
 ) -> None:
     r = registry()
     plan = doc(project.publish(r.address, "--dry-run"))
-    reg.tag(old_image, plan["immutable"])
+    engine_images.tag(old_image, plan["immutable"])
     squatter = reg.push(plan["immutable"], None, attempts=1).digest
     result = project.publish(r.address)
     out = doc(result)

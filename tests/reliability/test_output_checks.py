@@ -113,6 +113,6 @@ def test_registry_reference_is_validated_at_parse_time(
     "registry", ["127.0.0.1:5000", "localhost:5000/team", "ghcr.io/org", "[::1]:5000/a-b/c_d.e"]
 )
 def test_good_registry_references_pass(registry: str) -> None:
-    from sglforge.engine.registry import check_registry
+    from sglforge.engine.reference import check_registry
 
     assert check_registry(registry) == registry

@@ -14,7 +14,7 @@ import pytest
 from reliability_helpers import cli
 
 from junit_schema import assert_valid_junit
-from sglforge.engine.registry import check_registry, parse_ref
+from sglforge.engine.reference import check_registry, parse
 from sglforge.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def test_the_core_parsers_never_echo_it() -> None:
             check_registry(text)
         assert SECRET not in str(exc.value)
         with pytest.raises(ConfigError) as exc:
-            parse_ref(text.split("://")[-1] + "/x:y")
+            parse(text.split("://")[-1] + "/x:y")
         assert SECRET not in str(exc.value)
 
 

@@ -21,7 +21,7 @@ from sglforge.build import (
     render_overlay_dockerfile,
     version_of,
 )
-from sglforge.engine.images import parse_reference
+from sglforge.engine.images import BUILDX_STEP
 from sglforge.errors import BuildError, ConfigError
 from sglforge.provenance import MANIFEST_PATH, Base, PatchFacts, UpstreamFacts
 from sglforge.targets import load_targets
@@ -300,28 +300,6 @@ def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) 
     assert plan.inputs_key and plan.labels["io.sglforge.inputs"] == plan.inputs_key
 
 
-def test_parse_reference() -> None:
-    r = parse_reference("lmsysorg/sglang:v0.5.14-rocm700-mi35x")
-    assert (r.registry, r.name, r.tag, r.repository) == (
-        "docker.io",
-        "lmsysorg/sglang",
-        "v0.5.14-rocm700-mi35x",
-        "lmsysorg/sglang",
-    )
-    assert parse_reference("debian").name == "library/debian"
-    assert parse_reference("debian").repository == "debian"
-    r = parse_reference("127.0.0.1:5000/team/sglang:v1")
-    assert (r.registry, r.name, r.tag, r.repository) == (
-        "127.0.0.1:5000",
-        "team/sglang",
-        "v1",
-        "127.0.0.1:5000/team/sglang",
-    )
-    assert parse_reference("localhost/x").tag == "latest"
-    with pytest.raises(ConfigError):
-        parse_reference("x@sha256:" + "0" * 64)
-
-
 def test_offline_flag_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(build.OFFLINE_ENV, raising=False)
     assert build._offline(None) is False
@@ -331,7 +309,7 @@ def test_offline_flag_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_buildx_progress_lines() -> None:
-    step = build._BUILDX_STEP
+    step = BUILDX_STEP
     m = step.match("#12 [gfx950  3/41] RUN pip install IPython")
     assert m and m.groups() == ("3", "41", "RUN pip install IPython")
     m = step.match("#7 [5/9] COPY . /src")

@@ -1,4 +1,4 @@
-"""Registry helpers that need no engine: references, error kinds, credentials."""
+"""Engine helpers that need no engine: references, error kinds, credentials, the token flow."""
 
 from __future__ import annotations
 
@@ -8,38 +8,65 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.engine.registry import (
-    PASSWORD_ENV,
-    USER_ENV,
-    Credentials,
-    classify,
-    credentials,
-    is_loopback,
-    parse_ref,
-)
-from sglforge.errors import PublishError
+from sglforge.engine.credentials import PASSWORD_ENV, USER_ENV, Credentials, credentials
+from sglforge.engine.errors import BadReference, CredentialsUnusable, RegistryAuthRefused
+from sglforge.engine.reference import ImageRef, is_loopback, parse
+from sglforge.engine.registry import classify
+from sglforge.errors import EXIT_NO_IMAGE, EXIT_PUBLISH, EXIT_USAGE, ConfigError, ImageNotFound
 
 SECRET = "pw-Zq8!never-print"
 
 
-def test_parse_ref_needs_a_registry_and_splits_port_from_tag() -> None:
-    ref = parse_ref("127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x")
-    assert (ref.registry, ref.repository, ref.tag) == (
-        "127.0.0.1:5000",
-        "sglforge/sglang",
-        "v0.5.14-rocm700-mi355x",
+def test_parse_splits_registry_port_repository_and_tag() -> None:
+    ref = parse("127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x", require_registry=True)
+    assert ref == ImageRef("127.0.0.1:5000", "sglforge/sglang", "v0.5.14-rocm700-mi355x")
+    assert ref.name == "127.0.0.1:5000/sglforge/sglang"
+    assert parse("localhost:5000/a/b").tag == "latest"
+    assert str(parse("ghcr.io/org/sglang:x")) == "ghcr.io/org/sglang:x"
+    with pytest.raises(BadReference, match="no registry host"):
+        parse("sglforge/sglang:x", require_registry=True)
+    with pytest.raises(BadReference, match="digest reference"):
+        parse("127.0.0.1:5000/a@sha256:" + "0" * 64)
+    pinned = parse("127.0.0.1:5000/a:v1@sha256:" + "0" * 64, allow_digest=True)
+    assert pinned.digest == "sha256:" + "0" * 64 and pinned.tag == "v1"
+    with pytest.raises(BadReference, match="must be lowercase"):
+        parse("127.0.0.1:5000/Team/x:y")
+
+
+def test_docker_hub_is_the_default_registry_and_name_is_the_engines_spelling() -> None:
+    """One type: ``repository`` is the path at the registry, ``name`` what the engine shows."""
+    r = parse("lmsysorg/sglang:v0.5.14-rocm700-mi35x")
+    assert (r.registry, r.repository, r.name, r.tag) == (
+        "docker.io",
+        "lmsysorg/sglang",
+        "lmsysorg/sglang",
+        "v0.5.14-rocm700-mi35x",
     )
-    assert parse_ref("localhost:5000/a/b").tag == "latest"
-    assert str(parse_ref("ghcr.io/org/sglang:x")) == "ghcr.io/org/sglang:x"
-    with pytest.raises(PublishError, match="no registry host"):
-        parse_ref("sglforge/sglang:x")
-    with pytest.raises(PublishError, match="digest reference"):
-        parse_ref("127.0.0.1:5000/a@sha256:" + "0" * 64)
+    debian = parse("debian")
+    assert (debian.repository, debian.name, debian.tag) == ("library/debian", "debian", "latest")
+    assert debian.base_url == "https://registry-1.docker.io"
+    assert parse("127.0.0.2:5000/x").base_url == "http://127.0.0.2:5000"
+
+
+def test_bad_references_are_usage_errors_and_never_echo_credentials() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse("u:pw-secret@127.0.0.1:5000/x:y")
+    assert "pw-secret" not in str(info.value) and info.value.exit_code == EXIT_USAGE
+
+
+def test_engine_error_kinds_keep_the_documented_exit_codes() -> None:
+    from sglforge.engine import errors
+
+    assert issubclass(errors.ImageMissing, ImageNotFound)
+    assert errors.ImageMissing("x").exit_code == EXIT_NO_IMAGE
+    assert errors.PushFailed("x").exit_code == EXIT_PUBLISH
+    assert errors.BuildFailed("x").exit_code == 6 and errors.ContainerFailed("x").exit_code == 7
+    assert errors.EngineError("x").exit_code == 5
 
 
 def test_loopback_registries_are_recognised() -> None:
     assert is_loopback("127.0.0.1:5000") and is_loopback("localhost:5000")
-    assert is_loopback("[::1]:5000")
+    assert is_loopback("[::1]:5000") and parse("127.0.0.9:5000/x:y").is_loopback
     assert not is_loopback("ghcr.io") and not is_loopback("10.0.0.1:5000")
 
 
@@ -78,7 +105,7 @@ def test_credentials_from_environment_first(
     env = {USER_ENV: "alice", PASSWORD_ENV: SECRET}
     creds = credentials("127.0.0.1:5000", env)
     assert creds is not None and creds.username == "alice" and creds.source == "env"
-    with pytest.raises(PublishError, match=PASSWORD_ENV) as info:
+    with pytest.raises(CredentialsUnusable, match=PASSWORD_ENV) as info:
         credentials("127.0.0.1:5000", {USER_ENV: "alice"})
     assert SECRET not in str(info.value)
 
@@ -96,7 +123,7 @@ def test_credentials_from_docker_config(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_a_token_service_refusing_the_login_is_a_clear_publish_error() -> None:
     """ghcr.io-style registries: /v2/ challenges for a Bearer token; a wrong password makes
-    the token service answer 401, which must be a PublishError naming the registry."""
+    the token service answer 401, which must be a RegistryAuthRefused naming the registry."""
     import http.server
     import threading
 
@@ -124,8 +151,9 @@ def test_a_token_service_refusing_the_login_is_a_clear_publish_error() -> None:
     thread.start()
     address = f"127.0.0.1:{server.server_address[1]}"
     try:
-        with pytest.raises(PublishError, match="token service refused the credentials") as err:
-            reg.check_login(address, reg.Credentials("u", "wrong-password"))
+        refused = "token service refused the credentials"
+        with pytest.raises(RegistryAuthRefused, match=refused) as err:
+            reg.check_login(address, Credentials("u", "wrong-password"))
         assert "wrong-password" not in str(err.value)
         assert "docker login" in str(err.value)
     finally:

@@ -106,7 +106,7 @@ def _registry(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     and credentials in it are refused without being echoed."""
     if value is None:
         return None
-    from sglforge.engine.registry import check_registry
+    from sglforge.engine.reference import check_registry
 
     try:
         return check_registry(value)

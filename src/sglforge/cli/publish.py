@@ -31,7 +31,7 @@ from sglforge.util import atomic_write, check_output_file, printable
 
 
 def _image_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    from sglforge.engine.registry import refuse_credentials
+    from sglforge.engine.reference import refuse_credentials
 
     try:
         refuse_credentials(value, "IMAGE")

@@ -1,18 +1,22 @@
 """The Docker engine boundary: the only package that imports the Docker SDK.
 
-``docker.errors.*`` are translated here into the project's own errors, naming the image.
-Submodules: ``images`` (inspect, build, tag, push) and ``containers`` (run, logs, removal).
+Split by what the code talks to: ``images`` (local images: inspect, build, buildx, pull,
+tag, remove, probes), ``containers`` (running and reading), ``registry`` (the remote API:
+push, digests, labels, tag lists). ``reference`` holds the one image-reference type and
+parser, ``credentials`` the registry logins and auth handshake, and ``errors`` the engine's
+own error kinds: ``docker.errors.*`` are translated into them, naming the image.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-
-import docker
-import docker.errors
+from typing import TYPE_CHECKING
 
 from sglforge.errors import EngineUnavailable
+
+if TYPE_CHECKING:
+    import docker
 
 # Every object sglforge creates carries this label so it can be found and cleaned up.
 LABEL = "io.sglforge.managed"
@@ -24,6 +28,11 @@ START_HINT = (
 
 @functools.lru_cache(maxsize=4)
 def _client(base_url: str | None) -> docker.DockerClient:
+    # Imported here: the SDK (and requests) cost a third of a second, and commands that
+    # never reach the engine should not pay it.
+    import docker
+    import docker.errors
+
     client = None
     try:
         if base_url:

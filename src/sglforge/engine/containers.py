@@ -6,17 +6,21 @@ networking, read-only mounts, environment) into the engine's create options; str
 container's output to a log file; noticing the moment it exits; and removing it whatever
 happens -- success, failure, timeout, Ctrl-C or SIGTERM -- through :func:`running`.
 
-``docker.errors.*`` are translated here into :class:`~sglforge.errors.SmokeError` naming the
-image (a container that cannot start means the smoke run cannot run).
+``docker.errors.*`` are translated here into
+:class:`~sglforge.engine.errors.ContainerFailed` naming the image (a container that cannot
+start means the smoke run cannot run). :func:`read_file` reads one file out of an image
+through a created, never started container.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import io
 import os
 import signal
 import socket
+import tarfile
 import threading
 import time
 import uuid
@@ -32,7 +36,7 @@ import docker.types
 import requests
 
 from sglforge.engine import LABEL, client
-from sglforge.errors import SmokeError
+from sglforge.engine.errors import ContainerFailed, EngineError
 from sglforge.util import printable
 
 # Labels on every smoke container: which runner (host + pid) owns it, so an orphan left by a
@@ -243,7 +247,7 @@ def remove(container_id: str) -> bool:
         # "removal already in progress" means someone (the engine) is on it already.
         if exc.status_code == 409:
             return False
-        raise SmokeError(
+        raise ContainerFailed(
             f"container {container_id[:12]}: could not remove it: {exc.explanation or exc}",
             f"docker rm -f {container_id[:12]}",
         ) from exc
@@ -322,12 +326,12 @@ def running(
                 )
                 raw.start()
             except docker.errors.ImageNotFound as exc:
-                raise SmokeError(
+                raise ContainerFailed(
                     f"image {image} is not present on the engine",
                     f"sglforge build, or docker pull {image}",
                 ) from exc
             except docker.errors.APIError as exc:
-                raise SmokeError(
+                raise ContainerFailed(
                     f"image {image}: the container could not start: {exc.explanation or exc}",
                     "check the scenario's [container] settings against this host "
                     "(devices, group, mounts)",
@@ -341,3 +345,37 @@ def running(
                 remove(target)  # False when it was never created: nothing to do
             if arrived:
                 raise Terminated(f"received {signal.Signals(arrived[0]).name}")
+
+
+def read_file(image: str, path: str) -> bytes | None:
+    """The bytes of ``path`` inside ``image`` (a created, never started container), or None."""
+    api = client().api
+    # Named up front, so a Ctrl-C while the engine creates it still leaves a name to remove.
+    cid = f"sglforge-read-{uuid.uuid4().hex[:12]}"
+    try:
+        try:
+            api.create_container(
+                image,
+                command=["/nonexistent-never-started"],
+                name=cid,
+                labels={LABEL: "1"},
+                network_disabled=True,
+            )
+        except docker.errors.APIError as exc:
+            raise EngineError(f"{image}: cannot create a container to read {path}: {exc}") from None
+        try:
+            stream, _ = api.get_archive(cid, path)
+        except docker.errors.NotFound:
+            return None
+        data = b"".join(stream)
+    finally:
+        try:
+            api.remove_container(cid, force=True)
+        except docker.errors.APIError:
+            pass
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                fh = tar.extractfile(member)
+                return fh.read() if fh else None
+    return None

@@ -1,10 +1,11 @@
-"""Image operations on the Docker engine: inspect, look up, build, tag, remove.
+"""Local images on the Docker engine: inspect, build, pull, tag, remove, probe.
 
-Owns every image-level call sglforge makes through the Docker SDK, and the registry
-queries that go with them: whether a tag exists (the engine's distribution API) and which
-tags a repository has (the registry's ``/v2/<name>/tags/list``). Also runs a throwaway
-container in a base image to read which sglang it holds (cached by image ID), and builds
-from an in-memory context with the engine's classic builder, streaming progress.
+Owns every image-level call sglforge makes: inspecting (one :class:`ImageInfo`, or
+ImageMissing), building from an in-memory context with the engine's classic builder or from
+a folder with ``docker buildx`` (the one Docker call made through the CLI: upstream's
+``rocm.Dockerfile`` needs BuildKit), pulling and tagging, and running a throwaway container
+in an image to read which sglang and aiter it holds (cached by image ID). Asking a registry
+is :mod:`sglforge.engine.registry`'s job.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -21,18 +24,23 @@ from typing import Any
 
 import docker
 import docker.errors
-import requests
 
 from sglforge.engine import LABEL, client
-from sglforge.errors import BuildError, ConfigError
+from sglforge.engine.credentials import Credentials, auth_config, scrub
+from sglforge.engine.errors import (
+    BadReference,
+    BuildFailed,
+    EngineError,
+    ImageMissing,
+    RegistryAuthRefused,
+    RegistryError,
+)
+from sglforge.engine.reference import parse
 from sglforge.util import atomic_write
 
-DEFAULT_REGISTRY = "docker.io"
-# Docker Hub serves its registry API from another host than its name.
-_REGISTRY_API = {"docker.io": "registry-1.docker.io"}
-REGISTRY_TIMEOUT = 10.0
-MAX_TAG_PAGES = 20
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# BuildKit's plain progress: "#12 [gfx950  3/41] RUN ..." (stage name optional).
+BUILDX_STEP = re.compile(r"^#\d+ \[(?:[^\]]*?\s)?(\d+)/(\d+)\] (.*)$")
 
 
 @dataclass(frozen=True)
@@ -53,31 +61,6 @@ class ImageInfo:
         for rd in self.repo_digests:
             return rd.partition("@")[2] or None
         return None
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An image reference split the way the engine reads it."""
-
-    registry: str
-    name: str
-    tag: str
-
-    @property
-    def repository(self) -> str:
-        """The repository as written by users (no ``docker.io/`` prefix)."""
-        if self.registry == DEFAULT_REGISTRY:
-            return self.name.removeprefix("library/")
-        return f"{self.registry}/{self.name}"
-
-
-@dataclass(frozen=True)
-class RemoteTag:
-    """The answer of a registry about one tag: exists True/False, or None when unknown."""
-
-    exists: bool | None
-    digest: str | None
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,22 +93,6 @@ class Layer:
     size: int
 
 
-def parse_reference(ref: str) -> Reference:
-    """Split ``[registry/]name[:tag]`` (digests are not accepted as build bases)."""
-    if "@" in ref:
-        raise ConfigError(f"image {ref}: pin a tag, not a digest", "pass --base-image REPO:TAG")
-    name, tag = ref, "latest"
-    last = ref.rsplit("/", 1)[-1]
-    if ":" in last:
-        name, _, tag = ref.rpartition(":")
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return Reference(first, rest, tag)
-    if not rest:
-        name = f"library/{name}"
-    return Reference(DEFAULT_REGISTRY, name, tag)
-
-
 def _api(c: docker.DockerClient | None = None) -> Any:
     return (c or client()).api
 
@@ -139,7 +106,9 @@ def inspect(ref: str) -> ImageInfo | None:
     except docker.errors.APIError as exc:
         if exc.status_code == 404:
             return None
-        raise BuildError(f"image {ref}: engine error: {exc.explanation or exc}") from exc
+        if exc.status_code == 400:  # "invalid reference format": a typo, not the engine
+            raise BadReference(f"image {ref}: {exc.explanation or exc}") from None
+        raise EngineError(f"image {ref}: engine error: {exc.explanation or exc}") from exc
     cfg = data.get("Config") or {}
     return ImageInfo(
         ref=ref,
@@ -163,95 +132,24 @@ def local_tags(repository: str) -> list[str]:
     return sorted(out)
 
 
-def _auth(registry: str) -> dict[str, str] | None:
-    """The login for ``registry`` (environment or Docker config), as the SDK takes it."""
-    from sglforge.engine import registry as reg
-    from sglforge.errors import SglforgeError
-
-    try:
-        creds = reg.credentials(registry)
-    except SglforgeError:
-        return None  # unreadable credentials: ask anonymously, the answer says the rest
-    return creds.auth_config() if creds else None
-
-
-def remote_tag(ref: str) -> RemoteTag:
-    """Ask the image's registry, through the engine, whether tag ``ref`` exists."""
-    try:
-        auth = _auth(parse_reference(ref).registry)
-        data = _api().inspect_distribution(ref, auth_config=auth)
-    except docker.errors.NotFound:
-        return RemoteTag(False, None)
-    except docker.errors.APIError as exc:
-        text = str(exc.explanation or exc)
-        if "manifest unknown" in text or "not found" in text.lower():
-            return RemoteTag(False, None)
-        return RemoteTag(None, None, _first_line(text))
-    return RemoteTag(True, (data.get("Descriptor") or {}).get("digest"))
+def require(ref: str) -> ImageInfo:
+    """The local image ``ref`` names; ImageMissing (exit 9) when the engine has none."""
+    info = inspect(ref)
+    if info is None:
+        raise ImageMissing(
+            f"{ref}: no such image in the local engine",
+            f"pull it first: sglforge inspect --pull {ref} (or docker pull {ref})",
+        )
+    return info
 
 
-def remote_tags(repository: str, timeout: float = REGISTRY_TIMEOUT) -> list[str] | None:
-    """The tags a registry lists for ``repository``; None when it cannot be asked."""
-    ref = parse_reference(repository + ":x")
-    host = _REGISTRY_API.get(ref.registry, ref.registry)
-    local = host.split(":")[0] in ("localhost", "127.0.0.1", "::1")
-    url = f"{'http' if local else 'https'}://{host}/v2/{ref.name}/tags/list?n=1000"
-    auth = _auth(ref.registry)
-    try:
-        with requests.Session() as session:
-            return _tag_pages(session, url, auth, timeout)
-    except (requests.RequestException, ValueError):
-        return None
-
-
-def _tag_pages(
-    session: requests.Session, url: str, auth: dict[str, str] | None, timeout: float
-) -> list[str] | None:
-    # Registries page long lists (Docker Hub's lmsysorg/sglang has thousands of tags).
-    tags: list[str] = []
-    for _ in range(MAX_TAG_PAGES):
-        resp = session.get(url, timeout=timeout)
-        if resp.status_code == 401 and auth and _scheme(resp) == "basic":
-            session.auth = (auth["username"], auth["password"])
-            resp = session.get(url, timeout=timeout)
-        if resp.status_code == 401:
-            token = _bearer_token(resp, timeout, auth)
-            if token is None:
-                return None
-            session.headers["Authorization"] = f"Bearer {token}"
-            resp = session.get(url, timeout=timeout)
-        if resp.status_code != 200:
-            return None
-        tags.extend(resp.json().get("tags") or [])
-        nxt = resp.links.get("next", {}).get("url")
-        if not nxt:
-            break
-        url = requests.compat.urljoin(url, nxt)
-    return sorted(set(tags))
-
-
-def _scheme(resp: requests.Response) -> str:
-    return resp.headers.get("WWW-Authenticate", "").split(" ", 1)[0].lower()
-
-
-def _bearer_token(
-    resp: requests.Response, timeout: float, auth: dict[str, str] | None = None
-) -> str | None:
-    # The registry token protocol: the 401 names the realm, service and scope to ask for
-    # an anonymous pull token.
-    challenge = resp.headers.get("WWW-Authenticate", "")
-    if not challenge.lower().startswith("bearer "):
-        return None
-    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-    realm = params.pop("realm", None)
-    if not realm:
-        return None
-    login = (auth["username"], auth["password"]) if auth else None
-    tok = requests.get(realm, params=params, auth=login, timeout=timeout)
-    if tok.status_code != 200:
-        return None
-    body = tok.json()
-    return body.get("token") or body.get("access_token")
+def repo_digests(image: str, ref: str) -> tuple[str, ...]:
+    """Digests the local ``image`` has in the repository of ``ref`` (its RepoDigests)."""
+    info = inspect(image)
+    name = parse(ref).name
+    if info is None:
+        return ()
+    return tuple(d for repo, _, d in (e.partition("@") for e in info.repo_digests) if repo == name)
 
 
 # Runs inside the image as `python3 -c`, from a neutral working directory and with the
@@ -336,7 +234,7 @@ def sglang_info(ref: str, cache_dir: Path, labels: Mapping[str, str] | None = No
     """
     info = inspect(ref)
     if info is None:
-        raise BuildError(f"image {ref} is not present on the engine", f"docker pull {ref}")
+        raise ImageMissing(f"image {ref} is not present on the engine", f"docker pull {ref}")
     cache = Path(cache_dir) / f"sglang-probe2-{info.id.removeprefix('sha256:')}.json"
     if cache.is_file():
         try:
@@ -348,7 +246,7 @@ def sglang_info(ref: str, cache_dir: Path, labels: Mapping[str, str] | None = No
     text = run_python(ref, _SGLANG_PROBE, labels=labels, working_dir="/")
     line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-PROBE ")), None)
     if line is None:
-        raise BuildError(
+        raise BuildFailed(
             f"image {ref}: could not read sglang's version: {_first_line(text)}",
             f"docker run --rm -w / {ref} python3 -c 'import sglang.version'",
         )
@@ -403,14 +301,14 @@ def run_python(
         result = container.wait(timeout=timeout)
         output = container.logs(stdout=True, stderr=True).decode(errors="replace")
     except docker.errors.DockerException as exc:
-        raise BuildError(f"image {ref}: could not run python3 in it: {exc}") from exc
+        raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
     finally:
         try:
             c.api.remove_container(container.id if container is not None else name, force=True)
         except docker.errors.DockerException:
             pass  # never created, or already gone
     if int(result.get("StatusCode", 1)) != 0:
-        raise BuildError(
+        raise BuildFailed(
             f"image {ref}: python3 exited with {result.get('StatusCode')}: {_last_line(output)}",
             f"docker run --rm --entrypoint python3 {ref} --version",
         )
@@ -427,7 +325,7 @@ def build(
     """Build a plain-tar ``context`` (holding ``Dockerfile``) as ``tag``; the image ID.
 
     The engine's classic builder runs the steps; every line goes to ``log_path`` and each
-    ``Step n/m`` to ``progress``. A failing step raises BuildError naming it, with the
+    ``Step n/m`` to ``progress``. A failing step raises BuildFailed naming it, with the
     last lines of its output.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -478,47 +376,118 @@ def build(
     if image_id is None:
         found = inspect(tag)
         if found is None:
-            raise BuildError(f"build of {tag} produced no image", f"see {log_path}")
+            raise BuildFailed(f"build of {tag} produced no image", f"see {log_path}")
         image_id = found.id
     return image_id
 
 
 def _step_failed(
     tag: str, step: BuildStep | None, message: str, tail: list[str], log_path: Path
-) -> BuildError:
+) -> BuildFailed:
     where = f"step {step.n}/{step.total} ({step.instruction})" if step else "before the first step"
     last = "\n".join(f"    {ln}" for ln in tail[-8:])
     text = f"build of {tag} failed at {where}: {_first_line(message)}"
     if last:
         text += f"\n  last output:\n{last}"
-    return BuildError(text, f"full log: {log_path}")
+    return BuildFailed(text, f"full log: {log_path}")
 
 
-def pull(ref: str) -> None:
-    """Pull ``ref`` through the engine (its credentials), reading every progress event."""
-    r = parse_reference(ref)
-    try:
-        events = _api().pull(
-            r.repository, tag=r.tag, stream=True, decode=True, auth_config=_auth(r.registry)
+def buildx(
+    args: Sequence[str],
+    image: str,
+    log_path: Path,
+    progress: Callable[[BuildStep], None] | None = None,
+) -> ImageInfo:
+    """Run ``docker ARGS`` (a ``buildx build ... --load`` of ``image``); the image built.
+
+    Every line goes to ``log_path`` and each BuildKit step to ``progress``. BuildFailed when
+    buildx is not installed, when a step fails (naming it, with its last lines), or when the
+    image is not on the engine afterwards.
+    """
+    docker_cli = shutil.which("docker")
+    if (
+        docker_cli is None
+        or subprocess.run([docker_cli, "buildx", "version"], capture_output=True).returncode
+    ):
+        raise BuildFailed(
+            "source mode needs `docker buildx` (upstream's rocm.Dockerfile uses BuildKit "
+            "heredocs, which the engine's classic builder cannot run), and it is not installed",
+            "install the buildx plugin (Debian: apt-get install docker-buildx), "
+            "or use --mode overlay when no patch needs compiling",
         )
-        for event in events:
-            if isinstance(event, dict) and event.get("error"):
-                raise BuildError(f"pulling {ref} failed: {event['error']}", f"docker pull {ref}")
+    cmd = [docker_cli, *args]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tail: list[str] = []
+    step: BuildStep | None = None
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("# " + " ".join(["docker", *args]) + "\n")
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            tail = (tail + [line.rstrip()])[-20:]
+            m = BUILDX_STEP.match(line.strip())
+            if m and progress is not None:
+                step = BuildStep(int(m.group(1)), int(m.group(2)), m.group(3))
+                progress(step)
+        rc = proc.wait()
+    if rc != 0:
+        where = f"step {step.n}/{step.total} ({step.instruction})" if step else "the start"
+        last = "\n".join(f"    {ln}" for ln in tail[-8:])
+        raise BuildFailed(
+            f"docker buildx build of {image} failed at {where}\n  last output:\n{last}",
+            f"full log: {log_path}",
+        )
+    info = inspect(image)
+    if info is None:
+        raise BuildFailed(
+            f"docker buildx finished but {image} is not on the engine", f"full log: {log_path}"
+        )
+    return info
+
+
+def pull(ref: str, creds: Credentials | None = None) -> ImageInfo:
+    """Pull ``ref`` through the engine, reading every event; the image pulled.
+
+    ``creds`` default to the login for its registry (environment or Docker config).
+    ImageMissing when the registry has no such tag, RegistryError for other failures.
+    """
+    r = parse(ref)
+    auth = creds.auth_config() if creds else auth_config(r.registry)
+    error: str | None = None
+    try:
+        events = _api().pull(r.name, tag=r.tag, stream=True, decode=True, auth_config=auth)
+        for event in events:  # read to the end, as in push
+            if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
+                error = error or scrub(str(event.get("error")), creds)
     except docker.errors.APIError as exc:
-        raise BuildError(
-            f"pulling {ref} failed: {exc.explanation or exc}", f"docker pull {ref}"
-        ) from exc
+        text = scrub(str(exc.explanation or exc), creds)
+        if exc.status_code == 404 or re.search(r"manifest unknown|not found", text, re.I):
+            raise ImageMissing(f"pull {ref}: {text}", f"check the tag: docker pull {ref}") from None
+        if exc.status_code in (401, 403) or re.search(r"unauthorized|denied", text, re.I):
+            raise RegistryAuthRefused(f"pull {ref}: {text}", f"docker login {r.registry}") from None
+        raise RegistryError(f"pull {ref}: {text}", f"docker pull {ref}") from None
+    if error:
+        if re.search(r"manifest unknown|not found|does not exist", error, re.I):
+            raise ImageMissing(f"pull {ref}: {error}", f"check the tag: docker pull {ref}")
+        raise RegistryError(f"pull {ref}: {error}", f"check the registry: docker pull {ref}")
+    info = inspect(ref)
+    if info is None:
+        raise EngineError(f"pull {ref}: the engine has no image after the pull")
+    return info
 
 
 def tag(image: str, ref: str) -> None:
-    """Point ``ref`` (``repo:tag``) at ``image``."""
-    repo, _, t = ref.rpartition(":")
-    if not repo or "/" in t:
-        repo, t = ref, "latest"
+    """Point ``ref`` at ``image`` (moving it if it existed)."""
+    r = parse(ref)
     try:
-        _api().tag(image, repo, t)
+        ok = _api().tag(image, r.name, r.tag, force=True)
     except docker.errors.APIError as exc:
-        raise BuildError(f"could not tag {image} as {ref}: {exc.explanation or exc}") from exc
+        raise EngineError(f"could not tag {image} as {ref}: {exc.explanation or exc}") from None
+    if not ok:
+        raise EngineError(f"could not tag {image} as {ref}: the engine refused")
 
 
 def remove(ref: str, force: bool = True) -> bool:
@@ -530,7 +499,7 @@ def remove(ref: str, force: bool = True) -> bool:
     except docker.errors.APIError as exc:
         if exc.status_code == 404:
             return False
-        raise BuildError(f"could not remove image {ref}: {exc.explanation or exc}") from exc
+        raise EngineError(f"could not remove image {ref}: {exc.explanation or exc}") from exc
     return True
 
 
@@ -539,7 +508,7 @@ def history(ref: str) -> list[Layer]:
     try:
         rows = _api().history(ref)
     except docker.errors.APIError as exc:
-        raise BuildError(f"image {ref}: no history: {exc.explanation or exc}") from exc
+        raise EngineError(f"image {ref}: no history: {exc.explanation or exc}") from exc
     return [Layer(str(r.get("CreatedBy", "")), int(r.get("Size") or 0)) for r in reversed(rows)]
 
 
@@ -560,22 +529,22 @@ def _last_line(text: str) -> str:
 
 
 __all__ = [
+    "BUILDX_STEP",
     "BuildStep",
     "ImageInfo",
     "Layer",
-    "Reference",
-    "RemoteTag",
     "SglangInfo",
+    "aiter_configs",
     "build",
+    "buildx",
     "history",
     "inspect",
     "local_tags",
     "managed_images",
-    "parse_reference",
     "pull",
-    "remote_tag",
-    "remote_tags",
     "remove",
+    "repo_digests",
+    "require",
     "run_python",
     "sglang_info",
     "tag",
@@ -623,10 +592,10 @@ def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> dict[str
     text = run_python(ref, _AITER_PROBE, labels=labels, working_dir="/")
     line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-AITER ")), None)
     if line is None:
-        raise BuildError(
+        raise BuildFailed(
             f"image {ref}: could not look for aiter: {_first_line(text)}",
             f"docker run --rm -w / {ref} python3 -c 'import importlib.util as u; "
-            "print(u.find_spec(\"aiter\"))'",
+            'print(u.find_spec("aiter"))\'',
         )
     data: dict[str, Any] = json.loads(line.removeprefix("SGLFORGE-AITER "))
     return data
