@@ -111,7 +111,7 @@ def find_scenario(root: Path, target: str, target_key: str | None = None) -> Pat
     folder = smoke_dir(root)  # the project's smoke/, else the scenarios sglforge ships
     names = {target, target_key} - {None}
     found: list[Path] = []
-    from sglforge.smoke import read_toml
+    from sglforge.config import read_toml
 
     for path in sorted(folder.glob("*.toml")):
         data = read_toml(path, "smoke scenario")

@@ -458,14 +458,14 @@ def test_severity_defaults_to_fail(tmp_path: Path) -> None:
 def test_report_folders_are_unique_within_one_second(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(smoke, "_stamp", lambda: "20261130T060000Z")
+    monkeypatch.setattr(smoke.runner, "_stamp", lambda: "20261130T060000Z")
     first, id1 = smoke.new_report_dir(tmp_path, "standin-cpu")
     second, id2 = smoke.new_report_dir(tmp_path, "standin-cpu")
     assert first != second and id1 != id2 and first.is_dir() and second.is_dir()
     assert first.name == f"standin-cpu-20261130T060000Z-{id1}"
     # Should two runs ever draw the same id, the second one draws again rather than share.
     ids = iter(["a" * 32, "a" * 32, "b" * 32, *["c" * 32] * 200])
-    monkeypatch.setattr(smoke.uuid, "uuid4", lambda: type("U", (), {"hex": next(ids)})())
+    monkeypatch.setattr(smoke.runner.uuid, "uuid4", lambda: type("U", (), {"hex": next(ids)})())
     third, _ = smoke.new_report_dir(tmp_path, "standin-cpu")
     fourth, id4 = smoke.new_report_dir(tmp_path, "standin-cpu")
     assert third != fourth and id4 == "b" * 8
@@ -833,19 +833,19 @@ def test_the_aiter_scenarios_prompts_reach_the_covered_prefill_buckets() -> None
 def _schema_keys() -> set[str]:
     """Every key the scenario loader reads (recorded while it loads every shipped scenario)."""
     keys: set[str] = set()
-    original = smoke._Table.get
+    original = config.Table.get
 
     def recording(self, key, kind, default=config.REQUIRED):  # type: ignore[no-untyped-def]
         where = re.sub(r"\[\d+\]", "", self.where)
         keys.add(f"{where}.{key}" if where else key)
         return original(self, key, kind, default)
 
-    smoke._Table.get = recording  # type: ignore[method-assign]
+    config.Table.get = recording  # type: ignore[method-assign]
     try:
         for scenario in sorted((ROOT / "smoke").glob("*.toml")):
             smoke.load_scenario(scenario)
     finally:
-        smoke._Table.get = original  # type: ignore[method-assign]
+        config.Table.get = original  # type: ignore[method-assign]
     return keys
 
 

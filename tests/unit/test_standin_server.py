@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from sglforge import smoke
+from sglforge.smoke import checks
 from standin import server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -290,7 +291,7 @@ def test_streaming_generate_sends_cumulative_chunks_then_done(start: Start) -> N
     assert all(m["finish_reason"] is None and "e2e_latency" not in m for m in metas[:-1])
     assert all(not SPEC_KEYS & set(m) for m in metas[:-1])
     assert metas[-1]["finish_reason"]["type"] == "length" and SPEC_KEYS <= set(metas[-1])
-    tok_s, tokens = smoke.decode_speed(smoke._stream(f"{base}/generate", body, 10))
+    tok_s, tokens = smoke.decode_speed(checks._stream(f"{base}/generate", body, 10))
     assert tokens == 20 and tok_s > 50
 
 
@@ -344,14 +345,14 @@ def test_generate_refuses_what_the_double_lacks(
     assert exc.value.code == 400
     exc.value.close()
     sent: list[dict] = []
-    original = smoke._json
+    original = checks._json
 
     def spy(url: str, body=None, timeout: float = 30.0):
         if body is not None and url.endswith("/generate"):
             sent.append(dict(body))
         return original(url, body, timeout)
 
-    monkeypatch.setattr(smoke, "_json", spy)
+    monkeypatch.setattr(checks, "_json", spy)
     _session(base).serves()
     assert sent and all(isinstance(b["text"], str) and "input_ids" not in b for b in sent)
 
@@ -384,7 +385,7 @@ def test_decode_speed_follows_the_environment(start: Start) -> None:
         "stream": True,
         "sampling_params": {"max_new_tokens": 30, "ignore_eos": True},
     }
-    tok_s, _ = smoke.decode_speed(smoke._stream(f"{base}/generate", body, 10))
+    tok_s, _ = smoke.decode_speed(checks._stream(f"{base}/generate", body, 10))
     assert 60 < tok_s < 120
 
 
@@ -434,13 +435,13 @@ def test_log_faults_print_their_lines_and_still_serve(
 # --------------------------------------------------------------------------- runner checks
 
 
-def _session(base: str, **overrides: object) -> smoke._Session:
+def _session(base: str, **overrides: object) -> checks._Session:
     scenario = smoke.load_scenario(ROOT / "smoke" / "standin-cpu.toml")
     if overrides:
         from dataclasses import replace
 
         scenario = replace(scenario, checks=replace(scenario.checks, **overrides))
-    return smoke._Session(scenario, int(base.rsplit(":", 1)[1]))
+    return checks._Session(scenario, int(base.rsplit(":", 1)[1]))
 
 
 def test_runner_checks_pass_against_a_healthy_standin(start: Start) -> None:

@@ -1,0 +1,274 @@
+"""Before launching: the host has the devices, GPU arch and count, the model path and the port
+the scenario needs; a failed preflight is a "cannot-run" verdict, not a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sglforge.errors import SglforgeError
+from sglforge.provenance import LABEL_GPU_ARCH, LABEL_TARGET
+
+if TYPE_CHECKING:
+    pass
+from sglforge.smoke.report import Check
+from sglforge.smoke.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The host's AMD GPUs (one gfx arch per GPU) and where that was read from."""
+
+    archs: tuple[str, ...]
+    source: str
+    problem: str = ""
+
+
+_GFX = re.compile(r"\bgfx[0-9a-f]{3,4}\b")
+
+
+def parse_rocminfo(text: str) -> list[str]:
+    """The gfx arch of every GPU agent in ``rocminfo`` output."""
+    archs: list[str] = []
+    name: str | None = None
+    kind: str | None = None
+
+    def flush() -> None:
+        if kind == "GPU" and name:
+            m = _GFX.search(name)
+            if m:
+                archs.append(m.group(0))
+
+    for line in text.splitlines():
+        if re.match(r"^\s*Agent\s+\d+\s*$", line):
+            flush()
+            name = kind = None
+            continue
+        m = re.match(r"^\s*(Name|Device Type):\s*(.*?)\s*$", line)
+        if not m:
+            continue
+        # The agent's own Name comes first; later "Name:" lines belong to its ISA list.
+        if m.group(1) == "Name" and name is None:
+            name = m.group(2)
+        elif m.group(1) == "Device Type" and kind is None:
+            kind = m.group(2)
+    flush()
+    return archs
+
+
+def parse_amd_smi(text: str) -> list[str]:
+    """The gfx arch of every GPU in ``amd-smi static --asic --json`` output (any version)."""
+    data = json.loads(text)
+    archs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            value = node.get("target_graphics_version")
+            if isinstance(value, str) and _GFX.search(value):
+                archs.append(_GFX.search(value).group(0))  # type: ignore[union-attr]
+                return
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(data)
+    return archs
+
+
+def gfx_from_target_version(version: int) -> str | None:
+    """``gfx950`` from KFD's ``gfx_target_version`` 90500 (None for CPUs: 0)."""
+    if version <= 0:
+        return None
+    major, minor, step = version // 10000, (version // 100) % 100, version % 100
+    return f"gfx{major}{minor}{step:x}"
+
+
+def read_kfd_topology(nodes: Path = Path("/sys/class/kfd/kfd/topology/nodes")) -> list[str]:
+    """The gfx arch of every GPU node the amdgpu driver's KFD topology lists."""
+    archs: list[str] = []
+    if not nodes.is_dir():
+        return archs
+    for node in sorted(nodes.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+        try:
+            props = dict(
+                line.split(None, 1)
+                for line in (node / "properties").read_text().splitlines()
+                if " " in line
+            )
+        except OSError:
+            continue
+        gfx = gfx_from_target_version(int(props.get("gfx_target_version", "0") or 0))
+        if gfx:
+            archs.append(gfx)
+    return archs
+
+
+def detect_gpus(timeout: float = 60.0) -> GpuInventory:
+    """The host's GPUs from ``rocminfo``, else ``amd-smi``, else the KFD sysfs topology."""
+    problems: list[str] = []
+    probes: list[tuple[str, list[str], Callable[[str], list[str]]]] = [
+        ("rocminfo", ["rocminfo"], parse_rocminfo),
+        ("amd-smi", ["amd-smi", "static", "--asic", "--json"], parse_amd_smi),
+    ]
+    for name, cmd, parse in probes:
+        exe = shutil.which(cmd[0]) or (
+            f"/opt/rocm/bin/{cmd[0]}" if os.access(f"/opt/rocm/bin/{cmd[0]}", os.X_OK) else None
+        )
+        if not exe:
+            problems.append(f"{cmd[0]} not found")
+            continue
+        try:
+            proc = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        if proc.returncode != 0:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            problems.append(f"{name} exited {proc.returncode}: {last[0]}")
+            continue
+        try:
+            archs = parse(proc.stdout)
+        except ValueError as exc:
+            problems.append(f"{name}: unreadable output ({exc})")
+            continue
+        if archs:
+            return GpuInventory(tuple(archs), name)
+        problems.append(f"{name} lists no GPU")
+    archs = read_kfd_topology()
+    if archs:
+        return GpuInventory(tuple(archs), "kfd-sysfs")
+    problems.append("no GPU in /sys/class/kfd")
+    return GpuInventory((), "none", "; ".join(problems))
+
+
+def expected_arch(
+    root: Path, scenario: Scenario, labels: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """The GPU arch the image needs and where that came from (image label, then target)."""
+    from_label = labels.get(LABEL_GPU_ARCH)
+    from_target = None
+    target = scenario.target or labels.get(LABEL_TARGET)
+    if target:
+        try:
+            from sglforge.targets import load_targets
+
+            from_target = load_targets(root).resolve(target).gpu_arch
+        except SglforgeError:
+            from_target = None
+    if from_label and from_target and from_label != from_target:
+        return None, (
+            f"the image is labelled {LABEL_GPU_ARCH}={from_label} "
+            f"but target {target} is {from_target}"
+        )
+    if from_label:
+        return from_label, f"image label {LABEL_GPU_ARCH}"
+    if from_target:
+        return from_target, f"target {target} in images/targets.toml"
+    return None, f"no {LABEL_GPU_ARCH} label on the image and no known target ({target or 'none'})"
+
+
+def port_in_use(port: int) -> bool:
+    """True when something already answers on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def preflight(
+    scenario: Scenario,
+    *,
+    image: str,
+    image_found: bool,
+    model_path: Path | None,
+    port: int,
+    gpus: GpuInventory | None,
+    arch: tuple[str | None, str],
+    exists: Callable[[str], bool] = os.path.exists,
+    port_busy: Callable[[int], bool] = port_in_use,
+) -> list[Check]:
+    """The checks that decide whether this host can run ``scenario`` at all."""
+    out = [
+        Check(
+            "preflight.image",
+            image_found,
+            image if image_found else "missing",
+            "present",
+            "" if image_found else f"{image} is not on the engine: build or pull it first",
+        )
+    ]
+    if scenario.accelerator == "rocm":
+        missing = [d for d in scenario.container.devices if not exists(d)]
+        out.append(
+            Check(
+                "preflight.devices",
+                not missing,
+                ", ".join(missing) + " missing" if missing else "present",
+                ", ".join(scenario.container.devices),
+                "the amdgpu driver is not loaded or the devices are not visible here"
+                if missing
+                else "",
+            )
+        )
+        inv = gpus or GpuInventory((), "none", "not probed")
+        want, why = arch
+        have = sorted(set(inv.archs))
+        if not inv.archs:
+            ok, detail = False, f"no GPU found ({inv.problem})"
+        elif want is None:
+            ok, detail = False, f"cannot tell which GPU arch the image needs: {why}"
+        else:
+            ok = all(a == want for a in inv.archs)
+            detail = f"from {inv.source}; expected from {why}" + (
+                "" if ok else f": the host has {', '.join(have)}, the image needs {want}"
+            )
+        out.append(Check("preflight.gpu-arch", ok, ", ".join(have) or None, want, detail))
+        need = scenario.gpus_needed
+        out.append(
+            Check(
+                "preflight.gpu-count",
+                len(inv.archs) >= need,
+                len(inv.archs),
+                need,
+                f"the launch arguments need {need} GPUs" if len(inv.archs) < need else "",
+            )
+        )
+    if model_path is None:
+        out.append(
+            Check("preflight.model", False, None, "a folder", "no model path: pass --model PATH")
+        )
+    else:
+        ok = model_path.is_dir()
+        out.append(
+            Check(
+                "preflight.model",
+                ok,
+                str(model_path),
+                "a folder",
+                "" if ok else f"{model_path} is not a folder on this host (pass --model PATH)",
+            )
+        )
+    busy = port_busy(port)
+    out.append(
+        Check(
+            "preflight.port",
+            not busy,
+            port,
+            "free",
+            f"something already listens on 127.0.0.1:{port}; pass --port" if busy else "",
+        )
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- HTTP
