@@ -10,15 +10,11 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sglforge.errors import ConfigError, SmokeError
-from sglforge.util import atomic_write, check_output_dir, confined, work_dir
-
-if TYPE_CHECKING:
-    pass
 from sglforge.smoke.checks import (
     CHECK_ORDER,
     HttpError,
@@ -32,7 +28,8 @@ from sglforge.smoke.checks import (
 from sglforge.smoke.constants import EXIT_GRACE_S, HTTP_FAILED, LOG_TAIL_LINES, Value
 from sglforge.smoke.preflight import GpuInventory, detect_gpus, expected_arch, preflight
 from sglforge.smoke.report import Check, SmokeReport, report_dict
-from sglforge.smoke.scenario import LogMatch, load_scenario
+from sglforge.smoke.scenario import LogMatch, Scenario, load_scenario
+from sglforge.util import atomic_write, check_output_dir, confined, work_dir
 
 
 def _stamp() -> str:
@@ -60,6 +57,43 @@ def new_report_dir(root: Path, scenario: str) -> tuple[Path, str]:
     )
 
 
+@dataclass
+class _Run:
+    """One smoke run as its steps build it up: what was asked, and what preflight found."""
+
+    scenario: Scenario
+    image: str
+    port: int
+    timeout: float
+    model_path: Path | None
+    report_dir: Path
+    run_id: str
+    log_path: Path
+    say: Callable[[str], None]
+    t_start: float
+    started_at: str
+    image_digest: str | None = None
+    image_id: str | None = None
+    figures: dict[str, Value] = field(default_factory=dict)
+    preflight: tuple[Check, ...] = ()
+
+
+@dataclass
+class _Outcome:
+    """What launching and checking found (empty when the run stopped at preflight)."""
+
+    checks: list[Check]
+    reason: str = ""
+    log_path: Path | None = None
+    cannot_run: bool = False
+    figures: Mapping[str, Value] = field(default_factory=dict)
+    exit_code: int | None = None
+    log_tail: tuple[str, ...] = ()
+    crash_at: float | None = None
+    warnings: tuple[LogMatch, ...] = ()
+    required: tuple[LogMatch, ...] = ()
+
+
 def run_smoke(
     root: Path,
     image: str,
@@ -80,206 +114,239 @@ def run_smoke(
     ConfigError and a missing engine EngineUnavailable. Ctrl-C/SIGTERM propagate (as
     KeyboardInterrupt) after the container is removed. ``env`` and ``labels`` add to the
     container's; ``gpus`` replaces probing the host (for callers that already know).
-    """
-    from sglforge.engine import containers
-    from sglforge.engine import images as engine_images
 
-    say = progress or (lambda _m: None)
+    The steps: ``_prepare`` (scenario, report folder), ``_preflight`` (host and image),
+    ``_launch`` (container, readiness, checks, logs), ``_finish`` (verdict, report.json).
+    """
+    run = _prepare(root, image, scenario_path, model, port, log_dir, load_timeout, progress)
+    run = _preflight(root, run, gpus)
+    if any(not c.passed for c in run.preflight):
+        bad = [c.name for c in run.preflight if not c.passed]
+        return _finish(run, _Outcome([], reason=f"preflight: {', '.join(bad)} failed"))
+    try:
+        outcome = _launch(run, env, labels)
+    except SmokeError as exc:
+        # The container would not start: the host cannot run this scenario as configured.
+        start = Check("start", False, None, None, exc.message)
+        outcome = _Outcome([start], exc.message, run.log_path, cannot_run=True)
+    return _finish(run, outcome)
+
+
+def _prepare(
+    root: Path,
+    image: str,
+    scenario_path: Path | str,
+    model: Path | str | None,
+    port: int | None,
+    log_dir: Path | None,
+    load_timeout: float | None,
+    progress: Callable[[str], None] | None,
+) -> _Run:
+    """The scenario, the effective options, and a fresh report folder."""
     t_start = time.monotonic()
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     scenario = load_scenario(scenario_path)
-    port = port or scenario.port
     timeout = float(load_timeout if load_timeout is not None else scenario.load_timeout)
     if not (math.isfinite(timeout) and timeout > 0):
         raise ConfigError(
             f"--load-timeout {timeout!r}: must be a finite number of seconds greater than 0"
         )
-    model_path = Path(model).resolve() if model else scenario.model_path
     if log_dir:
         report_dir, run_id = check_output_dir(log_dir, "--log-dir"), uuid.uuid4().hex[:8]
     else:
         report_dir, run_id = new_report_dir(root, scenario.name)
-    log_path = report_dir / "server.log"
+    return _Run(
+        scenario=scenario,
+        image=image,
+        port=port or scenario.port,
+        timeout=timeout,
+        model_path=Path(model).resolve() if model else scenario.model_path,
+        report_dir=report_dir,
+        run_id=run_id,
+        log_path=report_dir / "server.log",
+        say=progress or (lambda _m: None),
+        t_start=t_start,
+        started_at=started_at,
+    )
+
+
+def _preflight(root: Path, run: _Run, gpus: GpuInventory | None) -> _Run:
+    """Leftovers of killed runs removed; the image, devices, arch, model and port checked."""
+    from sglforge.engine import containers
+    from sglforge.engine import images as engine_images
 
     reaped = containers.reap_orphans("smoke")
     if reaped:
-        say(f"removed {len(reaped)} container(s) left by a killed run: {', '.join(reaped)}")
-    info = engine_images.inspect(image)
-    labels_of_image = dict(info.labels) if info else {}
-    if scenario.accelerator == "rocm" and gpus is None:
-        say("preflight: probing GPUs (rocminfo / amd-smi / KFD topology)")
+        run.say(f"removed {len(reaped)} container(s) left by a killed run: {', '.join(reaped)}")
+    info = engine_images.inspect(run.image)
+    if run.scenario.accelerator == "rocm" and gpus is None:
+        run.say("preflight: probing GPUs (rocminfo / amd-smi / KFD topology)")
         gpus = detect_gpus()
-    arch = expected_arch(root, scenario, labels_of_image)
-    checks = preflight(
-        scenario,
-        image=image,
-        image_found=info is not None,
-        model_path=model_path,
-        port=port,
-        gpus=gpus,
-        arch=arch,
+    arch = expected_arch(root, run.scenario, dict(info.labels) if info else {})
+    run.preflight = tuple(
+        preflight(
+            run.scenario,
+            image=run.image,
+            image_found=info is not None,
+            model_path=run.model_path,
+            port=run.port,
+            gpus=gpus,
+            arch=arch,
+        )
     )
-    figures: dict[str, Value] = {}
     if gpus is not None and gpus.archs:
-        figures["gpus"] = len(gpus.archs)
-        figures["gpu_arch"] = ",".join(sorted(set(gpus.archs)))
-    common: dict[str, Any] = dict(
-        image=image,
-        image_digest=(info.digest or info.id) if info else None,
-        image_id=info.id if info else None,
-        scenario=scenario.name,
-        scenario_path=scenario.path,
-        report_dir=report_dir,
-        started_at=started_at,
-        run_id=run_id,
-    )
+        run.figures["gpus"] = len(gpus.archs)
+        run.figures["gpu_arch"] = ",".join(sorted(set(gpus.archs)))
+    if info is not None:
+        run.image_digest, run.image_id = info.digest or info.id, info.id
+    return run
 
-    def finish(**kw: Any) -> SmokeReport:
-        all_checks = tuple(kw.pop("checks"))
-        cannot = any(not c.passed and c.name.startswith("preflight.") for c in all_checks)
-        cannot = cannot or kw.pop("cannot_run", False)
-        passed = not cannot and all(c.passed for c in all_checks)
-        verdict = "cannot-run" if cannot else ("passed" if passed else "failed")
-        fig = {**figures, **kw.pop("figures", {})}
-        if kw.get("warnings"):
-            fig["log_warnings"] = sum(w.count for w in kw["warnings"])
-        crash_at = kw.pop("crash_at", None)
-        if crash_at is not None:
-            fig["exit_to_verdict_s"] = round(time.time() - crash_at, 3)
-        report = SmokeReport(
-            passed=passed,
-            verdict=verdict,
-            checks=all_checks,
-            figures=fig,
-            duration_s=round(time.monotonic() - t_start, 3),
-            **common,
-            **kw,
-        )
-        atomic_write(report_dir / "report.json", json.dumps(report_dict(report), indent=2) + "\n")
-        return report
 
-    if any(not c.passed for c in checks):
-        bad = [c.name for c in checks if not c.passed]
-        return finish(
-            checks=checks,
-            log_path=None,
-            reason=f"preflight: {', '.join(bad)} failed",
-        )
+def _launch(run: _Run, env: Mapping[str, str] | None, labels: Mapping[str, str] | None) -> _Outcome:
+    """Start the container, wait until it serves, run the checks, then read its whole log."""
+    from sglforge.engine import containers
 
-    assert model_path is not None  # preflight.model passed
+    scenario, say = run.scenario, run.say
+    assert run.model_path is not None  # preflight.model passed
     profile = replace(
         scenario.container,
-        mounts=(containers.Mount(str(model_path), scenario.model_mount, read_only=True),),
+        mounts=(containers.Mount(str(run.model_path), scenario.model_mount, read_only=True),),
         env={**scenario.container.env, **dict(env or {})},
     )
-    session = _Session(scenario, port)
-    warnings: tuple[LogMatch, ...] = ()
-    required: tuple[LogMatch, ...] = ()
-    exit_code: int | None = None
-    tail: tuple[str, ...] = ()
-    crash_at: float | None = None
-    reason = ""
-    live: list[Check] = []
-    say(f"starting {image} ({scenario.name}) on 127.0.0.1:{port}; log: {log_path}")
-    try:
-        # The launch command is the container's command, with any image ENTRYPOINT cleared:
-        # release images have none (CMD ["/bin/bash"]), and a drop-in image must not need one.
-        with containers.running(
-            image,
-            entrypoint=(),
-            command=scenario.container_command(port),
-            profile=profile,
-            log_path=log_path,
-            labels={"io.sglforge.smoke": scenario.name, **dict(labels or {})},
-        ) as box:
-            ready = _wait_ready(box, port, timeout, say)
-            live.append(ready)
-            if ready.passed:
-                figures["ready_s"] = ready.value
-                say(f"ready after {ready.value} s; running checks")
-                for name, fn in (
-                    ("serves", session.serves),
-                    ("arithmetic", session.arithmetic),
-                    ("decode-speed", session.speed),
-                    ("spec-accept.requests", session.spec_requests),
-                    ("spec-accept.server", session.spec_server),
-                ):
-                    if name.startswith("spec-") and not scenario.checks.spec_enabled:
-                        continue
-                    if box.exited.is_set():
-                        live.append(
-                            Check(
-                                name, False, None, None, "not run: the server exited", skipped=True
-                            )
-                        )
-                        continue
-                    say(f"check {name}")
-                    check = _timed(name, fn)
-                    live.append(check)
-                    if check.detail.startswith(HTTP_FAILED):
-                        # A refused or cut connection usually means the server just died; the
-                        # engine reports the exit a moment later, so give it that moment.
-                        box.wait_exit(EXIT_GRACE_S)
-                if box.wait_exit(0.05):
-                    live.append(
-                        Check(
-                            "stays-up",
-                            False,
-                            box.exit_code,
-                            "running",
-                            "the server exited during the checks",
-                        )
-                    )
-                else:
-                    live.append(Check("stays-up", True, "running", "running"))
-            if box.exited.is_set():
-                exit_code = box.exit_code
-                crash_at = box.finished_at() or box.noticed_exit_at
-                box.drain_logs()
-                reason = f"the server exited with code {exit_code}"
-            elif not ready.passed:
-                reason = ready.detail
-            if not all(c.passed for c in live):
-                tail = tuple(box.tail(LOG_TAIL_LINES))
-        # The container is gone: the log stream has reached its end, scan all of it.
-        matches = scan_log(log_path, scenario.checks.forbidden)
-        required = tuple(scan_required(log_path, scenario.checks.required))
-        warnings = tuple(m for m in matches if m.severity == "warn")
-        warnings += tuple(r for r in required if r.severity == "warn" and r.missing)
-        live.append(logs_check(matches, len(scenario.checks.forbidden), required))
-        if not reason and not all(c.passed for c in live):
-            reason = "failed: " + ", ".join(c.name for c in live if not c.passed)
-        if not all(c.passed for c in live) and not tail:
-            tail = tuple(containers.tail_lines(log_path, LOG_TAIL_LINES))
-    except SmokeError as exc:
-        # The container would not start: the host cannot run this scenario as configured.
-        return finish(
-            checks=[*checks, Check("start", False, None, None, exc.message)],
-            log_path=log_path,
-            cannot_run=True,
-            reason=exc.message,
+    session = _Session(scenario, run.port)
+    out = _Outcome([], log_path=run.log_path)
+    say(f"starting {run.image} ({scenario.name}) on 127.0.0.1:{run.port}; log: {run.log_path}")
+    # The launch command is the container's command, with any image ENTRYPOINT cleared:
+    # release images have none (CMD ["/bin/bash"]), and a drop-in image must not need one.
+    with containers.running(
+        run.image,
+        entrypoint=(),
+        command=scenario.container_command(run.port),
+        profile=profile,
+        log_path=run.log_path,
+        labels={"io.sglforge.smoke": scenario.name, **dict(labels or {})},
+    ) as box:
+        ready = _wait_ready(box, run.port, run.timeout, say)
+        out.checks.append(ready)
+        if ready.passed:
+            run.figures["ready_s"] = ready.value
+            say(f"ready after {ready.value} s; running checks")
+            out.checks += _serving_checks(box, session, scenario, say)
+        if box.exited.is_set():
+            out.exit_code = box.exit_code
+            out.crash_at = box.finished_at() or box.noticed_exit_at
+            box.drain_logs()
+            out.reason = f"the server exited with code {out.exit_code}"
+        elif not ready.passed:
+            out.reason = ready.detail
+        if not all(c.passed for c in out.checks):
+            out.log_tail = tuple(box.tail(LOG_TAIL_LINES))
+    _log_checks(run, out)
+    _fill_not_run(out.checks, scenario)
+    out.figures = session.figures
+    return out
+
+
+def _serving_checks(
+    box: Any, session: _Session, scenario: Scenario, say: Callable[[str], None]
+) -> list[Check]:
+    """The checks against a ready server, in order; those after a server exit are skipped."""
+    out: list[Check] = []
+    for name, fn in (
+        ("serves", session.serves),
+        ("arithmetic", session.arithmetic),
+        ("decode-speed", session.speed),
+        ("spec-accept.requests", session.spec_requests),
+        ("spec-accept.server", session.spec_server),
+    ):
+        if name.startswith("spec-") and not scenario.checks.spec_enabled:
+            continue
+        if box.exited.is_set():
+            out.append(Check(name, False, None, None, "not run: the server exited", skipped=True))
+            continue
+        say(f"check {name}")
+        check = _timed(name, fn)
+        out.append(check)
+        if check.detail.startswith(HTTP_FAILED):
+            # A refused or cut connection usually means the server just died; the engine
+            # reports the exit a moment later, so give it that moment.
+            box.wait_exit(EXIT_GRACE_S)
+    if box.wait_exit(0.05):
+        out.append(
+            Check(
+                "stays-up", False, box.exit_code, "running", "the server exited during the checks"
+            )
         )
-    ran = {c.name for c in live}
+    else:
+        out.append(Check("stays-up", True, "running", "running"))
+    return out
+
+
+def _log_checks(run: _Run, out: _Outcome) -> None:
+    """The container is gone, so its log is complete: forbidden and required lines."""
+    from sglforge.engine import containers
+
+    scenario = run.scenario
+    matches = scan_log(run.log_path, scenario.checks.forbidden)
+    out.required = tuple(scan_required(run.log_path, scenario.checks.required))
+    out.warnings = tuple(m for m in matches if m.severity == "warn")
+    out.warnings += tuple(r for r in out.required if r.severity == "warn" and r.missing)
+    out.checks.append(logs_check(matches, len(scenario.checks.forbidden), out.required))
+    if not out.reason and not all(c.passed for c in out.checks):
+        out.reason = "failed: " + ", ".join(c.name for c in out.checks if not c.passed)
+    if not all(c.passed for c in out.checks) and not out.log_tail:
+        out.log_tail = tuple(containers.tail_lines(run.log_path, LOG_TAIL_LINES))
+
+
+def _fill_not_run(checks: list[Check], scenario: Scenario) -> None:
+    """Every check of CHECK_ORDER present (skipped when not reached), in that order."""
+    ran = {c.name for c in checks}
     for name in CHECK_ORDER:
         if name not in ran and not (name.startswith("spec-") and not scenario.checks.spec_enabled):
-            live.append(
+            checks.append(
                 Check(
                     name, False, None, None, "not run: the server never became ready", skipped=True
                 )
             )
     order = {n: i for i, n in enumerate(CHECK_ORDER)}
-    live.sort(key=lambda c: order.get(c.name, len(order)))
-    return finish(
-        checks=[*checks, *live],
-        figures=session.figures,
-        log_path=log_path,
-        exit_code=exit_code,
-        log_tail=tail,
-        reason=reason,
-        crash_at=crash_at,
-        warnings=warnings,
-        required=required,
+    checks.sort(key=lambda c: order.get(c.name, len(order)))
+
+
+def _finish(run: _Run, out: _Outcome) -> SmokeReport:
+    """The verdict and the report, written to ``report.json`` in the run's folder."""
+    all_checks = (*run.preflight, *out.checks)
+    cannot = out.cannot_run or any(
+        not c.passed and c.name.startswith("preflight.") for c in all_checks
     )
+    passed = not cannot and all(c.passed for c in all_checks)
+    figures = {**run.figures, **out.figures}
+    if out.warnings:
+        figures["log_warnings"] = sum(w.count for w in out.warnings)
+    if out.crash_at is not None:
+        figures["exit_to_verdict_s"] = round(time.time() - out.crash_at, 3)
+    report = SmokeReport(
+        passed=passed,
+        verdict="cannot-run" if cannot else ("passed" if passed else "failed"),
+        checks=all_checks,
+        figures=figures,
+        duration_s=round(time.monotonic() - run.t_start, 3),
+        image=run.image,
+        image_digest=run.image_digest,
+        image_id=run.image_id,
+        scenario=run.scenario.name,
+        scenario_path=run.scenario.path,
+        report_dir=run.report_dir,
+        started_at=run.started_at,
+        run_id=run.run_id,
+        log_path=out.log_path,
+        exit_code=out.exit_code,
+        log_tail=out.log_tail,
+        reason=out.reason,
+        warnings=out.warnings,
+        required=out.required,
+    )
+    atomic_write(run.report_dir / "report.json", json.dumps(report_dict(report), indent=2) + "\n")
+    return report
 
 
 def _wait_ready(box: Any, port: int, timeout: float, say: Callable[[str], None]) -> Check:
