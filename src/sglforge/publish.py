@@ -366,7 +366,7 @@ def publish(
                 release = _release(
                     root, built, build_target, immutable, pushed, digest, smoke, date
                 )
-                record_release(root, release, changelog)
+                record_release(root, release, changelog, _repository(immutable), creds)
                 try:
                     push_release_record(root, release, immutable, creds, labels, attempts, backoff)
                 except SglforgeError as exc:
@@ -378,7 +378,7 @@ def publish(
     # arriving meanwhile is held and raised after it (exit 130/143, record in place).
     with signals_held() as arrived:
         release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
-        recorded = record_release(root, release, changelog)
+        recorded = record_release(root, release, changelog, _repository(immutable), creds)
         clock.done("record", True, str(recorded.record))
         clock.reset()
         try:
@@ -401,6 +401,11 @@ def publish(
         release_record=str(recorded.record),
         changelog_written=recorded.changelog_written,
     )
+
+
+def _repository(ref: str) -> str:
+    """``registry/repo`` of ``registry/repo:tag`` (where the release records are listed)."""
+    return ref.rpartition(":")[0]
 
 
 def _move_friendly(

@@ -29,7 +29,7 @@ from sglforge.changelog import Entry, render_entry
 from sglforge.engine import images as engine_images
 from sglforge.engine import registry as reg
 from sglforge.engine.credentials import Credentials
-from sglforge.errors import ConfigError
+from sglforge.errors import ConfigError, SglforgeError
 from sglforge.provenance import LABEL_MANAGED, LABEL_RELEASE, LABEL_RELEASE_FOR, PatchFacts, Smoke
 from sglforge.util import atomic_write, confined
 
@@ -187,9 +187,46 @@ def find_by_digest(root: Path, digest: str) -> Release | None:
     return found[-1] if found else None
 
 
-def previous_release(root: Path, target: str, version: str) -> Release | None:
-    """The newest release of ``target`` other than ``version``."""
-    return _previous(load_records(root), target, version)
+def registry_records(repository: str, creds: Credentials | None = None) -> list[Release] | None:
+    """The release records next to ``repository``'s images (its ``*-release`` tags).
+
+    None when the registry cannot be asked (down, no such repository, refused): callers fall
+    back to the local folder. A tag whose labels hold no readable record is left out.
+    """
+    tags = reg.remote_tags(repository)
+    if tags is None:
+        return None
+    records = []
+    for tag in tags:
+        if not tag.endswith(RECORD_SUFFIX):
+            continue
+        where = f"{repository}:{tag}"
+        try:
+            raw = reg.registry_labels(where, creds).get(LABEL_RELEASE)
+            if raw:
+                records.append(from_dict(json.loads(raw), where))
+        except (SglforgeError, json.JSONDecodeError):
+            continue  # one unreadable record does not hide the others
+    return records
+
+
+def known_records(
+    root: Path, repository: str | None = None, creds: Credentials | None = None
+) -> list[Release]:
+    """The records to compare a new release with: the registry's, else build/releases/."""
+    found = registry_records(repository, creds) if repository else None
+    return load_records(root) if found is None else found
+
+
+def previous_release(
+    root: Path,
+    target: str,
+    version: str,
+    repository: str | None = None,
+    creds: Credentials | None = None,
+) -> Release | None:
+    """The newest release of ``target`` other than ``version`` (registry first, see above)."""
+    return _previous(known_records(root, repository, creds), target, version)
 
 
 def _previous(records: Sequence[Release], target: str, version: str) -> Release | None:
@@ -416,11 +453,22 @@ def write_changelog(
     return True
 
 
-def record_release(root: Path, release: Release, changelog: Path | None = None) -> Recorded:
-    """Write the release record and the CHANGELOG entry (each only if new)."""
+def record_release(
+    root: Path,
+    release: Release,
+    changelog: Path | None = None,
+    repository: str | None = None,
+    creds: Credentials | None = None,
+) -> Recorded:
+    """Write the release record and the CHANGELOG entry (each only if new).
+
+    The previous release and the fork version come from ``repository``'s records in the
+    registry when given and reachable (CI checkouts have no build/releases/), else from the
+    local folder.
+    """
     root = Path(root)
     changelog = changelog or root / CHANGELOG
-    records = load_records(root)
+    records = known_records(root, repository, creds)
     prev = _previous(records, release.target, release.version)
     diff = diff_patches(prev, release.patches)
     version = fork_version(records, release)
