@@ -47,6 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sglforge.errors import BaseImageMissing, BuildError, ConfigError
+from sglforge.project import Project, ProjectLike
 from sglforge.provenance import (
     LABEL_INPUTS,
     MANIFEST_PATH,
@@ -59,7 +60,7 @@ from sglforge.provenance import (
     manifest_bytes,
     source_labels,
 )
-from sglforge.targets import BuildTarget, load_targets
+from sglforge.targets import BuildTarget
 from sglforge.util import sha256_bytes, work_dir
 
 if TYPE_CHECKING:
@@ -599,7 +600,7 @@ def buildx_command(plan: BuildPlan, docker: str = "docker") -> list[str]:
 
 
 def build_image(
-    root: Path,
+    root: ProjectLike,
     target: str = "mi355x",
     mode: str = "auto",
     base_image: str | None = None,
@@ -614,17 +615,17 @@ def build_image(
 ) -> BuildResult:
     """Apply the queue and build (or, with ``dry_run``, plan) the image for ``target``."""
     from sglforge.patches.apply import apply_queue
-    from sglforge.patches.series import load_queue
     from sglforge.patches.upstream import upstream_source
 
     started = time.monotonic()
     say = _sayer(progress)
-    root = Path(root)
-    bt = load_targets(root).resolve(target)
+    project = Project.of(root)
+    root = project.root
+    bt = project.target(target)
     if mode not in MODES:
         choose_mode(mode, ())  # raises the ConfigError naming the known modes
     offline = _offline(offline)
-    queue = load_queue(root)
+    queue = project.queue
     chosen, reason = choose_mode(mode, queue.patches)
     patches = tuple(
         PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
@@ -642,7 +643,7 @@ def build_image(
             base = _check_base(base, bt, offline, say)
 
     say(f"applying the patch queue at {the_ref}")
-    applied = apply_queue(root, ref=ref, upstream=upstream)
+    applied = apply_queue(project, ref=ref, upstream=upstream)
     version = version or applied.version
     if version is None:
         raise ConfigError(

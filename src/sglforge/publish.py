@@ -17,7 +17,7 @@ import datetime as _dt
 import re
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,9 +36,11 @@ from sglforge.errors import (
     SglforgeError,
 )
 from sglforge.inspect import image_manifest, queue_statuses
+from sglforge.project import Project, ProjectLike
 from sglforge.provenance import LABEL_INPUTS, OCI_VERSION, PatchFacts, Smoke, provenance_from
-from sglforge.release import Release, push_release_record, record_release
+from sglforge.release import Recorded, Release, push_release_record, record_release
 from sglforge.reports import FAILED, SKIPPED, Case, Suite
+from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
 
 SMOKE_DIR = "smoke"
@@ -203,8 +205,22 @@ class _Clock:
         self._t = time.monotonic()
 
 
+@dataclass
+class _Plan:
+    """What a publish will do, settled before anything long runs."""
+
+    root: Path
+    build_target: BuildTarget
+    default_rocm: bool
+    scenario_path: Path | None
+    prefix: str
+    creds: Credentials | None
+    say: Callable[[str], None]
+    clock: _Clock
+
+
 def publish(
-    root: Path,
+    root: ProjectLike,
     target: str,
     registry: str,
     *,
@@ -227,133 +243,83 @@ def publish(
     """Build or reuse, smoke, push the immutable tag, verify, move friendly tags, record.
 
     Smoke failures and push errors come back as a result with ``error`` set and nothing moved;
-    errors that stop the flow before anything ran (configuration, engine) are raised.
+    errors that stop the flow before anything ran (configuration, engine) are raised. The
+    steps: ``_plan`` (target, scenario, registry login), ``_build``, ``_smoke_gate``,
+    ``_push`` (immutable tag, digest check, friendly tags), ``_record`` (release record and
+    CHANGELOG entry, pushed next to the image).
     """
-    from sglforge.build import build_image  # the build engineer's module; imported late
-    from sglforge.targets import load_targets
+    from sglforge.build import build_image
 
-    root = Path(root)
-    say = progress or (lambda _msg: None)
-    clock = _Clock()
-    build_target = load_targets(root).resolve(target)
-    default_rocm = build_target.rocm.name == build_target.target.rocm[0]
-    scenario_path: Path | None = None
-    if not skip_smoke:
-        scenario_path = (
-            Path(scenario) if scenario else find_scenario(root, build_target.name, build_target.key)
-        )
-        if not scenario_path.is_file():
-            raise ConfigError(f"{scenario_path}: no such smoke scenario", "pass --scenario FILE")
-    prefix = registry_prefix(registry)
-    host = prefix.split("/", 1)[0]
-    creds: Credentials | None = None
-    if not dry_run:
-        # Before the build and the smoke run, which can take an hour on real hardware.
-        creds = reg.credentials(host)
-        reg.check_login(host, creds)
-
-    say(f"build {build_target.key} ({'plan' if dry_run else 'or reuse'})")
+    project = Project.of(root)
+    plan = _plan(project, target, registry, scenario, skip_smoke, dry_run, progress)
+    plan.say(f"build {plan.build_target.key} ({'plan' if dry_run else 'or reuse'})")
     built = build_image(
-        root,
+        project,
         target,
         mode=mode,
         base_image=base_image,
         upstream=upstream,
         dry_run=dry_run,
-        progress=lambda event: say(_event_text(event)),
+        progress=lambda event: plan.say(_event_text(event)),
         labels=dict(labels or {}),
         offline=offline,
     )
-    immutable, friendly = references(prefix, built.image, build_target.name, default_rocm)
+    bt = plan.build_target
+    immutable, friendly = references(plan.prefix, built.image, bt.name, plan.default_rocm)
     moving = () if skip_smoke else friendly
-    clock.done(
-        "build", None if dry_run else True, "up to date, reused" if built.up_to_date else "built"
-    )
+    detail = "up to date, reused" if built.up_to_date else "built"
+    plan.clock.done("build", None if dry_run else True, detail)
     result = PublishResult(
-        target=build_target.key,
-        registry=prefix,
+        target=bt.key,
+        registry=plan.prefix,
         image=built.image,
         immutable=immutable,
         friendly=moving,
-        scenario=str(scenario_path) if scenario_path else None,
+        scenario=str(plan.scenario_path) if plan.scenario_path else None,
         dry_run=dry_run,
         skip_smoke=skip_smoke,
         build_reused=bool(built.up_to_date),
     )
     if dry_run:
-        steps = [*clock.steps]
-        steps.append(
-            Step(
-                "smoke", None, detail="skipped (--skip-smoke)" if skip_smoke else str(scenario_path)
-            )
-        )
-        steps.append(Step("push", None, detail=immutable))
-        steps += [Step("tag", None, detail=ref) for ref in moving]
-        return replace(result, steps=tuple(steps))
+        return _dry_run(result, plan, immutable, moving, skip_smoke)
 
-    # --- smoke gate ---
     smoke: Smoke | None = None
-    if not skip_smoke:
-        from sglforge.smoke import run_smoke  # the smoke engineer's module; imported late
-
-        assert scenario_path is not None
-        say(f"smoke {built.image} with {scenario_path}")
-        clock.reset()
-        report = run_smoke(
-            root,
-            built.image,
-            scenario_path,
-            model=model,
-            port=port,
-            labels=dict(labels or {}),
-            progress=say,
-        )
-        checks = tuple(_checks(report))
-        figures = dict(getattr(report, "figures", {}) or {})
-        verdict = str(getattr(report, "verdict", "") or "")
-        reason = str(getattr(report, "reason", "") or "")
-        failed = [c.name for c in checks if c.passed is False]
-        name = str(getattr(report, "scenario", "") or scenario_path.stem)
-        smoke = Smoke(bool(report.passed), name, verdict, figures)
-        clock.done("smoke", smoke.passed, verdict)
-        result = replace(
-            result,
-            smoke_markdown=_smoke_markdown(report),
-            smoke_reports=str(getattr(report, "report_dir", "") or "") or None,
-            smoke_passed=smoke.passed,
-            smoke_verdict=verdict,
-            smoke_figures=figures,
-            smoke_checks=checks,
-        )
-        if not smoke.passed:
-            why = reason or (f"failed checks: {', '.join(failed)}" if failed else verdict)
-            log_dir = getattr(report, "report_dir", None)
-            return replace(
-                result,
-                steps=tuple(clock.steps),
-                error=f"smoke {verdict}: {scenario_path.name} on {built.image}: {why}; nothing "
-                "was pushed and no tag moved"
-                + (f"\n  next: read the smoke reports in {log_dir}" if log_dir else ""),
-                exit_code=EXIT_SMOKE if verdict == "cannot-run" else EXIT_PROBLEMS,
-            )
+    if plan.scenario_path is not None:
+        smoke, result = _smoke_gate(plan, built.image, result, model, port, labels)
+        if result.error:
+            return result
     else:
-        clock.done("smoke", None, "skipped (--skip-smoke): the release is recorded as untested")
+        plan.clock.done(
+            "smoke", None, "skipped (--skip-smoke): the release is recorded as untested"
+        )
 
-    # --- push the immutable tag, verify, then move friendly tags ---
     pushed: list[str] = []
     digest = ""
     try:
-        clock.reset()
-        digest, source = _push_immutable(built.image, immutable, creds, attempts, backoff, say)
+        plan.clock.reset()
+        digest, source = _push_immutable(
+            built.image, immutable, plan.creds, attempts, backoff, plan.say
+        )
         pushed.append(immutable)
-        clock.done("push", True, f"{immutable}@{digest}")
-        _move_friendly(moving, source, digest, built, creds, attempts, backoff, say, pushed, clock)
+        plan.clock.done("push", True, f"{immutable}@{digest}")
+        _move_friendly(
+            moving,
+            source,
+            digest,
+            built,
+            plan.creds,
+            attempts,
+            backoff,
+            plan.say,
+            pushed,
+            plan.clock,
+        )
     except (PublishError, EngineError) as exc:
-        clock.done("push" if not pushed else "tag", False, exc.message)
+        plan.clock.done("push" if not pushed else "tag", False, exc.message)
         return replace(
             result,
             pushed=tuple(pushed),
-            steps=tuple(clock.steps),
+            steps=tuple(plan.clock.steps),
             error=str(exc),
             exit_code=exc.exit_code,
         )
@@ -362,45 +328,185 @@ def publish(
         # its release record (local and next to the image), then the interrupt goes on.
         if pushed:
             with signals_held():
-                say("interrupted after the push: recording the release before stopping")
-                release = _release(
-                    root, built, build_target, immutable, pushed, digest, smoke, date
+                plan.say("interrupted after the push: recording the release before stopping")
+                _record(
+                    plan,
+                    built,
+                    immutable,
+                    pushed,
+                    digest,
+                    smoke,
+                    date,
+                    changelog,
+                    labels,
+                    attempts,
+                    backoff,
                 )
-                record_release(root, release, changelog, _repository(immutable), creds)
-                try:
-                    push_release_record(root, release, immutable, creds, labels, attempts, backoff)
-                except SglforgeError as exc:
-                    say(f"release record not pushed: {exc.message}")
         raise
 
-    # --- release record and CHANGELOG entry ---
     # The image is in the registry: its record is written and pushed whole, an interrupt
     # arriving meanwhile is held and raised after it (exit 130/143, record in place).
     with signals_held() as arrived:
-        release = _release(root, built, build_target, immutable, pushed, digest, smoke, date)
-        recorded = record_release(root, release, changelog, _repository(immutable), creds)
-        clock.done("record", True, str(recorded.record))
-        clock.reset()
-        try:
-            record_ref = push_release_record(
-                root, release, immutable, creds, labels, attempts, backoff
-            )
-            clock.done("record-push", True, record_ref)
-        except SglforgeError as exc:
-            # The image is published; only `inspect` on other machines loses the smoke figures.
-            clock.done("record-push", False, f"release record not pushed: {exc.message}")
+        release, recorded = _record(
+            plan,
+            built,
+            immutable,
+            pushed,
+            digest,
+            smoke,
+            date,
+            changelog,
+            labels,
+            attempts,
+            backoff,
+        )
     raise_held(arrived)
     runnable = pushed[1] if len(pushed) > 1 else pushed[0]  # the versioned friendly tag
     return replace(
         result,
-        run=run_line(scenario_path, runnable, model) if scenario_path else None,
+        run=run_line(plan.scenario_path, runnable, model) if plan.scenario_path else None,
         pushed=tuple(pushed),
         digest=digest,
         tested=release.tested,
-        steps=tuple(clock.steps),
+        steps=tuple(plan.clock.steps),
         release_record=str(recorded.record),
         changelog_written=recorded.changelog_written,
     )
+
+
+def _plan(
+    project: Project,
+    target: str,
+    registry: str,
+    scenario: Path | None,
+    skip_smoke: bool,
+    dry_run: bool,
+    progress: Progress | None,
+) -> _Plan:
+    """The target, the smoke scenario and the registry login, checked before the build."""
+    root = project.root
+    build_target = project.target(target)
+    scenario_path: Path | None = None
+    if not skip_smoke:
+        scenario_path = (
+            Path(scenario) if scenario else find_scenario(root, build_target.name, build_target.key)
+        )
+        if not scenario_path.is_file():
+            raise ConfigError(f"{scenario_path}: no such smoke scenario", "pass --scenario FILE")
+    prefix = registry_prefix(registry)
+    creds: Credentials | None = None
+    if not dry_run:
+        # Before the build and the smoke run, which can take an hour on real hardware.
+        host = prefix.split("/", 1)[0]
+        creds = reg.credentials(host)
+        reg.check_login(host, creds)
+    return _Plan(
+        root=root,
+        build_target=build_target,
+        default_rocm=build_target.rocm.name == build_target.target.rocm[0],
+        scenario_path=scenario_path,
+        prefix=prefix,
+        creds=creds,
+        say=progress or (lambda _msg: None),
+        clock=_Clock(),
+    )
+
+
+def _dry_run(
+    result: PublishResult, plan: _Plan, immutable: str, moving: Sequence[str], skip_smoke: bool
+) -> PublishResult:
+    """The steps a real run would take, none of them run."""
+    steps = [*plan.clock.steps]
+    smoke_detail = "skipped (--skip-smoke)" if skip_smoke else str(plan.scenario_path)
+    steps.append(Step("smoke", None, detail=smoke_detail))
+    steps.append(Step("push", None, detail=immutable))
+    steps += [Step("tag", None, detail=ref) for ref in moving]
+    return replace(result, steps=tuple(steps))
+
+
+def _smoke_gate(
+    plan: _Plan,
+    image: str,
+    result: PublishResult,
+    model: str | None,
+    port: int | None,
+    labels: Mapping[str, str] | None,
+) -> tuple[Smoke, PublishResult]:
+    """Run the scenario; a result with ``error`` set when the image may not be pushed."""
+    from sglforge.smoke import SmokeReport, run_smoke
+    from sglforge.smoke import markdown as smoke_markdown
+
+    assert plan.scenario_path is not None
+    plan.say(f"smoke {image} with {plan.scenario_path}")
+    plan.clock.reset()
+    report: SmokeReport = run_smoke(
+        plan.root,
+        image,
+        plan.scenario_path,
+        model=model,
+        port=port,
+        labels=dict(labels or {}),
+        progress=plan.say,
+    )
+    checks = tuple(_checks(report))
+    figures = dict(report.figures)
+    smoke = Smoke(
+        report.passed, report.scenario or plan.scenario_path.stem, report.verdict, figures
+    )
+    plan.clock.done("smoke", smoke.passed, report.verdict)
+    result = replace(
+        result,
+        smoke_markdown=smoke_markdown(report),
+        smoke_reports=str(report.report_dir) if report.report_dir else None,
+        smoke_passed=smoke.passed,
+        smoke_verdict=report.verdict,
+        smoke_figures=figures,
+        smoke_checks=checks,
+    )
+    if smoke.passed:
+        return smoke, result
+    failed = [c.name for c in checks if c.passed is False]
+    why = report.reason or (f"failed checks: {', '.join(failed)}" if failed else report.verdict)
+    next_step = (
+        f"\n  next: read the smoke reports in {report.report_dir}" if report.report_dir else ""
+    )
+    return smoke, replace(
+        result,
+        steps=tuple(plan.clock.steps),
+        error=f"smoke {report.verdict}: {plan.scenario_path.name} on {image}: {why}; nothing "
+        f"was pushed and no tag moved{next_step}",
+        exit_code=EXIT_SMOKE if report.verdict == "cannot-run" else EXIT_PROBLEMS,
+    )
+
+
+def _record(
+    plan: _Plan,
+    built: Any,
+    immutable: str,
+    pushed: Sequence[str],
+    digest: str,
+    smoke: Smoke | None,
+    date: str | None,
+    changelog: Path | None,
+    labels: Mapping[str, str] | None,
+    attempts: int,
+    backoff: float,
+) -> tuple[Release, Recorded]:
+    """The release record and CHANGELOG entry, then the record pushed next to the image."""
+    release = _release(plan.root, built, plan.build_target, immutable, pushed, digest, smoke, date)
+    recorded = record_release(plan.root, release, changelog, _repository(immutable), plan.creds)
+    plan.clock.done("record", True, str(recorded.record))
+    plan.clock.reset()
+    try:
+        record_ref = push_release_record(
+            plan.root, release, immutable, plan.creds, labels, attempts, backoff
+        )
+        plan.clock.done("record-push", True, record_ref)
+    except SglforgeError as exc:
+        # The image is published; only `inspect` on other machines loses the smoke figures.
+        plan.clock.done("record-push", False, f"release record not pushed: {exc.message}")
+        plan.say(f"release record not pushed: {exc.message}")
+    return release, recorded
 
 
 def _repository(ref: str) -> str:
@@ -439,15 +545,6 @@ def _move_friendly(
             )
         pushed.append(ref)
         clock.done("tag", True, ref)
-
-
-def _smoke_markdown(report: Any) -> str:
-    try:
-        from sglforge.smoke import markdown as smoke_markdown
-
-        return str(smoke_markdown(report))
-    except (ImportError, KeyError, AttributeError, TypeError):
-        return ""  # the summary is a courtesy; the checks are in the result either way
 
 
 def _newer_release_at(ref: str, labels: Mapping[str, str], creds: Any) -> str | None:
