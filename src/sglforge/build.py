@@ -383,47 +383,90 @@ def _provenance(
     return manifest, key, dict(labels)
 
 
-def plan_overlay(
+def plan(
+    mode: str,
     *,
     target: BuildTarget,
     version: str,
     mode_reason: str,
-    base: Base,
     upstream: UpstreamFacts,
     queue_hash: str,
     patches: Sequence[PatchFacts],
     worktree: Path,
     changed_files: Sequence[str],
-    template: str,
+    base: Base | None = None,
+    template: str = "",
     tags: Sequence[str] = (),
     extra_labels: Mapping[str, str] | None = None,
     created: str | None = None,
 ) -> BuildPlan:
-    """The overlay plan for a patched worktree (no engine: ``base`` says what is known)."""
-    workspace, ws_source = workspace_of(base.package_path, target.workspace)
-    files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
+    """The plan of a build, computed without the engine; ``mode`` is overlay or source.
+
+    Overlay: the release image ``base`` plus the changed files, placed where the base's
+    sglang lives (``base.package_path`` once inspected). Source: upstream's
+    ``docker/rocm.Dockerfile`` on the patched tree, told to copy it (``BRANCH_TYPE=local``).
+    Both share the image name, the manifest, the labels and the inputs key.
+    """
+    if mode == "overlay":
+        assert base is not None, "an overlay needs its base"
+        from_ref = from_reference(base)
+        workspace, ws_source = workspace_of(base.package_path, target.workspace)
+        files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
+
+        def render(labels: Mapping[str, str] | None) -> str:
+            return render_overlay_dockerfile(template, from_ref, target, deleted, labels)
+
+        key_dockerfile, build_args, context_dir = render(None), {}, None
+    elif mode == "source":
+        dockerfile_path = worktree / UPSTREAM_DOCKERFILE
+        if not dockerfile_path.is_file():
+            raise BuildError(
+                f"{dockerfile_path}: upstream's ROCm Dockerfile is not in the patched tree "
+                "(a PyPI-built upstream holds python/ only)",
+                "pass --upstream with a git clone of sglang, or use --mode overlay",
+            )
+        upstream_dockerfile = dockerfile_path.read_text()
+        workspace, ws_source = target.workspace, "assumed"
+        files, deleted, _ = scan_files(worktree, changed_files, workspace, ws_source)
+        skipped = ()
+        base = Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})")
+        build_args = {
+            # The Dockerfile's local-source path copies the build context instead of cloning.
+            "BRANCH_TYPE": "local",
+            "GPU_ARCH": target.source_gpu_arch,
+            "SGL_BRANCH": upstream.ref,
+            # The context's .git points outside it; setuptools_scm needs the version given.
+            "SETUPTOOLS_SCM_PRETEND_VERSION": version,
+        }
+
+        def render(labels: Mapping[str, str] | None) -> str:
+            return upstream_dockerfile
+
+        key_dockerfile = upstream_dockerfile + json.dumps(build_args, sort_keys=True)
+        context_dir = worktree
+    else:
+        choose_mode(mode, ())  # raises the ConfigError naming the known modes
+        raise AssertionError(mode)
     image = target.image_ref(version, queue_hash)
-    bare = render_overlay_dockerfile(template, from_reference(base), target, deleted)
     manifest, key, labels = _provenance(
         image=image,
         version=version,
         target=target,
-        mode="overlay",
-        base=base,
+        mode=mode,
+        base=base if mode == "overlay" else None,
         upstream=upstream,
         queue_hash=queue_hash,
         patches=patches,
         files=files,
         deleted=deleted,
-        key_dockerfile=bare,
+        key_dockerfile=key_dockerfile,
         created=created,
         extra_labels=extra_labels,
     )
-    dockerfile = render_overlay_dockerfile(template, from_reference(base), target, deleted, labels)
     return BuildPlan(
         target=target,
         version=version,
-        mode="overlay",
+        mode=mode,
         mode_reason=mode_reason,
         base=base,
         workspace=workspace,
@@ -438,84 +481,22 @@ def plan_overlay(
         image=image,
         tags=tuple(tags),
         labels=labels,
-        dockerfile=dockerfile,
-        manifest=manifest,
-        inputs_key=key,
-    )
-
-
-def plan_source(
-    *,
-    target: BuildTarget,
-    version: str,
-    mode_reason: str,
-    upstream: UpstreamFacts,
-    queue_hash: str,
-    patches: Sequence[PatchFacts],
-    worktree: Path,
-    changed_files: Sequence[str],
-    tags: Sequence[str] = (),
-    extra_labels: Mapping[str, str] | None = None,
-    created: str | None = None,
-) -> BuildPlan:
-    """The source plan: upstream's docker/rocm.Dockerfile on the patched tree."""
-    dockerfile_path = worktree / UPSTREAM_DOCKERFILE
-    if not dockerfile_path.is_file():
-        raise BuildError(
-            f"{dockerfile_path}: upstream's ROCm Dockerfile is not in the patched tree "
-            "(a PyPI-built upstream holds python/ only)",
-            "pass --upstream with a git clone of sglang, or use --mode overlay",
-        )
-    dockerfile = dockerfile_path.read_text()
-    image = target.image_ref(version, queue_hash)
-    files, deleted, _ = scan_files(worktree, changed_files, target.workspace, "assumed")
-    build_args = {
-        # The Dockerfile's local-source path copies the build context instead of cloning.
-        "BRANCH_TYPE": "local",
-        "GPU_ARCH": target.source_gpu_arch,
-        "SGL_BRANCH": upstream.ref,
-        # The context's .git points outside it; setuptools_scm needs the version given.
-        "SETUPTOOLS_SCM_PRETEND_VERSION": version,
-    }
-    manifest, key, labels = _provenance(
-        image=image,
-        version=version,
-        target=target,
-        mode="source",
-        base=None,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
-        files=files,
-        deleted=deleted,
-        key_dockerfile=dockerfile + json.dumps(build_args, sort_keys=True),
-        created=created,
-        extra_labels=extra_labels,
-    )
-    return BuildPlan(
-        target=target,
-        version=version,
-        mode="source",
-        mode_reason=mode_reason,
-        base=Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})"),
-        workspace=target.workspace,
-        workspace_source="assumed",
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=tuple(patches),
-        changed_files=tuple(changed_files),
-        files=files,
-        deleted=deleted,
-        skipped=(),
-        image=image,
-        tags=tuple(tags),
-        labels=labels,
-        dockerfile=dockerfile,
+        dockerfile=render(labels),
         manifest=manifest,
         inputs_key=key,
         build_args=build_args,
-        context_dir=worktree,
+        context_dir=context_dir,
     )
+
+
+def plan_overlay(**kw: Any) -> BuildPlan:
+    """``plan("overlay", ...)``."""
+    return plan("overlay", **kw)
+
+
+def plan_source(**kw: Any) -> BuildPlan:
+    """``plan("source", ...)``."""
+    return plan("source", **kw)
 
 
 def context_tar(plan: BuildPlan, worktree: Path) -> bytes:
