@@ -146,8 +146,15 @@ class _Failure(Exception):
         self.message = message
 
 
+# (layer id, status, bytes sent, layer size): the push stream's per-layer events.
+LayerProgress = Callable[[str, str, int | None, int | None], None]
+
+
 def _push_once(
-    ref: ImageRef, creds: Credentials | None, progress: Callable[[str], None] | None
+    ref: ImageRef,
+    creds: Credentials | None,
+    progress: Callable[[str], None] | None,
+    layer_progress: LayerProgress | None = None,
 ) -> str:
     api = client().api
     kwargs: dict[str, object] = {"tag": ref.tag, "stream": True, "decode": True}
@@ -175,6 +182,19 @@ def _push_once(
             status = event.get("status")
             if progress and isinstance(status, str) and "id" not in event:
                 progress(scrub(status, creds))
+            layer = event.get("id")
+            if layer_progress and isinstance(status, str) and isinstance(layer, str):
+                # {"status": "Pushing", "id": "3f1a...", "progressDetail": {"current": n,
+                # "total": m}}; "Pushed" / "Layer already exists" carry no detail.
+                detail = event.get("progressDetail")
+                detail = detail if isinstance(detail, dict) else {}
+                current, total = detail.get("current"), detail.get("total")
+                layer_progress(
+                    layer,
+                    status,
+                    current if isinstance(current, int) else None,
+                    total if isinstance(total, int) else None,
+                )
     except docker.errors.APIError as exc:
         msg = str(exc.explanation or exc)
         kind = "fatal" if exc.status_code == 404 else classify(msg)
@@ -195,14 +215,16 @@ def push(
     backoff: float = 2.0,
     progress: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    layer_progress: LayerProgress | None = None,
 ) -> Pushed:
-    """Push ``ref``, read every event, retry transient errors; PushFailed on failure."""
+    """Push ``ref``, read every event, retry transient errors; PushFailed on failure.
+    ``layer_progress`` gets each layer's (id, status, bytes sent, size) as the engine reports."""
     parsed = parse(ref, require_registry=True)
     attempts = max(1, attempts)
     last: _Failure | None = None
     for attempt in range(1, attempts + 1):
         try:
-            digest = _push_once(parsed, creds, progress)
+            digest = _push_once(parsed, creds, progress, layer_progress)
             return Pushed(ref, digest, attempt)
         except _Failure as failure:
             last = failure
