@@ -11,12 +11,14 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from git.exc import GitCommandError
 
+from sglforge import progress as _progress
 from sglforge.errors import ConfigError, PatchError, UpstreamError
 from sglforge.util import _flock, decode_exact, encode_exact
 
@@ -94,6 +96,7 @@ def run(
     it was waiting for.
     """
     raw_in = encode_exact(stdin) if isinstance(stdin, str) else stdin
+    _progress.current().detail(f"git {' '.join(args)}  (in {cwd})")
     try:
         proc = subprocess.run(
             ["git", *args],
@@ -140,6 +143,80 @@ class GitFailed(PatchError):
 
 def out(cwd: Path | str, *args: str) -> str:
     return run(cwd, *args).stdout
+
+
+# "Receiving objects:  45% (123/456), 1.20 MiB | 300.00 KiB/s", possibly after "remote: ".
+_PROGRESS_LINE = re.compile(r"^(?:remote: )?([A-Z][A-Za-z ]+):\s+\d+% \((\d+)/(\d+)\)")
+
+
+def run_with_progress(
+    cwd: Path | str,
+    *args: str,
+    label: str,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    waiting_for: str = "",
+    progress: _progress.Progress | None = None,
+) -> GitResult:
+    """``run`` for a network command given ``--progress`` (fetch, clone): git's counters
+    ("Receiving objects: 45% (123/456)") drive one task named ``label``; the other lines of
+    its stderr are kept for the result. Killed on interrupt or after ``timeout`` like ``run``."""
+    say = _progress.resolve(progress)
+    say.detail(f"git {' '.join(args)}  (in {cwd})")
+    try:
+        proc = subprocess.Popen(
+            ["git", *args],
+            cwd=str(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_env(env),
+        )
+    except FileNotFoundError as exc:
+        raise ConfigError("git is not installed or not on PATH", "apt-get install git") from exc
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, expire) if timeout else None
+    kept: list[str] = []
+    try:
+        if timer:
+            timer.start()
+        assert proc.stdout is not None
+        with say.task(label, None, unit="objects") as task:
+            pending = b""
+            while chunk := os.read(proc.stdout.fileno(), 65536):
+                pending += chunk
+                *lines, pending = re.split(rb"[\r\n]", pending)
+                for raw in lines:
+                    line = decode_exact(raw)
+                    m = _PROGRESS_LINE.match(line)
+                    if m:
+                        task.update(int(m.group(2)), int(m.group(3)), note=m.group(1).lower())
+                    elif line.strip():
+                        kept.append(line)
+            if pending.strip():
+                kept.append(decode_exact(pending))
+            status = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        if timer:
+            timer.cancel()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    if expired.is_set():
+        raise UpstreamError(
+            f"git {' '.join(args[:1])} gave no result within {timeout or 0:g} s"
+            + (f" while {waiting_for}" if waiting_for else ""),
+            f"check the network or the upstream; set ${TIMEOUT_ENV}=SECONDS to wait longer",
+        )
+    return GitResult(status, "", "\n".join(kept[-50:]))
 
 
 # --- the project's own checkout -------------------------------------------------------------
@@ -264,7 +341,7 @@ def _fetch(path: Path, url: str) -> None:
         "-c",
         f"http.lowSpeedTime={LOW_SPEED[1]}",
         "fetch",
-        "--quiet",
+        "--progress",
         "--prune",
         "--tags",
         "--force",
@@ -276,10 +353,10 @@ def _fetch(path: Path, url: str) -> None:
     timeout = network_timeout()
     # ssh has no low-speed limit: a connect timeout at least (unless the user set their own)
     env = {} if "GIT_SSH_COMMAND" in os.environ else {"GIT_SSH_COMMAND": "ssh -o ConnectTimeout=30"}
-    res = run(
+    res = run_with_progress(
         path,
         *args,
-        check=False,
+        label=f"fetch {url}",
         timeout=timeout,
         env=env,
         waiting_for=f"fetching tags and branches from upstream {url}",

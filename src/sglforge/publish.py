@@ -36,6 +36,8 @@ from sglforge.errors import (
     SglforgeError,
 )
 from sglforge.inspect import image_manifest, queue_statuses
+from sglforge.progress import current as current_progress
+from sglforge.progress import layer_bar
 from sglforge.project import Project, ProjectLike
 from sglforge.provenance import LABEL_INPUTS, OCI_VERSION, PatchFacts, Smoke, provenance_from
 from sglforge.release import Recorded, Release, push_release_record, record_release
@@ -600,8 +602,16 @@ def _push_immutable(
         engine_images.pull(immutable, creds)
         return reg.verify(immutable, existing, creds), immutable
     engine_images.tag(image, immutable)
-    say(f"push {immutable}")
-    pushed = reg.push(immutable, creds, attempts=attempts, backoff=backoff, progress=say)
+    # One bar for the whole push: bytes sent over all layers (the engine reports each).
+    with current_progress().task(f"push {immutable}", None, unit="bytes") as task:
+        pushed = reg.push(
+            immutable,
+            creds,
+            attempts=attempts,
+            backoff=backoff,
+            progress=say,
+            layer_progress=layer_bar(task),
+        )
     return reg.verify(immutable, pushed.digest, creds), image
 
 

@@ -49,6 +49,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge import git
 from sglforge.errors import ConfigError, UpstreamError
+from sglforge.progress import Progress, resolve
 
 DEFAULT_SPEC = ">=0.5.10"
 # Bump when the tree layout or commit format changes: it is part of the history's folder name,
@@ -111,12 +112,16 @@ def history(
     *,
     pip_args: Sequence[str] = (),
     seed: Sequence[Path] = (),
+    progress: Progress | None = None,
 ) -> Path:
     """A bare git repository with one commit per release of ``project`` matching ``spec``.
 
     ``pip_args`` are extra pip options (tests point pip at a local folder of wheels with
     ``--no-index --find-links DIR``); ``seed`` names older caches whose wheels are reused.
+    ``progress`` sees each wheel download (bytes) and the history being built (one step per
+    release).
     """
+    say = resolve(progress)
     spec_set = _spec_set(spec, f"pypi:{project}{spec}")
     versions = available_versions(project, spec_set, pip_args=pip_args)
     base = Path(cache_root) / f"pypi-{canonicalize_name(project)}"
@@ -129,8 +134,15 @@ def history(
             keep += 1
         if keep == len(chain) == len(versions):
             return repo
-        wheels = [_wheel(base / "wheels", project, v, pip_args, seed) for v in versions[keep:]]
-        _rebuild(repo, chain[:keep], versions[keep:], wheels, project)
+        todo = versions[keep:]
+        say.info(
+            f"pypi:{project}: {len(todo)} release(s) to add to the history (of {len(versions)})"
+        )
+        wheels = [
+            _wheel(base / "wheels", project, v, pip_args, seed, say, f"wheel {n}/{len(todo)}")
+            for n, v in enumerate(todo, 1)
+        ]
+        _rebuild(repo, chain[:keep], todo, wheels, project, say)
     return repo
 
 
@@ -308,6 +320,8 @@ def _wheel(
     version: Version,
     pip_args: Sequence[str],
     seed: Sequence[Path] = (),
+    progress: Progress | None = None,
+    step: str = "wheel",
 ) -> Path:
     """The cached wheel of ``project==version``, downloading it once."""
     found = _cached_wheel(wheels, project, version)
@@ -324,8 +338,10 @@ def _wheel(
                 shutil.copyfile(old, tmp)
             os.replace(tmp, wheels / old.name)
             return wheels / old.name
+    say = resolve(progress)
     if not pip_args:
-        return _download(wheels, project, version)
+        return _download(wheels, project, version, say, step)
+    say.info(f"{step}: downloading {project} {version} with pip")
     tmp = Path(tempfile.mkdtemp(dir=wheels, prefix=f".download-{version}-"))
     try:
         res = _pip(
@@ -438,8 +454,15 @@ def _linux_wheel(files: list[dict[str, object]]) -> dict[str, str] | None:
     return min(ranked, key=lambda r: r[:2])[2] if ranked else None
 
 
-def _download(wheels: Path, project: str, version: Version) -> Path:
-    """Download the chosen wheel of ``project==version`` into ``wheels`` (checked, renamed in)."""
+def _download(
+    wheels: Path,
+    project: str,
+    version: Version,
+    progress: Progress | None = None,
+    step: str = "wheel",
+) -> Path:
+    """Download the chosen wheel of ``project==version`` into ``wheels`` (checked, renamed in);
+    ``progress`` sees the bytes as they arrive."""
     import requests
 
     info = _index_wheels(project).get(version)
@@ -452,13 +475,20 @@ def _download(wheels: Path, project: str, version: Version) -> Path:
     dest = wheels / info["filename"]
     tmp = wheels / f".download-{os.getpid()}-{info['filename']}"
     digest = hashlib.sha256()
+    say = resolve(progress)
     try:
         with requests.get(info["url"], stream=True, timeout=each) as res:
             res.raise_for_status()
-            with open(tmp, "wb") as fh:
-                for chunk in res.iter_content(1 << 20):
+            size = res.headers.get("Content-Length", "")
+            total = int(size) if size.isdigit() else None
+            with (
+                say.task(f"{step} {info['filename']}", total, unit="bytes") as task,
+                open(tmp, "wb") as fh,
+            ):
+                for chunk in res.iter_content(1 << 18):
                     fh.write(chunk)
                     digest.update(chunk)
+                    task.advance(len(chunk))
     except (requests.RequestException, OSError) as exc:
         tmp.unlink(missing_ok=True)
         raise UpstreamError(
@@ -497,6 +527,7 @@ def _rebuild(
     versions: Sequence[Version],
     wheels: Sequence[Path],
     project: str,
+    progress: Progress | None = None,
 ) -> None:
     """Build the new history in a temporary folder, then rename it over ``repo``."""
     repo.parent.mkdir(parents=True, exist_ok=True)
@@ -523,8 +554,10 @@ def _rebuild(
             git.run(tmp, "symbolic-ref", "HEAD", BRANCH)
         parent = kept[-1][1] if kept else None
         known = _tree_blobs(tmp, parent) if parent else {}
-        for version, wheel in zip(versions, wheels, strict=True):
-            parent, known = _import_release(tmp, parent, known, version, wheel, project)
+        with resolve(progress).task(f"pypi:{project} history", len(versions)) as task:
+            for version, wheel in zip(versions, wheels, strict=True):
+                parent, known = _import_release(tmp, parent, known, version, wheel, project)
+                task.advance(note=f"v{version}")
         old = repo.with_name(repo.name + ".old")
         if repo.exists():
             os.replace(repo, old)

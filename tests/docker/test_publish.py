@@ -72,8 +72,12 @@ class Project:
         path.write_text(text)
         return path
 
-    def publish(self, registry: str, *extra: str, env: dict[str, str] | None = None) -> Result:
-        args = ["--root", str(self.root), "publish", "--target", "mi355x"]
+    def publish(
+        self, registry: str, *extra: str, env: dict[str, str] | None = None, verbose: bool = False
+    ) -> Result:
+        # --json alone keeps stderr to errors; -v brings the progress lines back
+        args = [*(["-v"] if verbose else []), "--root", str(self.root), "publish"]
+        args += ["--target", "mi355x"]
         args += ["--registry", registry, "--upstream", str(self.upstream), "--offline"]
         args += ["--port", str(free_port()), "--retries", "1", "--backoff", "0.2", "--json"]
         for k, v in self.labels.items():
@@ -225,7 +229,7 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
     # another digest): the published release is reused, never overwritten.
     for ref in (out["image"], *out["pushed"]):
         docker_client.images.remove(ref, force=True)
-    third = project.publish(reg_auth.address)
+    third = project.publish(reg_auth.address, verbose=True)
     rebuilt = doc(third)
     assert third.exit_code == 0, third.output
     assert rebuilt["build_reused"] is False and rebuilt["digest"] == digest

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from sglforge.build import BuildResult, Status, build_image
-from sglforge.cli.common import State, is_tty, json_option, main, pass_state, print_json, table
+from sglforge.build import BuildResult, build_image
+from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import (
     base_image_option,
     label_option,
@@ -16,7 +16,9 @@ from sglforge.cli.options import (
     target_option,
     upstream_option,
 )
+from sglforge.cli.progress import build_events
 from sglforge.errors import ConfigError
+from sglforge.progress import current
 from sglforge.util import printable
 
 
@@ -72,7 +74,7 @@ def build_cmd(
         upstream=upstream,
         tags=tags,
         dry_run=dry_run,
-        progress=_progress(),
+        progress=build_events(current()),
         ref=ref,
         labels=extra,
         offline=True if offline else None,
@@ -162,18 +164,3 @@ def render_result(r: BuildResult) -> str:
     if r.log_path:
         lines.append(f"  log     {r.log_path}")
     return "\n".join(lines)
-
-
-def _progress() -> Any:
-    width = 160 if is_tty() else 300
-
-    def show(event: Any) -> None:
-        if isinstance(event, Status):
-            click.echo(f"... {printable(event.message)}", err=True)
-        else:
-            # LABEL steps are one long line; the full text is in the log. Build output is
-            # untrusted (file names, labels, a step's own output): control characters escaped.
-            text = printable(" ".join(f"[{event.n}/{event.total}] {event.instruction}".split()))
-            click.echo(text if len(text) <= width else text[: width - 3] + "...", err=True)
-
-    return show

@@ -29,6 +29,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 class State:
     root_option: str | None = None
     _root: Path | None = None
+    # -q: -1 (errors only), default 0, -v: 1 (each git command, ...). --json alone counts as
+    # -q on stderr (json_option sets it once the subcommand's options are parsed); --json -v
+    # shows everything.
+    verbosity: int = 0
+    as_json: bool = False
+
+    def level(self) -> int:
+        return -1 if self.as_json and self.verbosity == 0 else self.verbosity
 
     _project: Any = None
 
@@ -115,9 +123,11 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except SglforgeError as exc:
+            _end_progress()
             click.echo(f"error: {printable(str(exc), keep=chr(10))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
+            _end_progress()
             code = signals.exit_code(exc)
             why = "" if code == EXIT_INTERRUPTED else f" ({exc})"
             click.echo(f"interrupted{why}: cleaned up, nothing half-written", err=True)
@@ -129,6 +139,7 @@ class Group(click.Group):
             sys.stderr.close()
             ctx.exit(EXIT_PROBLEMS)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
+            _end_progress()
             log = _crash_log(ctx, exc)
             click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
             click.echo(f"  a log for bug reports is at {log}", err=True)
@@ -136,6 +147,13 @@ class Group(click.Group):
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
             signals.install_startup()
+
+
+def _end_progress() -> None:
+    """End a bar still drawn, so an error message starts on a line of its own."""
+    from sglforge import progress
+
+    progress.current().close()
 
 
 def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
@@ -163,8 +181,14 @@ def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
     type=click.Path(file_okay=False),
     help="Folder holding patches/ (default: found by walking up from here).",
 )
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress or info lines on stderr (errors still print)."
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="More detail on stderr (each git command, ...)."
+)
 @click.pass_context
-def main(ctx: click.Context, root: str | None) -> None:
+def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool) -> None:
     """sglforge: patch queue, ROCm images and MTP smoke tests for sglang on AMD MI355X.
 
     \b
@@ -172,12 +196,27 @@ def main(ctx: click.Context, root: str | None) -> None:
       sglforge patches list
       sglforge patches check --ref v0.5.14 --ref v0.5.16 --upstream pypi:sglang
       sglforge build --target mi355x --dry-run
+      sglforge -q patches apply       # errors only on stderr
     """
-    ctx.obj = State(root_option=root)
+    if quiet and verbose:
+        raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
+    ctx.obj = State(root_option=root, verbosity=-1 if quiet else 1 if verbose else 0)
+    from sglforge import progress
+    from sglforge.cli.progress import Renderer
+
+    ctx.with_resource(progress.using(Renderer(ctx.obj.level)))
+
+
+def _json_seen(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.ensure_object(State).as_json = True  # stderr: errors only
+    return value
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(f)
+    return click.option(
+        "--json", "as_json", is_flag=True, callback=_json_seen, help="Print JSON for machines."
+    )(f)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -19,6 +19,7 @@ from sglforge.cli.options import (
 )
 from sglforge.errors import ConfigError, SglforgeError
 from sglforge.inspect import Provenance, inspect_image
+from sglforge.progress import current
 from sglforge.publish import (
     PublishResult,
     failure_summary,
@@ -143,10 +144,6 @@ def publish_cmd(
       sglforge publish --registry 127.0.0.1:5000 --json --junit build/reports/p.xml
     """
 
-    # Progress goes to stderr even with --json: stdout then holds only the JSON document.
-    def say(msg: str) -> None:
-        click.echo(f"... {printable(msg)}", err=True)
-
     # Outputs are proven writable before an hour of build and smoke, not after it.
     for path, option in (
         (junit, "--junit"),
@@ -173,7 +170,7 @@ def publish_cmd(
             attempts=retries + 1,
             backoff=backoff,
             changelog=changelog,
-            progress=say,
+            progress=current(),
         )
     except SglforgeError as exc:
         # Reports still get written: CI shows why nothing was published.

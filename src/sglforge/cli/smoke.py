@@ -11,7 +11,8 @@ import click
 from sglforge import smoke as core
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
-from sglforge.util import check_output_file, printable
+from sglforge.progress import current
+from sglforge.util import check_output_file
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
@@ -79,9 +80,6 @@ def smoke_cmd(
           --scenario smoke/standin-cpu.toml --json --junit build/smoke.xml
     """
 
-    def say(message: str) -> None:
-        click.echo(f"smoke: {printable(message)}", err=True)
-
     # Outputs are proven writable before the server loads (minutes on real hardware).
     if junit:
         check_output_file(junit, "--junit")
@@ -98,7 +96,7 @@ def smoke_cmd(
         env=_pairs(env, "--env"),
         load_timeout=load_timeout,
         labels=_pairs(label, "--label"),
-        progress=say,
+        progress=lambda message: current().info(f"smoke: {message}"),
     )
     if junit:
         core.write_junit(report, Path(junit))

@@ -15,6 +15,7 @@ from sglforge.cli.options import (
     upstream_option,
 )
 from sglforge.errors import EXIT_PROBLEMS
+from sglforge.progress import current
 
 
 @main.command("upgrade")
@@ -98,7 +99,7 @@ def upgrade_cmd(
         port=port,
         offline=offline or None,
         report_dir=report_dir,
-        progress=None if as_json else (lambda m: click.echo(m, err=True)),
+        progress=current(),
     )
     if as_json:
         print_json(to_dict(r), ok=r.ready)

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglforge import git
+from sglforge import git, progress
 from sglforge.errors import PatchError
 from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref, git_reason
 from sglforge.patches.series import Queue, ref_version
@@ -125,7 +125,9 @@ def apply_at(
     with git.cache_lock(up.cache):
         _ensure_worktree(up.cache, wt, branch, commit)
     results: list[AppliedPatch] = []
+    steps = progress.current().start(f"apply at {ref}", len(queue.patches))
     for patch, st in zip(queue.patches, report.patches, strict=True):
+        steps.advance(note=patch.name)
         if st.status in (UPSTREAMED, SKIPPED):
             results.append(AppliedPatch(patch.name, st.status, None, st.detail))
             continue
@@ -157,10 +159,12 @@ def apply_at(
                 [*results, AppliedPatch(patch.name, "conflict", None, detail.strip()), *pending],
                 complete=False,
             )
+            progress.current().finish(steps, ok=False)
             _conflict(wt, ref, patch.name, detail.strip(), am=in_conflict)
         results.append(
             AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
         )
+    progress.current().finish(steps)
     head = git.out(wt, "rev-parse", "HEAD")
     record = _write_record(root, ref, commit, queue.hash, head, results, complete=True)
     return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=False)

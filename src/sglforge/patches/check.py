@@ -22,7 +22,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from unidiff import PatchSet
 
-from sglforge import git
+from sglforge import git, progress
 from sglforge.errors import ConfigError
 from sglforge.patches.configs import base_tables_from_dir, load_items, upstreamed
 from sglforge.patches.series import Patch, Queue, ref_version
@@ -152,15 +152,19 @@ def check_queue(
     commits = [(ref, shas[ref]) for ref in refs]
     workers = max(1, min(jobs or (os.cpu_count() or 2), len(commits)))
 
-    def one(item: tuple[str, str]) -> RefReport:
-        ref, commit = item
-        return check_ref(queue, up, ref, commit, pin_commit, tmpdir)
+    with progress.current().task("check", len(commits)) as task:
 
-    if workers == 1:
-        reports = [one(c) for c in commits]
-    else:
-        with ThreadPoolExecutor(workers) as pool:
-            reports = list(pool.map(one, commits))
+        def one(item: tuple[str, str]) -> RefReport:
+            ref, commit = item
+            report = check_ref(queue, up, ref, commit, pin_commit, tmpdir)
+            task.advance(note=ref)
+            return report
+
+        if workers == 1:
+            reports = [one(c) for c in commits]
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                reports = list(pool.map(one, commits))
     return CheckReport(
         upstream=up.source, python_only=up.python_only, pin=queue.pin.ref, refs=tuple(reports)
     )
