@@ -303,16 +303,33 @@ def run_python(
     except docker.errors.DockerException as exc:
         raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
     finally:
-        try:
-            c.api.remove_container(container.id if container is not None else name, force=True)
-        except docker.errors.DockerException:
-            pass  # never created, or already gone
+        _remove_for_sure(c, container.id if container is not None else name, name)
     if int(result.get("StatusCode", 1)) != 0:
         raise BuildFailed(
             f"image {ref}: python3 exited with {result.get('StatusCode')}: {_last_line(output)}",
             f"docker run --rm --entrypoint python3 {ref} --version",
         )
     return output
+
+
+def _remove_for_sure(c: Any, ident: str, name: str, tries: int = 25) -> None:
+    """Remove the container and make sure it is gone, even when an interrupt landed while the
+    engine was still creating or starting it (a removal racing those can leave it behind)."""
+    for _ in range(tries):
+        try:
+            c.api.remove_container(ident, force=True)
+        except docker.errors.NotFound:
+            pass  # never created, or already gone
+        except docker.errors.DockerException:
+            pass  # e.g. "removal already in progress": look again below
+        try:
+            left = c.api.containers(all=True, filters={"name": f"^/{name}$"})
+        except docker.errors.DockerException:
+            return
+        if not left:
+            return
+        ident = left[0]["Id"]
+        time.sleep(0.2)
 
 
 def build(
