@@ -56,3 +56,41 @@ def test_build_on_a_missing_base_exits_9(tmp_path: Path, base: str, docker_clien
     assert code == 9, (out, err)
     assert "base image" in err or "no tag of" in err
     assert not (project.root / "build" / "worktrees").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("bad", ["closed-port", "not-http"])
+def test_publish_to_an_unreachable_registry_stops_before_the_build(
+    tmp_path: Path, bad: str
+) -> None:
+    """The registry is asked first: a publish that could never push fails in seconds (exit 8),
+    before the build and the smoke run, naming the registry. (Only 127.0.0.1 is used.)"""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    registry = f"127.0.0.1:{server.getsockname()[1]}"
+    if bad == "closed-port":
+        server.close()  # nothing listens there any more
+    else:
+        server.listen(8)
+
+        def hang_up() -> None:  # accepts and closes at once: no HTTP answer
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                conn.close()
+
+        threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        project = make_build_project(tmp_path, repository="sglforge-test/unreachable")
+        code, out, err = cli(
+            project.root, "publish", "--registry", registry, "--upstream", str(project.upstream)
+        )
+    finally:
+        server.close()
+    assert code == 8, (out, err)
+    assert registry in err and "did not answer" in err
+    assert not (project.root / "build" / "worktrees").exists()  # nothing was built

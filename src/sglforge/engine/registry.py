@@ -364,19 +364,19 @@ def _get(
 
 
 def check_login(registry: str, creds: Credentials | None) -> None:
-    """Fail early when ``registry`` refuses the login (``GET /v2/``); silent when it is down.
+    """Fail early when ``registry`` cannot be reached or refuses the login (``GET /v2/``).
 
-    A refused login would otherwise surface only after the build and the smoke run; a
-    registry that is down may be back by then, and ``push`` retries it.
+    Both would otherwise surface only after the build and the smoke run, which take an hour
+    on real hardware. Other answers (a 5xx, an odd proxy) are left to the push, which retries.
     """
     ref = ImageRef(registry, "", "")
     try:
         with RegistrySession(registry, creds) as session:
             _get(session, ref, "", "checking the login")
-    except RegistryAuthRefused:
+    except (RegistryAuthRefused, RegistryUnreachable):
         raise
     except RegistryError:
-        return  # down, or other answers (5xx, odd proxies): left to the push and its retries
+        return
 
 
 def registry_labels(ref: str, creds: Credentials | None = None) -> dict[str, str]:
