@@ -132,3 +132,11 @@ def test_the_image_contract_imports_no_engine_and_no_build() -> None:
 @pytest.mark.parametrize("name", sorted(set(MODULES) - {"sglforge.__main__"}))  # runs the CLI
 def test_every_module_imports(name: str) -> None:
     importlib.import_module(name)
+
+
+def test_the_engine_and_the_image_contract_agree_on_the_managed_label() -> None:
+    """engine/ may not import core modules, so it spells the label every object sglforge
+    creates carries; provenance spells it for the images' labels. They must be one key."""
+    from sglforge import engine, provenance
+
+    assert engine.LABEL == provenance.LABEL_MANAGED

@@ -67,7 +67,7 @@ def build_cmd(
             raise ConfigError(f"--label {item!r}: expected KEY=VALUE", "--label team=infra")
         extra[key] = value
     result = build_image(
-        state.root,
+        state.project,
         target=target,
         mode=mode,
         base_image=base_image,

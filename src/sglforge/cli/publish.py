@@ -154,7 +154,7 @@ def publish_cmd(
             check_output_file(path, option)
     try:
         result = publish(
-            state.root,
+            state.project,
             target,
             registry,
             model=model,
