@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -171,14 +172,23 @@ def run_with_progress(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=_env(env),
+            # Its own process group: git hands the transfer to a helper (git-remote-http)
+            # that holds the output pipe too, so the whole group is killed, not git alone.
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise ConfigError("git is not installed or not on PATH", "apt-get install git") from exc
     expired = threading.Event()
 
+    def kill_group() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # already gone
+
     def expire() -> None:
         expired.set()
-        proc.kill()
+        kill_group()
 
     timer = threading.Timer(timeout, expire) if timeout else None
     kept: list[str] = []
@@ -202,7 +212,7 @@ def run_with_progress(
                 kept.append(decode_exact(pending))
             status = proc.wait()
     except BaseException:
-        proc.kill()
+        kill_group()
         proc.wait()
         raise
     finally:
