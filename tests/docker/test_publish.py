@@ -453,3 +453,38 @@ def test_an_immutable_tag_holding_other_inputs_is_never_overwritten(
     assert "never overwritten" in out["error"] and out["pushed"] == []
     assert manifest_digest(r, plan["immutable"].rpartition(":")[2]) == squatter
     assert manifest_digest(r, "latest-mi355x") is None
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_after_the_push_still_records_the_release(
+    project: Project,
+    registry: Callable[..., Registry],
+    monkeypatch: pytest.MonkeyPatch,
+    signal_name: str,
+) -> None:
+    """Ctrl-C or SIGTERM right after the immutable tag reached the registry: the image is
+    published, so its release record is still written and pushed next to it (and the CHANGELOG
+    entry kept), friendly tags stay where they were, and the command ends as interrupted."""
+    from sglforge import publish as publish_module
+    from sglforge.errors import Terminated
+
+    r = registry()
+
+    def interrupted(*_args: Any, **_kwargs: Any) -> None:
+        # Injected at the step after the push (moving the friendly tags), raised the way the
+        # signal handlers raise it (cli/signals.py): KeyboardInterrupt, or Terminated.
+        if signal_name == "SIGINT":
+            raise KeyboardInterrupt
+        raise Terminated("received SIGTERM")
+
+    monkeypatch.setattr(publish_module, "_move_friendly", interrupted)
+    result = project.publish(r.address)
+    assert result.exit_code == {"SIGINT": 130, "SIGTERM": 143}[signal_name], result.output
+    status, _, body = r.get(f"/v2/{REPOSITORY}/tags/list")
+    assert status == 200, body
+    tags = json.loads(body)["tags"] or []
+    immutable = [t for t in tags if "-q" in t and not t.endswith("-release")]
+    assert len(immutable) == 1, tags
+    assert f"{immutable[0]}-release" in tags, tags  # the record went next to the image
+    assert not [t for t in tags if t.startswith("latest") or t == "v0.5.14-mi355x"], tags
+    assert project.entries() == 1  # the CHANGELOG entry of the published image
