@@ -37,7 +37,8 @@ import requests
 
 from sglforge.engine import LABEL, client
 from sglforge.engine.errors import ContainerFailed, EngineError
-from sglforge.util import printable
+from sglforge.errors import Terminated
+from sglforge.util import printable, raise_held, signals_held
 
 # Labels on every smoke container: which runner (host + pid) owns it, so an orphan left by a
 # runner that was SIGKILLed can be recognised and removed by the next run.
@@ -46,10 +47,6 @@ OWNER_HOST_LABEL = "io.sglforge.owner-host"
 OWNER_PID_LABEL = "io.sglforge.owner-pid"
 # How long to wait for the log stream to drain after the container stopped.
 LOG_DRAIN_S = 1.0
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (or SIGHUP) arrived while a container was running; handled like Ctrl-C."""
 
 
 @dataclass(frozen=True)
@@ -221,22 +218,6 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[list[int]]:
-    """Hold off SIGINT/SIGTERM/SIGHUP while cleaning up; yields the signals that arrived."""
-    arrived: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield arrived
-        return
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, lambda signum, _f: arrived.append(signum)) for s in sigs}
-    try:
-        yield arrived
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 def remove(container_id: str) -> bool:
     """Kill and remove a container; False when it was already gone."""
     try:
@@ -341,10 +322,9 @@ def running(
             # By name when a signal landed after the engine created the container but before
             # `create` returned it: the name was chosen up front, so it is removable either way.
             target = raw.id if raw is not None else name
-            with _signals_deferred() as arrived:
+            with signals_held() as arrived:
                 remove(target)  # False when it was never created: nothing to do
-            if arrived:
-                raise Terminated(f"received {signal.Signals(arrived[0]).name}")
+            raise_held(arrived)
 
 
 def read_file(image: str, path: str) -> bytes | None:

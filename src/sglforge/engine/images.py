@@ -36,7 +36,7 @@ from sglforge.engine.errors import (
     RegistryError,
 )
 from sglforge.engine.reference import parse
-from sglforge.util import atomic_write
+from sglforge.util import atomic_write, raise_held, signals_held
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # BuildKit's plain progress: "#12 [gfx950  3/41] RUN ..." (stage name optional).
@@ -303,7 +303,9 @@ def run_python(
     except docker.errors.DockerException as exc:
         raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
     finally:
-        _remove_for_sure(c, container.id if container is not None else name, name)
+        with signals_held() as arrived:
+            _remove_for_sure(c, container.id if container is not None else name, name)
+        raise_held(arrived)
     if int(result.get("StatusCode", 1)) != 0:
         raise BuildFailed(
             f"image {ref}: python3 exited with {result.get('StatusCode')}: {_last_line(output)}",
