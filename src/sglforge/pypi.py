@@ -146,6 +146,16 @@ def history(
     return repo
 
 
+def wheel(
+    cache_root: Path, project: str, version: str, *, progress: Progress | None = None
+) -> Path:
+    """The Linux x86_64 wheel of ``project==version``, from the cache ``history`` fills
+    (downloaded once, sha256 checked)."""
+    base = Path(cache_root) / f"pypi-{canonicalize_name(project)}"
+    with _locked(base / ".lock"):
+        return _wheel(base / "wheels", project, Version(version), (), (), resolve(progress))
+
+
 def available_versions(
     project: str, spec: SpecifierSet | str = "", *, pip_args: Sequence[str] = ()
 ) -> list[Version]:

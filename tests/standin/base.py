@@ -281,39 +281,20 @@ def ensure_debian_base(client: docker.DockerClient | None = None) -> str:
 
 
 def release_wheel(version: str) -> Path:
-    """sglang ``version``'s released wheel from PyPI (downloaded once into the cache)."""
-    folder = cache_dir() / "wheels"
-    folder.mkdir(parents=True, exist_ok=True)
-    found = sorted(folder.glob(f"sglang-{version}-*.whl"))
-    if found:
-        return found[0]
-    with _locked("wheels"):
-        found = sorted(folder.glob(f"sglang-{version}-*.whl"))
-        if found:
-            return found[0]
-        _pip_download(folder, [f"sglang=={version}"], deps=False)
-        found = sorted(folder.glob(f"sglang-{version}-*.whl"))
-    if not found:
-        raise RuntimeError(f"pip download sglang=={version} saved no wheel in {folder}")
-    return found[0]
+    """sglang ``version``'s released wheel, in the cache sglforge's own ``pypi:sglang``
+    upstream uses (one download, sha256 checked, serves both)."""
+    return _pypi_wheel("sglang", version)
 
 
 def aiter_wheel(version: str = AITER_VERSION) -> Path:
-    """The ``amd-aiter`` wheel from PyPI (downloaded once into the cache)."""
-    folder = cache_dir() / "wheels"
-    folder.mkdir(parents=True, exist_ok=True)
-    pattern = f"amd_aiter-{version}-*.whl"
-    found = sorted(folder.glob(pattern))
-    if found:
-        return found[0]
-    with _locked("wheels"):
-        found = sorted(folder.glob(pattern))
-        if not found:
-            _pip_download(folder, [f"amd-aiter=={version}"], deps=False)
-            found = sorted(folder.glob(pattern))
-    if not found:
-        raise RuntimeError(f"pip download amd-aiter=={version} saved no wheel in {folder}")
-    return found[0]
+    """The ``amd-aiter`` wheel from PyPI, in the same cache."""
+    return _pypi_wheel("amd-aiter", version)
+
+
+def _pypi_wheel(project: str, version: str) -> Path:
+    from sglforge import cache, pypi
+
+    return pypi.wheel(cache.pypi_cache(), project, version)
 
 
 AITER_PYPROJECT = """\
