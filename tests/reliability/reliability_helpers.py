@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,20 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from sglforge.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def empty_project(where: Path) -> Path:
+    """``where`` made into a project with an empty queue pinned to sglang v0.5.14 and this
+    repository's images/ (enough for publish, smoke and inspect to get past the queue)."""
+    (where / "patches").mkdir(parents=True)
+    (where / "patches" / "series").write_text("")
+    (where / "patches" / "upstream.toml").write_text(
+        'url = "https://github.com/sgl-project/sglang.git"\nref = "v0.5.14"\n'
+    )
+    shutil.copytree(REPO / "images", where / "images")
+    return where
 
 
 def cli(root: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

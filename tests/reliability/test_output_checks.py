@@ -4,24 +4,17 @@ references that cannot be pushed to are exit 2 at once, before any build or smok
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from reliability_helpers import cli
+from reliability_helpers import cli, empty_project
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    (root / "patches").mkdir(parents=True)
-    (root / "patches" / "series").write_text("")
-    (root / "patches" / "upstream.toml").write_text(
-        'url = "https://github.com/sgl-project/sglang.git"\nref = "v0.5.14"\n'
-    )
-    shutil.copytree(REPO / "images", root / "images")
+    root = empty_project(tmp_path / "proj")
     (root / "smoke").mkdir()
     text = (REPO / "smoke" / "standin-cpu.toml").read_text()
     (root / "smoke" / "cpu.toml").write_text(text.replace("../tests/standin/model", "."))

@@ -7,11 +7,10 @@ shown either."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from reliability_helpers import cli
+from reliability_helpers import cli, empty_project
 
 from junit_schema import assert_valid_junit
 from sglforge.engine.reference import check_registry, parse
@@ -23,14 +22,7 @@ SECRET = "pl4nted-S3cret-7f1e"
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    (root / "patches").mkdir(parents=True)
-    (root / "patches" / "series").write_text("")
-    (root / "patches" / "upstream.toml").write_text(
-        'url = "https://github.com/sgl-project/sglang.git"\nref = "v0.5.14"\n'
-    )
-    shutil.copytree(REPO / "images", root / "images")
-    return root
+    return empty_project(tmp_path / "proj")
 
 
 def scan(root: Path, *texts: str) -> None:
