@@ -383,7 +383,7 @@ def _provenance(
     return manifest, key, dict(labels)
 
 
-def plan(
+def plan_build(
     mode: str,
     *,
     target: BuildTarget,
@@ -487,16 +487,6 @@ def plan(
         build_args=build_args,
         context_dir=context_dir,
     )
-
-
-def plan_overlay(**kw: Any) -> BuildPlan:
-    """``plan("overlay", ...)``."""
-    return plan("overlay", **kw)
-
-
-def plan_source(**kw: Any) -> BuildPlan:
-    """``plan("source", ...)``."""
-    return plan("source", **kw)
 
 
 def context_tar(plan: BuildPlan, worktree: Path) -> bytes:
@@ -642,7 +632,8 @@ def build_image(
     image_labels = {**fork_labels(root, bt.source), **(labels or {})}
 
     if chosen == "source":
-        plan = plan_source(
+        plan = plan_build(
+            "source",
             target=bt,
             version=version,
             mode_reason=reason,
@@ -674,7 +665,8 @@ def build_image(
         image_labels = {**staged.labels, **image_labels}
 
     def make_plan(b: Base) -> BuildPlan:
-        return plan_overlay(
+        return plan_build(
+            "overlay",
             target=bt,
             version=version,
             mode_reason=reason,

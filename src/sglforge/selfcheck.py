@@ -125,14 +125,13 @@ def expectation(path: str, dest: str | None, sha256: str | None) -> Expectation:
     if parts[:2] != PACKAGE_ROOT or len(parts) < 3:
         return Expectation(path, dest, sha256)
     inner = parts[1:]  # sglang/...
-    if inner[-1].endswith(".py") and all(p.isidentifier() for p in inner[:-1]):
-        stem = inner[-1].removesuffix(".py")
+    if not all(p.isidentifier() for p in inner[:-1]):
+        return Expectation(path, dest, sha256)  # not importable: looked up as a path
+    stem = inner[-1].removesuffix(".py")
+    if inner[-1].endswith(".py") and stem.isidentifier():
         names = list(inner[:-1]) if stem == "__init__" else [*inner[:-1], stem]
-        if all(n.isidentifier() for n in names):
-            return Expectation(path, dest, sha256, module=".".join(names))
-    if all(p.isidentifier() for p in inner[:-1]):
-        return Expectation(path, dest, sha256, package=".".join(inner[:-1]), name=inner[-1])
-    return Expectation(path, dest, sha256)
+        return Expectation(path, dest, sha256, module=".".join(names))
+    return Expectation(path, dest, sha256, package=".".join(inner[:-1]), name=inner[-1])
 
 
 def expectations(

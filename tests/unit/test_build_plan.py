@@ -16,8 +16,7 @@ from sglforge.build import (
     choose_mode,
     closest_tags,
     context_tar,
-    plan_overlay,
-    plan_source,
+    plan_build,
     render_overlay_dockerfile,
     version_of,
 )
@@ -88,7 +87,7 @@ def overlay(target, worktree: Path, base: Base | None = None, **kw):
         created="2026-01-01T00:00:00Z",
     )
     args.update(kw)
-    return plan_overlay(**args)
+    return plan_build("overlay", **args)
 
 
 def test_auto_mode_overlays_python_and_jit_patches_only() -> None:
@@ -264,7 +263,8 @@ def test_closest_tags_prefer_the_target(target) -> None:
 def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) -> None:
     t720 = load_targets(REPO_ROOT).resolve("mi300x-rocm720")
     with pytest.raises(BuildError, match="docker/rocm.Dockerfile"):
-        plan_source(
+        plan_build(
+            "source",
             target=t720,
             version="0.5.14",
             mode_reason="x",
@@ -276,7 +276,8 @@ def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) 
         )
     (worktree / "docker").mkdir()
     (worktree / "docker/rocm.Dockerfile").write_text("FROM scratch\n")
-    plan = plan_source(
+    plan = plan_build(
+        "source",
         target=t720,
         version="0.5.14",
         mode_reason="x",
