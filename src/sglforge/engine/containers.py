@@ -235,6 +235,22 @@ def remove(container_id: str) -> bool:
     return True
 
 
+def remove_named(ident: str, name: str, tries: int = 25) -> None:
+    """Remove a container and make sure its name is gone: a removal that races the engine
+    still creating or starting it (an interrupt landed meanwhile) can leave it behind."""
+    for _ in range(tries):
+        with contextlib.suppress(ContainerFailed):  # looked for again below
+            remove(ident)
+        try:
+            left = client().api.containers(all=True, filters={"name": f"^/{name}$"})
+        except docker.errors.DockerException:
+            return
+        if not left:
+            return
+        ident = left[0]["Id"]
+        time.sleep(0.2)
+
+
 def reap_orphans(role: str) -> list[str]:
     """Remove ``role`` containers whose runner process on this host is gone; their names."""
     host = socket.gethostname()
@@ -323,7 +339,7 @@ def running(
             # `create` returned it: the name was chosen up front, so it is removable either way.
             target = raw.id if raw is not None else name
             with signals_held() as arrived:
-                remove(target)  # False when it was never created: nothing to do
+                remove_named(target, name)  # nothing to do when it was never created
             raise_held(arrived)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from sglforge.engine import LABEL, client
+from sglforge.engine import LABEL, client, containers
 from sglforge.engine.credentials import Credentials, auth_config, scrub
 from sglforge.engine.errors import (
     BadReference,
@@ -304,7 +304,7 @@ def run_python(
         raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
     finally:
         with signals_held() as arrived:
-            _remove_for_sure(c, container.id if container is not None else name, name)
+            containers.remove_named(container.id if container is not None else name, name)
         raise_held(arrived)
     if int(result.get("StatusCode", 1)) != 0:
         raise BuildFailed(
@@ -312,26 +312,6 @@ def run_python(
             f"docker run --rm --entrypoint python3 {ref} --version",
         )
     return output
-
-
-def _remove_for_sure(c: Any, ident: str, name: str, tries: int = 25) -> None:
-    """Remove the container and make sure it is gone, even when an interrupt landed while the
-    engine was still creating or starting it (a removal racing those can leave it behind)."""
-    for _ in range(tries):
-        try:
-            c.api.remove_container(ident, force=True)
-        except docker.errors.NotFound:
-            pass  # never created, or already gone
-        except docker.errors.DockerException:
-            pass  # e.g. "removal already in progress": look again below
-        try:
-            left = c.api.containers(all=True, filters={"name": f"^/{name}$"})
-        except docker.errors.DockerException:
-            return
-        if not left:
-            return
-        ident = left[0]["Id"]
-        time.sleep(0.2)
 
 
 def build(
