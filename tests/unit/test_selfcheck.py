@@ -90,3 +90,15 @@ def test_failure_names_the_file_and_counts_the_rest() -> None:
     err = selfcheck.failure("img:1", found)
     assert isinstance(err, BuildError) and err.exit_code == 6
     assert "deepseek_nextn" in err.message and "(and 1 more)" in err.message
+
+
+@pytest.mark.parametrize("script", ["probe", "selfcheck"])
+def test_in_image_scripts_parse_as_the_release_images_python(script: str) -> None:
+    """The replica runs Python 3.11; the rocm700/rocm720 release images run 3.10 (rocm724
+    3.12). The scripts sglforge runs inside them must be valid Python 3.10."""
+    import ast
+
+    from sglforge.engine.images import _SGLANG_PROBE
+
+    code = _SGLANG_PROBE if script == "probe" else selfcheck._SCRIPT
+    ast.parse(code, feature_version=(3, 10))
