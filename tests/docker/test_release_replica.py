@@ -208,3 +208,38 @@ def test_a_base_that_shadows_the_package_fails_the_self_check(
     finally:
         docker_client.images.remove(tag, force=True)
         shutil.rmtree(root / "build" / "worktrees", ignore_errors=True)
+
+
+def test_the_trimmed_package_root_does_not_matter(
+    tmp_path: Path, docker_client, docker_labels
+) -> None:
+    """The replica's one liberty in sglang's own code is a trimmed ``sglang/__init__.py`` (the
+    released one imports torch). Here the root imports torch as the real one does, and fails
+    without it: the probe and the self-check never run it, so the build still succeeds."""
+    tag = f"sglforge-standin/sglang-torch-init:{uuid.uuid4().hex[:6]}"
+    init = b'"""sglang, as released: its imports need torch."""\n\nimport torch  # noqa: F401\n'
+    ensure_sglang_base(
+        "0.5.14", tag=tag, files={"python/sglang/__init__.py": init}, client=docker_client
+    )
+    built: str | None = None
+    try:
+        with pytest.raises(docker.errors.ContainerError, match="torch"):
+            docker_client.containers.run(
+                tag,
+                ["python3", "-c", "import sglang"],
+                working_dir="/",
+                network_mode="none",
+                labels=docker_labels,
+                remove=True,
+            )
+        root = copy_real_project(tmp_path / "project")
+        args = ["--root", str(root), "build", "--base-image", tag, "--upstream", UPSTREAM]
+        for k, v in docker_labels.items():
+            args += ["--label", f"{k}={v}"]
+        res = CliRunner().invoke(main, [*args, "--json"])
+        assert res.exit_code == 0, res.output
+        built = json.loads(res.stdout)["image"]
+    finally:
+        if built:
+            docker_client.images.remove(built, force=True)
+        docker_client.images.remove(tag, force=True)

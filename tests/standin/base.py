@@ -24,8 +24,12 @@ dependencies in the pyproject; aiter (when present) without its compiled kernels
 ``sglang/__init__.py`` trimmed (its imports need torch);
 ``sglang/launch_server.py`` is the stand-in server (``tests/standin/server.py``) so that
 ``python3 -m sglang.launch_server`` reaches it exactly as it would reach the real one;
-Python 3.11 (Debian's) instead of 3.10. tests/docker/test_release_replica.py checks that the
-differences do not matter for what sglforge does with the image.
+Python 3.11 (Debian's) instead of 3.10. Tests that would fail if a difference mattered:
+tests/docker/test_release_replica.py::test_the_trimmed_package_root_does_not_matter (a root
+that imports torch, as the released one does, changes nothing for the probe, the build or its
+self-check); tests/unit/test_selfcheck.py parses the in-image scripts as Python 3.10;
+tests/docker/test_infra.py checks the install layout (finder, ``_version.py`` from the tag,
+the WORKDIR namespace shadow) is upstream's.
 
 Both carry ``io.sglforge.standin=1`` and a content-hash label; they are built once and reused
 while the tag still carries the expected hash. They are deliberately NOT labelled
