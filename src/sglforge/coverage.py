@@ -425,3 +425,73 @@ def coverage(
         lookups=tuple(lookups),
         notes=tuple(notes),
     )
+
+
+def items_for(
+    items: Sequence[ConfigItem], target: str | None, version: str | None
+) -> list[ConfigItem]:
+    """The queue's items a build of ``target`` at sglang ``version`` installs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    out = []
+    for item in items:
+        if target is not None and item.target != target:
+            continue
+        if item.applies_to and version:
+            try:
+                if Version(version) not in SpecifierSet(item.applies_to):
+                    continue
+            except InvalidVersion:
+                pass
+        out.append(item)
+    return out
+
+
+def default_tree(root: Path) -> Path:
+    """The patched tree of the pin, as ``sglforge patches apply`` leaves it."""
+    from sglforge.patches.apply import worktree_path
+    from sglforge.patches.series import load_pin
+
+    pin = load_pin(root)
+    tree = worktree_path(root, pin.ref) / "python"
+    if not (tree / "sglang" / "srt").is_dir():
+        raise ConfigError(
+            f"{tree}: no patched sglang tree of the pin {pin.ref}",
+            "run `sglforge patches apply` first, or pass --sglang DIR (a release's python/)",
+        )
+    return tree
+
+
+def for_scenario(
+    root: Path,
+    model_dir: Path,
+    scenario_path: Path,
+    base: BaseTables,
+    tree: Path | None = None,
+    gfx: str | None = None,
+) -> Coverage:
+    """The coverage of one smoke scenario's launch on a base, with the queue's items."""
+    from sglforge.patches.configs import load_items
+    from sglforge.patches.series import load_pin
+    from sglforge.smoke.scenario import load_scenario
+    from sglforge.targets import load_targets
+
+    scenario = load_scenario(scenario_path)
+    target = scenario.target
+    if gfx is None:
+        gfx = "gfx950"
+        if target:
+            gfx = load_targets(root).resolve(target).gpu_arch
+    pin = load_pin(root)
+    version = str(pin.version) if pin.version else None
+    items = items_for(load_items(root), target, version)
+    return coverage(
+        tree or default_tree(root),
+        model_dir,
+        scenario.args,
+        base,
+        items,
+        gfx=gfx,
+        env=scenario.container.env,
+    )
