@@ -14,7 +14,7 @@ moe_intermediate_size / TP.
 The base's tables are ROCm/aiter's ``aiter/configs`` at 9127c94a18e4 (the commit sglang 0.5.14's
 ROCm image pins) read from a clone when present, else an empty table of that commit's columns:
 neither has a GLM-5 fp4 row, so every hit is the queue's item. The models are the config.json
-folders tests/standin/model-glm52-mxfp4 and model-deepseek-v3-mxfp4 (TEST DOUBLES: no weights).
+folders tests/standin/model-mxfp4 (GLM-5.2) and model-deepseek-v3-mxfp4 (TEST DOUBLES: no weights).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sglforge.smoke.scenario import load_scenario
 pytestmark = pytest.mark.pypi
 
 REPO = Path(__file__).resolve().parents[2]
-GLM = REPO / "tests" / "standin" / "model-glm52-mxfp4"
+GLM = REPO / "tests" / "standin" / "model-mxfp4"
 DEEPSEEK = REPO / "tests" / "standin" / "model-deepseek-v3-mxfp4"
 TP8 = REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
 TP4DP2 = REPO / "smoke" / "glm5-mxfp4-mtp-tp4dp2-mi355x.toml"
@@ -223,3 +223,23 @@ def test_the_item_s_absence_is_seen_as_hot_misses(
     doc = json.loads(proc.stdout)
     assert not doc["ok"] and doc["hot_misses"] > 0
     assert all(x["status"] == "miss" for x in doc["lookups"])
+
+
+def test_the_standin_is_handed_exactly_the_command_s_shapes(
+    trees: dict[str, Path], aiter_configs: Path
+) -> None:
+    # smoke/standin-cpu-aiter.toml hands the stand-in server its MoE shapes; they must be the
+    # ones the command derives from sglang 0.5.14+queue for the launch it mirrors (TP4 x DP2).
+    sys.path.insert(0, str(REPO / "tests"))
+    from standin.server import MOE_LOOKUPS_ENV, handed_shapes
+
+    doc = run_coverage(trees["0.5.14+queue"], GLM, TP4DP2, aiter_configs)
+    env = load_scenario(REPO / "smoke" / "standin-cpu-aiter.toml").container.env
+    handed = json.loads(env[MOE_LOOKUPS_ENV])
+    assert {
+        (x["model"], x["model_dim"], x["inter_dim"], x["expert"], x["topk"]) for x in handed
+    } == {
+        (x["model"], x["model_dim"], x["inter_dim"], x["expert"], x["topk"]) for x in doc["lookups"]
+    }
+    assert handed_shapes(env) == [(6144, 512, 257, 9), (6144, 512, 256, 8)]
+    assert handed_shapes({}) == []  # nothing handed: the stand-in decides no shape itself
