@@ -455,12 +455,15 @@ def render(item: ConfigItem, base: BaseTables) -> bytes:
 
 
 def upstreamed(item: ConfigItem, base: BaseTables) -> bool:
-    """True when the base's tables carry every row of ``item`` with the same choice."""
+    """True when the base's tables carry every row of ``item`` they can read (:func:`unfit_rows`
+    never reach that base), with the same choice."""
     have: dict[tuple[str, ...], tuple[str, ...]] = {}
     for record in base.rows:
         have[key_of(record, base.key_columns)] = key_of(record, CHOICE)
-    return bool(item.rows) and all(
-        have.get(key_of(r, base.key_columns)) == key_of(r, CHOICE) for r in item.records()
+    unfit = {n for n, _, _ in unfit_rows(item, base)}
+    rows = [r for n, r in enumerate(item.records(), 2) if n not in unfit]
+    return bool(rows) and all(
+        have.get(key_of(r, base.key_columns)) == key_of(r, CHOICE) for r in rows
     )
 
 
