@@ -495,3 +495,89 @@ def for_scenario(
         gfx=gfx,
         env=scenario.container.env,
     )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The publish gate over one coverage: hot misses fail unless the scenario accepts them."""
+
+    coverage: Coverage
+    failing: tuple[Lookup, ...]  # hot misses nobody accepted
+    accepted: tuple[tuple[Lookup, str], ...]  # (hot miss, the scenario's reason)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failing
+
+    def summary(self) -> str:
+        """One line per failing shape, for the error and the report."""
+        return "; ".join(describe(x) for x in self.failing)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "failing": [x.to_dict() for x in self.failing],
+            "accepted": [dict(x.to_dict(), reason=why) for x, why in self.accepted],
+            "misses": self.coverage.misses,
+            "lookups": len(self.coverage.lookups),
+        }
+
+
+def describe(x: Lookup) -> str:
+    s = x.shape
+    tokens = ",".join(map(str, x.tokens))
+    return (
+        f"{x.model} model_dim {s.model_dim} inter_dim {s.inter_dim} expert {s.expert} "
+        f"topk {s.topk} tokens {tokens}"
+    )
+
+
+def gate(cov: Coverage, accepted: Sequence[Any] = ()) -> Gate:
+    """Hot misses (the main model's lookups) fail, except those a ``[[coverage.accept]]`` names
+    (``smoke.scenario.AcceptedMiss``: model, expert, topk, inter_dim, optional tokens)."""
+    failing, allowed = [], []
+    for x in cov.hot_misses():
+        s = x.shape
+        why = None
+        for a in accepted:
+            same = (a.model, a.expert, a.topk, a.inter_dim) == (
+                x.model,
+                s.expert,
+                s.topk,
+                s.inter_dim,
+            )
+            if same and (not a.tokens or set(x.tokens) <= set(a.tokens)):
+                why = a.reason
+                break
+        if why is None:
+            failing.append(x)
+        else:
+            allowed.append((x, why))
+    return Gate(cov, tuple(failing), tuple(allowed))
+
+
+def publish_gate(
+    root: Path,
+    scenario_path: Path,
+    model_dir: Path | None,
+    base: BaseTables | None,
+    tree: Path | None = None,
+) -> tuple[Gate | None, str]:
+    """The gate ``publish`` runs before the smoke: (gate, "") or (None, why it could not run)."""
+    from sglforge.smoke.scenario import load_scenario
+
+    scenario = load_scenario(scenario_path)
+    model_dir = model_dir or scenario.model_path
+    if model_dir is None or not (model_dir / "config.json").is_file():
+        return None, f"no config.json in the scenario's model folder ({model_dir})"
+    if base is None:
+        return None, "the base image has no aiter tables"
+    config = read_model(model_dir)
+    if not config.get("n_routed_experts") and not config.get("num_experts"):
+        return None, "the model has no routed experts (no fused-MoE lookups)"
+    try:
+        tree = tree or default_tree(root)
+    except ConfigError as exc:
+        return None, exc.message
+    cov = for_scenario(root, model_dir, scenario_path, base, tree)
+    return gate(cov, scenario.accepted_misses), ""

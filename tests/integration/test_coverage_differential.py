@@ -243,3 +243,48 @@ def test_the_standin_is_handed_exactly_the_command_s_shapes(
     }
     assert handed_shapes(env) == [(6144, 512, 257, 9), (6144, 512, 256, 8)]
     assert handed_shapes({}) == []  # nothing handed: the stand-in decides no shape itself
+
+
+def test_the_publish_gate_fails_on_an_uncovered_hot_shape_and_passes_once_an_item_covers_it(
+    trees: dict[str, Path], aiter_configs: Path, tmp_path: Path
+) -> None:
+    # What `publish` runs before the smoke (publish._coverage_gate -> coverage.publish_gate),
+    # on the 9127c94a18e4 base's tables; the full publish (build, push) is not run here.
+    import shutil
+
+    from sglforge.patches.configs import base_tables_from_dir
+
+    base = base_tables_from_dir(aiter_configs)
+    root = tmp_path / "project"
+    for part in ("patches", "images", "smoke"):
+        shutil.copytree(REPO / part, root / part)
+    scenario = root / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
+    item = [root / "patches" / "configs" / f"glm52-mxfp4-moe-gfx950.{x}" for x in ("toml", "csv")]
+    kept = [p.read_bytes() for p in item]
+    for p in item:
+        p.unlink()
+    tree = trees["0.5.14+queue"]
+    gate, why = coverage.publish_gate(root, scenario, GLM, base, tree)
+    assert gate is not None, why
+    assert not gate.passed
+    assert "main model_dim 6144 inter_dim 256 expert 257 topk 9 tokens 1,2,4" in gate.summary()
+    # The item back in the queue: every hot shape is answered, the gate passes.
+    for p, data in zip(item, kept, strict=True):
+        p.write_bytes(data)
+    gate, _ = coverage.publish_gate(root, scenario, GLM, base, tree)
+    assert gate is not None and gate.passed and not gate.accepted
+    # A target may accept a named miss with a reason instead.
+    for p in item:
+        p.unlink()
+    scenario.write_text(
+        scenario.read_text()
+        + '\n[[coverage.accept]]\nmodel = "main"\nexpert = 257\ntopk = 9\ninter_dim = 256\n'
+        'reason = "measured: the heuristic kernels are within 2% here"\n'
+    )
+    gate, _ = coverage.publish_gate(root, scenario, GLM, base, tree)
+    assert gate is not None and gate.passed and len(gate.accepted) == 1
+    # No routed experts (the CPU stand-in model): the gate cannot run and says why.
+    gate, why = coverage.publish_gate(
+        root, scenario, REPO / "tests" / "standin" / "model", base, tree
+    )
+    assert gate is None and "no routed experts" in why

@@ -217,3 +217,56 @@ def test_the_cited_aiter_lines_say_what_coverage_relies_on() -> None:
     # Nothing GLM-5 fp4 in that commit's tables: the base covers none of GLM-5.2's MXFP4 MoE.
     names = git.run(repo, "ls-tree", "--name-only", AITER_COMMIT, "aiter/configs/model_configs/")
     assert "glm5_fp4" not in names.stdout
+
+
+def lookup(model: str, status: str, tokens: tuple[int, ...] = (1, 2)) -> coverage.Lookup:
+    return coverage.Lookup(
+        model, ("model.layers.3.mlp.experts",), FP4, tokens, status, None, model == "main"
+    )
+
+
+def test_the_gate_fails_on_hot_misses_unless_the_scenario_accepts_them(tmp_path: Path) -> None:
+    from sglforge.smoke.scenario import load_scenario
+
+    cov = coverage.Coverage(
+        "gfx950",
+        256,
+        "tree",
+        (),
+        (lookup("main", "miss"), lookup("draft", "miss"), lookup("main", "tuned-item", (4,))),
+    )
+    g = coverage.gate(cov)
+    assert not g.passed and len(g.failing) == 1  # the draft's miss is not hot
+    assert g.summary() == "main model_dim 6144 inter_dim 256 expert 257 topk 9 tokens 1,2"
+    text = (REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml").read_text()
+    accept = (
+        '\n[[coverage.accept]]\nmodel = "main"\nexpert = 257\ntopk = 9\ninter_dim = 256\n'
+        'tokens = [1, 2]\nreason = "decode at batch 1 runs FLAT kernels; measured fine"\n'
+    )
+    path = tmp_path / "s.toml"
+    path.write_text(text + accept)
+    scenario = load_scenario(path)
+    g = coverage.gate(cov, scenario.accepted_misses)
+    assert g.passed and g.accepted[0][1].startswith("decode at batch 1")
+    assert g.to_dict()["accepted"][0]["reason"] == scenario.accepted_misses[0].reason
+    # Naming fewer tokens than miss, or another shape, accepts nothing.
+    path.write_text(text + accept.replace("tokens = [1, 2]", "tokens = [1]"))
+    assert not coverage.gate(cov, load_scenario(path).accepted_misses).passed
+    path.write_text(text + accept.replace("inter_dim = 256", "inter_dim = 512"))
+    assert not coverage.gate(cov, load_scenario(path).accepted_misses).passed
+    # A reason is required, and unknown keys are refused, naming the file.
+    from sglforge.errors import ConfigError
+
+    for bad, says in (
+        (
+            accept.replace(
+                'reason = "decode at batch 1 runs FLAT kernels; measured fine"', 'reason = ""'
+            ),
+            "reason",
+        ),
+        (accept + "why = 1\n", "why"),
+        (accept.replace('model = "main"', 'model = "both"'), "model"),
+    ):
+        path.write_text(text + bad)
+        with pytest.raises(ConfigError, match=says):
+            load_scenario(path)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import EXIT_PROBLEMS, ConfigError
+
+if TYPE_CHECKING:
+    from sglforge.coverage import Lookup, Shape
 
 
 @main.group("configs")
@@ -120,8 +125,8 @@ def coverage_cmd(
         raise SystemExit(EXIT_PROBLEMS)
 
 
-def _by_shape(lookups):  # type: ignore[no-untyped-def]
-    out: dict = {}  # type: ignore[type-arg]
+def _by_shape(lookups: Iterable[Lookup]) -> dict[tuple[str, Shape], list[Lookup]]:
+    out: dict[tuple[str, Shape], list[Lookup]] = {}
     for x in lookups:
         out.setdefault((x.model, x.shape), []).append(x)
     return out
