@@ -219,6 +219,7 @@ class _Plan:
     creds: Credentials | None
     say: Callable[[str], None]
     clock: _Clock
+    coverage: dict[str, Any] | None = None  # the coverage gate's result, for the release record
 
 
 def publish(
@@ -445,8 +446,10 @@ def _coverage_gate(
         plan.root, plan.scenario_path, Path(model) if model else None, base
     )
     if gate is None:
+        plan.coverage = {"not_run": why}
         plan.clock.done("coverage", None, f"not run: {why}")
         return result
+    plan.coverage = gate.to_dict()
     accepted = f", {len(gate.accepted)} accepted" if gate.accepted else ""
     if gate.passed:
         detail = f"{len(gate.coverage.lookups)} lookup group(s), no hot miss{accepted}"
@@ -534,6 +537,7 @@ def _record(
 ) -> tuple[Release, Recorded]:
     """The release record and CHANGELOG entry, then the record pushed next to the image."""
     release = _release(plan.root, built, plan.build_target, immutable, pushed, digest, smoke, date)
+    release = replace(release, coverage=plan.coverage)
     recorded = record_release(plan.root, release, changelog, _repository(immutable), plan.creds)
     plan.clock.done("record", True, str(recorded.record))
     plan.clock.reset()
