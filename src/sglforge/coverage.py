@@ -581,3 +581,30 @@ def publish_gate(
         return None, exc.message
     cov = for_scenario(root, model_dir, scenario_path, base, tree)
     return gate(cov, scenario.accepted_misses), ""
+
+
+# aiter's untuned table header (A0 aiter/configs/untuned_fmoe.csv:1): the tuner's input.
+UNTUNED_HEADER = (
+    "token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,"
+    "use_g1u1,doweight_stage1"
+)
+
+
+def untuned_csv(cov: Coverage, hot_only: bool = False) -> bytes:
+    """aiter's untuned CSV with exactly the keys that miss (the input of ``gemm_moe_tune.py
+    -i``), one row per (shape, token), in the form of aiter's own untuned tables."""
+    lines = [UNTUNED_HEADER]
+    seen = set()
+    for x in cov.lookups:
+        if x.status != MISS or (hot_only and not x.hot):
+            continue
+        s = x.shape
+        for token in x.tokens:
+            row = (
+                f"{token},{s.model_dim},{s.inter_dim},{s.expert},{s.topk},{s.act_type},{s.dtype},"
+                f"{s.q_dtype_a},{s.q_dtype_w},{s.q_type},{s.use_g1u1},{s.doweight_stage1}"
+            )
+            if row not in seen:
+                seen.add(row)
+                lines.append(row)
+    return ("\n".join(lines) + "\n").encode()

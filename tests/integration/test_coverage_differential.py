@@ -213,7 +213,8 @@ def test_the_item_s_absence_is_seen_as_hot_misses(
     proc = subprocess.run(
         [sys.executable, "-m", "sglforge", "--root", str(root), "configs", "coverage"]
         + ["--model", str(GLM), "--scenario", str(TP8), "--aiter-configs", str(aiter_configs)]
-        + ["--sglang", str(trees["0.5.14+queue"]), "--json"],
+        + ["--sglang", str(trees["0.5.14+queue"]), "--json"]
+        + ["--untuned", str(tmp_path / "untuned_fmoe.csv")],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
@@ -223,6 +224,18 @@ def test_the_item_s_absence_is_seen_as_hot_misses(
     doc = json.loads(proc.stdout)
     assert not doc["ok"] and doc["hot_misses"] > 0
     assert all(x["status"] == "miss" for x in doc["lookups"])
+    # The tuner's input: aiter's untuned CSV with exactly the missing keys.
+    lines = (tmp_path / "untuned_fmoe.csv").read_text().splitlines()
+    assert lines[0] == coverage.UNTUNED_HEADER
+    keys = {tuple(ln.split(",")[:5]) for ln in lines[1:]}
+    assert len(lines) - 1 == len(keys) == doc["misses"] == 2 * 15  # main and draft, 1..16384
+    tail = "ActivationType.Silu,torch.bfloat16,torch.float4_e2m1fn_x2,torch.float4_e2m1fn_x2,"
+    assert lines[1] == f"1,6144,256,257,9,{tail}QuantType.per_1x32,1,0"
+    if AITER_COMMIT and (Path("/work/.mirror/ROCm+aiter/repo")).is_dir():
+        header = git.blob(
+            Path("/work/.mirror/ROCm+aiter/repo"), AITER_COMMIT, "aiter/configs/untuned_fmoe.csv"
+        )
+        assert header is not None and header.decode().splitlines()[0] == lines[0]
 
 
 def test_the_standin_is_handed_exactly_the_command_s_shapes(

@@ -47,6 +47,12 @@ def configs_group() -> None:
     help="A release's python/ folder (default: the pin's tree from `sglforge patches apply`).",
 )
 @click.option("--gfx", help="GPU arch (default: the scenario's target's, else gfx950).")
+@click.option(
+    "--untuned",
+    "untuned",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write aiter's untuned CSV with exactly the missing keys (the tuner's -i input).",
+)
 @json_option
 @pass_state
 def coverage_cmd(
@@ -57,6 +63,7 @@ def coverage_cmd(
     aiter_configs: Path | None,
     tree: Path | None,
     gfx: str | None,
+    untuned: Path | None,
     as_json: bool,
 ) -> None:
     """List every fused-MoE lookup a launch makes and whether a tuned row answers it.
@@ -71,6 +78,8 @@ def coverage_cmd(
       git -C AITER archive 9127c94a18e4 aiter/configs | tar -x -C build/aiter-base
       sglforge configs coverage --model /data/GLM-5.2-MXFP4 \\
           --scenario smoke/glm5-mxfp4-mtp-mi355x.toml --aiter-configs build/aiter-base/aiter/configs
+      # the misses as the tuner's input, for aiter's gemm_moe_tune.py -i on the GPU node:
+      sglforge configs coverage ... --untuned build/untuned_fmoe.csv
     """
     from sglforge import coverage
     from sglforge.patches.configs import base_tables_from_dir
@@ -92,6 +101,10 @@ def coverage_cmd(
         base = found
     result = coverage.for_scenario(st.root, model_dir, scenario, base, tree, gfx)
     hot = result.hot_misses()
+    if untuned is not None:
+        from sglforge.util import atomic_write
+
+        atomic_write(untuned, coverage.untuned_csv(result))
     if as_json:
         print_json(result.to_dict(), ok=not hot)
     else:
