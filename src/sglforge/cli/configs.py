@@ -143,3 +143,88 @@ def _by_shape(lookups: Iterable[Lookup]) -> dict[tuple[str, Shape], list[Lookup]
     for x in lookups:
         out.setdefault((x.model, x.shape), []).append(x)
     return out
+
+
+@configs_group.command("tune")
+@click.option(
+    "--image", required=True, metavar="IMG", help="The image to tune in (on the GPU node)."
+)
+@click.option(
+    "--model",
+    "model_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The checkpoint folder (its config.json).",
+)
+@click.option(
+    "--scenario",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Smoke scenario: the launch whose misses are tuned, and the container profile.",
+)
+@click.option("--name", required=True, help="Name of the config item to write (patches/configs/).")
+@click.option(
+    "--sglang",
+    "tree",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A release's python/ folder (default: the pin's tree from `sglforge patches apply`).",
+)
+@click.option("--tuner-arg", "tuner_args", multiple=True, help="Extra argument for aiter's tuner.")
+@json_option
+@pass_state
+def tune_cmd(
+    st: State,
+    image: str,
+    model_dir: Path,
+    scenario: Path,
+    name: str,
+    tree: Path | None,
+    tuner_args: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Tune the launch's missing aiter fused-MoE keys inside IMG and write a Pending item.
+
+    Runs aiter's own tuner (csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py) in a container
+    with the scenario's profile on exactly the keys `configs coverage` reports missing, and
+    writes its rows, unchanged, as patches/configs/NAME.{csv,toml} stamped with the image
+    digest, aiter's commit, gfx, cu_num and the tuner's arguments.
+
+    \b
+    Example (on the MI355X node):
+      sglforge configs tune --image sglforge/sglang:v0.5.14-rocm700-mi355x-q1234abcd \\
+          --model /data/GLM-5.2-MXFP4 --scenario smoke/glm5-mxfp4-mtp-mi355x.toml \\
+          --name glm52-mxfp4-moe-gfx950-tp8
+    """
+    from sglforge.tune import tune
+
+    out = tune(
+        st.root,
+        image,
+        model_dir,
+        scenario,
+        name,
+        tree=tree,
+        tuner_args=tuner_args,
+        say=lambda m: click.echo(m, err=True),
+    )
+    if as_json:
+        print_json(
+            {
+                "item": out.name,
+                "csv": out.csv_file,
+                "toml": out.meta_file,
+                "rows": out.rows,
+                "asked": out.asked,
+                "not_tuned": out.not_tuned,
+                "work": out.work,
+            },
+            ok=out.not_tuned == 0,
+        )
+    else:
+        click.echo(
+            f"{out.meta_file}: {out.rows} tuned row(s) for {out.asked} missing key(s)"
+            + (f", {out.not_tuned} not tuned" if out.not_tuned else "")
+            + f" (tuner input, output and log in {out.work})"
+        )
+    if out.not_tuned:
+        raise SystemExit(EXIT_PROBLEMS)

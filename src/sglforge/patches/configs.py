@@ -64,6 +64,23 @@ META_KEYS = {
     "covers",
     "gaps",
     *(f"upstream-{k}" for k in ("repo", "commit", "path", "blob", "sha256")),
+    # rows tuned by `sglforge configs tune` (upstream-status "Pending"): where and how
+    *(
+        f"tuned-{k}"
+        for k in (
+            "image",
+            "image-digest",
+            "aiter-version",
+            "aiter-commit",
+            "gfx",
+            "cu-num",
+            "args",
+            "input-sha256",
+            "output-sha256",
+        )
+    ),
+    "time-before",
+    "time-after",
 }
 META_REQUIRED = ("description", "tool", "table", "target", "gfx", "upstream-status", "origin")
 
@@ -100,6 +117,7 @@ class ConfigItem:
     rows: tuple[tuple[str, ...], ...]
     sha256: str  # of the CSV bytes
     upstream: Upstream | None = None
+    tuned: Mapping[str, object] | None = None  # tuned-* provenance of a locally tuned item
 
     @property
     def installed_name(self) -> str:
@@ -231,6 +249,7 @@ def load_item(root: Path, meta_path: Path) -> ConfigItem:
         rows=tuple(rows),
         sha256=hashlib.sha256(data).hexdigest(),
         upstream=upstream,
+        tuned={k: v for k, v in config.items() if k.startswith("tuned-")} or None,
     )
 
 
@@ -266,6 +285,8 @@ def upstream_findings(
     found: list[tuple[str, int, str, str]] = []
     for item in items:
         up = item.upstream
+        if up is None and item.tuned and item.upstream_status.startswith("Pending"):
+            continue  # tuned here: its provenance is the tuned-* stamp, not an upstream file
         if up is None:
             found.append(
                 (
