@@ -105,3 +105,50 @@ def load_scenario_args(path: Path) -> tuple[str, ...]:
     from sglforge.smoke.scenario import load_scenario
 
     return load_scenario(path).args
+
+
+@pytest.mark.parametrize(
+    "scenario", ["glm5-mxfp4-mtp-mi355x.toml", "glm5-mxfp4-mtp-tp4dp2-mi355x.toml"]
+)
+def test_coverage_of_the_glm52_launches_on_the_0_5_14_replica(
+    tmp_path: Path, docker_client: docker.DockerClient, scenario: str
+) -> None:
+    # The replica's aiter is the 0.1.7 wheel (no GLM-5 table, no flat column): with the queue's
+    # item every lookup hits except the tokens only FLAT rows tune (left out there). The lookup
+    # rules are the release image's aiter's (9127c94a18e4: buckets 1, 2, 4, ...), not the
+    # wheel's: the replica stands in for the image's tables, not for its aiter's code.
+    import subprocess
+    import sys
+
+    from sglang_release import release_tree
+
+    replica = ensure_sglang_base("0.5.14", client=docker_client)
+    tree = release_tree(tmp_path / "sglang", "0.5.14", patched=True) / "python"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--root", str(REPO), "configs", "coverage"]
+        + ["--model", str(REPO / "tests" / "standin" / "model-mxfp4")]
+        + ["--scenario", str(REPO / "smoke" / scenario), "--base-image", replica]
+        + ["--sglang", str(tree), "--json"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=900,
+    )
+    doc = json.loads(proc.stdout)
+    missed = {
+        (x["model"], x["expert"], x["topk"], x["inter_dim"], t)
+        for x in doc["lookups"]
+        if x["status"] == "miss"
+        for t in x["tokens"]
+    }
+    flat = set()
+    (item,) = load_items(REPO)
+    for r in item.records():
+        if r["flat"] == "1":
+            key = (int(r["expert"]), int(r["topk"]), int(r["inter_dim"]), int(r["token"]))
+            flat.add(key)
+    inter = 256 if "tp4" not in scenario else 512
+    expected = {("main" if e == 257 else "draft", e, k, i, t) for e, k, i, t in flat if i == inter}
+    assert missed == expected, sorted(missed ^ expected)
+    assert proc.returncode == (1 if any(m[0] == "main" for m in missed) else 0), proc.stderr
+    print(scenario, "misses", doc["misses"], "hot", doc["hot_misses"], sorted(missed))
