@@ -173,10 +173,11 @@ def available_versions(project: str, spec: SpecifierSet | str = "") -> list[Vers
     pre = bool(spec_set.prereleases)
     matching = sorted(set(spec_set.filter(usable, prereleases=pre)))
     if not matching:
+        newest = max([v for v in usable if pre or not v.is_prerelease] or usable)
         raise UpstreamError(
             f"pypi:{project}: no release matches {str(spec_set)!r} "
-            f"(newest on the index: {max(usable)})",
-            f"widen the range, e.g. --upstream 'pypi:{project}>={max(usable)}'",
+            f"(newest on the index: {newest})",
+            f"widen the range, e.g. --upstream 'pypi:{project}>={newest}'",
         )
     return matching
 
