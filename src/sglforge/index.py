@@ -584,6 +584,8 @@ def _copy_local(
     file: File, tmp: Path, digest: Any, on_bytes: Callable[[int, int | None], None] | None
 ) -> None:
     src = _local_path(file.url)
+    if on_bytes:
+        on_bytes(0, src.stat().st_size)
     with open(src, "rb") as fin, open(tmp, "wb") as fout:
         while chunk := fin.read(1 << 20):
             fout.write(chunk)
@@ -621,6 +623,8 @@ def _fetch(
                 )
             size = res.headers.get("Content-Length", "")
             known = int(size) if size.isdigit() else file.size
+            if on_bytes:
+                on_bytes(0, known)
             try:
                 with open(tmp, "wb") as fh:
                     for chunk in res.iter_content(1 << 18):

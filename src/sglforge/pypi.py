@@ -57,7 +57,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge import git, index
 from sglforge.errors import ConfigError, LocalDiskError, UpstreamError
-from sglforge.progress import Progress, resolve
+from sglforge.progress import Progress, Task, resolve
 
 DEFAULT_SPEC = ">=0.5.10"
 # Bump when the tree layout or commit format changes: it is part of the store's folder name,
@@ -175,8 +175,7 @@ def available_versions(project: str, spec: SpecifierSet | str = "") -> list[Vers
     if not matching:
         newest = max([v for v in usable if pre or not v.is_prerelease] or usable)
         raise UpstreamError(
-            f"pypi:{project}: no release matches {str(spec_set)!r} "
-            f"(newest on the index: {newest})",
+            f"pypi:{project}: no release matches {str(spec_set)!r} (newest on the index: {newest})",
             f"widen the range, e.g. --upstream 'pypi:{project}>={newest}'",
         )
     return matching
@@ -228,11 +227,12 @@ def ensure(
         if not todo:
             return repo
         say.info(f"pypi:{project}: importing {len(todo)} release(s): {_listing(todo)}")
+        wheels = [
+            _wheel(base / "wheels", project, v, seed, say, f"wheel {n}/{len(todo)}", exact)
+            for n, v in enumerate(todo, 1)
+        ]
         with say.task(f"pypi:{project} releases", len(todo)) as task:
-            for n, version in enumerate(todo, 1):
-                wheel = _wheel(
-                    base / "wheels", project, version, seed, say, f"wheel {n}/{len(todo)}", exact
-                )
+            for version, wheel in zip(todo, wheels, strict=True):
                 _import_release(repo, version, wheel, project)
                 state["versions"].append(str(version))
                 _save_state(repo, state)
@@ -431,14 +431,28 @@ def _wheel(
             "it was asked for exactly (PEP 592)"
         )
     dest = wheels / chosen.file.filename
-    with say.task(f"{step} {chosen.file.filename}", chosen.file.size, unit="bytes") as task:
+    label = f"{step} {chosen.file.filename}"
+    tasks: list[Task] = []
+
+    def on_bytes(n: int, total: int | None) -> None:
+        if not tasks:  # started once the size is known (the answer's Content-Length)
+            tasks.append(say.start(label, total, unit="bytes"))
+        tasks[0].update(tasks[0].done + n, total)
+
+    try:
         digest = index.download(
             chosen.file,
             dest,
             what=f"downloading pypi:{project}=={version}",
-            on_bytes=lambda n, total: task.update(task.done + n, total),
+            on_bytes=on_bytes,
             warn=say.warn,
         )
+    except BaseException:
+        for t in tasks:
+            say.finish(t, ok=False)
+        raise
+    for t in tasks:
+        say.finish(t)
     _record(dest, digest)
     return dest
 
