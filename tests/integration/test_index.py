@@ -358,3 +358,72 @@ def test_zip_bombs_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         with pytest.raises(UpstreamError) as err:
             pypi._wheel_files(wheel, PROJECT)
         assert said in str(err.value) and "rm " in str(err.value), name
+
+
+@pytest.mark.parametrize(
+    "fault", ["ok", "wrong-password", "unreachable", "server-error", "wrong-sha256", "no-sha256"]
+)
+def test_index_credentials_reach_no_output_of_any_command(
+    tmp_path: Path, folder: Path, fault: str
+) -> None:
+    """A secret in PIP_INDEX_URL, through the CLI, on success and on every kind of failure:
+    not on stdout, stderr, --json, in any file under the project or in any cache name."""
+    import subprocess
+    import sys
+
+    secret = "tok-9f8e7d6c5b4a"
+    root = tmp_path / "proj"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "series").write_text("")
+    (root / "patches" / "upstream.toml").write_text(
+        f'url = "pypi:{PROJECT}>=0.1"\nref = "v0.2.0"\n'
+    )
+    server = IndexServer(
+        folder,
+        auth=("ann", secret if fault != "wrong-password" else "other"),
+        fail_first=100 if fault == "server-error" else 0,
+        wrong_sha256=fault == "wrong-sha256",
+        no_sha256=fault == "no-sha256",
+    )
+    with serve(server):
+        url = server.url(with_auth=False).replace("//", f"//ann:{secret}@")
+        if fault == "unreachable":
+            url = f"http://ann:{secret}@127.0.0.1:9/simple"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"),
+            "PIP_INDEX_URL": url,
+            "SGLFORGE_CACHE": str(tmp_path / "cache"),
+            "SGLFORGE_PIP_TIMEOUT": "2",
+        }
+        outputs = []
+        for extra in ([], ["--json"]):
+            res = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "sglforge",
+                    "--root",
+                    str(root),
+                    "patches",
+                    "check",
+                    "--tags",
+                    ">=0.1",
+                    *extra,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            outputs.append(res)
+    expected = 0 if fault in ("ok", "no-sha256") else 3
+    for res in outputs:
+        assert res.returncode == expected, res.stderr
+        assert secret not in res.stdout + res.stderr, (fault, res.stdout, res.stderr)
+    if expected:
+        assert "***@" in outputs[0].stderr or "127.0.0.1" in outputs[0].stderr
+    for path in [*root.rglob("*"), *(tmp_path / "cache").rglob("*")]:
+        assert secret not in path.name
+        if path.is_file() and path.stat().st_size < (1 << 20):
+            assert secret.encode() not in path.read_bytes(), path
