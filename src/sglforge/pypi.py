@@ -39,7 +39,6 @@ saying so. All of this runs under one file lock per project.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -279,21 +278,19 @@ def _listing(versions: Sequence[Version]) -> str:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """The project's store and wheels, one process at a time (others wait: a first import
+    can take minutes on a slow index). The project's lock helper, reentrant in-process."""
+    from sglforge.util import _flock
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a+")  # noqa: SIM115 - closed below, after the lock is released
     except OSError as exc:
         raise LocalDiskError(
             f"cannot write the sglforge cache at {path.parent}: {exc.strerror}",
             "free space or fix permissions there, or point $SGLFORGE_CACHE at another disk",
         ) from None
-    with fh:
-        # Blocks until another process importing into the same project's store is done.
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    with _flock(path, f"the PyPI cache {path.parent}", None):
+        yield
 
 
 def _packs(repo: Path) -> dict[str, int]:
