@@ -36,7 +36,7 @@ is present, and the integration test compares the shapes with what 0.5.14 and 0.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -560,18 +560,19 @@ def publish_gate(
     root: Path,
     scenario_path: Path,
     model_dir: Path | None,
-    base: BaseTables | None,
+    base: BaseTables | None | Callable[[], BaseTables | None],
     tree: Path | None = None,
 ) -> tuple[Gate | None, str]:
-    """The gate ``publish`` runs before the smoke: (gate, "") or (None, why it could not run)."""
+    """The gate ``publish`` runs before the smoke: (gate, "") or (None, why it could not run).
+
+    ``base`` may be a callable: the base image's tables are then read only when the gate runs.
+    """
     from sglforge.smoke.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)
     model_dir = model_dir or scenario.model_path
     if model_dir is None or not (model_dir / "config.json").is_file():
         return None, f"no config.json in the scenario's model folder ({model_dir})"
-    if base is None:
-        return None, "the base image has no aiter tables"
     config = read_model(model_dir)
     if not config.get("n_routed_experts") and not config.get("num_experts"):
         return None, "the model has no routed experts (no fused-MoE lookups)"
@@ -579,6 +580,10 @@ def publish_gate(
         tree = tree or default_tree(root)
     except ConfigError as exc:
         return None, exc.message
+    if callable(base):
+        base = base()
+    if base is None:
+        return None, "the base image has no aiter tables"
     cov = for_scenario(root, model_dir, scenario_path, base, tree)
     return gate(cov, scenario.accepted_misses), ""
 

@@ -441,9 +441,12 @@ def _coverage_gate(
 
     assert plan.scenario_path is not None
     plan.clock.reset()
-    base = base_aiter(built.base, dict(getattr(built, "labels", {}) or {})) if built.base else None
+    labels = dict(getattr(built, "labels", {}) or {})
     gate, why = coverage.publish_gate(
-        plan.root, plan.scenario_path, Path(model) if model else None, base
+        plan.root,
+        plan.scenario_path,
+        Path(model) if model else None,
+        lambda: base_aiter(built.base, labels) if built.base else None,
     )
     if gate is None:
         plan.coverage = {"not_run": why}

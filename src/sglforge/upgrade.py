@@ -393,8 +393,12 @@ def _coverage_gate(
     from sglforge import coverage
     from sglforge.overlay_configs import base_aiter
 
-    base = base_aiter(built.base, labels) if built.base else None
-    gate, why = coverage.publish_gate(stage, scenario, Path(model) if model else None, base)
+    gate, why = coverage.publish_gate(
+        stage,
+        scenario,
+        Path(model) if model else None,
+        lambda: base_aiter(built.base, labels) if built.base else None,
+    )
     if gate is None:
         say(f"coverage: not run ({why})")
         return ""

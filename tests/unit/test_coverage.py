@@ -270,3 +270,44 @@ def test_the_gate_fails_on_hot_misses_unless_the_scenario_accepts_them(tmp_path:
         path.write_text(text + bad)
         with pytest.raises(ConfigError, match=says):
             load_scenario(path)
+
+
+def test_the_command_s_bad_inputs_get_one_line_errors(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sglforge.cli import main
+
+    root = tmp_path / "project"
+    for part in ("patches", "images", "smoke"):
+        shutil.copytree(REPO / part, root / part)
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "tuned_fmoe.csv").write_text(table_text([]))
+    model = REPO / "tests" / "standin" / "model-mxfp4"
+    scenario = REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
+    base = ["--root", str(root), "configs", "coverage", "--model", str(model)]
+    base += ["--scenario", str(scenario)]
+    res = CliRunner().invoke(main, base)  # neither table source
+    assert res.exit_code == 2 and "exactly one of --base-image" in res.output
+    res = CliRunner().invoke(main, [*base, "--aiter-configs", str(configs)])  # no patched tree
+    assert res.exit_code == 2
+    assert "no patched sglang tree of the pin v0.5.14" in res.output
+    assert "sglforge patches apply" in res.output
+    res = CliRunner().invoke(
+        main, [*base, "--aiter-configs", str(configs), "--sglang", str(tmp_path)]
+    )
+    assert res.exit_code == 2 and "not a sglang release's python/ folder" in res.output
+    bad = tmp_path / "bad-model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    args = ["--root", str(root), "configs", "coverage", "--model", str(bad)]
+    args += [
+        "--scenario",
+        str(scenario),
+        "--aiter-configs",
+        str(configs),
+        "--sglang",
+        str(tmp_path),
+    ]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and "config.json: not JSON" in res.output
