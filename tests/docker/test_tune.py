@@ -64,9 +64,11 @@ def test_tune_turns_the_standin_tuner_s_rows_into_a_pending_item(
     tree = release_tree(tmp_path / "sglang", "0.5.14", patched=True) / "python"
     scenario = root / "smoke" / "standin-cpu-aiter.toml"
     model = REPO / "tests" / "standin" / "model-mxfp4"
-    before = {c.id for c in docker_client.containers.list(all=True)}
     out = tune(root, image, model, scenario, "glm52-tp4-standin", tree=tree, labels=docker_labels)
-    assert {c.id for c in docker_client.containers.list(all=True)} <= before  # removed
+    # The tuner's containers (role "tune", this session's labels) are gone (the engine is shared:
+    # only ours are looked at).
+    ours = [f"{k}={v}" for k, v in docker_labels.items()] + ["io.sglforge.role=tune"]
+    assert docker_client.containers.list(all=True, filters={"label": ours}) == []
     work = Path(out.work)
     untuned = (work / "untuned_fmoe.csv").read_text().splitlines()
     assert untuned[0] == coverage.UNTUNED_HEADER
