@@ -154,3 +154,60 @@ def test_coverage_of_the_glm52_launches_on_the_0_5_14_replica(
     assert missed == expected, sorted(missed ^ expected)
     assert proc.returncode == (1 if any(m[0] == "main" for m in missed) else 0), proc.stderr
     print(scenario, "misses", doc["misses"], "hot", doc["hot_misses"], sorted(missed))
+
+
+@pytest.mark.parametrize(
+    "scenario", ["glm5-mxfp4-mtp-mi355x.toml", "glm5-mxfp4-mtp-tp4dp2-mi355x.toml"]
+)
+def test_coverage_on_a_replica_with_the_release_image_s_aiter(
+    tmp_path: Path, docker_client: docker.DockerClient, docker_labels: dict[str, str], scenario: str
+) -> None:
+    # The replica whose aiter is ROCm/aiter at 9127c94a18e4 (the commit sglang 0.5.14's
+    # Dockerfile pins), taken from a clone: its tables read the FLAT rows, so the queue's item
+    # answers every GLM-5.2 lookup of both launches.
+    import os
+    import subprocess
+    import sys
+
+    from sglang_release import release_tree
+    from standin.base import RELEASE_AITER_COMMIT, aiter_clone
+
+    clone = aiter_clone()
+    if clone is None:
+        pytest.skip("no ROCm/aiter clone (set SGLFORGE_AITER_REPO): wheel replica only")
+    replica = ensure_sglang_base("0.5.14", client=docker_client, aiter_commit=RELEASE_AITER_COMMIT)
+    labels = docker_client.images.get(replica).labels
+    assert labels["io.sglforge.standin.aiter-commit"] == RELEASE_AITER_COMMIT
+    # Its tables are that commit's bytes.
+    name = "aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv"
+    raw = docker_client.containers.create(replica, labels=docker_labels)
+    try:
+        bits, _ = raw.get_archive(f"/sgl-workspace/aiter/{name}")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            assert member is not None
+            inside = member.read()
+    finally:
+        raw.remove(force=True)
+    upstream = subprocess.run(
+        ["git", "-C", str(clone), "show", f"{RELEASE_AITER_COMMIT}:{name}"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert inside == upstream
+    tree = release_tree(tmp_path / "sglang", "0.5.14", patched=True) / "python"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--root", str(REPO), "configs", "coverage"]
+        + ["--model", str(REPO / "tests" / "standin" / "model-mxfp4")]
+        + ["--scenario", str(REPO / "smoke" / scenario), "--base-image", replica]
+        + ["--sglang", str(tree), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["misses"] == 0 and doc["ok"]
+    assert {x["file"] for x in doc["lookups"]} == {"patches/configs/glm52-mxfp4-moe-gfx950.csv"}
+    print(scenario, "lookups", sum(len(x["tokens"]) for x in doc["lookups"]), "misses 0")
