@@ -25,6 +25,7 @@ from sglforge.engine.errors import (
     RegistryUnreachable,
 )
 from sglforge.engine.reference import PASSWORD_ENV, USER_ENV
+from sglforge.urls import scrub_text
 
 __all__ = [
     "PASSWORD_ENV",
@@ -100,7 +101,7 @@ def auth_config(registry: str) -> dict[str, str] | None:
 def scrub(message: str, creds: Credentials | None) -> str:
     """``message`` with any userinfo and the password taken out."""
     # Registries do not echo passwords, but a proxy or a URL with userinfo could; never risk it.
-    message = re.sub(r"//[^/@\s]+:[^/@\s]+@", "//***@", message)
+    message = scrub_text(message)
     if creds and creds.password:
         message = message.replace(creds.password, "***")
     return message.strip()
