@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,10 +229,16 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
     if parsed is not None and len(parsed) == 0 and "GIT binary patch" not in patch.diff:
         out.append(Finding(rel, header_lines + 1, "empty-patch", "the diff has no file changes"))
     diff_start = header_lines
+    link: str | None = None  # the path of the file section when it is a symlink
+    section_path, in_hunk = "", False
     for n, line in enumerate(lines[diff_start:], diff_start + 1):
         body = line.rstrip("\n")
+        if link is not None and in_hunk and body.startswith("+"):
+            out.extend(_symlink_findings(rel, n, link, body[1:]))
+            continue
         m = re.match(r"^diff --git a/(\S+) b/(\S+)", body)
         if m:
+            section_path, link, in_hunk = m.group(2), None, False
             for p in (m.group(1), m.group(2)):
                 if p.startswith("/") or ".." in p.split("/"):
                     out.append(Finding(rel, n, "unsafe-path", f"path {p!r} leaves the tree"))
@@ -242,6 +249,10 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
             if m.group(1).startswith("/") or ".." in p.split("/"):
                 out.append(Finding(rel, n, "unsafe-path", f"path {m.group(1)!r} leaves the tree"))
             continue
+        if re.match(r"^(?:new file mode|new mode|index \S+) 120000$", body):
+            link = section_path  # git stores a symlink as its target, one line
+        elif body.startswith("@@"):
+            in_hunk = True
         if body.startswith("index ") and re.search(r"^index [0-9a-f]{1,39}\.\.", body):
             nxt = "".join(lines[n : n + 4])
             if "GIT binary patch" in nxt:
@@ -270,6 +281,23 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
                     Finding(rel, n, "trailing-whitespace", "added line ends with whitespace")
                 )
     return out
+
+
+def _symlink_findings(rel: str, n: int, path: str, target: str) -> list[Finding]:
+    """An ``unsafe-symlink`` finding when the symlink at ``path`` points out of the tree.
+
+    git writes such a link into every worktree, and the build copies it into the image: a
+    link to ``/etc/passwd`` or ``../../..`` is never part of a fix to sglang.
+    """
+    where = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if target.startswith("/") or where == ".." or where.startswith("../"):
+        shown = target if len(target) <= 200 else target[:200] + "..."
+        return [
+            Finding(
+                rel, n, "unsafe-symlink", f"symlink {path} points to {shown!r}, out of the tree"
+            )
+        ]
+    return []
 
 
 def _line_of(patch: Patch, pattern: str) -> int:

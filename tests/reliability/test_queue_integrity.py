@@ -1,0 +1,91 @@
+"""Issue 19, the queue side: what a patch may carry and what the queue's verdicts say.
+
+One class per defect class; real git repositories in temporary folders (tests/synthetic.py)
+and the real CLI through click's runner. No mocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from reliability_helpers import cli
+
+from synthetic import NO_CONFLICT, git, make_project, make_upstream
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Path:
+    return make_upstream(tmp_path)
+
+
+@pytest.fixture
+def project(tmp_path: Path, upstream: Path) -> Path:
+    return make_project(tmp_path, upstream, NO_CONFLICT)
+
+
+def applied(project: Path, ref: str = "v1.0") -> Path:
+    code, _out, err = cli(project, "patches", "apply", "--ref", ref)
+    assert code == 0, err
+    return project / "build" / "worktrees" / ref
+
+
+def lint(project: Path) -> list[dict[str, object]]:
+    code, out, err = cli(project, "patches", "lint", "--json")
+    return list(json.loads(out)["findings"])
+
+
+# --- symlinks out of the tree are lint findings ------------------------------------------
+
+
+class TestSymlinkPatches:
+    @pytest.mark.parametrize(
+        ("link", "target", "bad"),
+        [
+            ("python/pkg/link_etc", "../../../../../../etc/passwd", True),
+            ("python/pkg/link_abs", "/etc", True),
+            ("link_top", "..", True),
+            ("python/pkg/deep/link_up", "../../../../outside", True),
+            ("python/pkg/deep/link_ok", "../../../outside", False),
+            ("python/pkg/link_in", "a.py", False),
+            ("python/pkg/link_round", "../pkg/../../python/pkg/b.py", False),
+        ],
+    )
+    def test_a_new_symlink_leaving_the_tree_is_a_finding(
+        self, project: Path, link: str, target: str, bad: bool
+    ) -> None:
+        wt = applied(project)
+        (wt / link).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, wt / link)
+        code, out, err = cli(project, "patches", "new", "add-symlink")
+        assert code == 0, err
+        found = [f for f in lint(project) if f["code"] == "unsafe-symlink"]
+        if bad:
+            assert len(found) == 1, found
+            assert link in str(found[0]["message"]) and target in str(found[0]["message"])
+        else:
+            assert found == []
+
+    def test_a_file_turned_into_an_escaping_symlink_is_a_finding(self, project: Path) -> None:
+        wt = applied(project)
+        (wt / "python/pkg/g.py").unlink()
+        os.symlink("/root/.ssh/id_rsa", wt / "python/pkg/g.py")
+        code, _out, err = cli(project, "patches", "new", "g-to-link")
+        assert code == 0, err
+        found = [f for f in lint(project) if f["code"] == "unsafe-symlink"]
+        assert len(found) == 1 and "python/pkg/g.py" in str(found[0]["message"]), lint(project)
+        code, _out, _err = cli(project, "patches", "lint")
+        assert code != 0  # an error, not a warning
+
+    def test_a_retargeted_symlink_is_checked_too(self, project: Path) -> None:
+        wt = applied(project)
+        os.symlink("a.py", wt / "python/pkg/ln")
+        assert cli(project, "patches", "new", "ln")[0] == 0
+        (wt / "python/pkg/ln").unlink()
+        os.symlink("../../../../x", wt / "python/pkg/ln")
+        assert cli(project, "patches", "new", "ln-moved")[0] == 0
+        found = [f for f in lint(project) if f["code"] == "unsafe-symlink"]
+        assert len(found) == 1 and "ln-moved" in str(found[0]["file"]), found
+        git(wt, "status")  # the worktree is still a sane git checkout
