@@ -331,7 +331,6 @@ def from_reference(base: Base) -> str:
 
 def _provenance(
     *,
-    image: str,
     version: str,
     target: BuildTarget,
     mode: str,
@@ -344,20 +343,28 @@ def _provenance(
     key_dockerfile: str,
     created: str | None,
     extra_labels: Mapping[str, str] | None,
-) -> tuple[dict[str, Any], str | None, dict[str, str]]:
-    """Manifest, inputs key and labels of a plan: the same facts, said three ways."""
-    manifest = make_manifest(
-        image=image,
-        version=version,
-        target=target,
-        mode=mode,
-        base=base,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
-        files=files,
-        deleted=deleted,
-    )
+) -> tuple[str, dict[str, Any], str | None, dict[str, str]]:
+    """Image name, manifest, inputs key and labels of a plan: the same facts, said four ways.
+
+    The key is taken over the manifest naming the queue-only reference (a key cannot hash a
+    name it is part of); the image is then named with both (``targets.image_tag``).
+    """
+
+    def manifest_for(image: str) -> dict[str, Any]:
+        return make_manifest(
+            image=image,
+            version=version,
+            target=target,
+            mode=mode,
+            base=base,
+            upstream=upstream,
+            queue_hash=queue_hash,
+            patches=patches,
+            files=files,
+            deleted=deleted,
+        )
+
+    manifest = manifest_for(target.image_ref(version, queue_hash))
     key = inputs_key(
         base_pinned=base.pinned if base else None,
         queue_hash=queue_hash,
@@ -367,6 +374,8 @@ def _provenance(
         mode=mode,
         manifest=manifest,
     )
+    image = target.image_ref(version, queue_hash, key)
+    manifest = manifest_for(image)
     labels = make_labels(
         image=image,
         version=version,
@@ -380,7 +389,7 @@ def _provenance(
         created=created or _now(),
         extra=extra_labels,
     )
-    return manifest, key, dict(labels)
+    return image, manifest, key, dict(labels)
 
 
 def plan_build(
@@ -447,9 +456,7 @@ def plan_build(
     else:
         choose_mode(mode, ())  # raises the ConfigError naming the known modes
         raise AssertionError(mode)
-    image = target.image_ref(version, queue_hash)
-    manifest, key, labels = _provenance(
-        image=image,
+    image, manifest, key, labels = _provenance(
         version=version,
         target=target,
         mode=mode,
@@ -696,8 +703,17 @@ def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
     from sglforge.engine import images as eng
 
     existing = eng.inspect(plan.image)
-    if existing is None or existing.labels.get(LABEL_INPUTS) != plan.inputs_key:
+    if existing is None:
         return None
+    if existing.labels.get(LABEL_INPUTS) != plan.inputs_key:
+        # The tag names its inputs: another image under it was not built from them (made by
+        # hand, or by another tool). An immutable tag is never re-pointed.
+        raise BuildError(
+            f"{plan.image} already names {existing.id} in the local engine, built from other "
+            f"inputs (io.sglforge.inputs {existing.labels.get(LABEL_INPUTS) or 'missing'}, "
+            f"this build's {plan.inputs_key}): an immutable tag is never re-pointed",
+            f"remove it if it is wrong: docker rmi {plan.image}",
+        )
     _retag(existing.id, plan.tags)
     return _result(
         replace(plan, labels=dict(existing.labels)), existing, True, None, False, started

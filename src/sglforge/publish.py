@@ -46,7 +46,7 @@ from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
 
 SMOKE_DIR = "smoke"
-_QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}$")
+_QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}(?:-i[0-9a-f]{6,64})?$")
 
 
 @dataclass(frozen=True)
