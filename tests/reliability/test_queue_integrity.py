@@ -89,3 +89,46 @@ class TestSymlinkPatches:
         found = [f for f in lint(project) if f["code"] == "unsafe-symlink"]
         assert len(found) == 1 and "ln-moved" in str(found[0]["file"]), found
         git(wt, "status")  # the worktree is still a sane git checkout
+
+
+# --- renames: check and apply give git's own verdict ---------------------------------------
+
+
+def statuses(project: Path, ref: str) -> dict[str, str]:
+    code, out, err = cli(project, "patches", "check", "--ref", ref, "--json")
+    assert code in (0, 1), (code, out, err)
+    refs = json.loads(out)["refs"]
+    return {p["name"]: p["status"] for p in refs[0]["patches"]}
+
+
+class TestRenamePatches:
+    @pytest.mark.parametrize(
+        ("old", "new", "edit"),
+        [
+            ("python/pkg/d.py", "python/pkg/d_renamed.py", False),  # no patch touches d.py
+            ("python/pkg/d.py", "d_at_top.py", False),
+            ("python/pkg/d.py", "python/pkg/sub/dir/d2.py", True),
+            ("python/pkg/b.py", "python/pkg/b_moved.py", True),  # b.py is patched earlier
+        ],
+    )
+    def test_a_rename_is_clean_at_its_pin_and_apply_goes_on(
+        self, project: Path, old: str, new: str, edit: bool
+    ) -> None:
+        wt = applied(project)
+        (wt / new).parent.mkdir(parents=True, exist_ok=True)
+        git(wt, "mv", old, new)
+        if edit:
+            with (wt / new).open("a") as f:
+                f.write("# edited after the move\n")
+        code, out, err = cli(project, "patches", "new", "rename-it")
+        assert code == 0, err
+        at_pin = statuses(project, "v1.0")
+        assert all(s in ("clean", "offset") for s in at_pin.values()), at_pin
+        # v1.1 moves other files around; the rename still applies and so does the rest.
+        code, _out, err = cli(project, "patches", "apply", "--ref", "v1.1")
+        assert code == 0, err
+        wt11 = project / "build" / "worktrees" / "v1.1"
+        assert (wt11 / new).is_file() and not (wt11 / old).exists()
+        record = json.loads((project / "build" / "worktrees" / ".v1.1.sglforge.json").read_text())
+        assert record["complete"] is True
+        assert statuses(project, "v1.1")[next(reversed(at_pin))] != "conflict"

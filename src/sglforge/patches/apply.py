@@ -10,12 +10,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglforge import git, progress
 from sglforge.errors import PatchError
-from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref, git_reason
+from sglforge.patches.check import (
+    APPLIED,
+    SKIPPED,
+    THREE_WAY,
+    UPSTREAMED,
+    check_ref,
+    git_reason,
+)
 from sglforge.patches.series import Queue, ref_version
 from sglforge.patches.upstream import Upstream, pinned_commit
 from sglforge.project import Project, ProjectLike
@@ -136,6 +143,10 @@ def apply_at(
         res = git.run(
             wt, "am", "--3way", "--keep-cr", "--quiet", str(patch.path.resolve()), check=False
         )
+        if res.status == 0 and st.status not in APPLIED:
+            # git's own verdict wins: the commit is made, so the queue goes on from it.
+            said = st.detail.splitlines()[0] if st.detail else st.status
+            st = replace(st, status=THREE_WAY, detail=f"applied by git am --3way ({said})")
         if res.status != 0 or st.status not in APPLIED:
             detail = st.detail if st.status not in APPLIED else ""
             if res.status != 0:

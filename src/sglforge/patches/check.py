@@ -180,7 +180,7 @@ def check_ref(
     results: list[PatchStatus] = []
     failed: dict[str, str] = {}  # patch name -> why it failed (for dependants)
     try:
-        index.load_paths(commit, sorted({f for p in queue.patches for f in p.files}))
+        index.load_paths(commit, sorted({f for p in queue.patches for f in p.paths or p.files}))
         fast = _fast_path(queue, index, version)
         if fast is not None:
             return RefReport(ref, commit, str(version) if version else None, fast)

@@ -86,6 +86,9 @@ class Patch:
     kind: str
     sha256: str
     text: str = ""  # the whole file, every byte kept (``util.decode_exact``): what git sees
+    # Every path the diff names on either side: ``files`` has the new names, a rename or copy
+    # also reads its old one (git needs it in the index to apply the patch).
+    paths: tuple[str, ...] = ()
 
     def trailer(self, key: str) -> str | None:
         for k, v in self.trailers:
@@ -210,9 +213,11 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
     subject, author, date, body = _mail_fields(header)
     description, trailers = _split_trailers(body)
     files: list[str] = []
+    paths: list[str] = []
     added = removed = 0
     for m in _FILE_RE.finditer(diff):
         files.append(m.group("b") if m.group("b") != "/dev/null" else m.group("a"))
+        paths += [x for x in (m.group("a"), m.group("b")) if x != "/dev/null"]
     if not files:
         for m in re.finditer(r"^\+\+\+ (?:b/)?(\S+)", diff, re.M):
             if m.group(1) != "/dev/null":
@@ -231,6 +236,7 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         header=header,
         diff=diff,
         files=uniq,
+        paths=tuple(dict.fromkeys([*paths, *uniq])),
         added=added,
         removed=removed,
         kind=classify(uniq),
