@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sglforge.errors import BaseImageMissing, BuildError, ConfigError
 from sglforge.project import Project, ProjectLike
 from sglforge.provenance import (
+    LABEL_ENTRYPOINT_RESET,
     LABEL_INPUTS,
     MANIFEST_PATH,
     Base,
@@ -238,10 +239,14 @@ def render_overlay_dockerfile(
     target: BuildTarget,
     deleted: Sequence[str],
     labels: Mapping[str, str] | None = None,
+    entrypoint: Sequence[str] = (),
+    cmd: Sequence[str] | None = None,
 ) -> str:
     """The overlay Dockerfile for ``base`` and ``target`` from ``images/overlay.Dockerfile``.
 
     Without ``labels`` the LABEL block is left out: that text is what the inputs key hashes.
+    A base ``entrypoint`` is reset at the end, whatever the template says (and the base's
+    ``cmd`` restated, as an ENTRYPOINT instruction clears the inherited CMD).
     """
     env = target.env
     env_lines = (
@@ -275,7 +280,19 @@ def render_overlay_dockerfile(
             )
         return values[m.group(1)]
 
-    return _PLACEHOLDER.sub(sub, template)
+    text = _PLACEHOLDER.sub(sub, template)
+    if entrypoint:
+        shown = json.dumps(list(entrypoint), ensure_ascii=False)
+        text = text.rstrip("\n") + (
+            f"\n\n# The base sets ENTRYPOINT {shown}; release images have none, and the run line"
+            "\n# (docker run IMAGE python3 -m sglang.launch_server ...) must run the server."
+            "\n# Reset here, and recorded in the label "
+            + LABEL_ENTRYPOINT_RESET
+            + ".\nENTRYPOINT []\n"
+        )
+        if cmd:
+            text += f"CMD {json.dumps(list(cmd), ensure_ascii=False)}\n"
+    return text
 
 
 def _label_instruction(labels: Mapping[str, str]) -> str:
@@ -421,9 +438,12 @@ def plan_build(
         from_ref = from_reference(base)
         workspace, ws_source = workspace_of(base.package_path, target.workspace)
         files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
+        entrypoint, cmd = base.entrypoint, base.cmd
 
         def render(labels: Mapping[str, str] | None) -> str:
-            return render_overlay_dockerfile(template, from_ref, target, deleted, labels)
+            return render_overlay_dockerfile(
+                template, from_ref, target, deleted, labels, entrypoint, cmd
+            )
 
         key_dockerfile, build_args, context_dir = render(None), {}, None
     elif mode == "source":
@@ -952,7 +972,14 @@ def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str
             f"{version}",
             "pass --base-image with the release image of the pinned version, or re-pin",
         )
-    return replace(base, sglang_version=info.version, package_path=info.path)
+    image = eng.require(base.ref)
+    return replace(
+        base,
+        sglang_version=info.version,
+        package_path=info.path,
+        entrypoint=image.entrypoint,
+        cmd=image.cmd,
+    )
 
 
 def _revision(pin: Any, applied: Any) -> str:

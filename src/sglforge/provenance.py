@@ -44,6 +44,7 @@ PREFIX = "io.sglforge."
 # import this module: engine/ never imports core).
 LABEL_MANAGED = PREFIX + "managed"
 LABEL_INPUTS = PREFIX + "inputs"  # the hash of everything the image is made of
+LABEL_ENTRYPOINT_RESET = PREFIX + "base.entrypoint-reset"  # the base ENTRYPOINT the overlay reset
 LABEL_QUEUE = PREFIX + "queue-hash"
 LABEL_PATCHES = PREFIX + "patches"  # patch names, comma-separated
 LABEL_TARGET = PREFIX + "target"
@@ -108,6 +109,10 @@ class Base:
     digest: str | None = None
     sglang_version: str | None = None
     package_path: str | None = None
+    # The base's ENTRYPOINT and CMD: an overlay resets an ENTRYPOINT (release images have
+    # none, and `docker run IMAGE python3 -m sglang.launch_server` must run the server).
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] | None = None
 
     @property
     def pinned(self) -> str | None:
@@ -162,7 +167,15 @@ def make_manifest(
         "rocm": target.rocm.name,
         "gpu_arch": target.gpu_arch,
         "mode": mode,
-        "base": {"name": base.ref, "digest": base.pinned} if base else None,
+        "base": (
+            {
+                "name": base.ref,
+                "digest": base.pinned,
+                **({"entrypoint_reset": list(base.entrypoint)} if base.entrypoint else {}),
+            }
+            if base
+            else None
+        ),
         "upstream": {
             "url": upstream.url,
             "source": upstream.source,
@@ -244,6 +257,8 @@ def make_labels(
         labels[OCI_BASE_NAME] = base.ref
         if base.pinned:
             labels[OCI_BASE_DIGEST] = base.pinned
+        if base.entrypoint:
+            labels[LABEL_ENTRYPOINT_RESET] = json.dumps(list(base.entrypoint))
     if inputs:
         labels[LABEL_INPUTS] = inputs
     # Given labels (--label, the project's source and revision) win over the defaults.

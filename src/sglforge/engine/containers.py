@@ -283,7 +283,7 @@ def _pid_alive(pid: int) -> bool:
 def running(
     image: str,
     *,
-    entrypoint: Sequence[str],
+    entrypoint: Sequence[str] | None,
     command: Sequence[str],
     profile: Profile,
     log_path: Path,
@@ -314,7 +314,7 @@ def running(
             try:
                 raw = c.containers.create(
                     image,
-                    entrypoint=list(entrypoint),
+                    entrypoint=None if entrypoint is None else list(entrypoint),
                     command=list(command),
                     name=name,
                     labels=all_labels,

@@ -54,6 +54,8 @@ class ImageInfo:
     labels: Mapping[str, str]
     size: int
     layers: tuple[str, ...]
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] | None = None
 
     @property
     def digest(self) -> str | None:
@@ -118,7 +120,18 @@ def inspect(ref: str) -> ImageInfo | None:
         labels=dict(cfg.get("Labels") or {}),
         size=int(data.get("Size") or 0),
         layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        entrypoint=_words(cfg.get("Entrypoint")) or (),
+        cmd=_words(cfg.get("Cmd")),
     )
+
+
+def _words(value: object) -> tuple[str, ...] | None:
+    """An image config's Entrypoint/Cmd as words (a string is the shell form's one word)."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return None
 
 
 def local_tags(repository: str) -> list[str]:
