@@ -132,3 +132,68 @@ class TestRenamePatches:
         record = json.loads((project / "build" / "worktrees" / ".v1.1.sglforge.json").read_text())
         assert record["complete"] is True
         assert statuses(project, "v1.1")[next(reversed(at_pin))] != "conflict"
+
+
+# --- `patches new` never writes outside the series, never drops what the user staged ----------
+
+
+def patch_files(project: Path) -> set[str]:
+    return {p.name for p in (project / "patches").glob("*.patch")}
+
+
+class TestNewPatchRefusals:
+    @pytest.mark.parametrize("dropped", [-1, 0, 2])  # the last, the first, a middle patch
+    def test_commits_of_a_patch_dropped_from_the_series_are_refused(
+        self, project: Path, dropped: int
+    ) -> None:
+        wt = applied(project)
+        series = project / "patches" / "series"
+        lines = [x for x in series.read_text().splitlines() if x and not x.startswith("#")]
+        gone = lines.pop(dropped)
+        series.write_text("".join(f"{x}\n" for x in lines))
+        (project / "patches" / gone).unlink()
+        before = patch_files(project)
+        with (wt / "python/pkg/a.py").open("a") as f:
+            f.write("x = 1\n")
+        code, out, err = cli(project, "patches", "new", "evil-name")
+        assert code == 4, (out, err)
+        assert gone in err and "not in patches/series" in err and "--force" in err
+        assert patch_files(project) == before  # nothing written, inside the series or out
+        assert series.read_text().count(".patch") == len(lines)
+        assert "x = 1" in (wt / "python/pkg/a.py").read_text()  # the edit is still there
+
+    def test_a_staged_gitlink_is_refused_and_kept(self, project: Path) -> None:
+        wt = applied(project)
+        sha = git(wt, "rev-parse", "HEAD").strip()
+        git(wt, "update-index", "--add", "--cacheinfo", f"160000,{sha},python/pkg/subm")
+        code, out, err = cli(project, "patches", "new", "with-gitlink")
+        assert code == 4, (out, err)
+        assert "python/pkg/subm" in err and "submodule" in err
+        staged = git(wt, "diff", "--cached", "--raw")
+        assert "160000" in staged and "python/pkg/subm" in staged  # not discarded
+        assert git(wt, "rev-parse", "HEAD").strip() == sha  # nothing committed
+
+    def test_a_nested_repository_is_refused(self, project: Path) -> None:
+        wt = applied(project)
+        nested = wt / "python/pkg/vendored"
+        nested.mkdir()
+        git(nested, "init", "-q")
+        (nested / "v.py").write_text("v = 1\n")
+        git(nested, "add", "v.py")
+        git(nested, "commit", "-q", "-m", "v")
+        before = patch_files(project)
+        code, out, err = cli(project, "patches", "new", "vendored")
+        assert code == 4, (out, err)
+        assert "python/pkg/vendored" in err and "submodule" in err
+        assert patch_files(project) == before
+
+    def test_a_staged_gitlink_beside_real_edits_is_refused_too(self, project: Path) -> None:
+        wt = applied(project)
+        sha = git(wt, "rev-parse", "HEAD").strip()
+        with (wt / "python/pkg/g.py").open("a") as f:
+            f.write("g = 2\n")
+        git(wt, "update-index", "--add", "--cacheinfo", f"160000,{sha},deps/lib")
+        before = patch_files(project)
+        code, out, err = cli(project, "patches", "new", "mixed")
+        assert code == 4 and "deps/lib" in err, (out, err)
+        assert patch_files(project) == before and git(wt, "rev-parse", "HEAD").strip() == sha
