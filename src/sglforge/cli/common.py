@@ -19,7 +19,13 @@ import click
 
 from sglforge import __version__
 from sglforge.cli import signals
-from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
+from sglforge.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_PROBLEMS,
+    EXIT_UNEXPECTED,
+    SglforgeError,
+    disk_error,
+)
 from sglforge.util import find_root, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -140,9 +146,20 @@ class Group(click.Group):
             ctx.exit(EXIT_PROBLEMS)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             _end_progress()
+            disk = disk_error(exc) if isinstance(exc, OSError) else None
+            if disk is not None:  # a full or read-only disk is the machine's, not a bug
+                click.echo(f"error: {printable(str(disk), keep=chr(10))}", err=True)
+                ctx.exit(disk.exit_code)
             log = _crash_log(ctx, exc)
-            click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
-            click.echo(f"  a log for bug reports is at {log}", err=True)
+            click.echo(f"error: unexpected {type(exc).__name__}: {printable(str(exc))}", err=True)
+            click.echo(
+                f"  a log for bug reports is at {log}"
+                if log
+                else "  (no log could be written; the traceback follows)",
+                err=True,
+            )
+            if log is None:
+                click.echo("".join(traceback.format_exception(exc)), err=True)
             ctx.exit(EXIT_UNEXPECTED)
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
@@ -156,20 +173,32 @@ def _end_progress() -> None:
     progress.current().close()
 
 
-def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
-    state = ctx.find_object(State)
-    try:
-        base = state.root / "build" / "logs" if state else Path.cwd()
-    except SglforgeError:
-        base = Path.cwd() / "build" / "logs"
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = base / f"crash-{stamp}.log"
-    path.write_text(
+def _crash_log(ctx: click.Context, exc: BaseException) -> Path | None:
+    """Where the crash log went: the project's build/logs, else the temp folder; None when
+    neither can be written. Never raises (it runs inside the last error handler)."""
+    import tempfile
+
+    text = (
         f"sglforge {__version__}\npython {sys.version}\nplatform {platform.platform()}\n"
         f"argv {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
     )
-    return path
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    folders: list[Path] = []
+    try:
+        state = ctx.find_object(State)
+        folders.append((state.root if state else Path.cwd()) / "build" / "logs")
+    except Exception:  # noqa: BLE001 - no root, no cwd: the temp folder still works
+        pass
+    folders.append(Path(tempfile.gettempdir()) / f"sglforge-logs-{os.getuid()}")
+    for base in folders:
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            path = base / f"crash-{stamp}-{os.getpid()}.log"
+            path.write_text(text, errors="replace")
+            return path
+        except Exception:  # noqa: BLE001, S112 - try the next folder
+            continue
+    return None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

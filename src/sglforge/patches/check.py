@@ -28,6 +28,7 @@ from sglforge.patches.configs import base_tables_from_dir, load_items, upstreame
 from sglforge.patches.series import Patch, Queue, ref_version
 from sglforge.patches.upstream import Upstream
 from sglforge.project import Project, ProjectLike
+from sglforge.util import scratch_dir
 
 CLEAN, OFFSET, THREE_WAY, CONFLICT, UPSTREAMED, SKIPPED = (
     "clean",
@@ -146,8 +147,7 @@ def check_queue(
     jobs: int | None = None,
 ) -> CheckReport:
     """Check every patch of ``queue`` at every ref; never touches a worktree."""
-    tmpdir = queue.root / "build" / "tmp"
-    tmpdir.mkdir(parents=True, exist_ok=True)
+    tmpdir = scratch_dir(queue.root, "tmp")  # a reading command: build/ may be read-only
     shas = up.resolve_all(refs)
     commits = [(ref, shas[ref]) for ref in refs]
     workers = max(1, min(jobs or (os.cpu_count() or 2), len(commits)))
