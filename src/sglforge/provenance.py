@@ -328,15 +328,78 @@ class Provenance:
         return self.manifest_found or bool(self.queue_hash)
 
 
+MANIFEST_MAX_BYTES = 16 << 20  # ours are a few kB; more is not a manifest of ours
+
+# The manifest's shape, checked in this one place: what ``make_manifest`` writes. A key of the
+# wrong type makes the whole manifest malformed (treated as absent): an image can hold any
+# bytes at MANIFEST_PATH, and no reader past this point has to guard against them.
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_TOP: dict[str, tuple[type, ...]] = {
+    "schema": (int,),
+    "image": _STR,
+    "sglang_version": _OPT_STR,
+    "target": _STR,
+    "rocm": _STR,
+    "gpu_arch": _STR,
+    "mode": _STR,
+    "sglforge": _STR,
+    "base": (dict, type(None)),
+    "upstream": (dict,),
+    "queue": (dict,),
+    "patches": (list,),
+    "files": (list,),
+    "deleted": (list,),
+    "configs": (list,),
+}
+
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _flat(value: object, lists: tuple[str, ...] = ()) -> bool:
+    """A mapping of scalars; only the keys in ``lists`` may hold lists of strings."""
+    if not isinstance(value, dict):
+        return False
+    return all(
+        isinstance(v, _SCALAR)
+        or (k in lists and isinstance(v, list) and all(isinstance(x, str) for x in v))
+        for k, v in value.items()
+    )
+
+
+def manifest_shape_ok(data: object) -> bool:
+    """Whether ``data`` has the shape ``make_manifest`` writes (unknown keys allowed)."""
+    if not isinstance(data, dict):
+        return False
+    for key, types in _TOP.items():
+        if key in data and not isinstance(data[key], types):
+            return False
+    base, upstream = data.get("base"), data.get("upstream")
+    if base is not None and not _flat(base, lists=("entrypoint_reset",)):
+        return False
+    if upstream is not None and not _flat(upstream):
+        return False
+    queue = data.get("queue") or {}
+    if not isinstance(queue.get("hash", ""), str):
+        return False
+    for rows in (queue.get("patches"), data.get("patches"), data.get("files"), data.get("configs")):
+        if rows is not None and not (isinstance(rows, list) and all(_flat(r) for r in rows)):
+            return False
+    return all(isinstance(d, str) for d in data.get("deleted") or [])
+
+
 def parse_manifest(raw: bytes | str | None) -> dict[str, Any] | None:
-    """The manifest from the file's bytes; None when absent or not a JSON object."""
-    if not raw:
+    """The manifest from the file's bytes; None when absent or malformed: not UTF-8, not
+    JSON, nested past reason, too large, or not of the shape ``make_manifest`` writes."""
+    if not raw or len(raw) > MANIFEST_MAX_BYTES:
         return None
     try:
-        loaded = json.loads(raw)
-    except json.JSONDecodeError:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        loaded = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    return loaded if isinstance(loaded, dict) else None
+    return loaded if manifest_shape_ok(loaded) else None
 
 
 def provenance_from(

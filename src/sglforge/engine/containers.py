@@ -343,8 +343,9 @@ def running(
             raise_held(arrived)
 
 
-def read_file(image: str, path: str) -> bytes | None:
-    """The bytes of ``path`` inside ``image`` (a created, never started container), or None."""
+def read_file(image: str, path: str, limit: int = 16 << 20) -> bytes | None:
+    """The bytes of ``path`` inside ``image`` (a created, never started container), or None
+    (also when the archive the engine sends is larger than ``limit`` bytes)."""
     api = client().api
     # Named up front, so a Ctrl-C while the engine creates it still leaves a name to remove.
     cid = f"sglforge-read-{uuid.uuid4().hex[:12]}"
@@ -363,7 +364,13 @@ def read_file(image: str, path: str) -> bytes | None:
             stream, _ = api.get_archive(cid, path)
         except docker.errors.NotFound:
             return None
-        data = b"".join(stream)
+        chunks, size = [], 0
+        for chunk in stream:  # read with a cap: an image can hold any file at ``path``
+            size += len(chunk)
+            if size > limit + (64 << 10):  # the tar headers around the file
+                return None
+            chunks.append(chunk)
+        data = b"".join(chunks)
     finally:
         try:
             api.remove_container(cid, force=True)
