@@ -251,6 +251,26 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+def env_seconds(name: str, default: float, minimum: float = 1.0) -> float:
+    """Seconds from the environment variable ``name`` (``default`` when unset), at least
+    ``minimum``; ConfigError (exit 2) naming the variable for text, nan or infinity: every
+    wait has a finite deadline."""
+    import math
+
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(
+            f"${name}={raw!r} is not a finite number of seconds", f"set {name}=SECONDS, or unset it"
+        )
+    return max(minimum, value)
+
+
 LOCK_WAIT_ENV = "SGLFORGE_LOCK_WAIT"
 
 

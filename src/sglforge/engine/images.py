@@ -24,6 +24,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests
 
 from sglforge.engine import LABEL, client, containers
 from sglforge.engine.credentials import Credentials, auth_config, scrub
@@ -36,7 +37,7 @@ from sglforge.engine.errors import (
     RegistryError,
 )
 from sglforge.engine.reference import parse
-from sglforge.util import atomic_write, raise_held, signals_held
+from sglforge.util import atomic_write, env_seconds, raise_held, signals_held
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # BuildKit's plain progress: "#12 [gfx950  3/41] RUN ..." (stage name optional).
@@ -280,19 +281,26 @@ def _sglang_info(image_id: str, data: Mapping[str, Any]) -> SglangInfo:
     )
 
 
+PROBE_TIMEOUT_ENV = "SGLFORGE_PROBE_TIMEOUT"
+
+
 def run_python(
     ref: str,
     code: str,
     labels: Mapping[str, str] | None = None,
-    timeout: float = 300,
+    timeout: float | None = None,
     *,
     args: Sequence[str] = (),
     working_dir: str | None = None,
 ) -> str:
     """Run ``python3 -c CODE ARGS`` in a throwaway container (no network); its output.
 
-    ``working_dir`` overrides the image's WORKDIR (None keeps it).
+    ``working_dir`` overrides the image's WORKDIR (None keeps it). The run has one overall
+    deadline, ``timeout`` (default ``$SGLFORGE_PROBE_TIMEOUT``, 120 s): a python3 that hangs
+    is a BuildFailed naming the image, and its container is removed.
     """
+    if timeout is None:
+        timeout = env_seconds(PROBE_TIMEOUT_ENV, 120.0)
     c = client()
     all_labels = {LABEL: "1", "io.sglforge.role": "probe", **(labels or {})}
     # Named up front: a Ctrl-C between the engine creating it and `create` returning still
@@ -311,7 +319,15 @@ def run_python(
             detach=True,
         )
         container.start()
-        result = container.wait(timeout=timeout)
+        try:
+            result = container.wait(timeout=timeout)
+        except requests.exceptions.RequestException:  # the engine's wait timed out
+            raise BuildFailed(
+                f"image {ref}: python3 did not finish within {timeout:g} s (a probe sglforge "
+                "runs in it: python3 -c ...); its container was removed",
+                f"check the image: docker run --rm --entrypoint python3 {ref} -c 'print(1)'; "
+                f"or set {PROBE_TIMEOUT_ENV}=SECONDS",
+            ) from None
         output = container.logs(stdout=True, stderr=True).decode(errors="replace")
     except docker.errors.DockerException as exc:
         raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
