@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +146,23 @@ class RegistrySession:
             resp = self._send(method, url, **kwargs)
         return resp
 
+    # A registry answering 429 (toomanyrequests) or 502/503/504 is asked again, after its
+    # Retry-After (at most 30 s) or 1, 2, 4 s.
+    RETRY_STATUS = (429, 502, 503, 504)
+    RETRIES = 3
+
     def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        for attempt in range(self.RETRIES + 1):
+            resp = self._send_once(method, url, **kwargs)
+            if resp.status_code not in self.RETRY_STATUS or attempt == self.RETRIES:
+                return resp
+            after = resp.headers.get("Retry-After", "")
+            wait = min(30.0, float(after)) if after.isdigit() else float(2**attempt)
+            resp.close()
+            time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _send_once(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         try:
             return self._http.request(method, url, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
