@@ -16,6 +16,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -72,6 +73,7 @@ def credentials(registry: str, env: dict[str, str] | None = None) -> Credentials
     import docker.auth
     import docker.errors
 
+    _check_docker_config(registry, env)
     try:
         config = docker.auth.load_config(config_path=None)
         found = config.resolve_authconfig(registry)
@@ -88,6 +90,41 @@ def credentials(registry: str, env: dict[str, str] | None = None) -> Credentials
     if user and password:
         return Credentials(user, password, "docker-config")
     return None
+
+
+def _check_docker_config(registry: str, env: dict[str, str]) -> None:
+    """CredentialsUnusable naming the Docker config when it cannot be what it should: the
+    Docker SDK reads a broken ``config.json`` as empty, and the registry's refusal of the
+    anonymous login that follows would hide the real problem."""
+    import json
+
+    folder_env = env.get("DOCKER_CONFIG")
+    folder = Path(folder_env) if folder_env else Path.home() / ".docker"
+    where = f"DOCKER_CONFIG={folder_env}" if folder_env else str(folder)
+    fix = "fix it, or point DOCKER_CONFIG at a folder with a valid config.json; or " + (
+        login_hint(registry)
+    )
+    if folder.exists() and not folder.is_dir():
+        raise CredentialsUnusable(f"{where}: not a folder (the Docker config is a folder)", fix)
+    path = folder / "config.json"
+    if not path.exists():
+        return
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CredentialsUnusable(
+            f"{path}: cannot read the Docker config ({exc.strerror})", fix
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "bad"
+        raise CredentialsUnusable(
+            f"{path}: invalid JSON in the Docker config ({why})", fix
+        ) from None
+    auths = data.get("auths", {}) if isinstance(data, dict) else None
+    if not isinstance(auths, dict):
+        raise CredentialsUnusable(
+            f'{path}: the Docker config is not a JSON object with an "auths" object', fix
+        )
 
 
 def auth_config(registry: str) -> dict[str, str] | None:
