@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 from sglforge.config import Table, read_toml
 from sglforge.defaults import project_file
 from sglforge.errors import ConfigError
+from sglforge.util import non_ascii_note, one_line
 
 TARGETS_FILE = Path("images") / "targets.toml"
 TEMPLATE_FIELDS = frozenset({"version", "rocm", "gpu_arch", "target", "date"})
@@ -197,7 +198,8 @@ class Targets:
         if target is None or rocm_name is None:
             known = ", ".join(self.names())
             raise ConfigError(
-                f"unknown target {spec!r} (known in {self.path}: {known})",
+                f"unknown target {one_line(spec, 100)!r}{non_ascii_note(spec)} "
+                f"(known in {self.path}: {known})",
                 "sglforge build --target mi355x",
             )
         return BuildTarget(

@@ -188,6 +188,12 @@ TMP_SUFFIX = ".sglforge-tmp"
 
 
 _HELD = threading.local()  # .counts: lock file -> how many times this thread holds it
+_COMMAND = ["sglforge"]  # what a lock file says holds it: the CLI sets the subcommand
+
+
+def set_command(name: str) -> None:
+    """Name the running command (``sglforge patches apply``) in the locks it takes."""
+    _COMMAND[0] = printable(" ".join(name.split()))[:200] or "sglforge"
 
 
 def _lock_file(root: Path, kind: str, key: Path) -> Path:
@@ -204,7 +210,6 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
     the holder (the pid and command it wrote into the lock file).
     """
     import fcntl
-    import sys
 
     key = str(path)
     held: dict[str, int] = _HELD.__dict__.setdefault("counts", {})
@@ -231,7 +236,7 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
             except BlockingIOError:
                 if deadline is not None and time.monotonic() >= deadline:
                     fh.seek(0)
-                    holder = fh.read().strip() or "another sglforge process"
+                    holder = printable(fh.read(300).strip()) or "another sglforge process"
                     raise BusyError(
                         f"{what} is busy: {holder} is working on it"
                         + (f" (waited {wait:g} s)" if wait else ""),
@@ -242,7 +247,7 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
         try:
             fh.seek(0)
             fh.truncate()
-            fh.write(f"pid {os.getpid()} (sglforge {' '.join(sys.argv[1:3])})".strip() + "\n")
+            fh.write(f"pid {os.getpid()} ({_COMMAND[0]})\n")
             fh.flush()
             held[key] = 1
             yield
@@ -462,6 +467,26 @@ def printable(text: str, keep: str = "") -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def non_ascii_note(name: str) -> str:
+    """``" (it holds non-ASCII U+0456 at 2)"`` for a name with a look-alike character (a
+    Cyrillic і in ``mі355x``), else ``""``: such a name cannot be told from the real one."""
+    odd = [(n, ch) for n, ch in enumerate(name, 1) if not ch.isascii()]
+    if not odd:
+        return ""
+    shown = ", ".join(f"U+{ord(ch):04X} at {n}" for n, ch in odd[:3])
+    return f" (it holds non-ASCII {shown}{', ...' if len(odd) > 3 else ''})"
+
+
+def one_line(text: object, limit: int = 400) -> str:
+    """``text`` for a one-line field (a label, a reference, a name): ``printable`` with newlines
+    escaped too, so it cannot forge a line (a ``next:`` hint, a ``RUN``), and cut at
+    ``limit`` characters with how many were left out."""
+    shown = printable(str(text))
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit]}... ({len(shown) - limit} more characters)"
 
 
 def check_output_file(path: str | os.PathLike[str], option: str) -> Path:

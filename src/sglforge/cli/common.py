@@ -26,7 +26,7 @@ from sglforge.errors import (
     SglforgeError,
     disk_error,
 )
-from sglforge.util import find_root, printable
+from sglforge.util import find_root, one_line, printable, set_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -279,7 +279,7 @@ def print_json(obj: Any, ok: bool | None = None) -> None:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain left-aligned text table; cells show control characters escaped (``printable``)."""
     cells = [[str(h) for h in headers]] + [
-        ["" if c is None else printable(str(c)) for c in r] for r in rows
+        ["" if c is None else one_line(c) for c in r] for r in rows
     ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
@@ -298,6 +298,8 @@ def pass_state(f: F) -> F:
     @functools.wraps(f)
     @click.pass_context
     def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        # The lock file names the subcommand ("sglforge patches apply"), for the busy message.
+        set_command(ctx.command_path)
         return ctx.invoke(f, state(ctx), *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

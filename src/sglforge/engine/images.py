@@ -36,7 +36,7 @@ from sglforge.engine.errors import (
     RegistryAuthRefused,
     RegistryError,
 )
-from sglforge.engine.reference import parse
+from sglforge.engine.reference import parse, refuse_controls
 from sglforge.util import atomic_write, env_seconds, raise_held, signals_held
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -102,6 +102,7 @@ def _api(c: docker.DockerClient | None = None) -> Any:
 
 def inspect(ref: str) -> ImageInfo | None:
     """The local image ``ref`` names, or None when the engine has no such image."""
+    refuse_controls(ref)
     try:
         data = _api().inspect_image(ref)
     except docker.errors.ImageNotFound:
