@@ -197,3 +197,33 @@ class TestNewPatchRefusals:
         code, out, err = cli(project, "patches", "new", "mixed")
         assert code == 4 and "deps/lib" in err, (out, err)
         assert patch_files(project) == before and git(wt, "rev-parse", "HEAD").strip() == sha
+
+
+# --- apply runs one `git am` per run of patches, with the same verdicts and conflict state -------
+
+
+class TestBatchedApply:
+    def test_a_conflict_inside_a_run_leaves_a_one_patch_session(
+        self, tmp_path: Path, upstream: Path
+    ) -> None:
+        from synthetic import PATCHES
+
+        project = make_project(tmp_path / "full", upstream, PATCHES)
+        code, _out, err = cli(project, "patches", "apply", "--ref", "v1.1")
+        assert code == 4 and "0004-fix-d.patch" in err, err
+        wt = project / "build" / "worktrees" / "v1.1"
+        subjects = git(wt, "log", "--format=%s", "v1.1..HEAD").split("\n")
+        assert [s.split(":")[0] for s in subjects if s] == ["fix-c", "fix-b", "fix-a"]
+        rebase = Path(git(wt, "rev-parse", "--git-path", "rebase-apply").strip())
+        rebase = rebase if rebase.is_absolute() else wt / rebase
+        assert (rebase / "last").read_text().strip() == "1"  # only fix-d is in the session
+        assert git(wt, "diff", "--name-only", "--diff-filter=U").strip() == "python/pkg/d.py"
+
+    def test_verdicts_match_the_check_across_skips_and_runs(self, project: Path) -> None:
+        code, out, err = cli(project, "patches", "apply", "--ref", "v1.1", "--json")
+        assert code == 0, err
+        applied = {p["name"]: p["status"] for p in json.loads(out)["patches"]}
+        assert applied == statuses(project, "v1.1")
+        wt = project / "build" / "worktrees" / "v1.1"
+        made = git(wt, "rev-list", "--count", "v1.1..HEAD").strip()
+        assert int(made) == sum(s in ("clean", "offset", "three-way") for s in applied.values())
