@@ -119,20 +119,19 @@ def bench_apply(n: int) -> bool:
 
 
 def peak_rss(root: Path, *args: str) -> int:
-    """Max RSS in bytes of one ``sglforge`` child."""
-    code = (
-        "import resource, runpy, sys; sys.argv = ['sglforge', *sys.argv[1:]]\n"
-        "try:\n    runpy.run_module('sglforge', run_name='__main__')\n"
-        "except SystemExit:\n    pass\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code, "-q", "--root", str(root), *args],
+    """Max RSS in bytes of one ``sglforge`` child (its own rusage, from wait4)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sglforge", "-q", "--root", str(root), *args],
         env={**ENV, "SGLFORGE_CACHE": str(root.parent / "cache")},
-        capture_output=True,
-        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
-    return int(res.stderr.strip().splitlines()[-1]) * 1024
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"sglforge {' '.join(args)} exited {proc.returncode}: {err}")
+    return int(usage.ru_maxrss) * 1024
 
 
 def bench_big(mb: int) -> bool:
@@ -142,7 +141,13 @@ def bench_big(mb: int) -> bool:
         scratch = base / "scratch"
         big = scratch / "python" / "pkg" / "big.py"
         line = "x = 'abcdefghijklmnopqrstuvwxyz0123456789abcdefghijk'\n"  # 60 bytes
-        big.write_text(line * (mb * (1 << 20) // (len(line) + 1)))
+        # Written in blocks: a child's max RSS counts the parent's memory at fork time, so the
+        # bench itself must stay small for the figures to be the children's own.
+        lines = mb * (1 << 20) // (len(line) + 1)
+        with big.open("w") as fh:
+            for _ in range(lines // 10_000):
+                fh.write(line * 10_000)
+            fh.write(line * (lines % 10_000))
         git(scratch, "add", "-A")
         git(scratch, "commit", "-q", "-m", "big\n\nUpstream-Status: Pending")
         text = git(scratch, "format-patch", "--zero-commit", "-1", "-o", str(root / "patches"))

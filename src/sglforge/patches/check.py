@@ -214,7 +214,7 @@ def _fast_path(
     those reports are mapped back to patches by the order of their file sections.
     """
     patches = queue.patches
-    if not patches or any(p.applies_at(version) is False or not p.diff.strip() for p in patches):
+    if not patches or any(p.applies_at(version) is False or not p.has_diff() for p in patches):
         return None
     paths = [str(p.path.resolve()) for p in patches]
     res = index.git("apply", "--cached", "-v", *paths)
@@ -238,8 +238,12 @@ def _fast_path(
 
 
 def _file_sections(patch: Patch) -> list[str]:
-    found = re.findall(r"^diff --git a/\S+ b/(\S+)", patch.diff, re.M)
-    return found or re.findall(r"^\+\+\+ (?:b/)?(\S+)", patch.diff, re.M)
+    found = [m.group(1) for m in _SECTION.finditer(patch.body, patch.diff_start)]
+    return found or [m.group(1) for m in _PLUS.finditer(patch.body, patch.diff_start)]
+
+
+_SECTION = re.compile(r"^diff --git a/\S+ b/(\S+)", re.M)
+_PLUS = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.M)
 
 
 def _failed_dependency(patch: Patch, queue: Queue, failed: dict[str, str]) -> str:
@@ -321,7 +325,7 @@ def _check_patch(
     version: Version | None,
     renames: dict[str, str],
 ) -> PatchStatus:
-    if not patch.diff.strip():
+    if not patch.has_diff():
         return PatchStatus(patch.name, CONFLICT, "empty patch: no diff", patch.files)
     allowed = patch.applies_at(version)
     text = patch.text  # the exact bytes `git am` gets in apply: one verdict for both
