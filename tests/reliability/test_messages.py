@@ -119,3 +119,27 @@ def test_the_lock_message_names_the_subcommand(tmp_path: Path) -> None:
         assert f"pid {holder.pid} (" in err and "sglforge patches apply)" in err, err
     finally:
         holder.communicate(timeout=120)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("patches", "list", "--json"),
+        ("patches", "check", "--ref", "no-such-ref", "--json"),
+        ("inspect", "sglforge-test/nothing-here:v0", "--json"),
+        ("patches", "hash", "--json"),
+    ],
+)
+def test_a_failing_json_command_prints_one_failure_document(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    import json
+
+    project = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
+    if args[1] in ("list", "hash"):
+        (project / "patches" / "series").write_text("0099-missing.patch\n")
+    code, out, err = cli(project, *args)
+    assert code not in (0, 70), (code, out, err)
+    doc = json.loads(out)  # exactly one document
+    assert doc["schema"] == 1 and doc["ok"] is False and doc["exit_code"] == code
+    assert doc["error"] and "error:" in err

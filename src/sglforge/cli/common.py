@@ -126,10 +126,13 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()
+        if ctx.parent is None:
+            _JSON_PRINTED[0] = False  # a new command (click's runner reuses the process)
         try:
             return super().invoke(ctx)
         except SglforgeError as exc:
             _end_progress()
+            _json_failure(ctx, exc)
             click.echo(f"error: {printable(str(exc), keep=chr(10))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
@@ -148,6 +151,7 @@ class Group(click.Group):
             _end_progress()
             disk = disk_error(exc) if isinstance(exc, OSError) else None
             if disk is not None:  # a full or read-only disk is the machine's, not a bug
+                _json_failure(ctx, disk)
                 click.echo(f"error: {printable(str(disk), keep=chr(10))}", err=True)
                 ctx.exit(disk.exit_code)
             log = _crash_log(ctx, exc)
@@ -164,6 +168,21 @@ class Group(click.Group):
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
             signals.install_startup()
+
+
+_JSON_PRINTED = [False]  # whether this command printed its --json document already
+
+
+def _json_failure(ctx: click.Context, exc: SglforgeError) -> None:
+    """With --json, a command that stopped before printing its document prints the failure
+    one (``"ok": false``, the error, the exit code): every --json run prints one document."""
+    st = ctx.find_object(State)
+    if st is None or not st.as_json or _JSON_PRINTED[0]:
+        return
+    print_json(
+        {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code},
+        ok=False,
+    )
 
 
 def _end_progress() -> None:
@@ -269,6 +288,7 @@ JSON_SCHEMA = 1
 def print_json(obj: Any, ok: bool | None = None) -> None:
     """Every ``--json`` document: ``schema`` (its version) and ``ok`` (whether the command
     succeeded: the same key in every command) first, then the command's own keys."""
+    _JSON_PRINTED[0] = True
     doc = to_jsonable(obj)
     if isinstance(doc, dict):
         success = ok if ok is not None else bool(doc.get("ok", True))
