@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sglforge.errors import BaseImageMissing, BuildError, ConfigError
+from sglforge.errors import BaseImageMissing, BuildError, ConfigError, SglforgeError
 from sglforge.project import Project, ProjectLike
 from sglforge.provenance import (
     LABEL_ENTRYPOINT_RESET,
@@ -683,6 +683,8 @@ def build_image(
             base = _check_base(base, bt, offline, say)
     if not dry_run:
         base = _inspect_base(root, base, version, labels)
+    else:
+        base = _dry_run_base(root, base, version, labels)
     staged = None
     if queue.configs and not dry_run:
         # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
@@ -946,6 +948,21 @@ def _numbers(version: str | None) -> tuple[int, ...]:
         return ()
     m = re.match(r"v?(\d+(?:\.\d+)*)", version)
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
+
+
+def _dry_run_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
+    """In a dry run, the base inspected as a real build would, when the engine has it
+    locally (nothing pulled, nothing written): the plan then shows the real immutable tag,
+    which names the base's digest. Otherwise the base stays unpinned (a tag without -i)."""
+    from sglforge.engine import images as eng
+
+    try:
+        info = eng.inspect(base.ref)
+        if info is None:
+            return base
+        return _inspect_base(root, replace(base, id=info.id, digest=info.digest), version, labels)
+    except SglforgeError:
+        return base
 
 
 def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:

@@ -336,7 +336,7 @@ MANIFEST_MAX_BYTES = 16 << 20  # ours are a few kB; more is not a manifest of ou
 _STR = (str,)
 _OPT_STR = (str, type(None))
 _TOP: dict[str, tuple[type, ...]] = {
-    "schema": (int,),
+    "schema": (int, str),
     "image": _STR,
     "sglang_version": _OPT_STR,
     "target": _STR,

@@ -70,7 +70,7 @@ def test_the_overlay_resets_a_base_entrypoint_and_records_it(
         assert cfg["Cmd"] == cmd  # what the base would run without a command stays
         recorded = cfg["Labels"].get(LABEL_ENTRYPOINT_RESET)
         assert (json.loads(recorded) if recorded else None) == entrypoint
-        assert ("ENTRYPOINT []" in result.plan.dockerfile) == bool(entrypoint)
+        assert ("ENTRYPOINT []" in result.plan.dockerfile.splitlines()) == bool(entrypoint)
         manifest = result.plan.manifest["base"]
         assert manifest.get("entrypoint_reset") == entrypoint
         # The documented run line runs what it names.

@@ -50,6 +50,35 @@ def test_the_good_shape_is_kept() -> None:
     assert parse_manifest(json.dumps(GOOD).encode()) == GOOD
 
 
+@pytest.mark.parametrize("entrypoint", [(), ("/bin/sh", "-c", "x")])
+def test_what_the_build_writes_is_read_back(tmp_path: Path, entrypoint: tuple[str, ...]) -> None:
+    """The writer (make_manifest, through plan_build) and the reader agree on the shape."""
+    from sglforge.build import plan_build
+    from sglforge.provenance import Base, PatchFacts, UpstreamFacts, manifest_bytes
+    from sglforge.targets import load_targets
+
+    repo = Path(__file__).resolve().parents[2]
+    wt = tmp_path / "wt"
+    (wt / "python/sglang").mkdir(parents=True)
+    (wt / "python/sglang/a.py").write_text("a = 1\n")
+    plan = plan_build(
+        "overlay",
+        target=load_targets(repo).resolve("mi355x"),
+        version="0.5.14",
+        mode_reason="test",
+        base=Base("b:1", id="sha256:" + "1" * 64, entrypoint=entrypoint, cmd=("/bin/bash",)),
+        upstream=UpstreamFacts("https://x/y.git", "/m", "v0.5.14", "c" * 40, "c" * 40),
+        queue_hash="ab" * 32,
+        patches=(PatchFacts("0001-a.patch", "a", "a" * 64, "python", "Pending"),),
+        worktree=wt,
+        changed_files=("python/sglang/a.py", "python/sglang/gone.py"),
+        template=(repo / "images" / "overlay.Dockerfile").read_text(),
+        created="2026-01-01T00:00:00Z",
+    )
+    manifest = {**plan.manifest, "configs": [{"name": "c", "rows": 3, "gfx": "gfx950"}]}
+    assert parse_manifest(manifest_bytes(manifest)) == json.loads(manifest_bytes(manifest))
+
+
 @pytest.mark.parametrize("raw", HOSTILE, ids=lambda raw: repr(raw[:30]))
 def test_a_malformed_manifest_is_treated_as_absent(raw: bytes) -> None:
     assert parse_manifest(raw) is None
