@@ -19,9 +19,15 @@ import click
 
 from sglforge import __version__
 from sglforge.cli import signals
-from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
+from sglforge.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_PROBLEMS,
+    EXIT_UNEXPECTED,
+    SglforgeError,
+    disk_error,
+)
 from sglforge.urls import scrub_text
-from sglforge.util import find_root, printable
+from sglforge.util import find_root, one_line, printable, set_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,10 +131,13 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()
+        if ctx.parent is None:
+            _JSON_PRINTED[0] = False  # a new command (click's runner reuses the process)
         try:
             return super().invoke(ctx)
         except SglforgeError as exc:
             _end_progress()
+            _json_failure(ctx, exc)
             # every URL in a message is shown without its credentials, whoever built it
             click.echo(f"error: {printable(scrub_text(str(exc)), keep=chr(10))}", err=True)
             ctx.exit(exc.exit_code)
@@ -146,13 +155,48 @@ class Group(click.Group):
             ctx.exit(EXIT_PROBLEMS)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             _end_progress()
+            disk = disk_error(exc) if isinstance(exc, OSError) else None
+            if disk is not None:  # a full or read-only disk is the machine's, not a bug
+                _json_failure(ctx, disk)
+                click.echo(f"error: {printable(str(disk), keep=chr(10))}", err=True)
+                ctx.exit(disk.exit_code)
             log = _crash_log(ctx, exc)
-            click.echo(f"error: unexpected {type(exc).__name__}: {scrub_text(str(exc))}", err=True)
-            click.echo(f"  a log for bug reports is at {log}", err=True)
+            click.echo(
+                f"error: unexpected {type(exc).__name__}: {printable(scrub_text(str(exc)))}",
+                err=True,
+            )
+            click.echo(
+                f"  a log for bug reports is at {log}"
+                if log
+                else "  (no log could be written; the traceback follows)",
+                err=True,
+            )
+            if log is None:
+                click.echo("".join(traceback.format_exception(exc)), err=True)
             ctx.exit(EXIT_UNEXPECTED)
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
             signals.install_startup()
+
+
+_JSON_PRINTED = [False]  # whether this command printed its --json document already
+
+
+def _json_failure(ctx: click.Context, exc: SglforgeError) -> None:
+    """With --json, a command that stopped before printing its document prints the failure
+    one (``"ok": false``, the error, the exit code): every --json run prints one document."""
+    st = ctx.find_object(State)
+    if st is None or not st.as_json or _JSON_PRINTED[0]:
+        return
+    print_json(
+        {
+            "ok": False,
+            "error": scrub_text(exc.message),
+            "hint": scrub_text(exc.hint) if exc.hint else exc.hint,
+            "exit_code": exc.exit_code,
+        },
+        ok=False,
+    )
 
 
 def _end_progress() -> None:
@@ -162,20 +206,32 @@ def _end_progress() -> None:
     progress.current().close()
 
 
-def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
-    state = ctx.find_object(State)
-    try:
-        base = state.root / "build" / "logs" if state else Path.cwd()
-    except SglforgeError:
-        base = Path.cwd() / "build" / "logs"
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = base / f"crash-{stamp}.log"
-    path.write_text(
+def _crash_log(ctx: click.Context, exc: BaseException) -> Path | None:
+    """Where the crash log went: the project's build/logs, else the temp folder; None when
+    neither can be written. Never raises (it runs inside the last error handler)."""
+    import tempfile
+
+    text = (
         f"sglforge {__version__}\npython {sys.version}\nplatform {platform.platform()}\n"
         f"argv {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
     )
-    return path
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    folders: list[Path] = []
+    try:
+        state = ctx.find_object(State)
+        folders.append((state.root if state else Path.cwd()) / "build" / "logs")
+    except Exception:  # noqa: BLE001 - no root, no cwd: the temp folder still works
+        pass
+    folders.append(Path(tempfile.gettempdir()) / f"sglforge-logs-{os.getuid()}")
+    for base in folders:
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            path = base / f"crash-{stamp}-{os.getpid()}.log"
+            path.write_text(text, errors="replace")
+            return path
+        except Exception:  # noqa: BLE001, S112 - try the next folder
+            continue
+    return None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -246,6 +302,7 @@ JSON_SCHEMA = 1
 def print_json(obj: Any, ok: bool | None = None) -> None:
     """Every ``--json`` document: ``schema`` (its version) and ``ok`` (whether the command
     succeeded: the same key in every command) first, then the command's own keys."""
+    _JSON_PRINTED[0] = True
     doc = to_jsonable(obj)
     if isinstance(doc, dict):
         success = ok if ok is not None else bool(doc.get("ok", True))
@@ -256,7 +313,7 @@ def print_json(obj: Any, ok: bool | None = None) -> None:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain left-aligned text table; cells show control characters escaped (``printable``)."""
     cells = [[str(h) for h in headers]] + [
-        ["" if c is None else printable(str(c)) for c in r] for r in rows
+        ["" if c is None else one_line(c) for c in r] for r in rows
     ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
@@ -275,6 +332,8 @@ def pass_state(f: F) -> F:
     @functools.wraps(f)
     @click.pass_context
     def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        # The lock file names the subcommand ("sglforge patches apply"), for the busy message.
+        set_command(ctx.command_path)
         return ctx.invoke(f, state(ctx), *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
