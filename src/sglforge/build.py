@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sglforge.errors import BaseImageMissing, BuildError, ConfigError
+from sglforge.errors import BaseImageMissing, BaseImageUnreachable, BuildError, ConfigError
 from sglforge.project import Project, ProjectLike
 from sglforge.provenance import (
     LABEL_INPUTS,
@@ -820,13 +820,13 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
     )
     if answer is not None and answer.exists is None:
         # Unknown is not "missing": say so rather than send someone hunting for a typo.
-        raise BuildError(
+        raise BaseImageUnreachable(
             f"base image {base.ref} is not on the engine and its registry did not answer "
             f"({answer.error}); {found}",
             f"docker pull {base.ref} once the registry is reachable, or pass --base-image",
         )
     where = (
-        f"on the engine (${OFFLINE_ENV} is set: registries not asked)"
+        f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
         if offline
         else "on the engine or in its registry"
     )
@@ -853,7 +853,7 @@ def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[
         say(f"{pattern}: newest published tag is {chosen}")
         return f"{ref.name}:{chosen}"
     if offline:
-        where = f"on the engine (${OFFLINE_ENV} is set: registries not asked)"
+        where = f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
     elif remote is None:
         where = "on the engine (its registry did not list tags)"
     else:

@@ -118,6 +118,28 @@ class Group(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if self.name == "main":
+            # kept for the error document: a usage error can come before --json is parsed
+            ctx.meta[_ARGS_KEY] = list(args)
+            try:
+                return super().parse_args(ctx, args)
+            except click.ClickException as exc:
+                _usage_document(ctx, exc)
+                raise
+        return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but "did you mean" also knows the commands not loaded yet."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()
         try:
@@ -125,14 +147,22 @@ class Group(click.Group):
         except SglforgeError as exc:
             _end_progress()
             click.echo(f"error: {printable(str(exc), keep=chr(10))}", err=True)
+            _error_document(ctx, exc.exit_code, exc.message, exc.hint)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             _end_progress()
             code = signals.exit_code(exc)
             why = "" if code == EXIT_INTERRUPTED else f" ({exc})"
             click.echo(f"interrupted{why}: cleaned up, nothing half-written", err=True)
+            _error_document(ctx, code, f"interrupted{why}", "nothing was half-written; run again")
             ctx.exit(code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as exc:
+            _usage_document(ctx, exc)
+            raise
+        except click.Abort:
+            _error_document(ctx, EXIT_PROBLEMS, "aborted", None)
             raise
         except BrokenPipeError:
             # the reader went away (`sglforge ... | head`): not an error of ours
@@ -143,10 +173,53 @@ class Group(click.Group):
             log = _crash_log(ctx, exc)
             click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
             click.echo(f"  a log for bug reports is at {log}", err=True)
+            _error_document(
+                ctx,
+                EXIT_UNEXPECTED,
+                f"unexpected {type(exc).__name__}: {exc}",
+                f"a log for bug reports is at {log}",
+            )
             ctx.exit(EXIT_UNEXPECTED)
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
             signals.install_startup()
+
+
+_ARGS_KEY = "sglforge.args"
+_DONE_KEY = "sglforge.error-document"
+
+
+def _json_requested(ctx: click.Context) -> bool:
+    """Whether the command line asked for --json (parsed or not: a usage error may come first)."""
+    st = ctx.find_object(State)
+    if st is not None and st.as_json:
+        return True
+    args = ctx.find_root().meta.get(_ARGS_KEY, ())
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _error_document(ctx: click.Context, code: int, message: str, hint: str | None) -> None:
+    """With --json, every failure prints one document on stdout, as successes do:
+    ``{"schema": 1, "ok": false, "error": {"code", "message", "hint"}}``; printed once."""
+    if ctx.find_root().meta.get(_DONE_KEY) or not _json_requested(ctx):
+        return
+    error_document({}, code, message, hint)
+
+
+def error_document(doc: dict[str, Any], code: int, message: str, hint: str | None) -> None:
+    """Print a command's own failure document (its keys plus ``error``): the one document
+    of this run, so the error handler prints no second one."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.find_root().meta[_DONE_KEY] = True
+    print_json({**doc, "error": {"code": code, "message": message, "hint": hint}}, ok=False)
+
+
+def _usage_document(ctx: click.Context, exc: click.ClickException) -> None:
+    path = exc.ctx.command_path.split()[1:] if isinstance(exc, click.UsageError) and exc.ctx else []
+    _error_document(
+        ctx, exc.exit_code, exc.format_message(), " ".join(["sglforge", *path, "--help"])
+    )
 
 
 def _end_progress() -> None:

@@ -7,7 +7,15 @@ from typing import Any
 
 import click
 
-from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.common import (
+    State,
+    error_document,
+    json_option,
+    main,
+    pass_state,
+    print_json,
+    table,
+)
 from sglforge.cli.options import (
     base_image_option,
     label_option,
@@ -176,11 +184,16 @@ def publish_cmd(
         # Reports still get written: CI shows why nothing was published.
         _reports(None, target, junit, summary_path, str(exc))
         if as_json:
-            print_json(failure_summary(target, registry, exc), ok=False)
+            doc = failure_summary(target, registry, exc)
+            error_document(doc, exc.exit_code, exc.message, exc.hint)
         raise
     _reports(result, target, junit, summary_path, result.error)
     if as_json:
-        print_json(summary(result), ok=not result.error)
+        doc = summary(result)
+        if result.error:
+            error_document(doc, result.exit_code or 1, result.error, None)
+        else:
+            print_json(doc)
     else:
         click.echo(printable(render(result), keep="\n"))
     if result.error:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge import git
-from sglforge.errors import ConfigError, PatchError
+from sglforge.errors import ConfigError, NothingToDo, PatchError
 from sglforge.patches.apply import read_record, record_path, worktree_path
 from sglforge.patches.check import git_reason
 from sglforge.patches.series import Queue, load_queue, split_patch
@@ -242,7 +242,7 @@ def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> E
             f"run `sglforge patches apply --ref {ref}`, edit files there, then rerun",
         )
     if not git.out(wt, "status", "--porcelain"):
-        raise PatchError(
+        raise NothingToDo(
             f"worktree {wt} has no changes to turn into a patch", f"edit files under {wt} first"
         )
     if any(re.sub(r"^\d{4}-|\.patch$", "", e.name) == slug(name) for e in queue.entries):
