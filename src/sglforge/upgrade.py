@@ -25,7 +25,13 @@ from sglforge.patches.apply import safe_ref
 from sglforge.patches.check import select_tags
 from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
 from sglforge.patches.series import load_queue, ref_version
-from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
+from sglforge.patches.upstream import (
+    Upstream,
+    hint_upstream,
+    open_upstream,
+    pinned_commit,
+    with_upstream,
+)
 from sglforge.provenance import LABEL_CONFIG_PREFIX
 from sglforge.util import atomic_write, commit_files, confined, project_lock
 
@@ -155,7 +161,7 @@ def _upgrade(
     queue = load_queue(root)
     up = open_upstream(root, queue.pin, upstream)
     pinned_commit(root, queue.pin, up)
-    new_ref = _newest(up, pre) if to == "latest" else to
+    new_ref = _newest(up, pre) if to == "latest" else up.tag(to)
     up.resolve(new_ref)  # an unknown ref stops here, before any staging folder is touched
     old_ref = queue.pin.ref
     new_version = ref_version(new_ref)
@@ -209,13 +215,14 @@ def _upgrade(
         )
         stages["check+refresh"] = time.monotonic() - t
         if not refreshed.ok:
+            hint = hint_upstream(up, queue.pin)
             conflicts = [p for p in refreshed.patches if p.action == "conflict"]
             hunks = "; ".join(h for p in conflicts for h in (p.hunks or (p.detail,)))
             reason = (
                 f"{', '.join(p.name for p in conflicts)} conflict at {new_ref} ({hunks}); "
-                f"resolve with `sglforge patches apply --ref {new_ref}`, edit, "
-                f"`git am --continue`, `sglforge patches export --ref {new_ref}`, then rerun "
-                f"`sglforge upgrade --to {new_ref}`"
+                f"resolve with `{with_upstream(f'sglforge patches apply --ref {new_ref}', hint)}`"
+                f", edit, `git am --continue`, `sglforge patches export --ref {new_ref}`, then "
+                f"rerun `{with_upstream(f'sglforge upgrade --to {new_ref}', hint)}`"
             )
             return report(refreshed, False, reason)
         outcomes: list[TargetOutcome] = []

@@ -20,7 +20,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = "pypi:sglang>=0.5.14,<=0.5.14"
-SHIPPED = ("images/*", "smoke/*.toml", "tests/standin/model/*", "patches/upstream.toml")
+SHIPPED = (
+    "images/*",
+    "smoke/*.toml",
+    "tests/standin/model/*",
+    "patches/upstream.toml",
+    "patches/series",
+    "patches/*.patch",
+    "patches/configs/*",
+)
 
 pytestmark = pytest.mark.pypi
 

@@ -254,6 +254,7 @@ def refresh_cmd(
 ) -> None:
     """Rebase the queue onto NEWREF (3-way) and move the pin; all or nothing."""
     from sglforge.patches.refresh import refresh_queue
+    from sglforge.patches.upstream import with_upstream
 
     r = refresh_queue(
         st.project, new_ref, upstream=upstream, drop_upstreamed=drop_upstreamed, dry_run=dry_run
@@ -269,12 +270,13 @@ def refresh_cmd(
         )
         if not r.ok:
             click.echo(
-                f"refresh: conflicts at {new_ref}; nothing was changed. Resolve with "
-                f"`sglforge patches apply --ref {new_ref}`, edit, `git am --continue`, "
-                f"`sglforge patches export --ref {new_ref}`, then refresh again."
+                f"refresh: conflicts at {r.new_ref}; nothing was changed. Resolve with "
+                f"`{with_upstream(f'sglforge patches apply --ref {r.new_ref}', upstream)}`, edit, "
+                "`git am --continue`, "
+                f"`sglforge patches export --ref {r.new_ref}`, then refresh again."
             )
         elif r.written:
-            click.echo(f"refresh: queue now on {new_ref}")
+            click.echo(f"refresh: queue now on {r.new_ref}")
     if not r.ok:
         raise SystemExit(EXIT_PROBLEMS)
 

@@ -17,7 +17,7 @@ from sglforge import git, progress
 from sglforge.errors import PatchError
 from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref, git_reason
 from sglforge.patches.series import Queue, ref_version
-from sglforge.patches.upstream import Upstream, pinned_commit
+from sglforge.patches.upstream import Upstream, hint_upstream, pinned_commit, with_upstream
 from sglforge.project import Project, ProjectLike
 from sglforge.util import atomic_write, confined, project_lock
 
@@ -84,7 +84,7 @@ def apply_queue(
         queue = project.fresh_queue()
         up = project.upstream()
         pin_commit = pinned_commit(root, queue.pin, up)
-        ref = ref or queue.pin.ref
+        ref = up.tag(ref) if ref else queue.pin.ref
         commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
         return apply_at(queue, up, ref, commit, pin_commit, force=force)
 
@@ -160,7 +160,9 @@ def apply_at(
                 complete=False,
             )
             progress.current().finish(steps, ok=False)
-            _conflict(wt, ref, patch.name, detail.strip(), am=in_conflict)
+            _conflict(
+                wt, ref, patch.name, detail.strip(), hint_upstream(up, queue.pin), am=in_conflict
+            )
         results.append(
             AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
         )
@@ -295,18 +297,22 @@ def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:
         git.run(wt, "clean", "-fdq")
 
 
-def _conflict(wt: Path, ref: str, name: str, detail: str, am: bool = False) -> None:
+def _conflict(
+    wt: Path, ref: str, name: str, detail: str, upstream: str | None, am: bool = False
+) -> None:
+    refresh = with_upstream(f"sglforge patches refresh --ref {ref}", upstream)
+    upgrade = with_upstream(f"sglforge upgrade --to {ref}", upstream)
+    check = with_upstream(f"sglforge patches check --ref {ref}", upstream)
     if am:
         resolve = (
             f"resolve the conflict in {wt}, `git -C {wt} am --continue`, "
             f"`sglforge patches export --ref {ref}` (the patches then target {ref}), then "
-            f"`sglforge patches refresh --ref {ref}` or `sglforge upgrade --to {ref}` to move "
-            "the pin"
+            f"`{refresh}` or `{upgrade}` to move the pin"
         )
     else:
         resolve = (
             f"edit the files in {wt} by hand, `sglforge patches new` or "
-            f"`sglforge patches export --ref {ref}` (or `sglforge patches check --ref {ref}`)"
+            f"`sglforge patches export --ref {ref}` (or `{check}`)"
         )
     raise PatchError(
         f"{name} does not apply at {ref}: {detail.splitlines()[0] if detail else ''}", resolve

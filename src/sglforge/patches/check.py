@@ -148,6 +148,7 @@ def check_queue(
     """Check every patch of ``queue`` at every ref; never touches a worktree."""
     tmpdir = queue.root / "build" / "tmp"
     tmpdir.mkdir(parents=True, exist_ok=True)
+    refs = [up.tag(ref) for ref in refs]  # 0.5.15 -> v0.5.15
     shas = up.resolve_all(refs)
     commits = [(ref, shas[ref]) for ref in refs]
     workers = max(1, min(jobs or (os.cpu_count() or 2), len(commits)))
