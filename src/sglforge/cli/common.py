@@ -79,6 +79,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sglforge.cli.smoke",
         "Prove an image serves with speculative decoding: launch it, check it, remove it.",
     ),
+    "upstream": (
+        "sglforge.cli.upstream",
+        "Look at upstream sglang: its release tags and where the pin sits.",
+    ),
     "upgrade": (
         "sglforge.cli.upgrade",
         "Move the queue to a new upstream release: refresh, retire, build, smoke, report.",

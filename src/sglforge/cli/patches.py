@@ -303,22 +303,190 @@ def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
             click.echo(f"  added     {n}")
 
 
+def trailer_options(f: Any) -> Any:
+    """``--status``, ``--origin``, ``--applies-to``: the trailers a new patch starts with."""
+    f = click.option(
+        "--applies-to",
+        metavar="SPEC",
+        help="Applies-To: the upstream versions it is for (PEP 440), e.g. '>=0.5.10,<0.5.15'.",
+    )(f)
+    f = click.option(
+        "--origin", metavar="URL", help="Origin: where it comes from (a commit, a PR)."
+    )(f)
+    f = click.option(
+        "--status",
+        metavar="STATUS",
+        help="Upstream-Status: Pending, 'Submitted [URL]', 'Backport [0.5.15]', ...",
+    )(f)
+    return f
+
+
+def _trailers(status: str | None, origin: str | None, applies_to: str | None) -> dict[str, str]:
+    given = {"Upstream-Status": status, "Origin": origin, "Applies-To": applies_to}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 @patches_group.command("new")
 @click.argument("name")
 @click.option("--ref", help="Worktree ref (default: the pin).")
 @click.option("-m", "--message", help="Subject line (default: NAME with spaces).")
+@trailer_options
 @json_option
 @pass_state
-def new_cmd(st: State, name: str, ref: str | None, message: str | None, as_json: bool) -> None:
-    """Start patch NAME from the uncommitted changes in the ref's worktree."""
+def new_cmd(
+    st: State,
+    name: str,
+    ref: str | None,
+    message: str | None,
+    status: str | None,
+    origin: str | None,
+    applies_to: str | None,
+    as_json: bool,
+) -> None:
+    """Start patch NAME from the uncommitted changes in the ref's worktree.
+
+    \b
+    Examples:
+      sglforge patches new fix-mtp-exclude -m "glm: honour Quark excludes for the MTP layer"
+      sglforge patches new fix-x --status 'Submitted [https://github.com/sgl-project/sglang/pull/1]'
+    """
     from sglforge.patches.export import new_patch
 
-    r = new_patch(st.project, name, ref=ref, message=message)
+    r = new_patch(
+        st.project, name, ref=ref, message=message, trailers=_trailers(status, origin, applies_to)
+    )
     if as_json:
         print_json(r)
     else:
         for n in r.added:
-            click.echo(f"new patch patches/{n} (Upstream-Status: Pending; edit its description)")
+            click.echo(
+                f"new patch patches/{n} (Upstream-Status: {status or 'Pending'}; "
+                "edit its description)"
+            )
+
+
+@patches_group.command("import")
+@click.argument("source", metavar="FILE|URL|COMMIT")
+@click.option("--name", help="File name slug (default: from the subject).")
+@trailer_options
+@upstream_option
+@json_option
+@pass_state
+def import_cmd(
+    st: State,
+    source: str,
+    name: str | None,
+    status: str | None,
+    origin: str | None,
+    applies_to: str | None,
+    upstream: str | None,
+    as_json: bool,
+) -> None:
+    """Add a patch to the end of the queue: a file, a URL or an upstream commit.
+
+    A URL is e.g. an upstream pull request's .patch (Upstream-Status: Submitted [PR]); a
+    COMMIT of the upstream repository gets Backport [first release holding it] and an
+    Applies-To below that release; a file starts Pending. Origin is filled in; the options
+    win. A file holding several commits (a pull request's) gives one patch per commit.
+
+    \b
+    Examples:
+      sglforge patches import https://github.com/sgl-project/sglang/pull/30116.patch
+      sglforge patches import 1a2b3c4d --upstream https://github.com/sgl-project/sglang
+      sglforge patches import ~/fix.patch --status 'Backport [0.5.16]'
+      sglforge patches check            # then: where does it apply?
+    """
+    from sglforge.patches.edit import import_patches
+
+    r = import_patches(
+        st.project, source, name, _trailers(status, origin, applies_to), upstream=upstream
+    )
+    _render_edit(r, as_json)
+
+
+@patches_group.command("drop")
+@click.argument("name")
+@click.option("--reason", required=True, help="Why it goes (recorded as its Retired: line).")
+@json_option
+@pass_state
+def drop_cmd(st: State, name: str, reason: str, as_json: bool) -> None:
+    """Move patch NAME out of the series into patches/retired/, with the reason.
+
+    NAME is the file name, its slug or its number.
+
+    \b
+    Example:
+      sglforge patches drop 0003 --reason "superseded by 0004"
+    """
+    from sglforge.patches.edit import drop_patch
+
+    _render_edit(drop_patch(st.project, name, reason), as_json)
+
+
+@patches_group.command("rename")
+@click.argument("name")
+@click.argument("new")
+@json_option
+@pass_state
+def rename_cmd(st: State, name: str, new: str, as_json: bool) -> None:
+    """Rename patch NAME to NEW (its number kept), in the series and Depends-On lines.
+
+    \b
+    Example:
+      sglforge patches rename 0003 fix-mtp-draft   # -> 0003-fix-mtp-draft.patch
+    """
+    from sglforge.patches.edit import rename_patch
+
+    _render_edit(rename_patch(st.project, name, new), as_json)
+
+
+@patches_group.command("reorder")
+@click.argument("name")
+@click.option("--before", metavar="OTHER", help="Put NAME just before OTHER.")
+@click.option("--after", metavar="OTHER", help="Put NAME just after OTHER.")
+@click.option("--first", is_flag=True, help="Put NAME first.")
+@click.option("--last", is_flag=True, help="Put NAME last.")
+@json_option
+@pass_state
+def reorder_cmd(
+    st: State,
+    name: str,
+    before: str | None,
+    after: str | None,
+    first: bool,
+    last: bool,
+    as_json: bool,
+) -> None:
+    """Move patch NAME in the series (a Depends-On never ends up naming a later patch).
+
+    \b
+    Example:
+      sglforge patches reorder 0003 --before 0001 && sglforge patches check
+    """
+    from sglforge.patches.edit import reorder_patch
+
+    _render_edit(reorder_patch(st.project, name, before, after, first, last), as_json)
+
+
+def _render_edit(r: Any, as_json: bool) -> None:
+    if as_json:
+        print_json(r)
+        return
+    verbs = {"import": "added", "drop": "retired", "rename": "renamed", "reorder": "moved"}
+    if r.detail == "unchanged":
+        click.echo(f"{r.action}: nothing to change")
+    elif r.action == "rename":
+        click.echo(f"renamed patches/{r.patches[0]} -> patches/{r.patches[1]}")
+    else:
+        for n in r.patches:
+            click.echo(f"{verbs[r.action]} {n}")
+        if r.action == "drop":
+            click.echo(f"  kept as {r.detail}")
+    if r.action == "reorder" and r.detail and r.detail != "unchanged":
+        click.echo(f"note: {r.patches[0]} {r.detail}")
+    click.echo("series: " + (", ".join(r.series) or "(empty)"))
+    if r.action in ("import", "reorder"):
+        click.echo("next: sglforge patches check   (where does the queue apply?)")
 
 
 @patches_group.command("hash")

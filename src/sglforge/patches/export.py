@@ -204,16 +204,25 @@ def _with_status(text: str) -> str:
 
 
 def new_patch(
-    root: ProjectLike, name: str, ref: str | None = None, message: str | None = None
+    root: ProjectLike,
+    name: str,
+    ref: str | None = None,
+    message: str | None = None,
+    trailers: dict[str, str] | None = None,
 ) -> Exported:
     """Commit the worktree's uncommitted changes as a new patch named ``name``.
 
     The author and date are the user's (``git var GIT_AUTHOR_IDENT``, and now), as a commit
     of theirs would have; the patches already in the queue are left byte for byte.
+    ``trailers`` (``Upstream-Status``, default Pending; ``Origin``, ``Applies-To``, ...) go
+    into its description.
     """
+    from sglforge.patches.edit import check_trailers
+
+    given = check_trailers(dict(trailers or {}))
     root = Project.of(root).root
     with project_lock(root):
-        return _new_patch(root, name, ref, message)
+        return _new_patch(root, name, ref, message, given)
 
 
 def author_ident(cwd: Path) -> tuple[str, str, str]:
@@ -232,7 +241,9 @@ def author_ident(cwd: Path) -> tuple[str, str, str]:
     return m.group(1), m.group(2), f"{int(time.time())} {time.strftime('%z')}"
 
 
-def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> Exported:
+def _new_patch(
+    root: Path, name: str, ref: str | None, message: str | None, trailers: dict[str, str]
+) -> Exported:
     queue = load_queue(root)
     ref = ref or queue.pin.ref
     wt = worktree_path(root, ref)
@@ -251,6 +262,8 @@ def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> E
             "pick another NAME, or edit that patch with `sglforge patches apply` + `export`",
         )
     subject = message or name.replace("-", " ")
+    lines = {"Upstream-Status": "Pending", **trailers}
+    body = "\n".join(f"{k}: {v}" for k, v in lines.items())
     who, email, when = author_ident(wt)
     git.run(wt, "add", "-A")
     git.run(
@@ -258,7 +271,7 @@ def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> E
         "commit",
         "-q",
         "-m",
-        f"{subject}\n\nUpstream-Status: Pending",
+        f"{subject}\n\n{body}",
         env={"GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": when},
     )
     return export_queue(root, ref, new_slug=name)

@@ -62,8 +62,8 @@ class Upstream:
             raise UpstreamError(
                 f"ref {ref!r} not found in {where}"
                 + (f"; closest tags: {', '.join(near)}" if near else f"; {len(known)} tags known"),
-                "pass an existing tag (`git -C "
-                f"{self.cache} tag -l` lists them) or another --upstream",
+                f"`{with_upstream('sglforge upstream tags', self.source)}` lists them; "
+                "or pass another --upstream",
             ) from None
 
     def _outside_spec(self, ref: str) -> tuple[str, str] | None:
