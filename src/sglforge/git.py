@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +129,39 @@ def run(
     if check and result.status != 0:
         raise GitFailed(args, result, cwd)
     return result
+
+
+def fast_import(repo: Path, stream: Iterable[bytes]) -> None:
+    """Feed ``stream`` (a git fast-import command stream ending in ``done``) to ``git
+    fast-import`` as it is produced, so a release's files are never all in memory at once.
+    An interrupt or an error in the producer kills git; nothing it wrote is referenced."""
+    _progress.current().detail(f"git fast-import  (in {repo})")
+    proc = subprocess.Popen(
+        ["git", "fast-import", "--quiet", "--done"],
+        cwd=str(repo),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
+    assert proc.stdin is not None
+    try:
+        try:
+            for chunk in stream:
+                proc.stdin.write(chunk)
+        except BrokenPipeError:
+            pass  # git stopped reading: its status and stderr below say why
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
+        err = proc.stderr.read() if proc.stderr else b""
+        status = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if status != 0:
+        raise GitFailed(("fast-import",), GitResult(status, "", decode_exact(err)), repo)
 
 
 class GitFailed(PatchError):
@@ -433,6 +466,7 @@ __all__ = [
     "cache_name",
     "checkout_facts",
     "ensure_cache",
+    "fast_import",
     "is_ancestor",
     "out",
     "resolve",
