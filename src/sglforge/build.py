@@ -607,7 +607,7 @@ def build_image(
 
     base: Base | None = None
     if chosen == "overlay" and version is not None:
-        base = Base(ref=base_image or bt.base_image(version))
+        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
         if not dry_run:
             # Before any work: a base tag that was never published is a lost day.
             say(f"checking base image {base.ref}")
@@ -650,7 +650,7 @@ def build_image(
         return _build_source(root, plan, applied.worktree, say, progress, started, labels)
 
     if base is None:
-        base = Base(ref=base_image or bt.base_image(version))
+        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
         if not dry_run:
             say(f"checking base image {base.ref}")
             base = _check_base(base, bt, offline, say)
@@ -782,6 +782,11 @@ def _build_source(
     # Catches a Dockerfile that ignores BRANCH_TYPE=local and clones upstream instead.
     _self_check(plan, worktree, say, labels)
     return _result(plan, info, False, log_path, False, started)
+
+
+def given_base(base_image: str | None, version: object) -> str | None:
+    """``--base-image`` with ``{version}`` filled in (``{date}`` is resolved with the tags)."""
+    return base_image.replace("{version}", str(version)) if base_image else None
 
 
 def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> Base:
