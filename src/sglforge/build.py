@@ -61,7 +61,7 @@ from sglforge.provenance import (
     source_labels,
 )
 from sglforge.targets import BuildTarget
-from sglforge.util import sha256_bytes, work_dir
+from sglforge.util import plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep
@@ -174,7 +174,7 @@ def choose_mode(requested: str, patches: Sequence[PatchLike]) -> tuple[str, str]
     if not patches:
         return "overlay", "the queue is empty: the release image plus provenance"
     return "overlay", (
-        f"all {len(patches)} patch(es) are {'/'.join(kinds)} kind: "
+        f"all {plural(len(patches), 'patch', 'es')} are {'/'.join(kinds)} kind: "
         "replacing files in the release image is enough"
     )
 
@@ -749,7 +749,7 @@ def _self_check(
         if (d := dest_for(p, plan.workspace, plan.workspace_source)) is not None and d in gone
     ]
     expected = selfcheck.expectations(files, deleted, worktree)
-    say(f"self-check: {len(expected)} file(s) must resolve where Python imports them")
+    say(f"self-check: {plural(len(expected), 'file')} must resolve where Python imports them")
     found = selfcheck.run(plan.image, expected, labels=labels)
     if found:
         for ref in (plan.image, *plan.tags):

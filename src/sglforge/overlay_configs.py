@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from sglforge.errors import BuildError
 from sglforge.patches.configs import BaseTables, ConfigItem, base_tables, item_findings, render
 from sglforge.provenance import ContextFile, config_label
-from sglforge.util import atomic_write, sha256_bytes
+from sglforge.util import atomic_write, plural, sha256_bytes
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def stage(
                 "rows": len(item.rows),
             }
         )
-        say(f"config item {item.name}: {len(item.rows)} row(s) -> {dest}")
+        say(f"config item {item.name}: {plural(len(item.rows), 'row')} -> {dest}")
     return Staged(tuple(files), label_map, tuple(entries))
 
 

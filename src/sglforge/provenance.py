@@ -19,6 +19,7 @@ from typing import Any
 
 from sglforge import __version__
 from sglforge.targets import BuildTarget
+from sglforge.util import plural
 
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
 MANIFEST_SCHEMA = "sglforge.manifest/1"
@@ -213,8 +214,9 @@ def make_labels(
         OCI_TITLE: f"sglang {version} for {target.name} ({target.gpu_arch}, "
         f"{target.rocm.name}) + sglforge queue q{queue_hash[:8]}",
         OCI_DESCRIPTION: (
-            f"sglang {upstream.ref} with {len(names)} sglforge patch(es): {described}. "
-            f"Built by sglforge {__version__} ({mode} mode). Run: docker run ... {image} "
+            f"sglang {upstream.ref} with {plural(len(names), 'sglforge patch', 'es')}: "
+            f"{described}. Built by sglforge {__version__} ({mode} mode). Run (no ENTRYPOINT, "
+            f"as the release image): docker run ... {image} python3 -m sglang.launch_server "
             "--model-path MODEL [server options]"
         ),
         OCI_LICENSES: LICENSE,

@@ -257,7 +257,7 @@ def _upgrade(
         stages["write"] = time.monotonic() - t
         stages["total"] = time.monotonic() - t0
         what = "queue refreshed" + (", images built and smoke-tested" if build else "")
-        return report(refreshed, True, f"ready to merge: {what}", outcomes)
+        return report(refreshed, True, what, outcomes)
     finally:
         shutil.rmtree(stage.parent, ignore_errors=True)
 

@@ -106,6 +106,11 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def plural(n: int, word: str, suffix: str = "s") -> str:
+    """``1 patch``, ``2 patches``: a count with its noun agreed, for messages people read."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}{suffix}"
+
+
 def find_root(explicit: str | os.PathLike[str] | None = None, start: Path | None = None) -> Path:
     """The folder holding ``patches/``: ``--root``, then ``$SGLFORGE_ROOT``, then walk up."""
     given = explicit or os.environ.get(ROOT_ENV)

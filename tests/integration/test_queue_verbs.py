@@ -280,4 +280,4 @@ def test_lint_warns_on_what_a_reviewer_asks(tmp_path: Path, upstream: Path) -> N
     assert ("patches/0003-fix-c.patch", "pending-not-forwarded") not in found
     assert not {c for f, c in found if f == "patches/0003-fix-c.patch"}
     code, out, err = cli(root, "patches", "lint")
-    assert "lint: clean, 2 warning(s)" in out
+    assert "lint: clean, 2 warnings" in out

@@ -105,3 +105,12 @@ def test_inspect_reads_fork_and_upstream_from_new_and_old_labels() -> None:
     prov = provenance_from("acme/sglang:y", old, None)
     assert (prov.source, prov.revision) == ("", "")
     assert (prov.upstream_url, prov.upstream_commit) == (UP.url, UP.revision)
+
+
+def test_the_description_gives_the_real_run_contract() -> None:
+    """Registry UIs show it: no ENTRYPOINT, so the run line names the server module, as the
+    README's run contract does (`IMAGE --model-path` would try to run `--model-path`)."""
+    text = labels()[f"{OCI}.description"]
+    image = "acme/sglang:v0.5.14-rocm700-mi355x-q01234567"
+    assert f"{image} python3 -m sglang.launch_server --model-path MODEL" in text
+    assert "with 1 sglforge patch:" in text

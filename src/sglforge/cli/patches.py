@@ -11,7 +11,7 @@ import click
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import upstream_option
 from sglforge.errors import EXIT_PROBLEMS
-from sglforge.util import printable
+from sglforge.util import plural, printable
 
 
 @main.group("patches")
@@ -144,8 +144,8 @@ def lint_cmd(st: State, aiter_configs: Path | None, as_json: bool) -> None:
             # A finding may quote a patch's subject or lines: untrusted, shown escaped.
             click.echo(printable(f"{f} ({f.severity})" if f.severity != "error" else str(f)))
         warnings = len(findings) - len(errors)
-        summary = f"lint: {len(errors)} problem(s)" if errors else "lint: clean"
-        click.echo(summary + (f", {warnings} warning(s)" if warnings else ""))
+        summary = f"lint: {plural(len(errors), 'problem')}" if errors else "lint: clean"
+        click.echo(summary + (f", {plural(warnings, 'warning')}" if warnings else ""))
     if errors:
         raise SystemExit(EXIT_PROBLEMS)
 

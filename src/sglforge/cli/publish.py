@@ -36,7 +36,7 @@ from sglforge.publish import (
     publish,
     summary,
 )
-from sglforge.util import atomic_write, check_output_file, printable
+from sglforge.util import atomic_write, check_output_file, plural, printable
 
 
 def _image_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -360,7 +360,7 @@ def render_provenance(p: Provenance) -> str:
         f"source    {p.source or 'unknown'}" + (f" @ {p.revision[:12]}" if p.revision else ""),
         f"target    {p.target} ({p.gpu_arch}, {p.rocm}), {p.mode} build",
         f"base      {p.base}" + (f" @ {p.base_digest}" if p.base_digest else ""),
-        f"queue     {p.queue_hash} ({len(p.patches)} patches)",
+        f"queue     {p.queue_hash} ({plural(len(p.patches), 'patch', 'es')})",
     ]
     if not p.manifest_found:
         lines.append("manifest  missing: patch checksums unknown (labels only)")
@@ -391,7 +391,8 @@ def render_provenance(p: Provenance) -> str:
             lines.append("smoke     UNTESTED (published with --skip-smoke)")
         else:
             state = "passed" if p.smoke.passed else "FAILED"
-            lines.append(f"smoke     {state} ({p.smoke.scenario}): {p.smoke.verdict}")
+            said = f": {p.smoke.verdict}" if p.smoke.verdict.lower() != state.lower() else ""
+            lines.append(f"smoke     {state} ({p.smoke.scenario}){said}")
             if p.smoke.figures:
                 figures = [[k, v] for k, v in sorted(p.smoke.figures.items())]
                 lines += ["", table(["smoke figure (at publish time)", "value"], figures)]

@@ -6,6 +6,7 @@ import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import upstream_option
+from sglforge.util import plural
 
 
 @main.group("upstream")
@@ -39,5 +40,5 @@ def tags_cmd(st: State, spec: str, pre: bool, upstream: str | None, as_json: boo
     if as_json:
         print_json({"upstream": up.source, "pin": pin.ref, "spec": spec, "tags": tags})
         return
-    click.echo(f"upstream {up.source}: {len(tags)} tag(s) matching {spec}")
+    click.echo(f"upstream {up.source}: {plural(len(tags), 'tag')} matching {spec}")
     click.echo(table(["tag", ""], [[t, "<- pin" if t == pin.ref else ""] for t in tags]))

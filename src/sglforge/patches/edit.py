@@ -12,16 +12,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge import git
 from sglforge.errors import ConfigError, PatchError, UpstreamError
 from sglforge.patches.series import (
-    STATUSES,
     Patch,
     Queue,
     SeriesEntry,
+    check_trailers,
     parse_patch,
     ref_version,
     safe_entry,
@@ -33,7 +32,6 @@ from sglforge.util import commit_files, confined, project_lock, read_exact
 
 # git format-patch's mbox separator: one per commit in a file (a pull request's .patch).
 _MBOX_FROM = re.compile(r"^From [0-9a-f]{40} Mon Sep 17 00:00:00 2001$", re.M)
-_NEEDS_DETAIL = ("Submitted", "Backport", "Inappropriate")
 
 
 @dataclass(frozen=True)
@@ -47,37 +45,6 @@ class Edited:
 
 
 # ---- trailers
-
-
-def check_trailers(trailers: dict[str, str]) -> dict[str, str]:
-    """``trailers`` (Upstream-Status, Applies-To, Origin, ...) validated as lint would;
-    ConfigError naming the option otherwise, before anything is written."""
-    status = trailers.get("Upstream-Status")
-    if status is not None:
-        m = re.match(r"^([A-Za-z-]+)\s*(\[(.*)\])?\s*$", status)
-        if not m or m.group(1) not in STATUSES:
-            raise ConfigError(
-                f"--status {status!r}: not one of {', '.join(STATUSES)}",
-                "e.g. --status 'Backport [0.5.15]' or --status 'Submitted [URL]'",
-            )
-        if m.group(1) in _NEEDS_DETAIL and not (m.group(3) or "").strip():
-            raise ConfigError(
-                f"--status {status!r}: {m.group(1)} needs a [detail]",
-                f"e.g. --status '{m.group(1)} [...]'",
-            )
-    spec = trailers.get("Applies-To")
-    if spec is not None:
-        try:
-            SpecifierSet(spec)
-        except InvalidSpecifier:
-            raise ConfigError(
-                f"--applies-to {spec!r}: not a PEP 440 specifier",
-                "e.g. --applies-to '>=0.5.10,<0.5.15'",
-            ) from None
-    for key, value in trailers.items():
-        if "\n" in value or not value.strip():
-            raise ConfigError(f"{key}: {value!r}: one non-empty line expected", "")
-    return trailers
 
 
 def set_trailers(text: str, trailers: dict[str, str]) -> str:

@@ -11,7 +11,7 @@ from sglforge import git
 from sglforge.errors import ConfigError, NothingToDo, PatchError
 from sglforge.patches.apply import read_record, record_path, worktree_path
 from sglforge.patches.check import git_reason
-from sglforge.patches.series import Queue, load_queue, split_patch
+from sglforge.patches.series import Queue, check_trailers, load_queue, split_patch
 from sglforge.project import Project, ProjectLike
 from sglforge.util import atomic_write, commit_files, confined, project_lock, read_exact
 
@@ -217,8 +217,6 @@ def new_patch(
     ``trailers`` (``Upstream-Status``, default Pending; ``Origin``, ``Applies-To``, ...) go
     into its description.
     """
-    from sglforge.patches.edit import check_trailers
-
     given = check_trailers(dict(trailers or {}))
     root = Project.of(root).root
     with project_lock(root):

@@ -13,12 +13,10 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from sglforge.errors import ConfigError
-from sglforge.patches.series import STATUSES, Patch, parse_patch, read_series
+from sglforge.patches.series import NEEDS_DETAIL, STATUSES, Patch, parse_patch, read_series
 from sglforge.util import recover_transactions
 
 PATCH_SUFFIXES = (".patch", ".diff")
-# Statuses whose bracketed detail is required (DEP-3 / Yocto conventions).
-NEEDS_DETAIL = {"Submitted", "Backport", "Inappropriate"}
 
 
 @dataclass(frozen=True)
