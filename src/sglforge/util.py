@@ -106,9 +106,10 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def plural(n: int, word: str, suffix: str = "s") -> str:
-    """``1 patch``, ``2 patches``: a count with its noun agreed, for messages people read."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}{suffix}"
+def plural(n: int, word: str, suffix: str = "s", many: str | None = None) -> str:
+    """``1 patch``, ``2 patches``: a count with its noun agreed, for messages people read
+    (``many`` for an irregular plural: entry, entries)."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + suffix}"
 
 
 def find_root(explicit: str | os.PathLike[str] | None = None, start: Path | None = None) -> Path:

@@ -15,12 +15,18 @@ from click.testing import CliRunner
 from sglforge.cli import main
 from synthetic import make_project, make_upstream
 
+# Commands that need no project: their second run is a success document, not an error.
+PROJECTLESS = {"doctor", "cache info", "cache prune"}
 # The arguments each command needs to get past click and fail on the missing project (or, for
 # init, on a file already there). A new command must be added here: the walk checks coverage.
 REQUIRED: dict[str, list[str]] = {
     "init": ["{occupied}"],
     "inspect": ["sglforge-contract/nope:x"],
+    "patches drop": ["x", "--reason", "r"],
+    "patches import": ["x.patch"],
     "patches new": ["x"],
+    "patches rename": ["x", "y"],
+    "patches reorder": ["x", "--first"],
     "patches refresh": ["--ref", "v9"],
     "publish": ["--registry", "127.0.0.1:5999"],
     "smoke": ["--image", "sglforge-contract/nope:x", "--scenario", "smoke/none.toml"],
@@ -64,7 +70,7 @@ def error_doc(code: int, out: str, err: str, what: str) -> dict[str, Any]:
 
 def test_every_command_is_walked() -> None:
     names = leaves(main)
-    assert {"build", "init", "patches new", "smoke", "upgrade"} <= set(names)
+    assert {"build", "init", "patches new", "patches import", "doctor", "cache prune"} <= set(names)
     assert set(REQUIRED) <= set(names)
 
 
@@ -87,9 +93,9 @@ def test_every_command_prints_an_error_document(
     assert doc["error"]["hint"] == f"sglforge {name} --help"
     # 2. the command's own failure (no project here; init: a file would be overwritten)
     code, out, err = run(empty, *name.split(), *args, "--json", monkeypatch=monkeypatch)
-    if name == "doctor":
-        # doctor reports findings rather than failing on a missing project
-        assert json.loads(out)["schema"] == 1
+    if name in PROJECTLESS:
+        doc = json.loads(out)
+        assert doc["schema"] == 1 and code == (0 if doc["ok"] else 1), (name, out)
         return
     doc = error_doc(code, out, err, name)
     assert doc["error"]["message"] in err  # stderr still says it, for people
@@ -104,6 +110,8 @@ def test_every_command_prints_an_error_document(
         (["inspcet", "x"], "inspect"),
         (["upgarde"], "upgrade"),
         (["patches", "lsit"], "list"),
+        (["patches", "improt"], "import"),
+        (["doctr"], "doctor"),
     ],
 )
 def test_did_you_mean_everywhere(

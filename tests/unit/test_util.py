@@ -73,4 +73,4 @@ def test_messages_people_read_carry_no_ambiguous_plurals() -> None:
                     offenders.append(f"{path.name}:{n}: {line.strip()}")
     assert offenders == []
     upgrade = (src / "upgrade.py").read_text()
-    assert '"ready to merge: ' not in upgrade and "f\"ready to merge: " not in upgrade
+    assert '"ready to merge: ' not in upgrade and 'f"ready to merge: ' not in upgrade

@@ -62,6 +62,14 @@ class State:
 # list` start fast. tests/unit/test_cli_docs.py checks this table against the commands.
 COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
+    "cache": (
+        "sglforge.cli.doctor",
+        "Show or prune the shared cache: upstream mirrors, PyPI wheels and histories.",
+    ),
+    "doctor": (
+        "sglforge.cli.doctor",
+        "Check this machine for sglforge's work, read-only: what is there, what to do.",
+    ),
     "init": (
         "sglforge.cli.init",
         "Lay out a new fork-packaging project in DIRECTORY (default: here).",
@@ -250,7 +258,14 @@ def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="sglforge")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _p, value: _print_version(ctx) if value else None,
+    help="Show the version, the sglang release it pins, Python, the Docker SDK and engine.",
+)
 @click.option(
     "--root",
     "root",
@@ -282,6 +297,43 @@ def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool) -> No
     from sglforge.cli.progress import Renderer
 
     ctx.with_resource(progress.using(Renderer(ctx.obj.level)))
+
+
+def _print_version(ctx: click.Context) -> None:
+    """``sglforge --version``: enough for a bug report (``docker version`` style)."""
+    click.echo(f"sglforge, version {__version__}")
+    for name, value in version_facts().items():
+        click.echo(f"  {name}: {value}")
+    ctx.exit(0)
+
+
+def version_facts() -> dict[str, str]:
+    """The default sglang pin, Python, the Docker SDK, and the engine when one answers."""
+    import importlib.metadata
+    import tomllib
+
+    from sglforge.defaults import defaults_root
+
+    facts: dict[str, str] = {}
+    shipped = defaults_root()
+    try:
+        pin = tomllib.loads((shipped / "patches" / "upstream.toml").read_text()) if shipped else {}
+        facts["sglang pin"] = f"{pin.get('ref', '?')} (what `sglforge init` writes)"
+    except (OSError, tomllib.TOMLDecodeError):
+        facts["sglang pin"] = "unknown (no shipped patches/upstream.toml)"
+    facts["python"] = f"{platform.python_version()} ({sys.executable})"
+    try:
+        facts["docker SDK"] = importlib.metadata.version("docker")
+    except importlib.metadata.PackageNotFoundError:
+        facts["docker SDK"] = "not installed"
+    try:
+        from sglforge.engine.info import facts as engine_facts
+
+        f = engine_facts()
+        facts["engine"] = f"Docker {f.version} (API {f.api_version})"
+    except SglforgeError as exc:
+        facts["engine"] = f"not reachable ({exc.message})"
+    return facts
 
 
 def _json_seen(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

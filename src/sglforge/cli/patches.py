@@ -489,6 +489,35 @@ def _render_edit(r: Any, as_json: bool) -> None:
         click.echo("next: sglforge patches check   (where does the queue apply?)")
 
 
+@patches_group.command("prune")
+@click.option("--dry-run", is_flag=True, help="Show what would go; remove nothing.")
+@json_option
+@pass_state
+def prune_cmd(st: State, dry_run: bool, as_json: bool) -> None:
+    """Remove the worktrees of refs other than the pin's (build/worktrees/<ref>).
+
+    A worktree holding work not saved to patches/ (uncommitted edits, unexported commits,
+    a `git am` stopped on a conflict) is kept and named.
+
+    \b
+    Example:
+      sglforge patches prune --dry-run
+    """
+    from sglforge.patches.apply import prune_worktrees
+
+    found = prune_worktrees(st.project, dry_run=dry_run)
+    if as_json:
+        print_json({"dry_run": dry_run, "worktrees": found})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for p in found:
+        click.echo(
+            f"{verb if p.removed else 'kept'} {p.path}" + ("" if p.removed else f" ({p.why})")
+        )
+    removed = sum(p.removed for p in found)
+    click.echo(f"patches prune: {verb} {plural(removed, 'worktree')}")
+
+
 @patches_group.command("hash")
 @json_option
 @pass_state

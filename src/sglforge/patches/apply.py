@@ -317,3 +317,61 @@ def _conflict(
     raise PatchError(
         f"{name} does not apply at {ref}: {detail.splitlines()[0] if detail else ''}", resolve
     )
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A worktree ``patches prune`` looked at: removed, or kept and why."""
+
+    ref: str
+    path: Path
+    removed: bool
+    why: str
+
+
+def prune_worktrees(root: ProjectLike, dry_run: bool = False) -> list[Pruned]:
+    """Remove ``build/worktrees/<ref>`` for every ref but the pin's, unless it holds work not
+    saved to patches/ (uncommitted edits, unexported commits, a `git am` stopped midway)."""
+    from sglforge.errors import SglforgeError
+
+    project = Project.of(root)
+    base = project.root / "build" / "worktrees"
+    out: list[Pruned] = []
+    with project_lock(project.root):
+        pin = safe_ref(project.fresh_queue().pin.ref)
+        for wt in sorted(base.iterdir()) if base.is_dir() else []:
+            if wt.name.startswith(".") or not wt.is_dir():
+                continue
+            if wt.name == pin:
+                out.append(Pruned(wt.name, wt, False, "the pin's worktree"))
+                continue
+            record = read_record(project.root, wt.name)
+            try:
+                if _usable(wt):
+                    if _conflict_in_progress(wt):
+                        raise PatchError("a `git am` is stopped on a conflict there", "")
+                    _refuse_if_unsaved(wt, wt.name, record)
+            except SglforgeError as exc:
+                out.append(Pruned(wt.name, wt, False, exc.message))
+                continue
+            if not dry_run:
+                _remove_worktree(wt)
+                record_path(project.root, wt.name).unlink(missing_ok=True)
+            out.append(Pruned(wt.name, wt, True, "no unsaved work"))
+    return out
+
+
+def _remove_worktree(wt: Path) -> None:
+    """The worktree and its branch, from the upstream cache it belongs to."""
+    common = None
+    if _usable(wt):
+        res = git.run(wt, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
+        common = Path(res.stdout) if res.status == 0 and res.stdout else None
+        branch = git.run(wt, "symbolic-ref", "--short", "-q", "HEAD", check=False).stdout
+    if common is not None and common.is_dir():
+        with git.cache_lock(common):
+            git.run(common, "worktree", "remove", "--force", str(wt), check=False)
+            if branch.startswith("sglforge/"):
+                git.run(common, "branch", "-D", branch, check=False)
+            git.run(common, "worktree", "prune", check=False)
+    shutil.rmtree(wt, ignore_errors=True)
