@@ -252,7 +252,11 @@ def refresh_cmd(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Rebase the queue onto NEWREF (3-way) and move the pin; all or nothing."""
+    """Rebase the queue onto NEWREF (3-way) and move the pin; all or nothing.
+
+    For a new release, `sglforge upgrade --to NEWREF` is the one to use: it also retires
+    what upstream merged, and builds and smoke-tests before writing anything.
+    """
     from sglforge.patches.refresh import refresh_queue
     from sglforge.patches.upstream import with_upstream
 

@@ -47,6 +47,14 @@ from sglforge.progress import current
 @registry_option(required=False)
 @offline_option
 @click.option(
+    "--dry-run", is_flag=True, help="Show the plan and each patch's action; write nothing."
+)
+@click.option(
+    "--branch",
+    metavar="NAME",
+    help="Do the upgrade on a new git branch NAME, as one commit (the current branch stays).",
+)
+@click.option(
     "--report-dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Where to write report-<ref>.md/.json (default: build/upgrade/).",
@@ -68,16 +76,21 @@ def upgrade_cmd(
     registry: str | None,
     offline: bool,
     report_dir: Path | None,
+    dry_run: bool,
+    branch: str | None,
     as_json: bool,
 ) -> None:
     """Move the queue to a new upstream release: refresh, retire, build, smoke, report.
 
     Nothing in the project changes unless every step passed; the exit code is 0 only when
-    the upgrade is ready to merge.
+    the upgrade is ready to merge. `patches refresh --ref` moves the pin and rebases the queue
+    only; `upgrade` also retires what upstream merged, then builds and smoke-tests before
+    writing anything: the one to use for a new release.
 
     \b
     Examples:
-      sglforge upgrade --to latest --upstream pypi:sglang --no-build
+      sglforge upgrade --to latest --dry-run           # the plan, each patch's action
+      sglforge upgrade --to latest --no-build --branch upgrade/latest
       sglforge upgrade --to v0.5.16 --upstream pypi:sglang \\
           --base-image 'sglforge-standin/sglang:v{version}-rocm700-mi35x'
     """
@@ -100,11 +113,16 @@ def upgrade_cmd(
         offline=offline or None,
         report_dir=report_dir,
         progress=current(),
+        dry_run=dry_run,
+        branch=branch,
     )
     if as_json:
         print_json(to_dict(r), ok=r.ready)
     else:
-        click.echo(f"upgrade {r.old_ref} -> {r.new_ref}: {'READY' if r.ready else 'NOT READY'}")
+        verdict = "READY" if r.ready else "NOT READY"
+        click.echo(
+            f"upgrade {r.old_ref} -> {r.new_ref}: {verdict}{' (dry run)' if dry_run else ''}"
+        )
         click.echo(f"  {r.reason}")
         if r.patches:
             click.echo(
@@ -121,6 +139,7 @@ def upgrade_cmd(
                 f"  {t.target}: {t.image or '-'} ({t.build_mode or '-'}) smoke="
                 f"{t.smoke_verdict or '-'} {t.error}"
             )
-        click.echo(f"  report: {r.report_md}")
+        if r.report_md:
+            click.echo(f"  report: {r.report_md}")
     if not r.ready:
         raise SystemExit(EXIT_PROBLEMS)
