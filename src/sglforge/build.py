@@ -621,12 +621,16 @@ def build_image(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
             'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
         )
+    source = upstream_source(queue.pin, upstream)
+    wheel, wheel_sha = _wheel_facts(source, version) if applied.python_only else ("", "")
     up = UpstreamFacts(
         url=queue.pin.url,
-        source=upstream_source(queue.pin, upstream),
+        source=source,
         ref=applied.ref,
         commit=applied.commit,
         revision=_revision(queue.pin, applied),
+        wheel=wheel,
+        wheel_sha256=wheel_sha,
     )
     # Image labels only (containers of the build keep ``labels``): --label wins over these.
     image_labels = {**fork_labels(root, bt.source), **(labels or {})}
@@ -942,6 +946,24 @@ def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str
             "pass --base-image with the release image of the pinned version, or re-pin",
         )
     return replace(base, sglang_version=info.version, package_path=info.path)
+
+
+def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:
+    """(file name, sha256) of the released wheel a pypi: tree was taken from: it is cached
+    already (the history was built from it), and checked against the index's sha256."""
+    import hashlib
+
+    from sglforge import cache, pypi
+
+    parsed = pypi.parse_source(source)
+    if parsed is None or version is None:
+        return "", ""
+    path = pypi.wheel(cache.pypi_cache(), parsed[0], version)
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return path.name, h.hexdigest()
 
 
 def _revision(pin: Any, applied: Any) -> str:

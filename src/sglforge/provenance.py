@@ -53,6 +53,7 @@ LABEL_MODE = PREFIX + "mode"
 LABEL_UPSTREAM = PREFIX + "upstream"  # what was fetched (a mirror, a path, pypi:sglang)
 LABEL_UPSTREAM_REF = PREFIX + "upstream-ref"
 LABEL_UPSTREAM_COMMIT = PREFIX + "upstream-commit"
+LABEL_UPSTREAM_WHEEL = PREFIX + "upstream.wheel"  # "<file name> sha256:<hex>" (pypi: sources)
 LABEL_UPSTREAM_SOURCE = PREFIX + "upstream.source"  # the pinned repository
 LABEL_UPSTREAM_REVISION = PREFIX + "upstream.revision"  # the pinned commit
 LABEL_SGLANG_VERSION = PREFIX + "sglang-version"
@@ -73,6 +74,10 @@ class UpstreamFacts:
     ref: str
     commit: str  # commit the patches were applied on (in ``source``)
     revision: str  # the upstream commit for the labels (the pin's when known)
+    # For a pypi: source, the released wheel the tree was taken from: the real provenance
+    # (the history's commits are sglforge's own).
+    wheel: str = ""
+    wheel_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,11 @@ def make_manifest(
             "ref": upstream.ref,
             "commit": upstream.commit,
             "revision": upstream.revision,
+            **(
+                {"wheel": {"filename": upstream.wheel, "sha256": upstream.wheel_sha256}}
+                if upstream.wheel
+                else {}
+            ),
         },
         "queue": {
             "hash": queue_hash,
@@ -233,6 +243,11 @@ def make_labels(
         LABEL_UPSTREAM_REVISION: upstream.revision,
         LABEL_UPSTREAM_REF: upstream.ref,
         LABEL_UPSTREAM_COMMIT: upstream.commit,
+        **(
+            {LABEL_UPSTREAM_WHEEL: f"{upstream.wheel} sha256:{upstream.wheel_sha256}"}
+            if upstream.wheel
+            else {}
+        ),
         LABEL_SGLANG_VERSION: version,
         LABEL_TOOL: __version__,
     }
@@ -278,7 +293,10 @@ class Provenance:
     revision: str = ""  # the project's commit the image was built from
     upstream_source: str = ""
     upstream_ref: str = ""
-    upstream_commit: str = ""
+    upstream_commit: str = ""  # a commit, never a tag
+    upstream_revision: str = ""  # what the labels name upstream's revision (a tag for pypi:)
+    upstream_wheel: str = ""  # pypi: sources: the wheel's file name
+    upstream_wheel_sha256: str = ""
     queue_hash: str = ""
     patches: tuple[PatchFacts, ...] = ()
     target: str = ""
@@ -309,6 +327,18 @@ class Provenance:
         return self.manifest_found or bool(self.queue_hash)
 
 
+def _a_commit(*candidates: object) -> str:
+    """The first candidate that is a commit id (hex, 40 or 64 long); else the first given.
+    A pypi: image's revision label is the tag: ``inspect`` shows the commit."""
+    import re
+
+    given = [str(c) for c in candidates if c]
+    for c in given:
+        if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", c):
+            return c
+    return given[0] if given else ""
+
+
 def parse_manifest(raw: bytes | str | None) -> dict[str, Any] | None:
     """The manifest from the file's bytes; None when absent or not a JSON object."""
     if not raw:
@@ -333,6 +363,8 @@ def provenance_from(
     """
     m: Mapping[str, Any] = manifest or {}
     up: Mapping[str, Any] = m.get("upstream") or {}
+    wheel: Mapping[str, Any] = up.get("wheel") or {} if isinstance(up, Mapping) else {}
+    wheel_label = str(labels.get(LABEL_UPSTREAM_WHEEL, ""))
     queue: Mapping[str, Any] = m.get("queue") or {}
     base: Mapping[str, Any] = m.get("base") or {}
     statuses = statuses or {}
@@ -381,13 +413,20 @@ def provenance_from(
         revision=label(OCI_REVISION) if fork_labels else "",
         upstream_source=str(up.get("source") or label(LABEL_UPSTREAM)),
         upstream_ref=str(up.get("ref") or label(LABEL_UPSTREAM_REF)),
-        upstream_commit=str(
+        upstream_commit=_a_commit(
+            up.get("commit"),
+            label(LABEL_UPSTREAM_COMMIT),
+            up.get("revision"),
+            label(LABEL_UPSTREAM_REVISION),
+            label(OCI_REVISION) if not fork_labels else "",
+        ),
+        upstream_revision=str(
             up.get("revision")
-            or up.get("commit")
             or label(LABEL_UPSTREAM_REVISION)
             or (label(OCI_REVISION) if not fork_labels else "")
-            or label(LABEL_UPSTREAM_COMMIT)
         ),
+        upstream_wheel=str(wheel.get("filename") or wheel_label.partition(" sha256:")[0]),
+        upstream_wheel_sha256=str(wheel.get("sha256") or wheel_label.partition(" sha256:")[2]),
         queue_hash=str(queue.get("hash") or label(LABEL_QUEUE)),
         patches=tuple(patches),
         target=str(m.get("target") or label(LABEL_TARGET)),

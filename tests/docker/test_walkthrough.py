@@ -88,6 +88,9 @@ def test_the_walkthrough_runs_as_written(
         series = (project / "patches" / "series").read_text()
         assert "0001-my-first-fix.patch" in series
         assert "sglforge/sglang:latest-mi355x" in res.stdout
+        # inspect names a commit, and the released wheel the tree came from (pypi:sglang)
+        assert re.search(r"\(v0\.5\.14 = [0-9a-f]{12}\)", res.stdout), res.stdout[-3000:]
+        assert re.search(r"^wheel +sglang-0\.5\.14-.*\.whl sha256:[0-9a-f]{64}$", res.stdout, re.M)
         status, _, body = reg.get("/v2/sglforge/sglang/tags/list")
         tags = json.loads(body)["tags"] if status == 200 else []
         assert "latest-mi355x" in tags and any(t.endswith(tuple(_hash(project))) for t in tags)

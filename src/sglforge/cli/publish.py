@@ -300,6 +300,12 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             "source": p.upstream_source,
             "ref": p.upstream_ref,
             "commit": p.upstream_commit,
+            "revision": p.upstream_revision,
+            "wheel": (
+                {"filename": p.upstream_wheel, "sha256": p.upstream_wheel_sha256}
+                if p.upstream_wheel
+                else None
+            ),
         },
         "queue_hash": p.queue_hash,
         "patches": [
@@ -356,6 +362,11 @@ def render_provenance(p: Provenance) -> str:
             f" via {p.upstream_source}"
             if p.upstream_source and p.upstream_source != p.upstream_url
             else ""
+        ),
+        *(
+            [f"wheel     {p.upstream_wheel} sha256:{p.upstream_wheel_sha256}"]
+            if p.upstream_wheel
+            else []
         ),
         f"source    {p.source or 'unknown'}" + (f" @ {p.revision[:12]}" if p.revision else ""),
         f"target    {p.target} ({p.gpu_arch}, {p.rocm}), {p.mode} build",
