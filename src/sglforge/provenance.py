@@ -413,12 +413,14 @@ def provenance_from(
         revision=label(OCI_REVISION) if fork_labels else "",
         upstream_source=str(up.get("source") or label(LABEL_UPSTREAM)),
         upstream_ref=str(up.get("ref") or label(LABEL_UPSTREAM_REF)),
+        # upstream's own commit (the revision) when it is one; a pypi: image's revision is the
+        # tag, and then the commit of the tree the patches were applied on
         upstream_commit=_a_commit(
-            up.get("commit"),
-            label(LABEL_UPSTREAM_COMMIT),
             up.get("revision"),
             label(LABEL_UPSTREAM_REVISION),
             label(OCI_REVISION) if not fork_labels else "",
+            up.get("commit"),
+            label(LABEL_UPSTREAM_COMMIT),
         ),
         upstream_revision=str(
             up.get("revision")

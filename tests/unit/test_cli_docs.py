@@ -91,7 +91,9 @@ def test_top_level_help_needs_no_command_module() -> None:
         " 'requests', 'sglforge.build', 'sglforge.smoke', 'sglforge.publish'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['sglforge.cli.common', 'sglforge.cli.signals']", out.stdout
+    assert out.stdout.strip() == (
+        "['sglforge.cli.colour', 'sglforge.cli.common', 'sglforge.cli.signals']"
+    ), out.stdout
 
 
 def test_shared_options_read_their_environment_variables() -> None:

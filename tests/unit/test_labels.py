@@ -161,4 +161,4 @@ def test_inspect_shows_a_commit_and_the_wheel_for_pypi_sources() -> None:
         assert p.upstream_wheel == up.wheel and p.upstream_wheel_sha256 == "c" * 64
     # a git source: no wheel, and the revision is the commit
     p = provenance_from("acme/sglang:x", labels(), None, {})
-    assert p.upstream_wheel == "" and p.upstream_commit in (UP.commit, UP.revision)
+    assert p.upstream_wheel == "" and p.upstream_commit == UP.revision

@@ -19,6 +19,8 @@ import click
 
 from sglforge import __version__
 from sglforge.cli import signals
+from sglforge.cli.colour import CHOICES as COLOUR_CHOICES
+from sglforge.cli.colour import paint, set_mode
 from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
 from sglforge.util import find_root, printable
 
@@ -158,7 +160,9 @@ class Group(click.Group):
             return super().invoke(ctx)
         except SglforgeError as exc:
             _end_progress()
-            click.echo(f"error: {printable(str(exc), keep=chr(10))}", err=True)
+            click.echo(
+                f"{paint('error:', 'bad', err=True)} {printable(str(exc), keep=chr(10))}", err=True
+            )
             _error_document(ctx, exc.exit_code, exc.message, exc.hint)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
@@ -279,8 +283,16 @@ def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
 @click.option(
     "-v", "--verbose", is_flag=True, help="More detail on stderr (each git command, ...)."
 )
+@click.option(
+    "--color",
+    "colour",
+    type=click.Choice(COLOUR_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Colour verdicts and errors: auto (a terminal, unless $NO_COLOR is set), always, never.",
+)
 @click.pass_context
-def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool) -> None:
+def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool, colour: str) -> None:
     """sglforge: patch queue, ROCm images and MTP smoke tests for sglang on AMD MI355X.
 
     \b
@@ -292,6 +304,9 @@ def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool) -> No
     """
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
+    set_mode(colour)
+    # click.echo strips styles off a terminal unless the context says otherwise
+    ctx.color = {"always": True, "never": False}.get(colour)
     ctx.obj = State(root_option=root, verbosity=-1 if quiet else 1 if verbose else 0)
     from sglforge import progress
     from sglforge.cli.progress import Renderer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sglforge.cli import colour
 from sglforge.cli.common import json_option, main, print_json, table
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.util import plural
@@ -41,7 +42,8 @@ def doctor_cmd(as_json: bool) -> None:
         )
         for c in report.checks:
             if c.hint and c.status in ("fail", "warn"):
-                click.echo(f"next ({c.name}): {c.hint}")
+                tone = "bad" if c.status == "fail" else "warn"
+                click.echo(f"{colour.paint('next', tone)} ({c.name}): {c.hint}")
     if not report.ok:
         raise SystemExit(EXIT_PROBLEMS)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import upstream_option
 from sglforge.errors import EXIT_PROBLEMS
@@ -144,7 +145,11 @@ def lint_cmd(st: State, aiter_configs: Path | None, as_json: bool) -> None:
             # A finding may quote a patch's subject or lines: untrusted, shown escaped.
             click.echo(printable(f"{f} ({f.severity})" if f.severity != "error" else str(f)))
         warnings = len(findings) - len(errors)
-        summary = f"lint: {plural(len(errors), 'problem')}" if errors else "lint: clean"
+        summary = (
+            f"lint: {colour.paint(plural(len(errors), 'problem'), 'bad')}"
+            if errors
+            else f"lint: {colour.paint('clean', 'good')}"
+        )
         click.echo(summary + (f", {plural(warnings, 'warning')}" if warnings else ""))
     if errors:
         raise SystemExit(EXIT_PROBLEMS)

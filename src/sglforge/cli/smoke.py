@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from sglforge import smoke as core
+from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
 from sglforge.progress import current
@@ -119,7 +120,8 @@ def smoke_cmd(
         shown = verdict[report.verdict]
         if report.warnings:
             shown += f" with {report.warning_count} warning line(s)"
-        click.echo(shown + (f": {report.reason}" if report.reason else ""))
+        passed = {"passed": True, "failed": False}.get(report.verdict)
+        click.echo(colour.verdict(shown, passed) + (f": {report.reason}" if report.reason else ""))
         if report.log_path:
             click.echo(f"server log: {report.log_path}")
         click.echo(f"reports: {report.report_dir}")

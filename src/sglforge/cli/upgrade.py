@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import (
     base_image_option,
@@ -119,7 +120,7 @@ def upgrade_cmd(
     if as_json:
         print_json(to_dict(r), ok=r.ready)
     else:
-        verdict = "READY" if r.ready else "NOT READY"
+        verdict = colour.verdict("READY" if r.ready else "NOT READY", r.ready)
         click.echo(
             f"upgrade {r.old_ref} -> {r.new_ref}: {verdict}{' (dry run)' if dry_run else ''}"
         )
