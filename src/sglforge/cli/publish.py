@@ -36,6 +36,7 @@ from sglforge.publish import (
     publish,
     summary,
 )
+from sglforge.smoke.scenario import scenario_path
 from sglforge.util import atomic_write, check_output_file, plural, printable
 
 
@@ -68,8 +69,9 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--scenario",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Smoke scenario (default: the smoke/*.toml whose target matches).",
+    metavar="NAME|FILE",
+    help="Smoke scenario: NAME (smoke/NAME.toml) or a file (default: the smoke/*.toml whose "
+    "target matches).",
 )
 @click.option(
     "--skip-smoke",
@@ -121,7 +123,7 @@ def publish_cmd(
     registry: str,
     model: str | None,
     port: int | None,
-    scenario: Path | None,
+    scenario: str | None,
     skip_smoke: bool,
     mode: str,
     base_image: str | None,
@@ -167,7 +169,7 @@ def publish_cmd(
             registry,
             model=model,
             port=port,
-            scenario=scenario,
+            scenario=scenario_path(state.root, scenario) if scenario else None,
             skip_smoke=skip_smoke,
             dry_run=dry_run,
             mode=mode,

@@ -17,6 +17,7 @@ from sglforge.cli.options import (
 )
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.progress import current
+from sglforge.smoke.scenario import scenario_path
 
 
 @main.command("upgrade")
@@ -34,8 +35,8 @@ from sglforge.progress import current
 @click.option("--model", metavar="PATH", help="Model path for the smoke scenario.")
 @click.option(
     "--scenario",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Smoke scenario instead of the target's own.",
+    metavar="NAME|FILE",
+    help="Smoke scenario instead of the target's own: NAME (smoke/NAME.toml) or a file.",
 )
 @click.option("--port", type=int, help="Port for the smoke server.")
 @click.option("--no-build", is_flag=True, help="Refresh the queue only; no image, no smoke.")
@@ -70,7 +71,7 @@ def upgrade_cmd(
     targets: tuple[str, ...],
     base_image: str | None,
     model: str | None,
-    scenario: Path | None,
+    scenario: str | None,
     port: int | None,
     no_build: bool,
     do_publish: bool,
@@ -109,7 +110,7 @@ def upgrade_cmd(
         registry=registry,
         base_image=base_image,
         model=model,
-        scenario=scenario,
+        scenario=scenario_path(st.root, scenario) if scenario else None,
         port=port,
         offline=offline or None,
         report_dir=report_dir,
