@@ -203,13 +203,45 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
         try:
             fh.seek(0)
             fh.truncate()
-            fh.write(f"pid {os.getpid()} (sglforge {' '.join(sys.argv[1:3])})".strip() + "\n")
+            fh.write(f"pid {os.getpid()} ({command_name(sys.argv)})\n")
             fh.flush()
             held[key] = 1
             yield
         finally:
             held.pop(key, None)
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+# Options of the root command that take a value (their value is no command word).
+_VALUE_OPTIONS = {"--root", "--color"}
+_RUNNING: dict[str, str] = {}
+
+
+def set_command(name: str) -> None:
+    """The command running in this process (``sglforge patches apply``), as a lock names it."""
+    _RUNNING["name"] = name
+
+
+def command_name(argv: list[str]) -> str:
+    """``sglforge patches apply``: the command set by the command line, else the words of
+    ``argv`` up to the first option past the command (global flags and their values left out)."""
+    if _RUNNING.get("name"):
+        return _RUNNING["name"]
+    words: list[str] = []
+    skip = False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg.startswith("-"):
+            skip = arg in _VALUE_OPTIONS
+            if words:
+                break
+            continue
+        words.append(arg)
+        if len(words) == 2:
+            break
+    return " ".join(["sglforge", *words])
 
 
 LOCK_WAIT_ENV = "SGLFORGE_LOCK_WAIT"

@@ -204,6 +204,9 @@ def test_drop_rename_reorder(tmp_path: Path, upstream: Path) -> None:
     assert trailer(root, "0003-fix-c.patch", "Depends-On") == "0002-better-b.patch"
     assert (root / "patches" / "series").read_text().startswith("# the queue\n")
     assert not (root / "patches" / "0002-fix-b.patch").exists()
+    # the lock says which command held it (a busy message quotes this), global flags aside
+    (lock,) = (root / "build" / "locks").glob("project-*.lock")
+    assert lock.read_text().endswith("(sglforge patches rename)\n"), lock.read_text()
     # reorder: every way of saying where; a Depends-On never names a later patch
     assert cli(root, "patches", "reorder", "3", "--first")[0] == 2  # needs 0002 first
     assert cli(root, "patches", "reorder", "1", "--last")[0] == 0

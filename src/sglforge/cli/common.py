@@ -413,6 +413,9 @@ def pass_state(f: F) -> F:
     @functools.wraps(f)
     @click.pass_context
     def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        from sglforge.util import set_command
+
+        set_command(" ".join(["sglforge", *ctx.command_path.split()[1:]]))
         return ctx.invoke(f, state(ctx), *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
