@@ -156,3 +156,22 @@ def test_colour_on_a_terminal_only_and_never_under_no_color(monkeypatch) -> None
     )
     assert res.exit_code == 2 and "\x1b[31m" in res.stderr and "error:" in res.stderr
     colour.set_mode("auto")
+
+
+def test_a_fetch_with_nothing_to_fetch_says_nothing() -> None:
+    """git prints no counters when there is nothing to fetch: then no "fetch ... 0 objects"
+    lines; a fetch that receives objects is shown as before, on a terminal or not."""
+    for tty in (False, True):
+        out = io.StringIO()
+        r = Renderer(lambda: 0, out, tty=tty)
+        with r.task("fetch /cache/x.git", None, unit="objects"):
+            pass
+        assert out.getvalue() == "", tty
+        with r.task("fetch /cache/y.git", None, unit="objects") as task:
+            task.update(5, 10, note="receiving objects")
+            task.update(10, 10, note="receiving objects")
+        text = out.getvalue()
+        assert "fetch /cache/y.git" in text and "x.git" not in text, (tty, text)
+        if not tty:
+            assert text.splitlines()[0] == "fetch /cache/y.git ..."
+            assert text.splitlines()[-1].startswith("fetch /cache/y.git: 10/10 objects in ")

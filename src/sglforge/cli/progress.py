@@ -31,6 +31,11 @@ INTERVAL_ENV = "SGLFORGE_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 5.0
 
 
+# Tasks shown only once they report work: a git fetch (its counters appear only when there
+# are objects to receive), so "fetch ... 0 objects in 0.0 s" never fills a log.
+_SHOWN_ONCE_BUSY = ("objects",)
+
+
 def _interval() -> float:
     try:
         return max(0.0, float(os.environ.get(INTERVAL_ENV, DEFAULT_INTERVAL)))
@@ -83,6 +88,8 @@ class Renderer(Progress):
         self._last = 0.0
         self._interval = _interval()
         self._said: dict[int, float] = {}  # task id -> when its last plain line was printed
+        self._idle: set[int] = set()  # tasks shown only once they report work
+        self._busy: set[int] = set()
 
     @property
     def verbose(self) -> bool:
@@ -125,6 +132,10 @@ class Renderer(Progress):
     def on_start(self, t: Task) -> None:
         if self._level() < NORMAL:
             return
+        if t.unit in _SHOWN_ONCE_BUSY and id(t) not in self._busy:
+            # a fetch with nothing to fetch says nothing (git prints no counters then)
+            self._idle.add(id(t))
+            return
         if self.tty:
             if self._drawn is not None:
                 self._clear()
@@ -137,6 +148,10 @@ class Renderer(Progress):
     def on_update(self, t: Task) -> None:
         if self._level() < NORMAL:
             return
+        if id(t) in self._idle:
+            self._idle.discard(id(t))
+            self._busy.add(id(t))
+            self.on_start(t)
         if self.tty:
             now = time.monotonic()
             if t is self._drawn and (now - self._last >= 1 / _REDRAWS or t.done == t.total):
@@ -156,6 +171,10 @@ class Renderer(Progress):
 
     def on_finish(self, t: Task, ok: bool) -> None:
         if self._level() < NORMAL:
+            return
+        self._busy.discard(id(t))
+        if id(t) in self._idle:
+            self._idle.discard(id(t))
             return
         took = time.monotonic() - t.started
         if self.tty:
