@@ -201,3 +201,39 @@ def test_provenance_prefers_the_manifest_and_falls_back_to_labels() -> None:
     assert full.patches[0].upstream_status == "Backport" and full.base_digest.endswith("b")
     assert full.is_sglforge_image
     assert not provenance_from("debian", {}, None).is_sglforge_image
+
+
+def test_the_text_view_pins_the_digest_and_shows_failed_checks() -> None:
+    """Pull and run by digest (a friendly tag moves later; the port's colon is no tag); a
+    smoke that failed or could not run shows its checks as `sglforge smoke` does."""
+    from sglforge.cli.publish import by_digest, render
+
+    digest = "sha256:" + "ab" * 32
+    friendly = "127.0.0.1:5000/sglforge/sglang:latest-mi355x"
+    done = result(
+        pushed=("127.0.0.1:5000/" + IMAGE, friendly),
+        digest=digest,
+        smoke_passed=True,
+        tested=True,
+        run=f"docker run --rm -it --network host {friendly} python3 -m sglang.launch_server",
+        steps=(Step("push", True, 1.0, "pushed"),),
+    )
+    text = render(done)
+    assert f"127.0.0.1:5000/sglforge/sglang@{digest} python3 -m sglang.launch_server" in text
+    assert "by digest" in text and by_digest(done) is not None
+    assert by_digest(result(run="docker run x", digest=None)) is None
+    cannot = result(
+        smoke_passed=None,
+        smoke_checks=(
+            SmokeCheck("preflight.devices", False, "/dev/kfd missing"),
+            SmokeCheck("preflight.gpu-arch", False, "no GPU", "none", "gfx950"),
+            SmokeCheck("serves", None, "not run"),
+        ),
+        steps=(Step("smoke", False, 0.0, "cannot-run"),),
+        error="smoke cannot-run",
+        exit_code=7,
+    )
+    text = render(cannot)
+    for needed in ("smoke check", "preflight.devices", "/dev/kfd missing", "gfx950", "skipped"):
+        assert needed in text, needed
+    assert "smoke check" not in render(done)  # a passed smoke: its figures, not a check table

@@ -192,6 +192,7 @@ def publish_cmd(
     _reports(result, target, junit, summary_path, result.error)
     if as_json:
         doc = summary(result)
+        doc["run_by_digest"] = by_digest(result)
         if result.error:
             error_document(doc, result.exit_code or 1, result.error, None)
         else:
@@ -219,6 +220,23 @@ def _reports(
             fh.write(markdown(result, target, error))
 
 
+def by_digest(r: PublishResult) -> str | None:
+    """The pull-and-run line with the pushed digest instead of a tag (``repo@sha256:...``)."""
+    if not (r.run and r.digest and r.digest.startswith("sha256:")):
+        return None
+    repo = _repository(r.immutable)
+    for ref in (*r.friendly, r.immutable):
+        if ref in r.run:
+            return r.run.replace(ref, f"{repo}@{r.digest}", 1)
+    return None
+
+
+def _repository(ref: str) -> str:
+    """``host:port/ns/repo`` of ``host:port/ns/repo:tag`` (a port's colon is no tag)."""
+    head, sep, tail = ref.rpartition(":")
+    return head if sep and "/" not in tail else ref
+
+
 def render(r: PublishResult) -> str:
     """The outcome (or the plan) for people."""
     lines = []
@@ -241,6 +259,24 @@ def render(r: PublishResult) -> str:
         for s in r.steps
     ]
     lines.append(table(["step", "result", "time", "detail"], rows))
+    if r.smoke_checks and r.smoke_passed is not True:
+        # what `sglforge smoke` prints: each check with its value and threshold
+        lines.append("")
+        lines.append(
+            table(
+                ["smoke check", "result", "value", "threshold", "detail"],
+                [
+                    (
+                        c.name,
+                        {True: "ok", False: "FAILED", None: "skipped"}[c.passed],
+                        "" if c.value is None else c.value,
+                        "" if c.threshold is None else c.threshold,
+                        c.detail,
+                    )
+                    for c in r.smoke_checks
+                ],
+            )
+        )
     if r.smoke_figures:
         lines.append("")
         lines.append(
@@ -253,7 +289,11 @@ def render(r: PublishResult) -> str:
     if r.ok and not r.tested:
         lines.append("UNTESTED: published with --skip-smoke; friendly tags were not moved")
     if r.run:
-        lines += ["", "pull and run:", f"  {r.run}"]
+        pinned = by_digest(r)
+        if pinned:
+            lines += ["", "pull and run (by digest: a tag moves later):", f"  {pinned}"]
+        else:
+            lines += ["", "pull and run:", f"  {r.run}"]
     if r.release_record:
         note = "entry added" if r.changelog_written else "entry already present"
         lines.append(f"record  {r.release_record} (CHANGELOG.md: {note})")
