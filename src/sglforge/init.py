@@ -153,11 +153,16 @@ def check_upstream(upstream: str) -> str:
     return upstream
 
 
+# Opt-in (``init --watch``): the nightly upgrade job, on a branch and one pull request.
+_WATCH = {".github/workflows/sglforge-upstream-watch.yml": "upstream-watch.yml"}
+
+
 def project_files(
     upstream: str = DEFAULT_UPSTREAM,
     example: str | None = None,
     install: str | None = None,
     branch: str = "main",
+    watch: bool = False,
 ) -> dict[str, bytes]:
     """Every file a new project gets, by path relative to the project, with its content."""
     shipped = defaults_root()
@@ -176,7 +181,7 @@ def project_files(
             )
         for path in found:
             files[path.relative_to(shipped).as_posix()] = path.read_bytes()
-    for rel, name in _FROM_SKELETON.items():
+    for rel, name in {**_FROM_SKELETON, **(_WATCH if watch else {})}.items():
         text = (SKELETON / name).read_text()
         text = text.replace("{{SGLFORGE_VERSION}}", __version__)
         text = text.replace("{{SGLFORGE_INSTALL}}", install or install_requirement().requirement)
@@ -208,6 +213,7 @@ def init_project(
     example: str | None = None,
     install: str | None = None,
     git_init: bool = False,
+    watch: bool = False,
 ) -> InitResult:
     """Write a new project into ``dest`` (created if missing); ConfigError if a file exists.
 
@@ -220,7 +226,7 @@ def init_project(
     upstream = check_upstream(upstream)
     found = Install(install, "--install-from") if install else install_requirement()
     repo_state, branch = _git_branch(dest) if dest.is_dir() else ("", "")
-    files = project_files(upstream, example, found.requirement, branch or "main")
+    files = project_files(upstream, example, found.requirement, branch or "main", watch)
     existing = [rel for rel in files if (dest / rel).exists() or (dest / rel).is_symlink()]
     if existing:
         raise ConfigError(

@@ -98,3 +98,12 @@ def test_hints_repeat_the_upstream_in_effect(project: Path, tmp_path: Path) -> N
     # the pin's own URL needs no flag
     code, out, err = cli(project, "patches", "refresh", "--ref", "v1.1")
     assert "--upstream" not in out
+
+
+def test_tags_spec_may_name_the_pin(project: Path) -> None:
+    """`--tags '>=pin'` (what init's workflow runs): the pin and every later release."""
+    import json
+
+    for spec, refs in ((">=pin", ["v1.0", "v1.1"]), (">pin", ["v1.1"]), ("==pin", ["v1.0"])):
+        code, out, err = cli(project, "patches", "check", "--tags", spec, "--json")
+        assert [r["ref"] for r in json.loads(out)["refs"]] == refs, (spec, err)

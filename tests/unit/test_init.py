@@ -169,3 +169,20 @@ def test_the_workflow_installs_what_exists(tmp_path: Path) -> None:
     result = init_project(tmp_path / "p", install=spec)
     workflow = (tmp_path / "p" / ".github" / "workflows" / "sglforge.yml").read_text()
     assert f'SGLFORGE_INSTALL: "{spec}"' in workflow and result.install == spec
+
+
+def test_watch_writes_the_nightly_upgrade_job(tmp_path: Path) -> None:
+    import yaml
+
+    plain = init_project(tmp_path / "plain")
+    assert ".github/workflows/sglforge-upstream-watch.yml" not in plain.files
+    watched = init_project(tmp_path / "w", watch=True, install="sglforge @ https://x.invalid/w.whl")
+    text = (tmp_path / "w" / ".github" / "workflows" / "sglforge-upstream-watch.yml").read_text()
+    wf = yaml.safe_load(text)
+    assert ".github/workflows/sglforge-upstream-watch.yml" in watched.files
+    assert "schedule" in wf[True] and "{{" not in text.replace("${{", "")
+    run = "\n".join(s.get("run", "") for s in wf["jobs"]["upgrade"]["steps"])
+    assert "sglforge upgrade --to" in run and '--branch "$BRANCH"' in run
+    assert 'SGLFORGE_INSTALL: "sglforge @ https://x.invalid/w.whl"' in text
+    main_wf = (tmp_path / "w" / ".github" / "workflows" / "sglforge.yml").read_text()
+    assert "sglforge patches check --tags '>=pin'" in main_wf

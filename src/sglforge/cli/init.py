@@ -43,6 +43,12 @@ from sglforge.init import DEFAULT_UPSTREAM, EXAMPLES, init_project
 @click.option(
     "--git/--no-git", default=True, show_default=True, help="Run `git init` unless in a repo."
 )
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Also the nightly upstream-watch workflow: `upgrade --to latest --branch` on a GPU "
+    "runner, then one pull request.",
+)
 @json_option
 def init_cmd(
     directory: Path,
@@ -50,6 +56,7 @@ def init_cmd(
     example: str | None,
     install_from: str | None,
     git: bool,
+    watch: bool,
     as_json: bool,
 ) -> None:
     """Lay out a new fork-packaging project in DIRECTORY (default: here).
@@ -69,7 +76,12 @@ def init_cmd(
       cd my-sglang && sglforge patches apply
     """
     result = init_project(
-        directory, upstream=upstream, example=example, install=install_from, git_init=git
+        directory,
+        upstream=upstream,
+        example=example,
+        install=install_from,
+        git_init=git,
+        watch=watch,
     )
     if as_json:
         print_json(result)

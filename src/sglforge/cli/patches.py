@@ -181,7 +181,12 @@ def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_
 
 @patches_group.command("check")
 @click.option("--ref", "refs", multiple=True, help="Upstream ref to check (repeatable).")
-@click.option("--tags", metavar="SPEC", help="Also every tag whose version matches SPEC.")
+@click.option(
+    "--tags",
+    metavar="SPEC",
+    help="Also every tag whose version matches SPEC; `pin` stands for the pinned version "
+    "(--tags '>=pin': the pin and every later release).",
+)
 @upstream_option
 @click.option("--jobs", type=int, help="Refs checked in parallel (default: CPU count).")
 @click.option(

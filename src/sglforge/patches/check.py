@@ -566,6 +566,15 @@ def check_refs(
     pin_commit = pinned_commit(root, project.queue.pin, up)
     queue = project.queue
     wanted = list(refs)
+    if tags and "pin" in tags:
+        # `--tags '>=pin'`: the pinned release and every later one (the CI job's spelling)
+        pinned = ref_version(queue.pin.ref)
+        if pinned is None:
+            raise ConfigError(
+                f"--tags {tags!r}: the pin {queue.pin.ref!r} names no version",
+                "spell the version: --tags '>=0.5.14'",
+            )
+        tags = tags.replace("pin", str(pinned))
     if tags:
         matched = select_tags(up, tags)
         if not matched:
