@@ -36,6 +36,16 @@ def test_every_command_has_help_and_is_in_readme() -> None:
         assert f"sglforge {name}" in text, f"sglforge {name} is not documented in README.md"
 
 
+def test_every_command_help_has_an_example() -> None:
+    """README promises it: `sglforge COMMAND --help` has examples."""
+    missing = [
+        name
+        for name, cmd in commands(main)
+        if not isinstance(cmd, click.Group) and "Example" not in (cmd.help or "")
+    ]
+    assert missing == []
+
+
 def test_readme_has_exactly_two_setup_commands() -> None:
     """The contributors' two commands, under Development: not what a new user reads first."""
     text = README.read_text()

@@ -24,7 +24,13 @@ def patches_group() -> None:
 @json_option
 @pass_state
 def list_cmd(st: State, as_json: bool) -> None:
-    """List the queue: index, file, subject, status, kind, files, lines +/-."""
+    """List the queue: index, file, subject, status, kind, files, lines +/-.
+
+    \b
+    Examples:
+      sglforge patches list
+      sglforge patches list --json | jq -r '.patches[].subject'   # full subjects
+    """
 
     q = st.project.queue
     rows: list[dict[str, Any]] = [
@@ -162,7 +168,13 @@ def lint_cmd(st: State, aiter_configs: Path | None, as_json: bool) -> None:
 @json_option
 @pass_state
 def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_json: bool) -> None:
-    """Apply the queue in build/worktrees/<ref>, one commit per patch (git am --3way)."""
+    """Apply the queue in build/worktrees/<ref>, one commit per patch (git am --3way).
+
+    \b
+    Examples:
+      sglforge patches apply                   # at the pin: build/worktrees/v0.5.14
+      sglforge patches apply --ref 0.5.16      # at another release (stops at a conflict)
+    """
     from sglforge.patches.apply import apply_queue
 
     a = apply_queue(st.project, ref=ref, upstream=upstream, force=force)
@@ -266,6 +278,11 @@ def refresh_cmd(
 
     For a new release, `sglforge upgrade --to NEWREF` is the one to use: it also retires
     what upstream merged, and builds and smoke-tests before writing anything.
+
+    \b
+    Examples:
+      sglforge patches refresh --ref v0.5.16 --dry-run
+      sglforge patches refresh --ref v0.5.16 --drop-upstreamed
     """
     from sglforge.patches.refresh import refresh_queue
     from sglforge.patches.upstream import with_upstream
@@ -300,7 +317,12 @@ def refresh_cmd(
 @json_option
 @pass_state
 def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
-    """Write the worktree branch's commits back to patch files (series order kept)."""
+    """Write the worktree branch's commits back to patch files (series order kept).
+
+    \b
+    Example:
+      git -C build/worktrees/v0.5.16 am --continue && sglforge patches export --ref v0.5.16
+    """
     from sglforge.patches.export import export_queue
 
     r = export_queue(st.project, ref)
@@ -536,7 +558,12 @@ def prune_cmd(st: State, dry_run: bool, as_json: bool) -> None:
 @json_option
 @pass_state
 def hash_cmd(st: State, as_json: bool) -> None:
-    """Print the queue fingerprint (pin + series order + patch contents)."""
+    """Print the queue fingerprint (pin + series order + patch contents).
+
+    \b
+    Example:
+      sglforge patches hash    # images are tagged ...-q<first 8>
+    """
 
     q = st.project.queue
     if as_json:
