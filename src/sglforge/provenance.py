@@ -316,6 +316,10 @@ class Provenance:
     tested: bool | None = None  # None: no release record found for this image
     # Config items (tuned tables): name, installed path, sha256, status, origin (issue 13).
     configs: tuple[Mapping[str, Any], ...] = ()
+    # No release record: the newest local smoke run of this very image (not published)
+    local_smoke: Smoke | None = None
+    local_smoke_report: str = ""
+    local_smoke_at: str = ""
 
     @property
     def upstream_version(self) -> str:

@@ -381,6 +381,17 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             "verdict": p.smoke.verdict,
             "figures": dict(p.smoke.figures),
         },
+        "local_smoke": None
+        if p.local_smoke is None
+        else {
+            "published": False,
+            "passed": p.local_smoke.passed,
+            "scenario": p.local_smoke.scenario,
+            "verdict": p.local_smoke.verdict,
+            "figures": dict(p.local_smoke.figures),
+            "report": p.local_smoke_report,
+            "started_at": p.local_smoke_at,
+        },
         "labels": dict(p.labels),
     }
 
@@ -436,7 +447,17 @@ def render_provenance(p: Provenance) -> str:
         ]
         lines.append(table(["config item", "upstream status", "sha256", "installed"], cfg_rows))
     lines.append("")
-    if p.release is None:
+    if p.release is None and p.local_smoke is not None:
+        s = p.local_smoke
+        lines.append("release   none: not published (no release record for this image)")
+        lines.append(
+            f"smoke     {s.verdict} ({s.scenario}), a local run at {p.local_smoke_at or '?'}, "
+            f"NOT published: {p.local_smoke_report}"
+        )
+        if s.figures:
+            figures = [[k, v] for k, v in sorted(s.figures.items())]
+            lines += ["", table(["smoke figure (local run)", "value"], figures)]
+    elif p.release is None:
         lines.append("release   no release record for this image here (smoke figures unknown)")
     else:
         lines.append(f"release   {p.release}, published {p.published_at}")
