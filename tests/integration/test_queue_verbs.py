@@ -284,3 +284,12 @@ def test_lint_warns_on_what_a_reviewer_asks(tmp_path: Path, upstream: Path) -> N
     assert not {c for f, c in found if f == "patches/0003-fix-c.patch"}
     code, out, err = cli(root, "patches", "lint")
     assert "lint: clean, 2 warnings" in out
+
+
+def test_list_wide_shows_whole_subjects(tmp_path: Path, upstream: Path) -> None:
+    long = "fix-a-with-a-subject-long-enough-to-be-cut-in-the-table-view"
+    root = make_project(tmp_path, upstream, [(long, "python/pkg/a.py", 5, "A", "")])
+    code, out, err = cli(root, "patches", "list")
+    assert "~" in out and f"{long}: patch" not in out
+    code, out, err = cli(root, "patches", "list", "--wide")
+    assert code == 0 and f"{long}: patch python/pkg/a.py" in out and "~" not in out

@@ -21,15 +21,16 @@ def patches_group() -> None:
 
 
 @patches_group.command("list")
+@click.option("--wide", is_flag=True, help="Full subjects and statuses (no cutting to fit).")
 @json_option
 @pass_state
-def list_cmd(st: State, as_json: bool) -> None:
+def list_cmd(st: State, wide: bool, as_json: bool) -> None:
     """List the queue: index, file, subject, status, kind, files, lines +/-.
 
     \b
     Examples:
       sglforge patches list
-      sglforge patches list --json | jq -r '.patches[].subject'   # full subjects
+      sglforge patches list --wide      # full subjects (also in --json)
     """
 
     q = st.project.queue
@@ -67,8 +68,8 @@ def list_cmd(st: State, as_json: bool) -> None:
                 [
                     r["index"],
                     r["name"],
-                    _cut(r["subject"], 48),
-                    _cut(r["status"], 24),
+                    _cut(r["subject"], 48, wide),
+                    _cut(r["status"], 24, wide),
                     r["kind"],
                     len(r["files"]),
                     f"+{r['added']}/-{r['removed']}",
@@ -87,7 +88,7 @@ def list_cmd(st: State, as_json: bool) -> None:
                         c.csv_file.rsplit("/", 1)[-1],
                         f"{c.tool}/{c.table}",
                         f"{c.target} ({c.gfx})",
-                        _cut(c.upstream_status, 24),
+                        _cut(c.upstream_status, 24, wide),
                         len(c.rows),
                         c.applies_to or "",
                     ]
@@ -117,8 +118,8 @@ def _config_row(c: Any) -> dict[str, Any]:
     }
 
 
-def _cut(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 1] + "~"
+def _cut(s: str, n: int, wide: bool = False) -> str:
+    return s if wide or len(s) <= n else s[: n - 1] + "~"
 
 
 @patches_group.command("lint")
