@@ -135,31 +135,37 @@ def fast_import(repo: Path, stream: Iterable[bytes]) -> None:
     """Feed ``stream`` (a git fast-import command stream ending in ``done``) to ``git
     fast-import`` as it is produced, so a release's files are never all in memory at once.
     An interrupt or an error in the producer kills git; nothing it wrote is referenced."""
+    import tempfile
+
     _progress.current().detail(f"git fast-import  (in {repo})")
-    proc = subprocess.Popen(
-        ["git", "fast-import", "--quiet", "--done"],
-        cwd=str(repo),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    )
-    assert proc.stdin is not None
-    try:
+    # stderr to a file: a pipe nobody reads while we write could fill and block both sides
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            # always a pack (never loose objects): the store records and checks its packs
+            ["git", "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done"],
+            cwd=str(repo),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            env=_env(),
+        )
+        assert proc.stdin is not None
         try:
-            for chunk in stream:
-                proc.stdin.write(chunk)
-        except BrokenPipeError:
-            pass  # git stopped reading: its status and stderr below say why
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-        err = proc.stderr.read() if proc.stderr else b""
-        status = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
+            try:
+                for chunk in stream:
+                    proc.stdin.write(chunk)
+            except BrokenPipeError:
+                pass  # git stopped reading: its status and stderr below say why
+            finally:
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.close()
+            status = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        errors.seek(0)
+        err = errors.read()
     if status != 0:
         raise GitFailed(("fast-import",), GitResult(status, "", decode_exact(err)), repo)
 

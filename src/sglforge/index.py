@@ -253,6 +253,25 @@ def session(conf: IndexConfig) -> Any:
     return http
 
 
+def _abort(res: Any) -> None:
+    """End a response another thread is reading: shut its socket down (a blocked read then
+    returns at once), then close it."""
+    import socket
+
+    raw = getattr(res, "raw", None)
+    for sock in (
+        getattr(getattr(raw, "connection", None), "sock", None),
+        getattr(
+            getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None
+        ),
+    ):
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        res.close()
+
+
 @contextlib.contextmanager
 def _deadline(seconds: float, on_expiry: Callable[[], None]) -> Iterator[threading.Event]:
     """Call ``on_expiry`` (closing the response) once ``seconds`` have passed."""
@@ -288,7 +307,7 @@ def _get(
             "check the network or pip's index settings (`pip config list`), or set "
             f"${INDEX_ENV}=URL",
         ) from None
-    with res, _deadline(total, res.close) as fired:
+    with res, _deadline(total, lambda: _abort(res)) as fired:
         chunks: list[bytes] = []
         size = 0
         try:
@@ -565,6 +584,8 @@ def _copy_local(
     file: File, tmp: Path, digest: Any, on_bytes: Callable[[int, int | None], None] | None
 ) -> None:
     src = _local_path(file.url)
+    if on_bytes:
+        on_bytes(0, src.stat().st_size)
     with open(src, "rb") as fin, open(tmp, "wb") as fout:
         while chunk := fin.read(1 << 20):
             fout.write(chunk)
@@ -588,13 +609,13 @@ def _fetch(
     allowed = max(total, (file.size or 0) / 1e6)
     with session(conf) as http:
         try:
-            res = http.get(file.url, stream=True, timeout=each)
+            res = http.get(file.url, stream=True, timeout=each, auth=_same_host_auth(file))
         except requests.RequestException as exc:
             raise UpstreamError(
                 f"{what}: could not fetch {shown(file.url)} ({type(exc).__name__})",
                 "retry; check the network or pip's index settings (`pip config list`)",
             ) from None
-        with res, _deadline(allowed, res.close) as fired:
+        with res, _deadline(allowed, lambda: _abort(res)) as fired:
             if res.status_code != 200:
                 raise UpstreamError(
                     f"{what}: {shown(file.url)} answered {res.status_code}",
@@ -602,6 +623,8 @@ def _fetch(
                 )
             size = res.headers.get("Content-Length", "")
             known = int(size) if size.isdigit() else file.size
+            if on_bytes:
+                on_bytes(0, known)
             try:
                 with open(tmp, "wb") as fh:
                     for chunk in res.iter_content(1 << 18):
@@ -618,6 +641,21 @@ def _fetch(
                 ) from None
             if fired.is_set():
                 raise _too_slow(file.url, allowed, what)
+
+
+def _same_host_auth(file: File) -> tuple[str, str] | None:
+    """The index URL's credentials for a file on the index's own host (as pip does); a file
+    elsewhere gets none, and requests drops them on a redirect to another host."""
+    target, origin = urlsplit(file.url), urlsplit(file.index.url)
+    if target.username or not origin.username:
+        return None
+    if (target.hostname, target.port, target.scheme) != (
+        origin.hostname,
+        origin.port,
+        origin.scheme,
+    ):
+        return None
+    return unquote(origin.username), unquote(origin.password or "")
 
 
 def copy_into(src: Path, dest: Path) -> None:

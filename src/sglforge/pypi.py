@@ -39,7 +39,6 @@ saying so. All of this runs under one file lock per project.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -57,7 +56,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge import git, index
 from sglforge.errors import ConfigError, LocalDiskError, UpstreamError
-from sglforge.progress import Progress, resolve
+from sglforge.progress import Progress, Task, resolve
 
 DEFAULT_SPEC = ">=0.5.10"
 # Bump when the tree layout or commit format changes: it is part of the store's folder name,
@@ -173,10 +172,10 @@ def available_versions(project: str, spec: SpecifierSet | str = "") -> list[Vers
     pre = bool(spec_set.prereleases)
     matching = sorted(set(spec_set.filter(usable, prereleases=pre)))
     if not matching:
+        newest = max([v for v in usable if pre or not v.is_prerelease] or usable)
         raise UpstreamError(
-            f"pypi:{project}: no release matches {str(spec_set)!r} "
-            f"(newest on the index: {max(usable)})",
-            f"widen the range, e.g. --upstream 'pypi:{project}>={max(usable)}'",
+            f"pypi:{project}: no release matches {str(spec_set)!r} (newest on the index: {newest})",
+            f"widen the range, e.g. --upstream 'pypi:{project}>={newest}'",
         )
     return matching
 
@@ -227,11 +226,12 @@ def ensure(
         if not todo:
             return repo
         say.info(f"pypi:{project}: importing {len(todo)} release(s): {_listing(todo)}")
+        wheels = [
+            _wheel(base / "wheels", project, v, seed, say, f"wheel {n}/{len(todo)}", exact)
+            for n, v in enumerate(todo, 1)
+        ]
         with say.task(f"pypi:{project} releases", len(todo)) as task:
-            for n, version in enumerate(todo, 1):
-                wheel = _wheel(
-                    base / "wheels", project, version, seed, say, f"wheel {n}/{len(todo)}", exact
-                )
+            for version, wheel in zip(todo, wheels, strict=True):
                 _import_release(repo, version, wheel, project)
                 state["versions"].append(str(version))
                 _save_state(repo, state)
@@ -278,21 +278,19 @@ def _listing(versions: Sequence[Version]) -> str:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """The project's store and wheels, one process at a time (others wait: a first import
+    can take minutes on a slow index). The project's lock helper, reentrant in-process."""
+    from sglforge.util import _flock
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a+")  # noqa: SIM115 - closed below, after the lock is released
     except OSError as exc:
         raise LocalDiskError(
             f"cannot write the sglforge cache at {path.parent}: {exc.strerror}",
             "free space or fix permissions there, or point $SGLFORGE_CACHE at another disk",
         ) from None
-    with fh:
-        # Blocks until another process importing into the same project's store is done.
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    with _flock(path, f"the PyPI cache {path.parent}", None):
+        yield
 
 
 def _packs(repo: Path) -> dict[str, int]:
@@ -430,14 +428,28 @@ def _wheel(
             "it was asked for exactly (PEP 592)"
         )
     dest = wheels / chosen.file.filename
-    with say.task(f"{step} {chosen.file.filename}", chosen.file.size, unit="bytes") as task:
+    label = f"{step} {chosen.file.filename}"
+    tasks: list[Task] = []
+
+    def on_bytes(n: int, total: int | None) -> None:
+        if not tasks:  # started once the size is known (the answer's Content-Length)
+            tasks.append(say.start(label, total, unit="bytes"))
+        tasks[0].update(tasks[0].done + n, total)
+
+    try:
         digest = index.download(
             chosen.file,
             dest,
             what=f"downloading pypi:{project}=={version}",
-            on_bytes=lambda n, total: task.update(task.done + n, total),
+            on_bytes=on_bytes,
             warn=say.warn,
         )
+    except BaseException:
+        for t in tasks:
+            say.finish(t, ok=False)
+        raise
+    for t in tasks:
+        say.finish(t)
     _record(dest, digest)
     return dest
 

@@ -22,6 +22,7 @@ from sglforge.cli import signals
 from sglforge.cli.colour import CHOICES as COLOUR_CHOICES
 from sglforge.cli.colour import paint, set_mode
 from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
+from sglforge.urls import scrub_text
 from sglforge.util import find_root, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -160,9 +161,9 @@ class Group(click.Group):
             return super().invoke(ctx)
         except SglforgeError as exc:
             _end_progress()
-            click.echo(
-                f"{paint('error:', 'bad', err=True)} {printable(str(exc), keep=chr(10))}", err=True
-            )
+            # every URL in a message is shown without its credentials, whoever built it
+            said = printable(scrub_text(str(exc)), keep=chr(10))
+            click.echo(f"{paint('error:', 'bad', err=True)} {said}", err=True)
             _error_document(ctx, exc.exit_code, exc.message, exc.hint)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
@@ -187,12 +188,12 @@ class Group(click.Group):
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             _end_progress()
             log = _crash_log(ctx, exc)
-            click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"error: unexpected {type(exc).__name__}: {scrub_text(str(exc))}", err=True)
             click.echo(f"  a log for bug reports is at {log}", err=True)
             _error_document(
                 ctx,
                 EXIT_UNEXPECTED,
-                f"unexpected {type(exc).__name__}: {exc}",
+                f"unexpected {type(exc).__name__}: {scrub_text(str(exc))}",
                 f"a log for bug reports is at {log}",
             )
             ctx.exit(EXIT_UNEXPECTED)
@@ -219,7 +220,7 @@ def _error_document(ctx: click.Context, code: int, message: str, hint: str | Non
     ``{"schema": 1, "ok": false, "error": {"code", "message", "hint"}}``; printed once."""
     if ctx.find_root().meta.get(_DONE_KEY) or not _json_requested(ctx):
         return
-    error_document({}, code, message, hint)
+    error_document({}, code, scrub_text(message), scrub_text(hint) if hint else hint)
 
 
 def error_document(doc: dict[str, Any], code: int, message: str, hint: str | None) -> None:

@@ -48,7 +48,23 @@ class PypiSource:
         from sglforge import pypi
 
         store = pypi.ensure(self.cache_root, self.project, versions, exact=True, seed=self.seed)
-        return git.ensure_cache(self.mirrors, str(store), share_objects=True)
+        return _pypi_mirror(self.mirrors, store)
+
+
+def _pypi_mirror(mirrors: Path, store: Path) -> Path:
+    """The git mirror of a PyPI store (worktrees are made there, never in the shared store),
+    fetched only when the store holds a release the mirror lacks."""
+    from sglforge import pypi
+
+    path = mirrors / git.cache_name(str(store))
+    try:
+        if (path / "HEAD").exists() and set(pypi.tagged_versions(path)) >= set(
+            pypi.tagged_versions(store)
+        ):
+            return path
+    except git.GitFailed:
+        pass  # not a repository any more: ensure_cache makes it again
+    return git.ensure_cache(mirrors, str(store), share_objects=True)
 
 
 def ref_release(ref: str) -> Version | None:
@@ -213,7 +229,7 @@ def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream
         store = pypi.ensure(
             src.cache_root, project, [pinned] if pinned else [], exact=True, seed=src.seed
         )
-        cache = git.ensure_cache(cache_root, str(store), share_objects=True)
+        cache = _pypi_mirror(cache_root, store)
         return Upstream(
             source=source, key=f"pypi:{project}", cache=cache, python_only=True, pypi=src
         )
