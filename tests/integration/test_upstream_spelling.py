@@ -45,8 +45,8 @@ def test_a_version_names_its_tag(project: Path) -> None:
     [
         ("pypy:sglang", "unknown scheme 'pypy:' (did you mean pypi:sglang?)"),
         ("pyip:sglang>=0.5", "unknown scheme 'pyip:' (did you mean pypi:sglang>=0.5?)"),
-        ("htttps://github.com/x/y", "unknown scheme 'htttps:' (did you mean https://...?)"),
-        ("gti://host/repo", "unknown scheme 'gti:' (did you mean git://...?)"),
+        ("htttps://github.com/x/y", "unknown scheme 'htttps:' (did you mean 'https'?)"),
+        ("gti://host/repo", "unknown scheme 'gti:' (did you mean 'git'?)"),
     ],
 )
 def test_an_unknown_scheme_is_named(project: Path, source: str, said: str) -> None:

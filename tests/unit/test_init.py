@@ -101,7 +101,7 @@ def test_init_records_the_upstream_once(tmp_path: Path) -> None:
     [
         ("pypy:sglang", "unknown scheme 'pypy:' (did you mean pypi:sglang?)"),
         ("pipy:sglang", "unknown scheme 'pipy:' (did you mean pypi:sglang?)"),
-        ("htps://github.com/sgl-project/sglang", "unknown scheme 'htps:' (did you mean https"),
+        ("htps://github.com/sgl-project/sglang", "unknown scheme 'htps:' (did you mean 'https'?)"),
         ("pypi:sglang>=>0.5", "invalid version specifier"),
         ("/nonexistent/sglang", "no such folder"),
     ],

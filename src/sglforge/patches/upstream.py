@@ -259,9 +259,7 @@ def check_source(source: str) -> str:
         return source
     near = difflib.get_close_matches(scheme, SCHEMES, n=1, cutoff=0.5)
     rest = source[m.end() :]
-    guess = (
-        f"{near[0]}:{rest}" if near and near[0] == "pypi" else f"{near[0]}://..." if near else ""
-    )
+    guess = f"{near[0]}:{rest}" if near and near[0] == "pypi" else f"'{near[0]}'" if near else ""
     raise UpstreamError(
         f"upstream {source!r}: unknown scheme {scheme + ':'!r}"
         + (f" (did you mean {guess}?)" if guess else ""),
