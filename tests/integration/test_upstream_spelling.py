@@ -76,15 +76,19 @@ def test_a_pin_outside_the_pypi_spec_is_named(tmp_path: Path) -> None:
     assert "not found" in err.value.message
 
 
-def test_hints_repeat_the_upstream_in_effect(project: Path, tmp_path: Path) -> None:
+def test_hints_repeat_the_upstream_in_effect(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pasting a hint works: each names the --upstream the command was given (fix-d conflicts
     at v1.1), in apply's error, refresh's message and upgrade's NOT READY reason and report."""
     mirror = tmp_path / "mirror"
     subprocess.run(["git", "clone", "-q", str(tmp_path / "upstream"), str(mirror)], check=True)
     flag = f"--upstream {mirror}"
     code, out, err = cli(project, "patches", "apply", "--ref", "v1.1", "--upstream", str(mirror))
-    assert code == 4 and f"sglforge patches refresh --ref v1.1 {flag}" in err, err
-    assert f"sglforge upgrade --to v1.1 {flag}" in err
+    # the error's hint also repeats --root (cli() passes it): pasted anywhere, same project
+    root = f"--root {project.resolve()}"
+    assert code == 4 and f"sglforge {root} patches refresh --ref v1.1 {flag}" in err, err
+    assert f"sglforge {root} upgrade --to v1.1 {flag}" in err
     code, out, err = cli(project, "patches", "refresh", "--ref", "v1.1", "--upstream", str(mirror))
     assert code == 1 and f"sglforge patches apply --ref v1.1 {flag}" in out, out
     code, out, err = cli(
@@ -98,6 +102,12 @@ def test_hints_repeat_the_upstream_in_effect(project: Path, tmp_path: Path) -> N
     # the pin's own URL needs no flag
     code, out, err = cli(project, "patches", "refresh", "--ref", "v1.1")
     assert "--upstream" not in out
+    # no --root given (found by walking up from here): none added
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("SGLFORGE_ROOT", raising=False)
+    res = CliRunner().invoke(main, ["patches", "apply", "--ref", "v1.1", "--upstream", str(mirror)])
+    assert res.exit_code == 4 and "sglforge patches refresh" in res.stderr
+    assert "--root" not in res.stderr
 
 
 def test_tags_spec_may_name_the_pin(project: Path) -> None:

@@ -161,6 +161,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except SglforgeError as exc:
             _end_progress()
+            if exc.hint:
+                exc.hint = with_root(ctx, exc.hint)
             # every URL in a message is shown without its credentials, whoever built it
             said = printable(scrub_text(str(exc)), keep=chr(10))
             click.echo(f"{paint('error:', 'bad', err=True)} {said}", err=True)
@@ -200,6 +202,20 @@ class Group(click.Group):
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
             signals.install_startup()
+
+
+def with_root(ctx: click.Context, hint: str) -> str:
+    """``hint`` with ``--root DIR`` in each sglforge command it names, when the command line
+    gave --root: pasted anywhere, the hint acts on the same project."""
+    import re
+    import shlex
+
+    st = ctx.find_object(State)
+    if st is None or not st.root_option or "--root" in hint:
+        return hint
+    names = "|".join(sorted(COMMANDS, key=len, reverse=True))
+    root = shlex.quote(str(Path(st.root_option).resolve()))
+    return re.sub(rf"\bsglforge (?=(?:{names})\b)", f"sglforge --root {root} ", hint)
 
 
 _ARGS_KEY = "sglforge.args"

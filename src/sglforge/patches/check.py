@@ -539,9 +539,7 @@ def context_elsewhere(cache: Path, commit: str, patch: Patch, files: Sequence[st
         found = git.run(
             cache, "grep", "-F", "-n", "-e", probe, commit, "--", ":/", check=False
         ).stdout.splitlines()
-        where = [
-            ":".join(ln.removeprefix(f"{commit}:").split(":", 2)[:2]) for ln in found[:3]
-        ]
+        where = [":".join(ln.removeprefix(f"{commit}:").split(":", 2)[:2]) for ln in found[:3]]
         if where:
             notes.append(
                 f"{pf.path} no longer holds the lines the patch touches; they are now in "
