@@ -118,6 +118,7 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
                 references=record.references,
                 smoke=record.smoke,
                 tested=record.tested,
+                coverage=record.coverage,
             )
     seen = local_smoke(root, info.id)
     if seen is not None:

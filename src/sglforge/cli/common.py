@@ -69,6 +69,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sglforge.cli.doctor",
         "Show or prune the shared cache: upstream mirrors, PyPI wheels and histories.",
     ),
+    "configs": (
+        "sglforge.cli.configs",
+        "Tuned kernel tables: which rows a launch will use, before a GPU runs.",
+    ),
     "doctor": (
         "sglforge.cli.doctor",
         "Check this machine for sglforge's work, read-only: what is there, what to do.",
