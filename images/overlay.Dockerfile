@@ -20,3 +20,5 @@ COPY overlay/ /
 # No ENTRYPOINT and no CMD: the image keeps the base's WORKDIR, CMD ["/bin/bash"] and (absent)
 # ENTRYPOINT, so every command line that runs the release image runs this one:
 #   docker run ... IMAGE python3 -m sglang.launch_server --model-path ...
+# A base that sets an ENTRYPOINT gets `ENTRYPOINT []` (and its CMD restated) appended by
+# sglforge, recorded in the label io.sglforge.base.entrypoint-reset.

@@ -46,9 +46,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sglforge.errors import BaseImageMissing, BaseImageUnreachable, BuildError, ConfigError
+from sglforge.errors import (
+    BaseImageMissing,
+    BaseImageUnreachable,
+    BuildError,
+    ConfigError,
+    SglforgeError,
+)
 from sglforge.project import Project, ProjectLike
 from sglforge.provenance import (
+    LABEL_ENTRYPOINT_RESET,
     LABEL_INPUTS,
     MANIFEST_PATH,
     Base,
@@ -238,10 +245,14 @@ def render_overlay_dockerfile(
     target: BuildTarget,
     deleted: Sequence[str],
     labels: Mapping[str, str] | None = None,
+    entrypoint: Sequence[str] = (),
+    cmd: Sequence[str] | None = None,
 ) -> str:
     """The overlay Dockerfile for ``base`` and ``target`` from ``images/overlay.Dockerfile``.
 
     Without ``labels`` the LABEL block is left out: that text is what the inputs key hashes.
+    A base ``entrypoint`` is reset at the end, whatever the template says (and the base's
+    ``cmd`` restated, as an ENTRYPOINT instruction clears the inherited CMD).
     """
     env = target.env
     env_lines = (
@@ -275,7 +286,19 @@ def render_overlay_dockerfile(
             )
         return values[m.group(1)]
 
-    return _PLACEHOLDER.sub(sub, template)
+    text = _PLACEHOLDER.sub(sub, template)
+    if entrypoint:
+        shown = json.dumps(list(entrypoint), ensure_ascii=False)
+        text = text.rstrip("\n") + (
+            f"\n\n# The base sets ENTRYPOINT {shown}; release images have none, and the run line"
+            "\n# (docker run IMAGE python3 -m sglang.launch_server ...) must run the server."
+            "\n# Reset here, and recorded in the label "
+            + LABEL_ENTRYPOINT_RESET
+            + ".\nENTRYPOINT []\n"
+        )
+        if cmd:
+            text += f"CMD {json.dumps(list(cmd), ensure_ascii=False)}\n"
+    return text
 
 
 def _label_instruction(labels: Mapping[str, str]) -> str:
@@ -331,7 +354,6 @@ def from_reference(base: Base) -> str:
 
 def _provenance(
     *,
-    image: str,
     version: str,
     target: BuildTarget,
     mode: str,
@@ -344,20 +366,28 @@ def _provenance(
     key_dockerfile: str,
     created: str | None,
     extra_labels: Mapping[str, str] | None,
-) -> tuple[dict[str, Any], str | None, dict[str, str]]:
-    """Manifest, inputs key and labels of a plan: the same facts, said three ways."""
-    manifest = make_manifest(
-        image=image,
-        version=version,
-        target=target,
-        mode=mode,
-        base=base,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
-        files=files,
-        deleted=deleted,
-    )
+) -> tuple[str, dict[str, Any], str | None, dict[str, str]]:
+    """Image name, manifest, inputs key and labels of a plan: the same facts, said four ways.
+
+    The key is taken over the manifest naming the queue-only reference (a key cannot hash a
+    name it is part of); the image is then named with both (``targets.image_tag``).
+    """
+
+    def manifest_for(image: str) -> dict[str, Any]:
+        return make_manifest(
+            image=image,
+            version=version,
+            target=target,
+            mode=mode,
+            base=base,
+            upstream=upstream,
+            queue_hash=queue_hash,
+            patches=patches,
+            files=files,
+            deleted=deleted,
+        )
+
+    manifest = manifest_for(target.image_ref(version, queue_hash))
     key = inputs_key(
         base_pinned=base.pinned if base else None,
         queue_hash=queue_hash,
@@ -367,6 +397,8 @@ def _provenance(
         mode=mode,
         manifest=manifest,
     )
+    image = target.image_ref(version, queue_hash, key)
+    manifest = manifest_for(image)
     labels = make_labels(
         image=image,
         version=version,
@@ -380,7 +412,7 @@ def _provenance(
         created=created or _now(),
         extra=extra_labels,
     )
-    return manifest, key, dict(labels)
+    return image, manifest, key, dict(labels)
 
 
 def plan_build(
@@ -412,9 +444,12 @@ def plan_build(
         from_ref = from_reference(base)
         workspace, ws_source = workspace_of(base.package_path, target.workspace)
         files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
+        entrypoint, cmd = base.entrypoint, base.cmd
 
         def render(labels: Mapping[str, str] | None) -> str:
-            return render_overlay_dockerfile(template, from_ref, target, deleted, labels)
+            return render_overlay_dockerfile(
+                template, from_ref, target, deleted, labels, entrypoint, cmd
+            )
 
         key_dockerfile, build_args, context_dir = render(None), {}, None
     elif mode == "source":
@@ -447,9 +482,7 @@ def plan_build(
     else:
         choose_mode(mode, ())  # raises the ConfigError naming the known modes
         raise AssertionError(mode)
-    image = target.image_ref(version, queue_hash)
-    manifest, key, labels = _provenance(
-        image=image,
+    image, manifest, key, labels = _provenance(
         version=version,
         target=target,
         mode=mode,
@@ -660,6 +693,8 @@ def build_image(
             base = _check_base(base, bt, offline, say)
     if not dry_run:
         base = _inspect_base(root, base, version, labels)
+    else:
+        base = _dry_run_base(root, base, version, labels)
     staged = None
     if queue.configs and not dry_run:
         # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
@@ -700,8 +735,17 @@ def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
     from sglforge.engine import images as eng
 
     existing = eng.inspect(plan.image)
-    if existing is None or existing.labels.get(LABEL_INPUTS) != plan.inputs_key:
+    if existing is None:
         return None
+    if existing.labels.get(LABEL_INPUTS) != plan.inputs_key:
+        # The tag names its inputs: another image under it was not built from them (made by
+        # hand, or by another tool). An immutable tag is never re-pointed.
+        raise BuildError(
+            f"{plan.image} already names {existing.id} in the local engine, built from other "
+            f"inputs (io.sglforge.inputs {existing.labels.get(LABEL_INPUTS) or 'missing'}, "
+            f"this build's {plan.inputs_key}): an immutable tag is never re-pointed",
+            f"remove it if it is wrong: docker rmi {plan.image}",
+        )
     _retag(existing.id, plan.tags)
     return _result(
         replace(plan, labels=dict(existing.labels)), existing, True, None, False, started
@@ -921,6 +965,21 @@ def _numbers(version: str | None) -> tuple[int, ...]:
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
+def _dry_run_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
+    """In a dry run, the base inspected as a real build would, when the engine has it
+    locally (nothing pulled, nothing written): the plan then shows the real immutable tag,
+    which names the base's digest. Otherwise the base stays unpinned (a tag without -i)."""
+    from sglforge.engine import images as eng
+
+    try:
+        info = eng.inspect(base.ref)
+        if info is None:
+            return base
+        return _inspect_base(root, replace(base, id=info.id, digest=info.digest), version, labels)
+    except SglforgeError:
+        return base
+
+
 def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
     """Read the sglang version and package path of the base; refuse a version mismatch."""
     from sglforge.engine import images as eng
@@ -945,7 +1004,14 @@ def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str
             f"{version}",
             "pass --base-image with the release image of the pinned version, or re-pin",
         )
-    return replace(base, sglang_version=info.version, package_path=info.path)
+    image = eng.require(base.ref)
+    return replace(
+        base,
+        sglang_version=info.version,
+        package_path=info.path,
+        entrypoint=image.entrypoint,
+        cmd=image.cmd,
+    )
 
 
 def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:

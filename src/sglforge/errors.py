@@ -16,7 +16,7 @@ EXIT_BUILD = 6  # image build failed
 EXIT_SMOKE = 7  # smoke run could not run (preflight, container start)
 EXIT_PUBLISH = 8  # push or registry failure
 EXIT_NO_IMAGE = 9  # the image named (to inspect, or to build on) does not exist
-EXIT_LOCAL_DISK = 74  # no space or no permission on a local disk (sysexits' EX_IOERR)
+EXIT_DISK = 74  # local disk: full, read-only or not writable (sysexits' EX_IOERR)
 EXIT_BUSY = 75  # another sglforge command holds the project (sysexits' EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15), handled like Ctrl-C
@@ -49,12 +49,6 @@ class PatchError(SglforgeError):
     exit_code = EXIT_PATCH
 
 
-class LocalDiskError(SglforgeError):
-    """A local disk refused a write (full, read-only, no permission): not upstream's fault."""
-
-    exit_code = EXIT_LOCAL_DISK
-
-
 class EngineUnavailable(SglforgeError):
     exit_code = EXIT_ENGINE
 
@@ -75,6 +69,45 @@ class BusyError(SglforgeError):
     """Another sglforge command holds the project's lock; running again later helps."""
 
     exit_code = EXIT_BUSY
+
+
+class LocalDiskError(SglforgeError):
+    """The local disk refused a write: full (ENOSPC, EDQUOT), read-only, or not a folder."""
+
+    exit_code = EXIT_DISK
+
+
+# What the OS and git say when the disk, not the input, is the problem.
+_DISK_ERRNOS = {"ENOSPC", "EDQUOT", "EROFS"}
+_DISK_TEXT = (
+    "no space left on device",
+    "out of diskspace",  # git's own word for ENOSPC in some writers
+    "disk quota exceeded",
+    "read-only file system",
+)
+DISK_HINT = (
+    "free space (or make the folder writable), or move the caches: SGLFORGE_CACHE=/bigger/disk"
+)
+
+
+def disk_error(exc: BaseException | str, where: str = "") -> LocalDiskError | None:
+    """A LocalDiskError when ``exc`` (an OSError, or a tool's message) is the local disk's
+    refusal: full, over quota or read-only; None for anything else."""
+    import errno
+    import os
+
+    if isinstance(exc, OSError) and exc.errno is not None:
+        if errno.errorcode.get(exc.errno) not in _DISK_ERRNOS:
+            return None
+        what = os.strerror(exc.errno)
+        path = where or exc.filename or ""
+    else:
+        text = str(exc).lower()
+        found = next((t for t in _DISK_TEXT if t in text), None)
+        if found is None:
+            return None
+        what, path = found[0].upper() + found[1:], where
+    return LocalDiskError(f"{path + ': ' if path else ''}{what}", DISK_HINT)
 
 
 class Terminated(KeyboardInterrupt):

@@ -20,7 +20,8 @@ from pathlib import Path
 from git.exc import GitCommandError
 
 from sglforge import progress as _progress
-from sglforge.errors import ConfigError, PatchError, UpstreamError
+from sglforge.errors import ConfigError, PatchError, UpstreamError, disk_error
+from sglforge.urls import scrub
 from sglforge.util import _flock, decode_exact, encode_exact
 
 # Fixed identity so commits sglforge makes are reproducible and never depend on user config.
@@ -174,11 +175,18 @@ class GitFailed(PatchError):
     """A git command failed; carries its output for callers that interpret it."""
 
     def __init__(self, args: tuple[str, ...], result: GitResult, cwd: Path | str) -> None:
-        first = (result.stderr or result.stdout).strip().splitlines()
-        line = first[0] if first else f"exit status {result.status}"
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        # git's reason is its fatal:/error: line; the first line is often only progress
+        # ("Preparing worktree (new branch ...)").
+        said = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+        line = (said or lines or [f"exit status {result.status}"])[0]
         super().__init__(f"git {' '.join(args[:2])} failed in {cwd}: {line}")
         self.args_ = args
         self.result = result
+        disk = disk_error(result.stderr)
+        if disk is not None:  # a full or read-only disk, not a patch problem
+            self.exit_code = disk.exit_code
+            self.hint = disk.hint
 
 
 def out(cwd: Path | str, *args: str) -> str:
@@ -274,7 +282,7 @@ def run_with_progress(
 def public_url(url: str) -> str | None:
     """``url`` as a browsable https address with any credentials removed; None for a local
     path (nobody else can follow it). ``git@host:org/repo.git`` -> ``https://host/org/repo``."""
-    url = url.strip()
+    url = scrub(url)
     m = re.match(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/]+@)?([^/:]+)(?::\d+)?[:/](.+)$", url)
     if not m or url.startswith("file:") or is_local(url):
         return None

@@ -19,6 +19,7 @@ from typing import Any
 
 from sglforge import __version__
 from sglforge.targets import BuildTarget
+from sglforge.urls import scrub, scrub_text
 from sglforge.util import plural
 
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
@@ -44,6 +45,7 @@ PREFIX = "io.sglforge."
 # import this module: engine/ never imports core).
 LABEL_MANAGED = PREFIX + "managed"
 LABEL_INPUTS = PREFIX + "inputs"  # the hash of everything the image is made of
+LABEL_ENTRYPOINT_RESET = PREFIX + "base.entrypoint-reset"  # the base ENTRYPOINT the overlay reset
 LABEL_QUEUE = PREFIX + "queue-hash"
 LABEL_PATCHES = PREFIX + "patches"  # patch names, comma-separated
 LABEL_TARGET = PREFIX + "target"
@@ -79,6 +81,11 @@ class UpstreamFacts:
     wheel: str = ""
     wheel_sha256: str = ""
 
+    def __post_init__(self) -> None:
+        # Labels, the manifest and release records show these: no token leaves with them.
+        object.__setattr__(self, "url", scrub(self.url))
+        object.__setattr__(self, "source", scrub_text(self.source, record=True))
+
 
 @dataclass(frozen=True)
 class PatchFacts:
@@ -108,6 +115,10 @@ class Base:
     digest: str | None = None
     sglang_version: str | None = None
     package_path: str | None = None
+    # The base's ENTRYPOINT and CMD: an overlay resets an ENTRYPOINT (release images have
+    # none, and `docker run IMAGE python3 -m sglang.launch_server` must run the server).
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] | None = None
 
     @property
     def pinned(self) -> str | None:
@@ -162,15 +173,24 @@ def make_manifest(
         "rocm": target.rocm.name,
         "gpu_arch": target.gpu_arch,
         "mode": mode,
-        "base": {"name": base.ref, "digest": base.pinned} if base else None,
+        "base": (
+            {
+                "name": base.ref,
+                "digest": base.pinned,
+                **({"entrypoint_reset": list(base.entrypoint)} if base.entrypoint else {}),
+            }
+            if base
+            else None
+        ),
         "upstream": {
             "url": upstream.url,
             "source": upstream.source,
             "ref": upstream.ref,
             "commit": upstream.commit,
             "revision": upstream.revision,
+            # flat, as the manifest's shape check wants: the wheel's file name and sha256
             **(
-                {"wheel": {"filename": upstream.wheel, "sha256": upstream.wheel_sha256}}
+                {"wheel": upstream.wheel, "wheel_sha256": upstream.wheel_sha256}
                 if upstream.wheel
                 else {}
             ),
@@ -255,6 +275,8 @@ def make_labels(
         labels[OCI_BASE_NAME] = base.ref
         if base.pinned:
             labels[OCI_BASE_DIGEST] = base.pinned
+        if base.entrypoint:
+            labels[LABEL_ENTRYPOINT_RESET] = json.dumps(list(base.entrypoint))
     if inputs:
         labels[LABEL_INPUTS] = inputs
     # Given labels (--label, the project's source and revision) win over the defaults.
@@ -266,7 +288,7 @@ def source_labels(url: str | None, commit: str | None) -> dict[str, str]:
     """The OCI source/revision labels naming the project's repository and commit, when known."""
     labels = {}
     if url:
-        labels[OCI_SOURCE] = url
+        labels[OCI_SOURCE] = scrub(url)
     if commit:
         labels[OCI_REVISION] = commit
     return labels
@@ -344,15 +366,78 @@ def _a_commit(*candidates: object) -> str:
     return given[0] if given else ""
 
 
+MANIFEST_MAX_BYTES = 16 << 20  # ours are a few kB; more is not a manifest of ours
+
+# The manifest's shape, checked in this one place: what ``make_manifest`` writes. A key of the
+# wrong type makes the whole manifest malformed (treated as absent): an image can hold any
+# bytes at MANIFEST_PATH, and no reader past this point has to guard against them.
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_TOP: dict[str, tuple[type, ...]] = {
+    "schema": (int, str),
+    "image": _STR,
+    "sglang_version": _OPT_STR,
+    "target": _STR,
+    "rocm": _STR,
+    "gpu_arch": _STR,
+    "mode": _STR,
+    "sglforge": _STR,
+    "base": (dict, type(None)),
+    "upstream": (dict,),
+    "queue": (dict,),
+    "patches": (list,),
+    "files": (list,),
+    "deleted": (list,),
+    "configs": (list,),
+}
+
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _flat(value: object, lists: tuple[str, ...] = ()) -> bool:
+    """A mapping of scalars; only the keys in ``lists`` may hold lists of strings."""
+    if not isinstance(value, dict):
+        return False
+    return all(
+        isinstance(v, _SCALAR)
+        or (k in lists and isinstance(v, list) and all(isinstance(x, str) for x in v))
+        for k, v in value.items()
+    )
+
+
+def manifest_shape_ok(data: object) -> bool:
+    """Whether ``data`` has the shape ``make_manifest`` writes (unknown keys allowed)."""
+    if not isinstance(data, dict):
+        return False
+    for key, types in _TOP.items():
+        if key in data and not isinstance(data[key], types):
+            return False
+    base, upstream = data.get("base"), data.get("upstream")
+    if base is not None and not _flat(base, lists=("entrypoint_reset",)):
+        return False
+    if upstream is not None and not _flat(upstream):
+        return False
+    queue = data.get("queue") or {}
+    if not isinstance(queue.get("hash", ""), str):
+        return False
+    for rows in (queue.get("patches"), data.get("patches"), data.get("files"), data.get("configs")):
+        if rows is not None and not (isinstance(rows, list) and all(_flat(r) for r in rows)):
+            return False
+    return all(isinstance(d, str) for d in data.get("deleted") or [])
+
+
 def parse_manifest(raw: bytes | str | None) -> dict[str, Any] | None:
-    """The manifest from the file's bytes; None when absent or not a JSON object."""
-    if not raw:
+    """The manifest from the file's bytes; None when absent or malformed: not UTF-8, not
+    JSON, nested past reason, too large, or not of the shape ``make_manifest`` writes."""
+    if not raw or len(raw) > MANIFEST_MAX_BYTES:
         return None
     try:
-        loaded = json.loads(raw)
-    except json.JSONDecodeError:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        loaded = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    return loaded if isinstance(loaded, dict) else None
+    return loaded if manifest_shape_ok(loaded) else None
 
 
 def provenance_from(
@@ -368,7 +453,6 @@ def provenance_from(
     """
     m: Mapping[str, Any] = manifest or {}
     up: Mapping[str, Any] = m.get("upstream") or {}
-    wheel: Mapping[str, Any] = up.get("wheel") or {} if isinstance(up, Mapping) else {}
     wheel_label = str(labels.get(LABEL_UPSTREAM_WHEEL, ""))
     queue: Mapping[str, Any] = m.get("queue") or {}
     base: Mapping[str, Any] = m.get("base") or {}
@@ -432,8 +516,8 @@ def provenance_from(
             or label(LABEL_UPSTREAM_REVISION)
             or (label(OCI_REVISION) if not fork_labels else "")
         ),
-        upstream_wheel=str(wheel.get("filename") or wheel_label.partition(" sha256:")[0]),
-        upstream_wheel_sha256=str(wheel.get("sha256") or wheel_label.partition(" sha256:")[2]),
+        upstream_wheel=str(up.get("wheel") or wheel_label.partition(" sha256:")[0]),
+        upstream_wheel_sha256=str(up.get("wheel_sha256") or wheel_label.partition(" sha256:")[2]),
         queue_hash=str(queue.get("hash") or label(LABEL_QUEUE)),
         patches=tuple(patches),
         target=str(m.get("target") or label(LABEL_TARGET)),

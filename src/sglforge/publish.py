@@ -46,7 +46,7 @@ from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
 
 SMOKE_DIR = "smoke"
-_QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}$")
+_QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}(?:-i[0-9a-f]{6,64})?$")
 
 
 @dataclass(frozen=True)
@@ -286,12 +286,19 @@ def publish(
     if dry_run:
         return _dry_run(result, plan, immutable, moving, skip_smoke)
 
+    try:
+        candidate = _candidate(built.image, immutable, plan, skip_smoke)
+    except (PublishError, EngineError) as exc:
+        plan.clock.done("push", False, exc.message)
+        return replace(
+            result, steps=tuple(plan.clock.steps), error=str(exc), exit_code=exc.exit_code
+        )
     smoke: Smoke | None = None
     if plan.scenario_path is not None:
         result = _coverage_gate(plan, built, result, model)
         if result.error:
             return result
-        smoke, result = _smoke_gate(plan, built.image, result, model, port, labels)
+        smoke, result = _smoke_gate(plan, candidate, result, model, port, labels)
         if result.error:
             return result
     else:
@@ -300,11 +307,11 @@ def publish(
         )
 
     pushed: list[str] = []
-    digest = ""
+    digest, source = "", candidate
     try:
         plan.clock.reset()
         digest, source = _push_immutable(
-            built.image, immutable, plan.creds, attempts, backoff, plan.say
+            candidate, immutable, plan.creds, attempts, backoff, plan.say
         )
         pushed.append(immutable)
         plan.clock.done("push", True, f"{immutable}@{digest}")
@@ -338,6 +345,7 @@ def publish(
                 _record(
                     plan,
                     built,
+                    source,
                     immutable,
                     pushed,
                     digest,
@@ -356,6 +364,7 @@ def publish(
         release, recorded = _record(
             plan,
             built,
+            source,
             immutable,
             pushed,
             digest,
@@ -528,6 +537,7 @@ def _smoke_gate(
 def _record(
     plan: _Plan,
     built: Any,
+    published: str,
     immutable: str,
     pushed: Sequence[str],
     digest: str,
@@ -539,7 +549,9 @@ def _record(
     backoff: float,
 ) -> tuple[Release, Recorded]:
     """The release record and CHANGELOG entry, then the record pushed next to the image."""
-    release = _release(plan.root, built, plan.build_target, immutable, pushed, digest, smoke, date)
+    release = _release(
+        plan.root, built, published, plan.build_target, immutable, pushed, digest, smoke, date
+    )
     release = replace(release, coverage=plan.coverage)
     recorded = record_release(plan.root, release, changelog, _repository(immutable), plan.creds)
     plan.clock.done("record", True, str(recorded.record))
@@ -620,6 +632,53 @@ def _event_text(event: Any) -> str:
     return f"build: {event}"
 
 
+def _candidate(image: str, immutable: str, plan: _Plan, skip_smoke: bool) -> str:
+    """The local image this run will smoke-test and publish under ``immutable``.
+
+    The image just built, unless the registry already holds the tag with another digest. The
+    engine's classic builder stamps a creation time into every image, so a rebuild of the
+    same inputs on a fresh machine has another digest: then the registry's image is the
+    release. Its ``io.sglforge.inputs`` label is no evidence of its content (any ``FROM``
+    inherits it), so that image is pulled and it is what gets smoke-tested; with
+    ``--skip-smoke`` nothing would test it, and publish refuses.
+    """
+    existing = reg.registry_digest_or_none(immutable, plan.creds)
+    published = engine_images.repo_digests(image, immutable)
+    if existing is None or existing in published:
+        return image
+    if published:
+        raise PublishError(
+            f"{immutable} moved: {image} was published there as {', '.join(published)}, the "
+            f"registry now serves {existing}: an immutable tag is never re-pointed",
+            "find out who pushed it; delete the tag in the registry and rerun sglforge publish",
+        )
+    theirs = reg.registry_labels(immutable, plan.creds).get(LABEL_INPUTS)
+    ours = _labels_of(image).get(LABEL_INPUTS)
+    if not (theirs and theirs == ours):
+        raise PublishError(
+            f"{immutable} already names {existing} in the registry, built from other "
+            f"inputs than {image}: an immutable tag is never overwritten",
+            "delete the tag in the registry if it is wrong, or change the patch queue",
+        )
+    if skip_smoke:
+        raise PublishError(
+            f"{immutable} already names {existing} in the registry, an image this run neither "
+            f"built nor smoke-tested (a label is no evidence of its content)",
+            "publish without --skip-smoke to smoke-test the registry's image, or delete the tag",
+        )
+    pulled = engine_images.pull(immutable, plan.creds)
+    if existing not in engine_images.repo_digests(pulled.id, immutable):
+        raise PublishError(
+            f"{immutable} moved while it was pulled (the registry named {existing})",
+            "someone else is pushing the same tag; rerun sglforge publish",
+        )
+    plan.say(
+        f"{immutable} is already in the registry as {existing}, not the image built here: "
+        f"smoke-testing that image ({pulled.id}), which is what would be published"
+    )
+    return pulled.id
+
+
 def _push_immutable(
     image: str,
     immutable: str,
@@ -628,24 +687,23 @@ def _push_immutable(
     backoff: float,
     say: Progress,
 ) -> tuple[str, str]:
-    """Push the immutable tag; (verified digest, local image the friendly tags must name)."""
-    # An immutable tag never changes what it names. The engine's classic builder stamps a
-    # creation time into every image, so a rebuild of the same inputs has another digest:
-    # when the registry already holds the tag from the same inputs, that image is the
-    # release (pulled, not overwritten); from other inputs, refuse.
+    """Push the tested ``image`` as the immutable tag; (verified digest, image to tag from).
+
+    An immutable tag never changes what it names: when the registry holds it already, it must
+    name ``image`` itself (the tested image was pulled from it, or pushed by an earlier run),
+    else publish refuses, whatever the registry's labels say.
+    """
     existing = reg.registry_digest_or_none(immutable, creds)
-    if existing is not None and existing not in engine_images.repo_digests(image, immutable):
-        theirs = reg.registry_labels(immutable, creds).get(LABEL_INPUTS)
-        ours = _labels_of(image).get(LABEL_INPUTS)
-        if not (theirs and theirs == ours):
+    if existing is not None:
+        if existing not in engine_images.repo_digests(image, immutable):
             raise PublishError(
-                f"{immutable} already names {existing} in the registry, built from other "
-                f"inputs than {image}: an immutable tag is never overwritten",
-                "delete the tag in the registry if it is wrong, or change the patch queue",
+                f"{immutable} names {existing} in the registry, not the image this run "
+                f"smoke-tested ({image}): an immutable tag is never overwritten",
+                "someone else may be pushing the same tag; rerun sglforge publish",
             )
-        say(f"{immutable} is already published from the same inputs; reusing {existing}")
-        engine_images.pull(immutable, creds)
-        return reg.verify(immutable, existing, creds), immutable
+        say(f"{immutable} is already published as {existing}, the tested image; reusing it")
+        engine_images.tag(image, immutable)
+        return reg.verify(immutable, existing, creds), image
     engine_images.tag(image, immutable)
     # One bar for the whole push: bytes sent over all layers (the engine reports each).
     with current_progress().task(f"push {immutable}", None, unit="bytes") as task:
@@ -678,6 +736,7 @@ def _checks(report: Any) -> list[SmokeCheck]:
 def _release(
     root: Path,
     built: Any,
+    published: str,
     build_target: Any,
     immutable: str,
     pushed: Sequence[str],
@@ -685,8 +744,10 @@ def _release(
     smoke: Smoke | None,
     date: str | None,
 ) -> Release:
-    labels = dict(getattr(built, "labels", {}) or {})
-    prov = provenance_from(built.image, labels, image_manifest(built.image), queue_statuses(root))
+    # The provenance of what was published (the image built here, or the registry's image
+    # that was pulled and smoke-tested in its place).
+    labels = _labels_of(published) if published != built.image else dict(built.labels or {})
+    prov = provenance_from(published, labels, image_manifest(published), queue_statuses(root))
     patches = prov.patches
     if not patches:  # an image without a manifest: fall back to the queue on disk
         from sglforge.patches.series import load_queue

@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 from sglforge.config import Table, read_toml
 from sglforge.defaults import project_file
 from sglforge.errors import ConfigError
+from sglforge.util import non_ascii_note, one_line
 
 TARGETS_FILE = Path("images") / "targets.toml"
 # LLVM's AMDGPU processor names: gfx + 3 or 4 digits (gfx942, gfx950, gfx1100), or 2-3 digits
@@ -171,12 +172,19 @@ class BuildTarget:
             date=DATE_FIELD,
         )
 
-    def image_tag(self, version: str, queue_hash: str) -> str:
-        """The immutable, content-derived tag (without the repository)."""
-        return f"v{version.removeprefix('v')}-{self.rocm.name}-{self.target.name}-q{queue_hash[:8]}"
+    def image_tag(self, version: str, queue_hash: str, inputs: str | None = None) -> str:
+        """The immutable, content-derived tag (without the repository).
 
-    def image_ref(self, version: str, queue_hash: str) -> str:
-        return f"{self.repository}:{self.image_tag(version, queue_hash)}"
+        ``-q<queue hash>`` says which queue it holds; ``-i<inputs key>`` changes with every
+        other input (the base's digest, the Dockerfile, the mode, the manifest), so the same
+        queue on another base never takes over the tag. Without a known base (a dry run
+        before the base was inspected) there is no inputs key and no ``-i`` part.
+        """
+        tag = f"v{version.removeprefix('v')}-{self.rocm.name}-{self.target.name}-q{queue_hash[:8]}"
+        return f"{tag}-i{inputs[:8]}" if inputs else tag
+
+    def image_ref(self, version: str, queue_hash: str, inputs: str | None = None) -> str:
+        return f"{self.repository}:{self.image_tag(version, queue_hash, inputs)}"
 
 
 @dataclass(frozen=True)
@@ -212,7 +220,8 @@ class Targets:
         if target is None or rocm_name is None:
             known = ", ".join(self.names())
             raise ConfigError(
-                f"unknown target {spec!r} (known in {self.path}: {known})",
+                f"unknown target {one_line(spec, 100)!r}{non_ascii_note(spec)} "
+                f"(known in {self.path}: {known})",
                 "sglforge build --target mi355x",
             )
         return BuildTarget(

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sglforge.errors import BusyError, ConfigError
+from sglforge.errors import BusyError, ConfigError, LocalDiskError, disk_error
 
 ROOT_ENV = "SGLFORGE_ROOT"
 
@@ -79,9 +79,12 @@ def read_exact(path: Path) -> str:
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename (never half-written)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     raw = encode_exact(data) if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise disk_error(exc, str(path)) or exc from None
     try:
         os.fchmod(fd, file_mode(path))  # mkstemp's 0600 would otherwise replace the file's mode
         with os.fdopen(fd, "wb") as fh:
@@ -89,9 +92,36 @@ def atomic_write(path: Path, data: str | bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        disk = disk_error(exc, str(path)) if isinstance(exc, OSError) else None
+        if disk is not None:
+            raise disk from None
         raise
+
+
+def make_dirs(path: Path) -> Path:
+    """``path`` and its parents, created on demand; LocalDiskError (exit 74) naming what is in
+    the way when that cannot be done (a read-only disk, a dangling ``build`` symlink)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        disk = disk_error(exc, str(path))
+        if disk is not None:
+            raise disk from None
+        blocker = next(
+            (p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None
+        )
+        why = (
+            f"{blocker} is a symlink to {os.readlink(blocker)}, which does not exist"
+            if blocker
+            else exc.strerror or str(exc)
+        )
+        raise LocalDiskError(
+            f"cannot create {path}: {why}",
+            "make it a writable folder (or remove the dangling symlink), then rerun",
+        ) from None
+    return path
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -137,9 +167,18 @@ def find_root(explicit: str | os.PathLike[str] | None = None, start: Path | None
 
 def work_dir(root: Path, *parts: str) -> Path:
     """A folder under ``build/`` (the tool's work area), created on demand."""
-    path = root.joinpath("build", *parts)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_dirs(root.joinpath("build", *parts))
+
+
+def scratch_dir(root: Path, *parts: str) -> Path:
+    """``build/<parts>`` for temporary files of a reading command, else (a read-only checkout,
+    a dangling ``build`` symlink) a folder of this user's under the system temp folder: a
+    command that only reads the project must not need a writable ``build/``."""
+    try:
+        return work_dir(root, *parts)
+    except LocalDiskError:
+        digest = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]
+        return make_dirs(Path(tempfile.gettempdir(), f"sglforge-{os.getuid()}", digest, *parts))
 
 
 # --- multi-file transactions ----------------------------------------------------------------
@@ -155,6 +194,12 @@ TMP_SUFFIX = ".sglforge-tmp"
 
 
 _HELD = threading.local()  # .counts: lock file -> how many times this thread holds it
+_COMMAND = ["sglforge"]  # what a lock file says holds it: the CLI sets the subcommand
+
+
+def set_command(name: str) -> None:
+    """Name the running command (``sglforge patches apply``) in the locks it takes."""
+    _COMMAND[0] = printable(" ".join(name.split()))[:200] or "sglforge"
 
 
 def _lock_file(root: Path, kind: str, key: Path) -> Path:
@@ -171,7 +216,6 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
     the holder (the pid and command it wrote into the lock file).
     """
     import fcntl
-    import sys
 
     key = str(path)
     held: dict[str, int] = _HELD.__dict__.setdefault("counts", {})
@@ -182,8 +226,14 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
         finally:
             held[key] -= 1
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
+    make_dirs(path.parent)
+    try:
+        fh = open(path, "a+")  # noqa: SIM115 - closed below, after the lock is released
+    except OSError as exc:
+        raise disk_error(exc, str(path)) or LocalDiskError(
+            f"cannot open the lock file {path}: {exc.strerror}", "make build/ writable"
+        ) from None
+    with fh:
         deadline = None if wait is None else time.monotonic() + wait
         while True:
             try:
@@ -192,7 +242,7 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
             except BlockingIOError:
                 if deadline is not None and time.monotonic() >= deadline:
                     fh.seek(0)
-                    holder = fh.read().strip() or "another sglforge process"
+                    holder = printable(fh.read(300).strip()) or "another sglforge process"
                     raise BusyError(
                         f"{what} is busy: {holder} is working on it"
                         + (f" (waited {wait:g} s)" if wait else ""),
@@ -203,7 +253,7 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
         try:
             fh.seek(0)
             fh.truncate()
-            fh.write(f"pid {os.getpid()} ({command_name(sys.argv)})\n")
+            fh.write(f"pid {os.getpid()} ({_COMMAND[0]})\n")
             fh.flush()
             held[key] = 1
             yield
@@ -212,36 +262,24 @@ def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-# Options of the root command that take a value (their value is no command word).
-_VALUE_OPTIONS = {"--root", "--color"}
-_RUNNING: dict[str, str] = {}
+def env_seconds(name: str, default: float, minimum: float = 1.0) -> float:
+    """Seconds from the environment variable ``name`` (``default`` when unset), at least
+    ``minimum``; ConfigError (exit 2) naming the variable for text, nan or infinity: every
+    wait has a finite deadline."""
+    import math
 
-
-def set_command(name: str) -> None:
-    """The command running in this process (``sglforge patches apply``), as a lock names it."""
-    _RUNNING["name"] = name
-
-
-def command_name(argv: list[str]) -> str:
-    """``sglforge patches apply``: the command set by the command line, else the words of
-    ``argv`` up to the first option past the command (global flags and their values left out)."""
-    if _RUNNING.get("name"):
-        return _RUNNING["name"]
-    words: list[str] = []
-    skip = False
-    for arg in argv[1:]:
-        if skip:
-            skip = False
-            continue
-        if arg.startswith("-"):
-            skip = arg in _VALUE_OPTIONS
-            if words:
-                break
-            continue
-        words.append(arg)
-        if len(words) == 2:
-            break
-    return " ".join(["sglforge", *words])
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(
+            f"${name}={raw!r} is not a finite number of seconds", f"set {name}=SECONDS, or unset it"
+        )
+    return max(minimum, value)
 
 
 LOCK_WAIT_ENV = "SGLFORGE_LOCK_WAIT"
@@ -363,11 +401,25 @@ def _roll_forward(journal_dir: Path, raw_ops: object) -> None:
     (journal_dir / JOURNAL).unlink(missing_ok=True)
 
 
+def _needs_recovery(journal_dir: Path) -> bool:
+    if (journal_dir / JOURNAL).exists():
+        return True
+    return any(
+        any(folder.glob(f".*{TMP_SUFFIX}"))
+        for folder in (journal_dir, journal_dir.parent, journal_dir / "retired")
+        if folder.is_dir()
+    )
+
+
 def recover_transactions(journal_dir: Path) -> bool:
     """Finish a journalled change interrupted by a crash; drop stray temp files. True if any."""
     import json
 
     if not journal_dir.is_dir():
+        return False
+    if not _needs_recovery(journal_dir):
+        # Nothing to finish: a reading command takes no lock, so it works on a read-only
+        # checkout or without a writable build/ (a writer arriving later recovers itself).
         return False
     with queue_lock(journal_dir):
         journal = journal_dir / JOURNAL
@@ -421,6 +473,26 @@ def printable(text: str, keep: str = "") -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def non_ascii_note(name: str) -> str:
+    """``" (it holds non-ASCII U+0456 at 2)"`` for a name with a look-alike character (a
+    Cyrillic і in ``mі355x``), else ``""``: such a name cannot be told from the real one."""
+    odd = [(n, ch) for n, ch in enumerate(name, 1) if not ch.isascii()]
+    if not odd:
+        return ""
+    shown = ", ".join(f"U+{ord(ch):04X} at {n}" for n, ch in odd[:3])
+    return f" (it holds non-ASCII {shown}{', ...' if len(odd) > 3 else ''})"
+
+
+def one_line(text: object, limit: int = 400) -> str:
+    """``text`` for a one-line field (a label, a reference, a name): ``printable`` with newlines
+    escaped too, so it cannot forge a line (a ``next:`` hint, a ``RUN``), and cut at
+    ``limit`` characters with how many were left out."""
+    shown = printable(str(text))
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit]}... ({len(shown) - limit} more characters)"
 
 
 def check_output_file(path: str | os.PathLike[str], option: str) -> Path:

@@ -153,7 +153,9 @@ def test_overlay_holds_exactly_the_patched_files(
     assert result.mode == "overlay" and not result.up_to_date
     assert result.id and result.id == docker_client.images.get(result.image).id
     assert result.image.startswith("sglforge-test/sglang-")
-    assert result.image.endswith("v0.5.14-rocm700-mi355x-q" + result.plan.queue_hash[:8])
+    assert result.image.endswith(
+        f"v0.5.14-rocm700-mi355x-q{result.plan.queue_hash[:8]}-i{result.plan.inputs_key[:8]}"
+    )
     assert set(result.changed_files) == {QUARK, NEW_FILE, CUH, OBSOLETE}
     assert any(getattr(s, "total", 0) >= 5 for s in steps)  # step n of m was reported
     assert result.log_path and "COPY overlay/ /" in result.log_path.read_text()

@@ -434,7 +434,7 @@ def test_reports_default_to_build_smoke_under_the_root(
     assert (again.report_dir / "report.json").is_file()  # type: ignore[operator]
 
 
-def test_an_image_entrypoint_is_not_relied_on_nor_in_the_way(
+def test_smoke_runs_an_image_under_its_own_entrypoint_as_users_do(
     run: Run,
     standin_sglang_base: str,
     docker_labels: dict[str, str],
@@ -449,7 +449,9 @@ def test_an_image_entrypoint_is_not_relied_on_nor_in_the_way(
         fileobj=io.BytesIO(dockerfile.encode()), tag=tag, labels=docker_labels, rm=True
     )
     try:
+        # `docker run IMAGE python3 -m sglang.launch_server ...` runs /bin/false here: smoke
+        # says so instead of clearing the ENTRYPOINT (sglforge's overlays reset it).
         report = run(image=tag)
-        assert report.passed, smoke.table_rows(report)
+        assert not report.passed and report.verdict == "failed", smoke.table_rows(report)
     finally:
         docker_client.images.remove(tag, force=True)

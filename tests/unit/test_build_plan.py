@@ -141,7 +141,8 @@ def test_site_packages_install_places_only_the_package(target, worktree: Path) -
 
 def test_labels_and_manifest(target, worktree: Path) -> None:
     plan = overlay(target, worktree, extra_labels={"io.sglforge.test": "1"})
-    assert plan.image == "sglforge/sglang:v0.5.14-rocm700-mi355x-q01234567"
+    assert plan.inputs_key
+    assert plan.image == f"sglforge/sglang:v0.5.14-rocm700-mi355x-q01234567-i{plan.inputs_key[:8]}"
     lab = plan.labels
     oci = "org.opencontainers.image."
     # upstream's repository and revision; OCI source/revision name the project (build_image)
@@ -295,7 +296,8 @@ def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) 
     args = [cmd[i + 1] for i, c in enumerate(cmd) if c == "--build-arg"]
     assert {"BRANCH_TYPE=local", "GPU_ARCH=gfx942-rocm720", "SGL_BRANCH=v0.5.14"} <= set(args)
     tags = [cmd[i + 1] for i, c in enumerate(cmd) if c == "--tag"]
-    assert tags == ["sglforge/sglang:v0.5.14-rocm720-mi300x-q01234567", "reg.example/sglang:glm"]
+    assert tags == [plan.image, "reg.example/sglang:glm"]
+    assert plan.inputs_key and plan.image.endswith(f"-q01234567-i{plan.inputs_key[:8]}")
     labels = [cmd[i + 1] for i, c in enumerate(cmd) if c == "--label"]
     assert "io.sglforge.mode=source" in labels
     assert plan.inputs_key and plan.labels["io.sglforge.inputs"] == plan.inputs_key

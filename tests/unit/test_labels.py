@@ -154,7 +154,8 @@ def test_inspect_shows_a_commit_and_the_wheel_for_pypi_sources() -> None:
         files=(),
         deleted=(),
     )
-    assert manifest["upstream"]["wheel"] == {"filename": up.wheel, "sha256": "c" * 64}
+    assert manifest["upstream"]["wheel"] == up.wheel
+    assert manifest["upstream"]["wheel_sha256"] == "c" * 64
     for m in (manifest, None):  # from the manifest, and from the labels alone
         p = provenance_from("acme/sglang:x", lab, m, {})
         assert p.upstream_commit == UP.commit and p.upstream_revision == "v0.5.14"

@@ -19,7 +19,7 @@ from sglforge.cli.options import (
 from sglforge.cli.progress import build_events
 from sglforge.errors import ConfigError
 from sglforge.progress import current
-from sglforge.util import plural, printable
+from sglforge.util import one_line, plural, printable
 
 
 @main.command("build")
@@ -129,7 +129,7 @@ def render_plan(r: BuildResult) -> str:
         f"queue     q{p.queue_hash[:8]}: {plural(len(p.patches), 'patch', 'es')}",
     ]
     if p.tags:
-        lines.append("tags      " + ", ".join(p.tags))
+        lines.append("tags      " + ", ".join(one_line(t) for t in p.tags))
     if p.mode == "overlay":
         note = "" if p.workspace_source.startswith("inspected") else " (assumed until inspected)"
         lines.append(f"workspace {p.workspace}{note}")
@@ -137,14 +137,14 @@ def render_plan(r: BuildResult) -> str:
         rows = [(f.path, f.dest, f.size) for f in p.files]
         lines.append(table(["repository path", "image path", "bytes"], rows) if rows else "  none")
         for d in p.deleted:
-            lines.append(f"  deleted: {d}")
+            lines.append(f"  deleted: {one_line(d)}")
         for s in p.skipped:
-            lines.append(f"  not in the image (no place for it): {s}")
+            lines.append(f"  not in the image (no place for it): {one_line(s)}")
     else:
         lines += ["", "build arguments:"]
-        lines += [f"  {k}={v}" for k, v in sorted(p.build_args.items())]
+        lines += [f"  {one_line(k)}={one_line(v)}" for k, v in sorted(p.build_args.items())]
     lines += ["", "labels:"]
-    lines += [f"  {k}={v}" for k, v in sorted(p.labels.items())]
+    lines += [f"  {one_line(k)}={one_line(v)}" for k, v in sorted(p.labels.items())]
     if p.mode == "overlay":
         lines += ["", "Dockerfile:", p.dockerfile.rstrip()]
     return "\n".join(lines)

@@ -21,9 +21,15 @@ from sglforge import __version__
 from sglforge.cli import signals
 from sglforge.cli.colour import CHOICES as COLOUR_CHOICES
 from sglforge.cli.colour import paint, set_mode
-from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
+from sglforge.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_PROBLEMS,
+    EXIT_UNEXPECTED,
+    SglforgeError,
+    disk_error,
+)
 from sglforge.urls import scrub_text
-from sglforge.util import find_root, printable
+from sglforge.util import find_root, one_line, printable, set_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -161,6 +167,8 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()
+        if ctx.parent is None:
+            _JSON_PRINTED[0] = False  # a new command (click's runner reuses the process)
         try:
             return super().invoke(ctx)
         except SglforgeError as exc:
@@ -193,14 +201,29 @@ class Group(click.Group):
             ctx.exit(EXIT_PROBLEMS)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             _end_progress()
+            disk = disk_error(exc) if isinstance(exc, OSError) else None
+            if disk is not None:  # a full or read-only disk is the machine's, not a bug
+                _json_failure(ctx, disk)
+                click.echo(f"error: {printable(str(disk), keep=chr(10))}", err=True)
+                ctx.exit(disk.exit_code)
             log = _crash_log(ctx, exc)
-            click.echo(f"error: unexpected {type(exc).__name__}: {scrub_text(str(exc))}", err=True)
-            click.echo(f"  a log for bug reports is at {log}", err=True)
+            click.echo(
+                f"error: unexpected {type(exc).__name__}: {printable(scrub_text(str(exc)))}",
+                err=True,
+            )
+            click.echo(
+                f"  a log for bug reports is at {log}"
+                if log
+                else "  (no log could be written; the traceback follows)",
+                err=True,
+            )
+            if log is None:
+                click.echo("".join(traceback.format_exception(exc)), err=True)
             _error_document(
                 ctx,
                 EXIT_UNEXPECTED,
                 f"unexpected {type(exc).__name__}: {scrub_text(str(exc))}",
-                f"a log for bug reports is at {log}",
+                f"a log for bug reports is at {log}" if log else "no log could be written",
             )
             ctx.exit(EXIT_UNEXPECTED)
         finally:
@@ -222,6 +245,7 @@ def with_root(ctx: click.Context, hint: str) -> str:
     return re.sub(rf"\bsglforge (?=(?:{names})\b)", f"sglforge --root {root} ", hint)
 
 
+_JSON_PRINTED = [False]  # whether this command printed its --json document already
 _ARGS_KEY = "sglforge.args"
 _DONE_KEY = "sglforge.error-document"
 
@@ -238,7 +262,7 @@ def _json_requested(ctx: click.Context) -> bool:
 def _error_document(ctx: click.Context, code: int, message: str, hint: str | None) -> None:
     """With --json, every failure prints one document on stdout, as successes do:
     ``{"schema": 1, "ok": false, "error": {"code", "message", "hint"}}``; printed once."""
-    if ctx.find_root().meta.get(_DONE_KEY) or not _json_requested(ctx):
+    if ctx.find_root().meta.get(_DONE_KEY) or _JSON_PRINTED[0] or not _json_requested(ctx):
         return
     error_document({}, code, scrub_text(message), scrub_text(hint) if hint else hint)
 
@@ -259,6 +283,11 @@ def _usage_document(ctx: click.Context, exc: click.ClickException) -> None:
     )
 
 
+def _json_failure(ctx: click.Context, exc: SglforgeError) -> None:
+    """The failure document for ``exc`` (see ``_error_document``)."""
+    _error_document(ctx, exc.exit_code, exc.message, exc.hint)
+
+
 def _end_progress() -> None:
     """End a bar still drawn, so an error message starts on a line of its own."""
     from sglforge import progress
@@ -266,20 +295,32 @@ def _end_progress() -> None:
     progress.current().close()
 
 
-def _crash_log(ctx: click.Context, exc: BaseException) -> Path:
-    state = ctx.find_object(State)
-    try:
-        base = state.root / "build" / "logs" if state else Path.cwd()
-    except SglforgeError:
-        base = Path.cwd() / "build" / "logs"
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = base / f"crash-{stamp}.log"
-    path.write_text(
+def _crash_log(ctx: click.Context, exc: BaseException) -> Path | None:
+    """Where the crash log went: the project's build/logs, else the temp folder; None when
+    neither can be written. Never raises (it runs inside the last error handler)."""
+    import tempfile
+
+    text = (
         f"sglforge {__version__}\npython {sys.version}\nplatform {platform.platform()}\n"
         f"argv {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
     )
-    return path
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    folders: list[Path] = []
+    try:
+        state = ctx.find_object(State)
+        folders.append((state.root if state else Path.cwd()) / "build" / "logs")
+    except Exception:  # noqa: BLE001 - no root, no cwd: the temp folder still works
+        pass
+    folders.append(Path(tempfile.gettempdir()) / f"sglforge-logs-{os.getuid()}")
+    for base in folders:
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            path = base / f"crash-{stamp}-{os.getpid()}.log"
+            path.write_text(text, errors="replace")
+            return path
+        except Exception:  # noqa: BLE001, S112 - try the next folder
+            continue
+    return None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -405,6 +446,7 @@ JSON_SCHEMA = 1
 def print_json(obj: Any, ok: bool | None = None) -> None:
     """Every ``--json`` document: ``schema`` (its version) and ``ok`` (whether the command
     succeeded: the same key in every command) first, then the command's own keys."""
+    _JSON_PRINTED[0] = True
     doc = to_jsonable(obj)
     if isinstance(doc, dict):
         success = ok if ok is not None else bool(doc.get("ok", True))
@@ -415,7 +457,7 @@ def print_json(obj: Any, ok: bool | None = None) -> None:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain left-aligned text table; cells show control characters escaped (``printable``)."""
     cells = [[str(h) for h in headers]] + [
-        ["" if c is None else printable(str(c)) for c in r] for r in rows
+        ["" if c is None else one_line(c) for c in r] for r in rows
     ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
@@ -434,8 +476,7 @@ def pass_state(f: F) -> F:
     @functools.wraps(f)
     @click.pass_context
     def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
-        from sglforge.util import set_command
-
+        # The lock file names the subcommand ("sglforge patches apply"), for the busy message.
         set_command(" ".join(["sglforge", *ctx.command_path.split()[1:]]))
         return ctx.invoke(f, state(ctx), *args, **kwargs)
 

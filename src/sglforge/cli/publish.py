@@ -38,7 +38,7 @@ from sglforge.publish import (
     summary,
 )
 from sglforge.smoke.scenario import scenario_path
-from sglforge.util import atomic_write, check_output_file, plural, printable
+from sglforge.util import atomic_write, check_output_file, one_line, plural, printable
 
 
 def _image_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -428,6 +428,8 @@ def render_provenance(p: Provenance) -> str:
         f"base      {p.base}" + (f" @ {p.base_digest}" if p.base_digest else ""),
         f"queue     {p.queue_hash} ({plural(len(p.patches), 'patch', 'es')})",
     ]
+    # Every field above comes from the image (labels, manifest): one line each, escaped.
+    lines = [one_line(x, 1000) for x in lines]
     if not p.manifest_found:
         lines.append("manifest  missing: patch checksums unknown (labels only)")
     if p.patches:

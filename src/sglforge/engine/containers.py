@@ -283,7 +283,7 @@ def _pid_alive(pid: int) -> bool:
 def running(
     image: str,
     *,
-    entrypoint: Sequence[str],
+    entrypoint: Sequence[str] | None,
     command: Sequence[str],
     profile: Profile,
     log_path: Path,
@@ -314,7 +314,7 @@ def running(
             try:
                 raw = c.containers.create(
                     image,
-                    entrypoint=list(entrypoint),
+                    entrypoint=None if entrypoint is None else list(entrypoint),
                     command=list(command),
                     name=name,
                     labels=all_labels,
@@ -343,8 +343,9 @@ def running(
             raise_held(arrived)
 
 
-def read_file(image: str, path: str) -> bytes | None:
-    """The bytes of ``path`` inside ``image`` (a created, never started container), or None."""
+def read_file(image: str, path: str, limit: int = 16 << 20) -> bytes | None:
+    """The bytes of ``path`` inside ``image`` (a created, never started container), or None
+    (also when the archive the engine sends is larger than ``limit`` bytes)."""
     api = client().api
     # Named up front, so a Ctrl-C while the engine creates it still leaves a name to remove.
     cid = f"sglforge-read-{uuid.uuid4().hex[:12]}"
@@ -363,7 +364,13 @@ def read_file(image: str, path: str) -> bytes | None:
             stream, _ = api.get_archive(cid, path)
         except docker.errors.NotFound:
             return None
-        data = b"".join(stream)
+        chunks, size = [], 0
+        for chunk in stream:  # read with a cap: an image can hold any file at ``path``
+            size += len(chunk)
+            if size > limit + (64 << 10):  # the tar headers around the file
+                return None
+            chunks.append(chunk)
+        data = b"".join(chunks)
     finally:
         try:
             api.remove_container(cid, force=True)

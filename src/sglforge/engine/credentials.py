@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -25,6 +27,7 @@ from sglforge.engine.errors import (
     RegistryUnreachable,
 )
 from sglforge.engine.reference import PASSWORD_ENV, USER_ENV
+from sglforge.urls import scrub_text
 
 __all__ = [
     "PASSWORD_ENV",
@@ -70,6 +73,7 @@ def credentials(registry: str, env: dict[str, str] | None = None) -> Credentials
     import docker.auth
     import docker.errors
 
+    _check_docker_config(registry, env)
     try:
         config = docker.auth.load_config(config_path=None)
         found = config.resolve_authconfig(registry)
@@ -88,6 +92,41 @@ def credentials(registry: str, env: dict[str, str] | None = None) -> Credentials
     return None
 
 
+def _check_docker_config(registry: str, env: dict[str, str]) -> None:
+    """CredentialsUnusable naming the Docker config when it cannot be what it should: the
+    Docker SDK reads a broken ``config.json`` as empty, and the registry's refusal of the
+    anonymous login that follows would hide the real problem."""
+    import json
+
+    folder_env = env.get("DOCKER_CONFIG")
+    folder = Path(folder_env) if folder_env else Path.home() / ".docker"
+    where = f"DOCKER_CONFIG={folder_env}" if folder_env else str(folder)
+    fix = "fix it, or point DOCKER_CONFIG at a folder with a valid config.json; or " + (
+        login_hint(registry)
+    )
+    if folder.exists() and not folder.is_dir():
+        raise CredentialsUnusable(f"{where}: not a folder (the Docker config is a folder)", fix)
+    path = folder / "config.json"
+    if not path.exists():
+        return
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CredentialsUnusable(
+            f"{path}: cannot read the Docker config ({exc.strerror})", fix
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        why = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "bad"
+        raise CredentialsUnusable(
+            f"{path}: invalid JSON in the Docker config ({why})", fix
+        ) from None
+    auths = data.get("auths", {}) if isinstance(data, dict) else None
+    if not isinstance(auths, dict):
+        raise CredentialsUnusable(
+            f'{path}: the Docker config is not a JSON object with an "auths" object', fix
+        )
+
+
 def auth_config(registry: str) -> dict[str, str] | None:
     """The login for ``registry`` as the Docker SDK takes it; None when none can be read."""
     try:
@@ -100,7 +139,7 @@ def auth_config(registry: str) -> dict[str, str] | None:
 def scrub(message: str, creds: Credentials | None) -> str:
     """``message`` with any userinfo and the password taken out."""
     # Registries do not echo passwords, but a proxy or a URL with userinfo could; never risk it.
-    message = re.sub(r"//[^/@\s]+:[^/@\s]+@", "//***@", message)
+    message = scrub_text(message)
     if creds and creds.password:
         message = message.replace(creds.password, "***")
     return message.strip()
@@ -144,7 +183,23 @@ class RegistrySession:
             resp = self._send(method, url, **kwargs)
         return resp
 
+    # A registry answering 429 (toomanyrequests) or 502/503/504 is asked again, after its
+    # Retry-After (at most 30 s) or 1, 2, 4 s.
+    RETRY_STATUS = (429, 502, 503, 504)
+    RETRIES = 3
+
     def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        for attempt in range(self.RETRIES + 1):
+            resp = self._send_once(method, url, **kwargs)
+            if resp.status_code not in self.RETRY_STATUS or attempt == self.RETRIES:
+                return resp
+            after = resp.headers.get("Retry-After", "")
+            wait = min(30.0, float(after)) if after.isdigit() else float(2**attempt)
+            resp.close()
+            time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _send_once(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         try:
             return self._http.request(method, url, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:

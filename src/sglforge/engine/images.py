@@ -24,6 +24,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests
 
 from sglforge.engine import LABEL, client, containers
 from sglforge.engine.credentials import Credentials, auth_config, scrub
@@ -35,8 +36,8 @@ from sglforge.engine.errors import (
     RegistryAuthRefused,
     RegistryError,
 )
-from sglforge.engine.reference import parse
-from sglforge.util import atomic_write, raise_held, signals_held
+from sglforge.engine.reference import parse, refuse_controls
+from sglforge.util import atomic_write, env_seconds, raise_held, signals_held
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # BuildKit's plain progress: "#12 [gfx950  3/41] RUN ..." (stage name optional).
@@ -54,6 +55,8 @@ class ImageInfo:
     labels: Mapping[str, str]
     size: int
     layers: tuple[str, ...]
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] | None = None
 
     @property
     def digest(self) -> str | None:
@@ -99,6 +102,7 @@ def _api(c: docker.DockerClient | None = None) -> Any:
 
 def inspect(ref: str) -> ImageInfo | None:
     """The local image ``ref`` names, or None when the engine has no such image."""
+    refuse_controls(ref)
     try:
         data = _api().inspect_image(ref)
     except docker.errors.ImageNotFound:
@@ -118,7 +122,18 @@ def inspect(ref: str) -> ImageInfo | None:
         labels=dict(cfg.get("Labels") or {}),
         size=int(data.get("Size") or 0),
         layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        entrypoint=_words(cfg.get("Entrypoint")) or (),
+        cmd=_words(cfg.get("Cmd")),
     )
+
+
+def _words(value: object) -> tuple[str, ...] | None:
+    """An image config's Entrypoint/Cmd as words (a string is the shell form's one word)."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return None
 
 
 def local_tags(repository: str) -> list[str]:
@@ -267,19 +282,26 @@ def _sglang_info(image_id: str, data: Mapping[str, Any]) -> SglangInfo:
     )
 
 
+PROBE_TIMEOUT_ENV = "SGLFORGE_PROBE_TIMEOUT"
+
+
 def run_python(
     ref: str,
     code: str,
     labels: Mapping[str, str] | None = None,
-    timeout: float = 300,
+    timeout: float | None = None,
     *,
     args: Sequence[str] = (),
     working_dir: str | None = None,
 ) -> str:
     """Run ``python3 -c CODE ARGS`` in a throwaway container (no network); its output.
 
-    ``working_dir`` overrides the image's WORKDIR (None keeps it).
+    ``working_dir`` overrides the image's WORKDIR (None keeps it). The run has one overall
+    deadline, ``timeout`` (default ``$SGLFORGE_PROBE_TIMEOUT``, 120 s): a python3 that hangs
+    is a BuildFailed naming the image, and its container is removed.
     """
+    if timeout is None:
+        timeout = env_seconds(PROBE_TIMEOUT_ENV, 120.0)
     c = client()
     all_labels = {LABEL: "1", "io.sglforge.role": "probe", **(labels or {})}
     # Named up front: a Ctrl-C between the engine creating it and `create` returning still
@@ -298,7 +320,15 @@ def run_python(
             detach=True,
         )
         container.start()
-        result = container.wait(timeout=timeout)
+        try:
+            result = container.wait(timeout=timeout)
+        except requests.exceptions.RequestException:  # the engine's wait timed out
+            raise BuildFailed(
+                f"image {ref}: python3 did not finish within {timeout:g} s (a probe sglforge "
+                "runs in it: python3 -c ...); its container was removed",
+                f"check the image: docker run --rm --entrypoint python3 {ref} -c 'print(1)'; "
+                f"or set {PROBE_TIMEOUT_ENV}=SECONDS",
+            ) from None
         output = container.logs(stdout=True, stderr=True).decode(errors="replace")
     except docker.errors.DockerException as exc:
         raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc

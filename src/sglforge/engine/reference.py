@@ -76,6 +76,19 @@ class ImageRef:
         return f"{self.name}:{self.tag}{at}"
 
 
+def refuse_controls(text: str, what: str = "image reference") -> None:
+    """BadReference (exit 2) for whitespace or control characters inside ``text``, shown
+    escaped: no reference holds them, and a raw newline would forge a line of the message."""
+    from sglforge.util import printable
+
+    inner = text.strip(" ")
+    if any(ch.isspace() or not ch.isprintable() for ch in inner):
+        shown = printable(inner[:200]).replace(" ", "\\x20")
+        raise BadReference(
+            f"{what} '{shown}' holds whitespace or control characters", "check the name"
+        )
+
+
 def refuse_credentials(text: str, what: str) -> None:
     """BadReference (exit 2) when ``text`` carries ``user:password@``; the text is never shown.
 
@@ -145,6 +158,7 @@ def parse(
     names its registry). A digest is refused unless ``allow_digest``.
     """
     refuse_credentials(text, what)
+    refuse_controls(text, what)
     ref = text.strip()
     hint = "e.g. 127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x"
     rest, at, digest = ref.partition("@")

@@ -101,6 +101,9 @@ _TRANSIENT_PATTERNS = (
     "gateway time",
     "internal server error",
     "too many requests",
+    "toomanyrequests",  # the distribution spec's error code, as the engine reports it (429)
+    " 429",
+    "rate limit",
     "unexpected eof",
     "no such host",  # DNS hiccups on CI runners
 )

@@ -10,12 +10,20 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglforge import git, progress
 from sglforge.errors import PatchError
-from sglforge.patches.check import APPLIED, SKIPPED, UPSTREAMED, check_ref, git_reason
+from sglforge.patches.check import (
+    APPLIED,
+    SKIPPED,
+    THREE_WAY,
+    UPSTREAMED,
+    PatchStatus,
+    check_ref,
+    git_reason,
+)
 from sglforge.patches.series import Queue, ref_version
 from sglforge.patches.upstream import Upstream, hint_upstream, pinned_commit, with_upstream
 from sglforge.project import Project, ProjectLike
@@ -126,16 +134,46 @@ def apply_at(
         _ensure_worktree(up.cache, wt, branch, commit)
     results: list[AppliedPatch] = []
     steps = progress.current().start(f"apply at {ref}", len(queue.patches))
-    for patch, st in zip(queue.patches, report.patches, strict=True):
-        steps.advance(note=patch.name)
+    pairs = list(zip(queue.patches, report.patches, strict=True))
+    i = 0
+    while i < len(pairs):
+        patch, st = pairs[i]
         if st.status in (UPSTREAMED, SKIPPED):
+            steps.advance(note=patch.name)
             results.append(AppliedPatch(patch.name, st.status, None, st.detail))
+            i += 1
             continue
+        # The run of patches up to the next skipped one goes through one `git am` (one
+        # process, not one per patch); where it stops, that patch is applied again on its
+        # own, so a conflict leaves exactly the one-patch `git am` session to resolve.
+        j = i
+        while j < len(pairs) and pairs[j][1].status not in (UPSTREAMED, SKIPPED):
+            j += 1
+        before = git.out(wt, "rev-parse", "HEAD")
+        batch = [str(p.path.resolve()) for p, _ in pairs[i:j]]
+        res = _am(wt, batch) if j - i > 1 else None
+        made = git.out(wt, "rev-list", "--reverse", f"{before}..HEAD").split() if res else []
+        for (patch, st), made_commit in zip(pairs[i:j], made, strict=False):
+            steps.advance(note=patch.name)
+            results.append(_applied_patch(patch.name, st, made_commit))
+        if res is not None and res.status == 0 and len(made) == j - i:
+            i = j
+            continue
+        if res is not None:
+            # Stopped inside the run: drop the session, keep the commits made.
+            git.run(wt, "am", "--quit", check=False)
+            git.run(wt, "reset", "-q", "--hard", "HEAD", check=False)
+            git.run(wt, "clean", "-fdq", check=False)
+        i += len(made)
+        patch, st = pairs[i]
+        steps.advance(note=patch.name)
         # A conflicting patch still goes through `git am --3way`: it stops with conflict
         # markers in the worktree, which is where the user resolves it.
-        res = git.run(
-            wt, "am", "--3way", "--keep-cr", "--quiet", str(patch.path.resolve()), check=False
-        )
+        res = _am(wt, [str(patch.path.resolve())])
+        if res.status == 0 and st.status not in APPLIED:
+            # git's own verdict wins: the commit is made, so the queue goes on from it.
+            said = st.detail.splitlines()[0] if st.detail else st.status
+            st = replace(st, status=THREE_WAY, detail=f"applied by git am --3way ({said})")
         if res.status != 0 or st.status not in APPLIED:
             detail = st.detail if st.status not in APPLIED else ""
             if res.status != 0:
@@ -166,10 +204,23 @@ def apply_at(
         results.append(
             AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
         )
+        i += 1
     progress.current().finish(steps)
     head = git.out(wt, "rev-parse", "HEAD")
     record = _write_record(root, ref, commit, queue.hash, head, results, complete=True)
     return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=False)
+
+
+def _am(wt: Path, paths: list[str]) -> git.GitResult:
+    return git.run(wt, "am", "--3way", "--keep-cr", "--quiet", *paths, check=False)
+
+
+def _applied_patch(name: str, st: PatchStatus, made: str) -> AppliedPatch:
+    """A patch git am committed as ``made``: git's verdict wins over the check's."""
+    if st.status not in APPLIED:
+        said = st.detail.splitlines()[0] if st.detail else st.status
+        return AppliedPatch(name, THREE_WAY, made, f"applied by git am --3way ({said})")
+    return AppliedPatch(name, st.status, made, st.detail)
 
 
 def _write_record(

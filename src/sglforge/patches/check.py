@@ -28,6 +28,7 @@ from sglforge.patches.configs import base_tables_from_dir, load_items, upstreame
 from sglforge.patches.series import Patch, Queue, ref_version
 from sglforge.patches.upstream import Upstream
 from sglforge.project import Project, ProjectLike
+from sglforge.util import scratch_dir
 
 CLEAN, OFFSET, THREE_WAY, CONFLICT, UPSTREAMED, SKIPPED = (
     "clean",
@@ -146,8 +147,7 @@ def check_queue(
     jobs: int | None = None,
 ) -> CheckReport:
     """Check every patch of ``queue`` at every ref; never touches a worktree."""
-    tmpdir = queue.root / "build" / "tmp"
-    tmpdir.mkdir(parents=True, exist_ok=True)
+    tmpdir = scratch_dir(queue.root, "tmp")  # a reading command: build/ may be read-only
     refs = [up.tag(ref) for ref in refs]  # 0.5.15 -> v0.5.15
     shas = up.resolve_all(refs)
     commits = [(ref, shas[ref]) for ref in refs]
@@ -181,7 +181,7 @@ def check_ref(
     results: list[PatchStatus] = []
     failed: dict[str, str] = {}  # patch name -> why it failed (for dependants)
     try:
-        index.load_paths(commit, sorted({f for p in queue.patches for f in p.files}))
+        index.load_paths(commit, sorted({f for p in queue.patches for f in p.paths or p.files}))
         fast = _fast_path(queue, index, version)
         if fast is not None:
             return RefReport(ref, commit, str(version) if version else None, fast)
@@ -215,7 +215,7 @@ def _fast_path(
     those reports are mapped back to patches by the order of their file sections.
     """
     patches = queue.patches
-    if not patches or any(p.applies_at(version) is False or not p.diff.strip() for p in patches):
+    if not patches or any(p.applies_at(version) is False or not p.has_diff() for p in patches):
         return None
     paths = [str(p.path.resolve()) for p in patches]
     res = index.git("apply", "--cached", "-v", *paths)
@@ -239,8 +239,12 @@ def _fast_path(
 
 
 def _file_sections(patch: Patch) -> list[str]:
-    found = re.findall(r"^diff --git a/\S+ b/(\S+)", patch.diff, re.M)
-    return found or re.findall(r"^\+\+\+ (?:b/)?(\S+)", patch.diff, re.M)
+    found = [m.group(1) for m in _SECTION.finditer(patch.body, patch.diff_start)]
+    return found or [m.group(1) for m in _PLUS.finditer(patch.body, patch.diff_start)]
+
+
+_SECTION = re.compile(r"^diff --git a/\S+ b/(\S+)", re.M)
+_PLUS = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.M)
 
 
 def _failed_dependency(patch: Patch, queue: Queue, failed: dict[str, str]) -> str:
@@ -322,7 +326,7 @@ def _check_patch(
     version: Version | None,
     renames: dict[str, str],
 ) -> PatchStatus:
-    if not patch.diff.strip():
+    if not patch.has_diff():
         return PatchStatus(patch.name, CONFLICT, "empty patch: no diff", patch.files)
     allowed = patch.applies_at(version)
     text = patch.text  # the exact bytes `git am` gets in apply: one verdict for both

@@ -114,9 +114,7 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
             f"finish it with `git -C {wt} am --continue` (or --abort), then export again",
         )
     commits = git.out(wt, "rev-list", "--reverse", f"{base}..HEAD").split()
-    # The patches the branch holds commits for, in order: those applied, plus the one that
-    # stopped with a conflict (its resolved commit comes next, after `git am --continue`).
-    applied = [p for p in record["patches"] if p.get("commit") or p.get("status") == "conflict"]
+    applied = _refuse_strays(root, queue, ref, wt, record, commits)
     files: dict[Path, str | bytes | None] = {}
     written: list[str] = []
     unchanged: list[str] = []
@@ -177,6 +175,64 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
         record["complete"] = not any(p.get("status") == "pending" for p in kept)
         atomic_write(record_path(root, ref), json.dumps(record, indent=2))
     return Exported(ref, tuple(written), tuple(added), tuple(unchanged))
+
+
+def _applied(record: dict) -> list[dict]:  # type: ignore[type-arg]
+    # The patches the branch holds commits for, in order: those applied, plus the one that
+    # stopped with a conflict (its resolved commit comes next, after `git am --continue`).
+    return [p for p in record["patches"] if p.get("commit") or p.get("status") == "conflict"]
+
+
+def _refuse_strays(
+    root: Path,
+    queue: Queue,
+    ref: str,
+    wt: Path,
+    record: dict | None,  # type: ignore[type-arg]
+    commits: list[str] | None = None,
+) -> list[dict]:  # type: ignore[type-arg]
+    """The record's applied patches; PatchError when a commit on the branch belongs to a patch
+    that is no longer in patches/series (export would write a file outside the series)."""
+    if not record:
+        return []
+    applied = _applied(record)
+    if commits is None:
+        base = record.get("upstream_commit", "")
+        commits = git.out(wt, "rev-list", "--reverse", f"{base}..HEAD").split() if base else []
+    listed = {e.name for e in queue.entries}
+    stray = [(p["name"], c) for p, c in zip(applied, commits, strict=False)]
+    stray = [(n, c) for n, c in stray if n not in listed]
+    if stray:
+        shown = ", ".join(f"{c[:12]} ({n})" for n, c in stray[:3])
+        more = f" and {len(stray) - 3} more" if len(stray) > 3 else ""
+        raise PatchError(
+            f"worktree {wt} has commits for patches not in patches/series: {shown}{more}; "
+            "nothing was written",
+            f"add them back to patches/series, or start over: "
+            f"`sglforge patches apply --ref {ref} --force` (drops those commits)",
+        )
+    return applied
+
+
+def _refuse_gitlinks(wt: Path) -> None:
+    """PatchError for a submodule the new patch would hold (a staged gitlink, or a nested git
+    repository `git add -A` would record as one): a patch cannot carry one, and `add -A`
+    would silently drop a staged gitlink whose folder is absent."""
+    staged = git.run(wt, "diff", "--cached", "--raw", "-z", "--no-renames", check=False)
+    fields = staged.stdout.split("\0")
+    links = [fields[i + 1] for i in range(0, len(fields) - 1, 2) if " 160000 " in fields[i]]
+    status = git.run(wt, "status", "--porcelain", "-z", "--untracked-files=normal", check=False)
+    for entry in status.stdout.split("\0"):
+        if entry.startswith("?? ") and (wt / entry[3:] / ".git").exists():
+            links.append(entry[3:].rstrip("/"))
+    if links:
+        shown = ", ".join(repr(x) for x in links[:3])
+        raise PatchError(
+            f"worktree {wt}: {shown} would be a submodule (gitlink), which a patch cannot "
+            "carry; nothing was committed",
+            f"unstage or move it: git -C {wt} rm --cached -r -- {links[0]} "
+            "(or add the files themselves, without their .git)",
+        )
 
 
 def diff_body(text: str) -> str:
@@ -259,11 +315,19 @@ def _new_patch(
             f"patches/series already has a patch named {slug(name)!r}",
             "pick another NAME, or edit that patch with `sglforge patches apply` + `export`",
         )
+    _refuse_strays(root, queue, ref, wt, read_record(root, ref))
+    _refuse_gitlinks(wt)
     subject = message or name.replace("-", " ")
     lines = {"Upstream-Status": "Pending", **trailers}
     body = "\n".join(f"{k}: {v}" for k, v in lines.items())
     who, email, when = author_ident(wt)
     git.run(wt, "add", "-A")
+    if git.run(wt, "diff", "--cached", "--quiet", check=False).status == 0:
+        raise PatchError(
+            f"worktree {wt}: after `git add -A` nothing differs from HEAD, so there is no "
+            "patch to make",
+            f"edit files under {wt} first (`git -C {wt} status` shows what git sees)",
+        )
     git.run(
         wt,
         "commit",

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from unidiff import PatchSet
-from unidiff.errors import UnidiffParseError
 
 from sglforge.errors import ConfigError
-from sglforge.patches.series import NEEDS_DETAIL, STATUSES, Patch, parse_patch, read_series
+from sglforge.patches.series import (
+    NEEDS_DETAIL,
+    STATUSES,
+    Patch,
+    parse_patch,
+    read_series,
+    scan_diff,
+)
 from sglforge.util import recover_transactions
 
 PATCH_SUFFIXES = (".patch", ".diff")
@@ -158,16 +164,12 @@ def _config_findings(
 def lint_patch(patch: Patch, rel: str) -> list[Finding]:
     """Findings for one patch file (metadata and diff)."""
     out: list[Finding] = []
-    raw = patch.path.read_bytes()
-    text = raw.decode("utf-8", errors="replace")
-    lines = text.splitlines(keepends=True)
+    # The patch is read once (``parse_patch``) and its diff walked line by line: a 40 MB
+    # patch costs its own size in memory, not a list of a million lines.
     header_lines = patch.header.count("\n")
 
     def line_of(pattern: str) -> int:
-        for n, line in enumerate(lines, 1):
-            if re.match(pattern, line):
-                return n
-        return 1
+        return _line_of(patch, pattern)
 
     if not patch.subject:
         out.append(Finding(rel, 1, "missing-subject", "no Subject: header (or first line)"))
@@ -246,21 +248,40 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
                     f"Upstream-Fixed-In {patch.fixed_in!r} is not a version",
                 )
             )
-    if not patch.diff.strip():
-        out.append(Finding(rel, max(1, len(lines)), "empty-patch", "no diff in this patch"))
+    if not patch.has_diff():
+        out.append(
+            Finding(
+                rel, max(1, len(patch.header.splitlines())), "empty-patch", "no diff in this patch"
+            )
+        )
         return out
-    try:
-        parsed = PatchSet(patch.diff)
-    except UnidiffParseError as exc:
-        out.append(Finding(rel, header_lines + _parse_line(str(exc)), "unparsable-diff", str(exc)))
-        parsed = None
-    if parsed is not None and len(parsed) == 0 and "GIT binary patch" not in patch.diff:
+    scan = scan_diff(patch.diff_lines())
+    if scan.error:
+        out.append(Finding(rel, header_lines + scan.error_line, "unparsable-diff", scan.error))
+    elif scan.sections == 0 and patch.body.find("GIT binary patch", patch.diff_start) < 0:
         out.append(Finding(rel, header_lines + 1, "empty-patch", "the diff has no file changes"))
-    diff_start = header_lines
-    for n, line in enumerate(lines[diff_start:], diff_start + 1):
-        body = line.rstrip("\n")
+    link: str | None = None  # the path of the file section when it is a symlink
+    section_path, in_hunk = "", False
+    index_line, index_left = 0, 0  # an abbreviated index line, and lines left to see binary
+    for n, body in enumerate(patch.diff_lines(), header_lines + 1):
+        if index_left:
+            index_left -= 1
+            if "GIT binary patch" in body:
+                index_left = 0
+                out.append(
+                    Finding(
+                        rel,
+                        index_line,
+                        "binary-without-full-index",
+                        "binary patch without full index (make it with --full-index)",
+                    )
+                )
+        if link is not None and in_hunk and body.startswith("+"):
+            out.extend(_symlink_findings(rel, n, link, body[1:]))
+            continue
         m = re.match(r"^diff --git a/(\S+) b/(\S+)", body)
         if m:
+            section_path, link, in_hunk = m.group(2), None, False
             for p in (m.group(1), m.group(2)):
                 if p.startswith("/") or ".." in p.split("/"):
                     out.append(Finding(rel, n, "unsafe-path", f"path {p!r} leaves the tree"))
@@ -271,17 +292,12 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
             if m.group(1).startswith("/") or ".." in p.split("/"):
                 out.append(Finding(rel, n, "unsafe-path", f"path {m.group(1)!r} leaves the tree"))
             continue
+        if re.match(r"^(?:new file mode|new mode|index \S+) 120000$", body):
+            link = section_path  # git stores a symlink as its target, one line
+        elif body.startswith("@@"):
+            in_hunk = True
         if body.startswith("index ") and re.search(r"^index [0-9a-f]{1,39}\.\.", body):
-            nxt = "".join(lines[n : n + 4])
-            if "GIT binary patch" in nxt:
-                out.append(
-                    Finding(
-                        rel,
-                        n,
-                        "binary-without-full-index",
-                        "binary patch without full index (make it with --full-index)",
-                    )
-                )
+            index_line, index_left = n, 4
         if body.startswith("Binary files ") and body.endswith(" differ"):
             out.append(
                 Finding(
@@ -301,8 +317,26 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
     return out
 
 
+def _symlink_findings(rel: str, n: int, path: str, target: str) -> list[Finding]:
+    """An ``unsafe-symlink`` finding when the symlink at ``path`` points out of the tree.
+
+    git writes such a link into every worktree, and the build copies it into the image: a
+    link to ``/etc/passwd`` or ``../../..`` is never part of a fix to sglang.
+    """
+    where = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if target.startswith("/") or where == ".." or where.startswith("../"):
+        shown = target if len(target) <= 200 else target[:200] + "..."
+        return [
+            Finding(
+                rel, n, "unsafe-symlink", f"symlink {path} points to {shown!r}, out of the tree"
+            )
+        ]
+    return []
+
+
 def _line_of(patch: Patch, pattern: str) -> int:
-    for n, line in enumerate(patch.text.splitlines(), 1):
+    """The line of the header (trailers live there) matching ``pattern``; 1 if none."""
+    for n, line in enumerate(patch.header.splitlines(), 1):
         if re.match(pattern, line):
             return n
     return 1
@@ -317,17 +351,12 @@ def _pin_version(root: Path) -> Version | None:
         return None
 
 
-def _parse_line(msg: str) -> int:
-    m = re.search(r"line (\d+)", msg)
-    return int(m.group(1)) if m else 1
-
-
 def _change_key(patch: Patch) -> str:
     """A key equal for two patches making the same change (like git's patch-id)."""
-    if not patch.diff.strip():
+    if not patch.has_diff():
         return ""
     h = hashlib.sha256()
-    for line in patch.diff.splitlines():
+    for line in patch.diff_lines():
         if line.startswith(("diff --git", "+", "-")) and not line.startswith(("+++", "---")):
             h.update(re.sub(r"\s+", "", line).encode() + b"\n")
     return h.hexdigest()

@@ -7,13 +7,12 @@ import email.policy
 import hashlib
 import re
 import tomllib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from unidiff import PatchSet
-from unidiff.errors import UnidiffParseError
 
 from sglforge.errors import ConfigError
 from sglforge.patches.configs import ConfigItem, load_items
@@ -50,6 +49,8 @@ PIN_KEYS = {"url", "ref", "commit", "sources"}
 _TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z-]*):\s*(?P<value>.*\S)?\s*$")
 _DIFF_START = re.compile(r"^(diff --git |--- |Index: )", re.M)
 _FILE_RE = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)", re.M)
+_NON_SPACE = re.compile(r"\S")
+_PLUS_FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.M)
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,31 @@ class Patch:
     description: str
     trailers: tuple[tuple[str, str], ...]
     header: str  # everything before the diff, byte for byte
-    diff: str
+    body: str  # the whole file as shown; the diff is its tail from ``diff_start``
+    diff_start: int
     files: tuple[str, ...]
     added: int
     removed: int
     kind: str
     sha256: str
     text: str = ""  # the whole file, every byte kept (``util.decode_exact``): what git sees
+    # Every path the diff names on either side: ``files`` has the new names, a rename or copy
+    # also reads its old one (git needs it in the index to apply the patch).
+    paths: tuple[str, ...] = ()
+
+    @property
+    def diff(self) -> str:
+        """The diff (a copy made on each use: a 40 MB patch is kept in memory once, as
+        ``body``; readers that only scan it use ``diff_lines``)."""
+        return self.body[self.diff_start :]
+
+    def has_diff(self) -> bool:
+        """Whether the diff holds anything but whitespace (without copying it)."""
+        return _NON_SPACE.search(self.body, self.diff_start) is not None
+
+    def diff_lines(self) -> Iterator[str]:
+        """The diff's lines, one at a time, without copying the diff."""
+        return iter_lines(self.body, self.diff_start)
 
     def trailer(self, key: str) -> str | None:
         for k, v in self.trailers:
@@ -225,10 +244,88 @@ def check_trailers(trailers: dict[str, str]) -> dict[str, str]:
 
 def split_patch(text: str) -> tuple[str, str]:
     """Split a patch into its header (mail headers, description, diffstat) and its diff."""
-    m = re.search(r"^diff --git ", text, re.M) or _DIFF_START.search(text)
-    if not m:
-        return text, ""
-    return text[: m.start()], text[m.start() :]
+    start = diff_start(text)
+    return text[:start], text[start:]
+
+
+def diff_start(text: str) -> int:
+    """Where the diff begins in a patch's text (its length when there is none)."""
+    m = _GIT_DIFF_START.search(text) or _DIFF_START.search(text)
+    return m.start() if m else len(text)
+
+
+_GIT_DIFF_START = re.compile(r"^diff --git ", re.M)
+
+
+def iter_lines(text: str, start: int = 0) -> Iterator[str]:
+    """The lines of ``text`` from ``start`` (without their ``\n``), one slice at a time."""
+    end = len(text)
+    while start < end:
+        stop = text.find("\n", start)
+        if stop < 0:
+            yield text[start:]
+            return
+        yield text[start:stop]
+        start = stop + 1
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+@dataclass(frozen=True)
+class DiffScan:
+    """What one pass over a diff's lines found: file sections, lines added and removed, and
+    the first structural problem (a hunk shorter or longer than its header says)."""
+
+    sections: int
+    added: int
+    removed: int
+    error: str = ""
+    error_line: int = 0  # 1-based, within the diff
+
+
+def scan_diff(lines: Iterable[str]) -> DiffScan:
+    """Count and check a diff in one streaming pass (no per-line objects kept)."""
+    sections = plus_files = added = removed = old = new = 0
+    n = 0
+    for n, line in enumerate(lines, 1):  # noqa: B007 - n is used after the loop
+        if old > 0 or new > 0:
+            tag = line[:1]
+            if tag == "\\":
+                continue
+            if tag in (" ", "") and old > 0 and new > 0:
+                old, new = old - 1, new - 1
+            elif tag == "-" and old > 0:
+                old, removed = old - 1, removed + 1
+            elif tag == "+" and new > 0:
+                new, added = new - 1, added + 1
+            else:
+                return DiffScan(
+                    sections or plus_files,
+                    added,
+                    removed,
+                    f"hunk is shorter than its @@ header says (line {n})",
+                    n,
+                )
+            continue
+        if line.startswith("diff --git "):
+            sections += 1
+        elif line.startswith("+++ "):
+            plus_files += 1
+        else:
+            m = _HUNK.match(line)
+            if m:
+                old = int(m.group(1)) if m.group(1) is not None else 1
+                new = int(m.group(2)) if m.group(2) is not None else 1
+    if old > 0 or new > 0:
+        return DiffScan(
+            sections or plus_files,
+            added,
+            removed,
+            f"hunk is shorter than its @@ header says (line {n})",
+            n,
+        )
+    return DiffScan(sections or plus_files, added, removed)
 
 
 def parse_patch(path: Path, index: int = 0) -> Patch:
@@ -237,19 +334,31 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})", "sglforge patches lint") from exc
-    text = raw.decode("utf-8", errors="replace")  # for showing; ``Patch.text`` is exact
-    header, diff = split_patch(text)
+    digest = sha256_bytes(raw)
+    # One copy of the text when it is UTF-8 (nearly always): what is shown and what git gets
+    # are then the same string. Otherwise a shown copy (U+FFFD) and an exact one.
+    try:
+        text = exact = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text, exact = raw.decode("utf-8", errors="replace"), decode_exact(raw)
+    del raw
+    start = diff_start(text)
+    header = text[:start]
     subject, author, date, body = _mail_fields(header)
     description, trailers = _split_trailers(body)
     files: list[str] = []
-    added = removed = 0
-    for m in _FILE_RE.finditer(diff):
+    paths: list[str] = []
+    for m in _FILE_RE.finditer(text, start):
         files.append(m.group("b") if m.group("b") != "/dev/null" else m.group("a"))
+        paths += [x for x in (m.group("a"), m.group("b")) if x != "/dev/null"]
     if not files:
-        for m in re.finditer(r"^\+\+\+ (?:b/)?(\S+)", diff, re.M):
+        for m in _PLUS_FILE.finditer(text, start):
             if m.group(1) != "/dev/null":
                 files.append(m.group(1))
-    added, removed = _count(diff)
+    scan = scan_diff(iter_lines(text, start))
+    added, removed = scan.added, scan.removed
+    if scan.error:  # not a well-formed diff: count what looks like added/removed lines
+        added, removed = _count(iter_lines(text, start))
     uniq = tuple(dict.fromkeys(files))
     return Patch(
         index=index,
@@ -261,26 +370,24 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         description=description,
         trailers=tuple(trailers),
         header=header,
-        diff=diff,
+        body=text,
+        diff_start=start,
         files=uniq,
+        paths=tuple(dict.fromkeys([*paths, *uniq])),
         added=added,
         removed=removed,
         kind=classify(uniq),
-        sha256=sha256_bytes(raw),
-        text=decode_exact(raw),
+        sha256=digest,
+        text=exact,
     )
 
 
-def _count(diff: str) -> tuple[int, int]:
-    """Lines added and removed, by hunk lengths (a format-patch "-- " signature is no line)."""
-    try:
-        parsed = PatchSet(diff)
-        return sum(f.added for f in parsed), sum(f.removed for f in parsed)
-    except UnidiffParseError:
-        pass
+def _count(lines: Iterable[str]) -> tuple[int, int]:
+    """Lines that look added and removed in a malformed diff (the well-formed are counted by
+    hunk lengths in ``scan_diff``, where a format-patch "-- " signature is no line)."""
     added = removed = 0
     in_hunk = False
-    for line in diff.splitlines():
+    for line in lines:
         if line.startswith("@@"):
             in_hunk = True
         elif line.startswith("diff --git ") or line == "-- ":
@@ -540,15 +647,23 @@ def load_queue(root: Path) -> Queue:
     )
 
 
-def diff_paths(diff: str) -> list[str]:
-    """Every path a diff names (both sides of ``diff --git``, ``---``/``+++``, renames)."""
+_PATHS = (
+    re.compile(r"^diff --git (\S+) (\S+)$", re.M),
+    re.compile(r"^(?:---|\+\+\+) (\S+)", re.M),
+    re.compile(r"^(?:rename|copy) (?:from|to) (.+)$", re.M),
+)
+
+
+def diff_paths(diff: str, start: int = 0) -> list[str]:
+    """Every path a diff (``diff[start:]``) names: both sides of ``diff --git``,
+    ``---``/``+++``, renames."""
     found: list[str] = []
-    for m in re.finditer(r"^diff --git (\S+) (\S+)$", diff, re.M):
+    for m in _PATHS[0].finditer(diff, start):
         found += [re.sub(r"^[ab]/", "", m.group(1)), re.sub(r"^[ab]/", "", m.group(2))]
-    for m in re.finditer(r"^(?:---|\+\+\+) (\S+)", diff, re.M):
+    for m in _PATHS[1].finditer(diff, start):
         if m.group(1) != "/dev/null":
             found.append(re.sub(r"^[ab]/", "", m.group(1)))
-    for m in re.finditer(r"^(?:rename|copy) (?:from|to) (.+)$", diff, re.M):
+    for m in _PATHS[2].finditer(diff, start):
         found.append(m.group(1))
     return list(dict.fromkeys(found))
 
@@ -560,7 +675,7 @@ def validate_patch(patch: Patch) -> None:
     """Refuse (ConfigError) what no command should act on: paths leaving the tree, a broken
     Applies-To. The same mechanism as every other data-derived path (``util.confined``)."""
     where = f"patches/{patch.name}"
-    for path in diff_paths(patch.diff):
+    for path in diff_paths(patch.body, patch.diff_start):
         if path.startswith("/") or ".." in path.split("/"):
             confined(_TREE, path, "path in the diff", where)
     if patch.applies_to is not None:

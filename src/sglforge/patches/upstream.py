@@ -318,11 +318,17 @@ def _observed(root: Path) -> dict[str, dict[str, str]]:
 def _observe(root: Path, key: str, ref: str, what: str, value: str) -> None:
     import json
 
+    from sglforge.errors import LocalDiskError
     from sglforge.util import atomic_write
 
     data = _observed(root)
     data[f"{key} {ref}"] = {"source": key, "ref": ref, what: value}
-    atomic_write(_observed_path(root), json.dumps(data, indent=2, sort_keys=True) + "\n")
+    try:
+        atomic_write(_observed_path(root), json.dumps(data, indent=2, sort_keys=True) + "\n")
+    except LocalDiskError:
+        # A read-only checkout: nothing is remembered, a later run on a writable one will.
+        # (The pin's own record, when it has one, is enforced all the same.)
+        pass
 
 
 def pinned_commit(root: Path, pin: Pin, up: Upstream, record: bool = False) -> str:

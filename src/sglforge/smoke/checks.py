@@ -10,7 +10,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,64 @@ class HttpError(Exception):
     """A request to the server failed (connection, status, or an unreadable answer)."""
 
 
+# A server's answer is read with a cap and an overall deadline (``timeout`` for the whole
+# request, not per read): a server trickling keep-alive bytes, or sending a 1 GiB body, gets a
+# verdict in time and costs no memory.
+MAX_BODY = 16 << 20
+MAX_LINE = 1 << 20  # one streamed event (a few hundred bytes in practice)
+
+
+class _Budget:
+    """The deadline and byte cap of one request."""
+
+    def __init__(self, url: str, timeout: float, cap: int = MAX_BODY) -> None:
+        self.url, self.timeout, self.cap = url, timeout, cap
+        self.deadline = time.monotonic() + timeout
+        self.size = 0
+
+    def spend(self, n: int) -> None:
+        self.size += n
+        if self.size > self.cap:
+            raise HttpError(f"{self.url}: the answer is larger than {self.cap >> 20} MiB")
+        if time.monotonic() > self.deadline:
+            raise HttpError(
+                f"{self.url}: no complete answer within {self.timeout:g} s "
+                f"({self.size} bytes so far)"
+            )
+
+
+def _read_all(resp: Any, budget: _Budget) -> bytes:
+    chunks: list[bytes] = []
+    read = getattr(resp, "read1", resp.read)  # read1: whatever arrived, not a full 64 kB
+    while True:
+        chunk = read(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        budget.spend(len(chunk))
+        chunks.append(chunk)
+
+
+def _lines(resp: Any, budget: _Budget) -> Iterator[bytes]:
+    """The answer's lines, read as they arrive (a line trickled byte by byte still meets the
+    deadline: readline would wait for its end)."""
+    pending = bytearray()
+    while True:
+        chunk = resp.read1(1 << 16)
+        if not chunk:
+            break
+        budget.spend(len(chunk))
+        if b"\n" not in chunk:
+            pending += chunk
+            if len(pending) > MAX_LINE:
+                raise HttpError(f"{budget.url}: a line longer than {MAX_LINE >> 20} MiB")
+            continue
+        *done, rest = (bytes(pending) + chunk).split(b"\n")
+        pending = bytearray(rest)
+        yield from done
+    if pending:
+        yield bytes(pending)
+
+
 def _request(
     url: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0
 ) -> tuple[int, bytes]:
@@ -35,11 +93,12 @@ def _request(
     req = urllib.request.Request(
         url, data=data, headers={"Content-Type": "application/json"} if data else {}
     )
+    budget = _Budget(url, timeout)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
+            return resp.status, _read_all(resp, budget)
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read() if exc.fp else b""
+        return exc.code, _read_all(exc, _Budget(url, timeout, 1 << 16)) if exc.fp else b""
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise HttpError(f"{url}: {getattr(exc, 'reason', exc)}") from exc
 
@@ -63,9 +122,10 @@ def _stream(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
     chunks: list[tuple[float, dict[str, Any]]] = []
+    budget = _Budget(url, timeout)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            for line in resp:
+            for line in _lines(resp, budget):
                 line = line.strip()
                 if not line.startswith(b"data:"):
                     continue

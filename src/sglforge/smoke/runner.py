@@ -216,11 +216,11 @@ def _launch(run: _Run, env: Mapping[str, str] | None, labels: Mapping[str, str] 
     session = _Session(scenario, run.port)
     out = _Outcome([], log_path=run.log_path)
     say(f"starting {run.image} ({scenario.name}) on 127.0.0.1:{run.port}; log: {run.log_path}")
-    # The launch command is the container's command, with any image ENTRYPOINT cleared:
-    # release images have none (CMD ["/bin/bash"]), and a drop-in image must not need one.
+    # The launch command is the container's command, under the image's own ENTRYPOINT (none
+    # in release images, reset in overlays): smoke runs exactly what `docker run` runs.
     with containers.running(
         run.image,
-        entrypoint=(),
+        entrypoint=None,
         command=scenario.container_command(run.port),
         profile=profile,
         log_path=run.log_path,
