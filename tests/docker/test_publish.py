@@ -101,6 +101,7 @@ def _err(out: dict[str, Any]) -> str:
     """A failed publish's error, message and hint (the --json error object)."""
     err = out["error"]
     assert set(err) == {"code", "message", "hint"} and out["ok"] is False, err
+    assert out["exit_code"] == err["code"]
     return f"{err['message']}\n{err['hint'] or ''}"
 
 

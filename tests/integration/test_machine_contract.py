@@ -62,6 +62,7 @@ def error_doc(code: int, out: str, err: str, what: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         pytest.fail(f"{what}: exit {code} with no single JSON document on stdout:\n{out}\n{err}")
     assert list(doc)[:2] == ["schema", "ok"] and doc["schema"] == 1 and doc["ok"] is False, doc
+    assert doc["exit_code"] == code, doc
     e = doc["error"]
     assert set(e) == {"code", "message", "hint"}, (what, e)
     assert e["code"] == code and e["message"], (what, e)

@@ -74,25 +74,3 @@ def test_messages_people_read_carry_no_ambiguous_plurals() -> None:
     assert offenders == []
     upgrade = (src / "upgrade.py").read_text()
     assert '"ready to merge: ' not in upgrade and 'f"ready to merge: ' not in upgrade
-
-
-def test_a_lock_names_the_command_not_its_global_flags() -> None:
-    """ "pid N (sglforge -q patches)" said nothing: the busy message names the command."""
-    from sglforge import util
-
-    util._RUNNING.clear()
-    for argv, name in (
-        (["sglforge", "-q", "patches", "apply"], "sglforge patches apply"),
-        (["sglforge", "--root", "/srv/p", "-v", "upgrade", "--to", "v1"], "sglforge upgrade"),
-        (
-            ["sglforge", "--color", "never", "patches", "check", "--ref", "v1"],
-            "sglforge patches check",
-        ),
-        (["/venv/lib/sglforge/__main__.py", "build", "--dry-run"], "sglforge build"),
-    ):
-        assert util.command_name(argv) == name, argv
-    util.set_command("sglforge patches refresh")
-    try:
-        assert util.command_name(["sglforge", "-q", "patches"]) == "sglforge patches refresh"
-    finally:
-        util._RUNNING.clear()

@@ -273,7 +273,8 @@ def error_document(doc: dict[str, Any], code: int, message: str, hint: str | Non
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.find_root().meta[_DONE_KEY] = True
-    print_json({**doc, "error": {"code": code, "message": message, "hint": hint}}, ok=False)
+    error = {"code": code, "message": message, "hint": hint}
+    print_json({**doc, "error": error, "exit_code": code}, ok=False)
 
 
 def _usage_document(ctx: click.Context, exc: click.ClickException) -> None:
