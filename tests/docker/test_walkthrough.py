@@ -93,7 +93,7 @@ def test_the_walkthrough_runs_as_written(
         assert re.search(r"^wheel +sglang-0\.5\.14-.*\.whl sha256:[0-9a-f]{64}$", res.stdout, re.M)
         status, _, body = reg.get("/v2/sglforge/sglang/tags/list")
         tags = json.loads(body)["tags"] if status == 200 else []
-        assert "latest-mi355x" in tags and any(t.endswith(tuple(_hash(project))) for t in tags)
+        assert "latest-mi355x" in tags and any(f"-q{h}" in t for h in _hash(project) for t in tags)
         log = subprocess.run(
             ["git", "-C", str(project), "log", "--format=%s"], capture_output=True, text=True
         ).stdout
