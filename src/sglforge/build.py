@@ -46,7 +46,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sglforge.errors import BaseImageMissing, BuildError, ConfigError, SglforgeError
+from sglforge.errors import (
+    BaseImageMissing,
+    BaseImageUnreachable,
+    BuildError,
+    ConfigError,
+    SglforgeError,
+)
 from sglforge.project import Project, ProjectLike
 from sglforge.provenance import (
     LABEL_ENTRYPOINT_RESET,
@@ -62,7 +68,7 @@ from sglforge.provenance import (
     source_labels,
 )
 from sglforge.targets import BuildTarget
-from sglforge.util import sha256_bytes, work_dir
+from sglforge.util import plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep
@@ -175,7 +181,7 @@ def choose_mode(requested: str, patches: Sequence[PatchLike]) -> tuple[str, str]
     if not patches:
         return "overlay", "the queue is empty: the release image plus provenance"
     return "overlay", (
-        f"all {len(patches)} patch(es) are {'/'.join(kinds)} kind: "
+        f"all {plural(len(patches), 'patch', 'es')} are {'/'.join(kinds)} kind: "
         "replacing files in the release image is enough"
     )
 
@@ -634,7 +640,7 @@ def build_image(
 
     base: Base | None = None
     if chosen == "overlay" and version is not None:
-        base = Base(ref=base_image or bt.base_image(version))
+        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
         if not dry_run:
             # Before any work: a base tag that was never published is a lost day.
             say(f"checking base image {base.ref}")
@@ -648,12 +654,16 @@ def build_image(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
             'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
         )
+    source = upstream_source(queue.pin, upstream)
+    wheel, wheel_sha = _wheel_facts(source, version) if applied.python_only else ("", "")
     up = UpstreamFacts(
         url=queue.pin.url,
-        source=upstream_source(queue.pin, upstream),
+        source=source,
         ref=applied.ref,
         commit=applied.commit,
         revision=_revision(queue.pin, applied),
+        wheel=wheel,
+        wheel_sha256=wheel_sha,
     )
     # Image labels only (containers of the build keep ``labels``): --label wins over these.
     image_labels = {**fork_labels(root, bt.source), **(labels or {})}
@@ -677,7 +687,7 @@ def build_image(
         return _build_source(root, plan, applied.worktree, say, progress, started, labels)
 
     if base is None:
-        base = Base(ref=base_image or bt.base_image(version))
+        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
         if not dry_run:
             say(f"checking base image {base.ref}")
             base = _check_base(base, bt, offline, say)
@@ -787,7 +797,7 @@ def _self_check(
         if (d := dest_for(p, plan.workspace, plan.workspace_source)) is not None and d in gone
     ]
     expected = selfcheck.expectations(files, deleted, worktree)
-    say(f"self-check: {len(expected)} file(s) must resolve where Python imports them")
+    say(f"self-check: {plural(len(expected), 'file')} must resolve where Python imports them")
     found = selfcheck.run(plan.image, expected, labels=labels)
     if found:
         for ref in (plan.image, *plan.tags):
@@ -820,6 +830,11 @@ def _build_source(
     # Catches a Dockerfile that ignores BRANCH_TYPE=local and clones upstream instead.
     _self_check(plan, worktree, say, labels)
     return _result(plan, info, False, log_path, False, started)
+
+
+def given_base(base_image: str | None, version: object) -> str | None:
+    """``--base-image`` with ``{version}`` filled in (``{date}`` is resolved with the tags)."""
+    return base_image.replace("{version}", str(version)) if base_image else None
 
 
 def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> Base:
@@ -858,13 +873,13 @@ def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str],
     )
     if answer is not None and answer.exists is None:
         # Unknown is not "missing": say so rather than send someone hunting for a typo.
-        raise BuildError(
+        raise BaseImageUnreachable(
             f"base image {base.ref} is not on the engine and its registry did not answer "
             f"({answer.error}); {found}",
             f"docker pull {base.ref} once the registry is reachable, or pass --base-image",
         )
     where = (
-        f"on the engine (${OFFLINE_ENV} is set: registries not asked)"
+        f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
         if offline
         else "on the engine or in its registry"
     )
@@ -891,7 +906,7 @@ def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[
         say(f"{pattern}: newest published tag is {chosen}")
         return f"{ref.name}:{chosen}"
     if offline:
-        where = f"on the engine (${OFFLINE_ENV} is set: registries not asked)"
+        where = f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
     elif remote is None:
         where = "on the engine (its registry did not list tags)"
     else:
@@ -997,6 +1012,24 @@ def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str
         entrypoint=image.entrypoint,
         cmd=image.cmd,
     )
+
+
+def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:
+    """(file name, sha256) of the released wheel a pypi: tree was taken from: it is cached
+    already (the history was built from it), and checked against the index's sha256."""
+    import hashlib
+
+    from sglforge import cache, pypi
+
+    parsed = pypi.parse_source(source)
+    if parsed is None or version is None:
+        return "", ""
+    path = pypi.wheel(cache.pypi_cache(), parsed[0], version)
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return path.name, h.hexdigest()
 
 
 def _revision(pin: Any, applied: Any) -> str:

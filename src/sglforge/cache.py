@@ -10,6 +10,7 @@ is its own (worktrees, contexts, logs, reports, ``build/upstream/observed.json``
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 CACHE_ENV = "SGLFORGE_CACHE"
@@ -43,3 +44,101 @@ def legacy_wheels(root: Path, project: str) -> list[Path]:
 
     folder = Path(root) / "build" / "pypi" / f"pypi-{canonicalize_name(project)}" / "wheels"
     return [folder] if folder.is_dir() else []
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing the cache holds: an upstream mirror, a PyPI history or a project's wheels."""
+
+    kind: str  # "mirror", "history", "wheels"
+    path: Path
+    size: int  # bytes
+    used: float  # newest modification time inside (a fetch or an import touches it)
+
+
+def _newest(path: Path, depth: int = 2) -> float:
+    newest = path.lstat().st_mtime
+    if depth and path.is_dir() and not path.is_symlink():
+        for child in path.iterdir():
+            try:
+                newest = max(newest, _newest(child, depth - 1))
+            except OSError:
+                pass
+    return newest
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path, followlinks=False):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def entries() -> list[Entry]:
+    """What the cache holds, largest first; a symlinked folder is listed by nobody (it belongs
+    to another cache) and never followed."""
+    found: list[Entry] = []
+    mirrors = upstream_mirrors()
+    if mirrors.is_dir() and not mirrors.is_symlink():
+        for path in sorted(mirrors.glob("*.git")):
+            if path.is_dir() and not path.is_symlink():
+                found.append(Entry("mirror", path, _size(path), _newest(path)))
+    pypi = pypi_cache()
+    if pypi.is_dir() and not pypi.is_symlink():
+        for project in sorted(pypi.glob("pypi-*")):
+            if not project.is_dir() or project.is_symlink():
+                continue
+            for path in sorted(project.iterdir()):
+                if path.is_symlink() or not path.is_dir():
+                    continue
+                kind = "wheels" if path.name == "wheels" else "history"
+                found.append(Entry(kind, path, _size(path), _newest(path)))
+    return sorted(found, key=lambda e: -e.size)
+
+
+def _alternates(repo: Path) -> list[Path]:
+    try:
+        text = (repo / "objects" / "info" / "alternates").read_text()
+    except OSError:
+        return []
+    return [Path(line).resolve().parent for line in text.splitlines() if line.strip()]
+
+
+def _lock_for(entry: Entry) -> tuple[Path, str]:
+    if entry.kind == "mirror":
+        return entry.path.with_name(entry.path.name + ".lock"), f"upstream cache {entry.path}"
+    # pypi.py's per-project lock: held while wheels are fetched or histories imported
+    return entry.path.parent / ".lock", f"PyPI cache {entry.path.parent}"
+
+
+def prune(older_than_days: float, wheels: bool = False, dry_run: bool = False) -> list[Entry]:
+    """Remove mirrors and histories (and with ``wheels`` the wheels) unused for
+    ``older_than_days``; each under the lock its writers take. Returns what went (or would)."""
+    import shutil
+    import time
+
+    from sglforge.util import _flock
+
+    cutoff = time.time() - older_than_days * 86400
+    found = entries()
+    gone = [e for e in found if e.used <= cutoff and (e.kind != "wheels" or wheels)]
+    # a mirror of a PyPI history borrows its objects (git alternates): it goes with it
+    going = {e.path for e in gone}
+    for e in found:
+        if (
+            e.kind == "mirror"
+            and e not in gone
+            and any(a == g or a.is_relative_to(g) for a in _alternates(e.path) for g in going)
+        ):
+            gone.append(e)
+    for entry in gone:
+        if dry_run:
+            continue
+        lock, what = _lock_for(entry)
+        with _flock(lock, what, 30):
+            shutil.rmtree(entry.path, ignore_errors=True)
+    return gone

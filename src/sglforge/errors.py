@@ -122,3 +122,15 @@ class ImageNotFound(SglforgeError):
 
 class BaseImageMissing(ImageNotFound, BuildError):
     """The base image a build starts from exists nowhere (a build error with its own code)."""
+
+
+class BaseImageUnreachable(ImageNotFound, BuildError):
+    """The base image is not on the engine and its registry did not answer: no image to build
+    on (exit 9, like a missing one), though nobody can tell whether it exists."""
+
+
+class NothingToDo(SglforgeError):
+    """The command ran and found nothing to act on (``patches new`` with no changes): exit 1,
+    a finding rather than a failure to apply or write."""
+
+    exit_code = EXIT_PROBLEMS

@@ -21,6 +21,22 @@ from sglforge.defaults import defaults_root
 from sglforge.errors import ConfigError
 from sglforge.util import raise_held, signals_held
 
+# Where a new project takes upstream sglang from (``init --upstream``): its released wheels,
+# so that no clone of upstream's whole history is needed and the CI job and a laptop agree.
+DEFAULT_UPSTREAM = "pypi:sglang"
+# The queues ``init --example NAME`` starts from: this repository's own, proven ones (files of
+# the shipped patches/ folder).
+EXAMPLES = {
+    "glm52": (
+        "GLM-5.2 MXFP4 with MTP on MI355X: the ROCm include guard, the Quark exclude fix and "
+        "the tuned fused-MoE rows",
+        ("patches/series", "patches/*.patch", "patches/configs/*"),
+    ),
+}
+# Where sglforge itself is published (pyproject's Source URL): the fallback the workflow
+# installs from when this install does not say where it came from.
+SOURCE_URL = "https://github.com/sglforge/sglforge"
+
 SKELETON = Path(__file__).resolve().parent / "data" / "skeleton"
 # project path -> (where it comes from: "skeleton" or "defaults", file there)
 _FROM_SKELETON = {
@@ -47,9 +63,107 @@ class InitResult:
 
     root: Path
     files: tuple[str, ...]
+    upstream: str = DEFAULT_UPSTREAM
+    example: str | None = None
+    install: str = ""  # what the CI workflow pip-installs sglforge from
+    install_origin: str = ""  # how that was found
+    git: str = ""  # "initialised", "existing" or "" (not asked)
+    branch: str = ""  # the branch the workflow runs on pushes to
 
 
-def project_files() -> dict[str, bytes]:
+@dataclass(frozen=True)
+class Install:
+    """A pip requirement for this very sglforge, and how it was found."""
+
+    requirement: str
+    origin: str
+
+
+def install_requirement() -> Install:
+    """What a CI job should ``pip install`` to get the sglforge running now.
+
+    sglforge is on no package index, so ``sglforge==VERSION`` would install nothing. pip
+    records where an install came from (PEP 610, ``direct_url.json``): a git URL and commit,
+    or an archive URL, are reachable from CI as they are. A local wheel or folder is not:
+    then the release tag of this version in sglforge's own repository.
+    """
+    import importlib.metadata
+    import json
+
+    try:
+        raw = importlib.metadata.distribution("sglforge").read_text("direct_url.json")
+        info = json.loads(raw) if raw else {}
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        info = {}
+    url = _without_credentials(str(info.get("url", "")))
+    vcs = info.get("vcs_info") or {}
+    if vcs.get("vcs") == "git" and url and vcs.get("commit_id"):
+        return Install(f"sglforge @ git+{url}@{vcs['commit_id']}", "this install (pip: git)")
+    archive = info.get("archive_info")
+    if archive is not None and url.startswith(("https://", "http://")):
+        return Install(f"sglforge @ {url}", "this install (pip: archive URL)")
+    return Install(
+        f"sglforge @ git+{SOURCE_URL}@v{__version__}",
+        f"tag v{__version__} of sglforge's repository: this install came from a local file "
+        "or folder, which CI cannot reach; change it with --install-from",
+    )
+
+
+def _without_credentials(url: str) -> str:
+    """A URL with any ``user:token@`` removed: the workflow is committed, secrets are not."""
+    import re
+
+    return re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", url)
+
+
+def pin_text(shipped: str, upstream: str) -> str:
+    """The shipped pin with its ``url`` set to ``upstream`` (comments and the rest kept)."""
+    import tomlkit
+
+    doc = tomlkit.parse(shipped)
+    doc["url"] = upstream
+    return tomlkit.dumps(doc)
+
+
+def check_upstream(upstream: str) -> str:
+    """``upstream`` as the pin records it: pypi:PROJECT[SPEC] and URLs as given, a local
+    path absolute; ConfigError for what sglforge cannot open (an unknown scheme)."""
+    from sglforge import git
+    from sglforge.errors import UpstreamError
+    from sglforge.patches.upstream import check_source
+
+    upstream = upstream.strip()
+    try:
+        check_source(upstream)
+        if upstream.startswith("pypi:"):
+            from sglforge import pypi
+
+            pypi.parse_source(upstream)
+            return upstream
+    except UpstreamError as exc:
+        raise ConfigError(exc.message, exc.hint) from None
+    if git.is_local(upstream):
+        path = Path(upstream).expanduser().resolve()
+        if not path.is_dir():
+            raise ConfigError(
+                f"--upstream {upstream}: no such folder",
+                "pass pypi:sglang, a git URL, or the path of a local sglang clone",
+            )
+        return str(path)
+    return upstream
+
+
+# Opt-in (``init --watch``): the nightly upgrade job, on a branch and one pull request.
+_WATCH = {".github/workflows/sglforge-upstream-watch.yml": "upstream-watch.yml"}
+
+
+def project_files(
+    upstream: str = DEFAULT_UPSTREAM,
+    example: str | None = None,
+    install: str | None = None,
+    branch: str = "main",
+    watch: bool = False,
+) -> dict[str, bytes]:
     """Every file a new project gets, by path relative to the project, with its content."""
     shipped = defaults_root()
     if shipped is None:
@@ -67,18 +181,52 @@ def project_files() -> dict[str, bytes]:
             )
         for path in found:
             files[path.relative_to(shipped).as_posix()] = path.read_bytes()
-    for rel, name in _FROM_SKELETON.items():
+    for rel, name in {**_FROM_SKELETON, **(_WATCH if watch else {})}.items():
         text = (SKELETON / name).read_text()
-        files[rel] = text.replace("{{SGLFORGE_VERSION}}", __version__).encode()
+        text = text.replace("{{SGLFORGE_VERSION}}", __version__)
+        text = text.replace("{{SGLFORGE_INSTALL}}", install or install_requirement().requirement)
+        text = text.replace("{{BRANCH}}", branch)
+        files[rel] = text.encode()
+    pin = files["patches/upstream.toml"].decode()
+    files["patches/upstream.toml"] = pin_text(pin, upstream).encode()
+    if example is not None:
+        if example not in EXAMPLES:
+            raise ConfigError(
+                f"no example queue {example!r}; known: {', '.join(sorted(EXAMPLES))}",
+                f"sglforge init --example {sorted(EXAMPLES)[0]} DIR",
+            )
+        for pattern in EXAMPLES[example][1]:
+            found = sorted(p for p in shipped.glob(pattern) if p.is_file())
+            if not found:
+                raise ConfigError(
+                    f"{shipped}: no {pattern} for the example {example!r} among the shipped files",
+                    "reinstall sglforge (pip install --force-reinstall ...)",
+                )
+            for path in found:
+                files[path.relative_to(shipped).as_posix()] = path.read_bytes()
     return dict(sorted(files.items()))
 
 
-def init_project(dest: Path) -> InitResult:
-    """Write a new project into ``dest`` (created if missing); ConfigError if a file exists."""
+def init_project(
+    dest: Path,
+    upstream: str = DEFAULT_UPSTREAM,
+    example: str | None = None,
+    install: str | None = None,
+    git_init: bool = False,
+    watch: bool = False,
+) -> InitResult:
+    """Write a new project into ``dest`` (created if missing); ConfigError if a file exists.
+
+    ``git_init``: make ``dest`` a git repository unless it is inside one already; the
+    workflow then runs on pushes to that repository's branch.
+    """
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise ConfigError(f"{dest}: exists and is not a folder", "sglforge init NEW_FOLDER")
-    files = project_files()
+    upstream = check_upstream(upstream)
+    found = Install(install, "--install-from") if install else install_requirement()
+    repo_state, branch = _git_branch(dest) if dest.is_dir() else ("", "")
+    files = project_files(upstream, example, found.requirement, branch or "main", watch)
     existing = [rel for rel in files if (dest / rel).exists() or (dest / rel).is_symlink()]
     if existing:
         raise ConfigError(
@@ -121,7 +269,46 @@ def init_project(dest: Path) -> InitResult:
         raise_held(arrived)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return InitResult(root=dest.resolve(), files=tuple(files))
+    if git_init and not repo_state:
+        repo_state, branch = _git_init(dest)
+    return InitResult(
+        root=dest.resolve(),
+        files=tuple(files),
+        upstream=upstream,
+        example=example,
+        install=found.requirement,
+        install_origin=found.origin,
+        git=repo_state,
+        branch=branch or "main",
+    )
+
+
+def _git_branch(dest: Path) -> tuple[str, str]:
+    """("existing", its branch) when ``dest`` is inside a git work tree, else ("", "")."""
+    from sglforge import git
+
+    res = git.run(dest, "rev-parse", "--is-inside-work-tree", check=False, identity=False)
+    if res.status != 0 or res.stdout.strip() != "true":
+        return "", ""
+    head = git.run(dest, "symbolic-ref", "--short", "HEAD", check=False, identity=False)
+    return "existing", head.stdout.strip() if head.status == 0 else ""
+
+
+def _git_init(dest: Path) -> tuple[str, str]:
+    """``git init`` in ``dest`` (as ``cargo new`` does): ("initialised", its branch)."""
+    from sglforge import git
+
+    git.run(dest, "init", "-q", identity=False)
+    head = git.run(dest, "symbolic-ref", "--short", "HEAD", check=False, identity=False)
+    branch = head.stdout.strip() if head.status == 0 else ""
+    if branch and branch != "main":
+        # the workflow was written for "main": follow the branch git chose
+        wf = dest / ".github" / "workflows" / "sglforge.yml"
+        from sglforge.util import atomic_write
+
+        text = wf.read_text().replace("branches: [main]", f"branches: [{branch}]", 1)
+        atomic_write(wf, text)
+    return "initialised", branch
 
 
 def _undo(linked: list[Path], created: list[Path]) -> None:

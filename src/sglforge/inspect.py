@@ -26,6 +26,7 @@ from sglforge.provenance import (
     MANIFEST_PATH,
     OCI_REF_NAME,
     Provenance,
+    Smoke,
     parse_manifest,
     provenance_from,
 )
@@ -63,6 +64,33 @@ def image_manifest(image: str) -> dict[str, Any] | None:
     return parse_manifest(containers.read_file(image, MANIFEST_PATH))
 
 
+def local_smoke(root: Path | None, image_id: str | None) -> tuple[Smoke, str, str] | None:
+    """(smoke, report path, started at) of the newest smoke run of ``image_id`` under
+    ``build/smoke/`` (what ``sglforge smoke`` wrote); None when there is none. Read only."""
+    import json
+
+    if root is None or not image_id:
+        return None
+    found: list[tuple[str, Path, dict[str, Any]]] = []
+    for path in (Path(root) / "build" / "smoke").glob("*/report.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("image_id") == image_id:
+            found.append((str(data.get("started_at") or ""), path, data))
+    if not found:
+        return None
+    started, path, data = max(found, key=lambda f: (f[0], str(f[1])))
+    smoke = Smoke(
+        passed=bool(data.get("passed")),
+        scenario=str(data.get("scenario") or ""),
+        verdict=str(data.get("verdict") or ""),
+        figures=dict(data.get("figures") or {}),
+    )
+    return smoke, str(path), started
+
+
 def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> Provenance:
     """Provenance of a local image (pulled first with ``pull``), plus its release record."""
     if pull:
@@ -92,4 +120,9 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
                 tested=record.tested,
                 coverage=record.coverage,
             )
+    seen = local_smoke(root, info.id)
+    if seen is not None:
+        prov = replace(
+            prov, local_smoke=seen[0], local_smoke_report=seen[1], local_smoke_at=seen[2]
+        )
     return prov

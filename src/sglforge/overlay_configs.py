@@ -28,7 +28,7 @@ from sglforge.patches.configs import (
     unfit_rows,
 )
 from sglforge.provenance import ContextFile, config_label
-from sglforge.util import atomic_write, sha256_bytes
+from sglforge.util import atomic_write, plural, sha256_bytes
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,10 @@ def stage(
             shown = ", ".join(f"line {n} ({c}={v})" for n, c, v in unfit[:3])
             more = f" and {len(unfit) - 3} more" if len(unfit) > 3 else ""
             say(
-                f"config item {item.name}: {len(unfit)} row(s) left out, the base's aiter has no "
-                f"column for them: {shown}{more}"
+                f"config item {item.name}: {plural(len(unfit), 'row')} left out, the base's "
+                f"aiter has no column for them: {shown}{more}"
             )
-        say(f"config item {item.name}: {len(item.rows) - len(unfit)} row(s) -> {dest}")
+        say(f"config item {item.name}: {plural(len(item.rows) - len(unfit), 'row')} -> {dest}")
     return Staged(tuple(files), label_map, tuple(entries))
 
 

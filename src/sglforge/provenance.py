@@ -20,6 +20,7 @@ from typing import Any
 from sglforge import __version__
 from sglforge.targets import BuildTarget
 from sglforge.urls import scrub, scrub_text
+from sglforge.util import plural
 
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
 MANIFEST_SCHEMA = "sglforge.manifest/1"
@@ -54,6 +55,7 @@ LABEL_MODE = PREFIX + "mode"
 LABEL_UPSTREAM = PREFIX + "upstream"  # what was fetched (a mirror, a path, pypi:sglang)
 LABEL_UPSTREAM_REF = PREFIX + "upstream-ref"
 LABEL_UPSTREAM_COMMIT = PREFIX + "upstream-commit"
+LABEL_UPSTREAM_WHEEL = PREFIX + "upstream.wheel"  # "<file name> sha256:<hex>" (pypi: sources)
 LABEL_UPSTREAM_SOURCE = PREFIX + "upstream.source"  # the pinned repository
 LABEL_UPSTREAM_REVISION = PREFIX + "upstream.revision"  # the pinned commit
 LABEL_SGLANG_VERSION = PREFIX + "sglang-version"
@@ -74,6 +76,10 @@ class UpstreamFacts:
     ref: str
     commit: str  # commit the patches were applied on (in ``source``)
     revision: str  # the upstream commit for the labels (the pin's when known)
+    # For a pypi: source, the released wheel the tree was taken from: the real provenance
+    # (the history's commits are sglforge's own).
+    wheel: str = ""
+    wheel_sha256: str = ""
 
     def __post_init__(self) -> None:
         # Labels, the manifest and release records show these: no token leaves with them.
@@ -182,6 +188,12 @@ def make_manifest(
             "ref": upstream.ref,
             "commit": upstream.commit,
             "revision": upstream.revision,
+            # flat, as the manifest's shape check wants: the wheel's file name and sha256
+            **(
+                {"wheel": upstream.wheel, "wheel_sha256": upstream.wheel_sha256}
+                if upstream.wheel
+                else {}
+            ),
         },
         "queue": {
             "hash": queue_hash,
@@ -232,8 +244,9 @@ def make_labels(
         OCI_TITLE: f"sglang {version} for {target.name} ({target.gpu_arch}, "
         f"{target.rocm.name}) + sglforge queue q{queue_hash[:8]}",
         OCI_DESCRIPTION: (
-            f"sglang {upstream.ref} with {len(names)} sglforge patch(es): {described}. "
-            f"Built by sglforge {__version__} ({mode} mode). Run: docker run ... {image} "
+            f"sglang {upstream.ref} with {plural(len(names), 'sglforge patch', 'es')}: "
+            f"{described}. Built by sglforge {__version__} ({mode} mode). Run (no ENTRYPOINT, "
+            f"as the release image): docker run ... {image} python3 -m sglang.launch_server "
             "--model-path MODEL [server options]"
         ),
         OCI_LICENSES: LICENSE,
@@ -250,6 +263,11 @@ def make_labels(
         LABEL_UPSTREAM_REVISION: upstream.revision,
         LABEL_UPSTREAM_REF: upstream.ref,
         LABEL_UPSTREAM_COMMIT: upstream.commit,
+        **(
+            {LABEL_UPSTREAM_WHEEL: f"{upstream.wheel} sha256:{upstream.wheel_sha256}"}
+            if upstream.wheel
+            else {}
+        ),
         LABEL_SGLANG_VERSION: version,
         LABEL_TOOL: __version__,
     }
@@ -297,7 +315,10 @@ class Provenance:
     revision: str = ""  # the project's commit the image was built from
     upstream_source: str = ""
     upstream_ref: str = ""
-    upstream_commit: str = ""
+    upstream_commit: str = ""  # a commit, never a tag
+    upstream_revision: str = ""  # what the labels name upstream's revision (a tag for pypi:)
+    upstream_wheel: str = ""  # pypi: sources: the wheel's file name
+    upstream_wheel_sha256: str = ""
     queue_hash: str = ""
     patches: tuple[PatchFacts, ...] = ()
     target: str = ""
@@ -318,6 +339,10 @@ class Provenance:
     coverage: Mapping[str, Any] | None = None  # the publish coverage gate, from the record
     # Config items (tuned tables): name, installed path, sha256, status, origin (issue 13).
     configs: tuple[Mapping[str, Any], ...] = ()
+    # No release record: the newest local smoke run of this very image (not published)
+    local_smoke: Smoke | None = None
+    local_smoke_report: str = ""
+    local_smoke_at: str = ""
 
     @property
     def upstream_version(self) -> str:
@@ -327,6 +352,18 @@ class Provenance:
     def is_sglforge_image(self) -> bool:
         """True when the image carries sglforge's labels or manifest."""
         return self.manifest_found or bool(self.queue_hash)
+
+
+def _a_commit(*candidates: object) -> str:
+    """The first candidate that is a commit id (hex, 40 or 64 long); else the first given.
+    A pypi: image's revision label is the tag: ``inspect`` shows the commit."""
+    import re
+
+    given = [str(c) for c in candidates if c]
+    for c in given:
+        if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", c):
+            return c
+    return given[0] if given else ""
 
 
 MANIFEST_MAX_BYTES = 16 << 20  # ours are a few kB; more is not a manifest of ours
@@ -416,6 +453,7 @@ def provenance_from(
     """
     m: Mapping[str, Any] = manifest or {}
     up: Mapping[str, Any] = m.get("upstream") or {}
+    wheel_label = str(labels.get(LABEL_UPSTREAM_WHEEL, ""))
     queue: Mapping[str, Any] = m.get("queue") or {}
     base: Mapping[str, Any] = m.get("base") or {}
     statuses = statuses or {}
@@ -464,13 +502,22 @@ def provenance_from(
         revision=label(OCI_REVISION) if fork_labels else "",
         upstream_source=str(up.get("source") or label(LABEL_UPSTREAM)),
         upstream_ref=str(up.get("ref") or label(LABEL_UPSTREAM_REF)),
-        upstream_commit=str(
+        # upstream's own commit (the revision) when it is one; a pypi: image's revision is the
+        # tag, and then the commit of the tree the patches were applied on
+        upstream_commit=_a_commit(
+            up.get("revision"),
+            label(LABEL_UPSTREAM_REVISION),
+            label(OCI_REVISION) if not fork_labels else "",
+            up.get("commit"),
+            label(LABEL_UPSTREAM_COMMIT),
+        ),
+        upstream_revision=str(
             up.get("revision")
-            or up.get("commit")
             or label(LABEL_UPSTREAM_REVISION)
             or (label(OCI_REVISION) if not fork_labels else "")
-            or label(LABEL_UPSTREAM_COMMIT)
         ),
+        upstream_wheel=str(up.get("wheel") or wheel_label.partition(" sha256:")[0]),
+        upstream_wheel_sha256=str(up.get("wheel_sha256") or wheel_label.partition(" sha256:")[2]),
         queue_hash=str(queue.get("hash") or label(LABEL_QUEUE)),
         patches=tuple(patches),
         target=str(m.get("target") or label(LABEL_TARGET)),

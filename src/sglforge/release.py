@@ -31,7 +31,7 @@ from sglforge.engine import registry as reg
 from sglforge.engine.credentials import Credentials
 from sglforge.errors import ConfigError, SglforgeError
 from sglforge.provenance import LABEL_MANAGED, LABEL_RELEASE, LABEL_RELEASE_FOR, PatchFacts, Smoke
-from sglforge.util import atomic_write, confined
+from sglforge.util import atomic_write, confined, plural
 
 RECORD_SCHEMA = 1
 RECORD_SUFFIX = "-release"  # the registry tag of a record: the image's immutable tag + this
@@ -404,7 +404,8 @@ def changelog_parts(release: Release, diff: PatchDiff, since: str | None = None)
     pin = (
         f"Upstream pin: {upstream} (`{release.upstream_ref}` = `{short}`"
         + (f" from {release.upstream_url}" if release.upstream_url else "")
-        + f"); patch queue `{release.queue_hash[:16]}` with {len(release.patches)} patches."
+        + f"); patch queue `{release.queue_hash[:16]}` with "
+        + f"{plural(len(release.patches), 'patch', 'es')}."
     )
     after = f" since {since or diff.previous}" if diff.previous else ""
     sections: dict[str, tuple[str, ...]] = {}

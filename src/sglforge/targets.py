@@ -27,6 +27,28 @@ from sglforge.errors import ConfigError
 from sglforge.util import non_ascii_note, one_line
 
 TARGETS_FILE = Path("images") / "targets.toml"
+# LLVM's AMDGPU processor names: gfx + 3 or 4 digits (gfx942, gfx950, gfx1100), or 2-3 digits
+# and a stepping letter (gfx90a). The ones sglang's docker/rocm.Dockerfile builds stages for,
+# and the smoke preflight compares with rocminfo, are the MI300 and MI355 families.
+_GFX = re.compile(r"^gfx(?:\d{3,4}|\d{2,3}[a-f])$")
+KNOWN_GFX = ("gfx942", "gfx950")
+
+
+def check_gpu_arch(value: str, path: Path, where: str) -> str:
+    """``value`` if it is an AMD GPU name; ConfigError naming the key and the closest known
+    name otherwise (``gfx95`` is a typo, not a GPU)."""
+    import difflib
+
+    if _GFX.match(value):
+        return value
+    near = difflib.get_close_matches(value, KNOWN_GFX, n=1, cutoff=0.5)
+    raise ConfigError(
+        f"{path}: {where} {value!r} is not an AMD GPU name (gfxNNN, as rocminfo prints it)"
+        + (f"; did you mean {near[0]!r}?" if near else ""),
+        f"fix {where} in {path}: gfx950 for MI355X, gfx942 for MI300X",
+    )
+
+
 TEMPLATE_FIELDS = frozenset({"version", "rocm", "gpu_arch", "target", "date"})
 DATE_FIELD = "{date}"
 # Upstream's dated tags end in the build day, YYYYMMDD (v0.5.16-rocm720-mi35x-20260728).
@@ -286,7 +308,7 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
         _check_name(name, path, where)
         tbl = Table(raw, path, where)
         tbl.expect({"description", "gpu_arch", "rocm", "base", "bases", "env"})
-        gpu_arch = tbl.get("gpu_arch", "str")
+        gpu_arch = check_gpu_arch(tbl.get("gpu_arch", "str"), path, f"{where}.gpu_arch")
         rocm = _rocm_list(list(tbl.get("rocm", "strs")), known_rocm, path, f"{where}.rocm")
         bases = _bases(tbl.data, tuple(rocm), path, where)
         env: list[tuple[str, str]] = []

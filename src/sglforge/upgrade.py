@@ -25,7 +25,13 @@ from sglforge.patches.apply import safe_ref
 from sglforge.patches.check import select_tags
 from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
 from sglforge.patches.series import load_queue, ref_version
-from sglforge.patches.upstream import Upstream, open_upstream, pinned_commit
+from sglforge.patches.upstream import (
+    Upstream,
+    hint_upstream,
+    open_upstream,
+    pinned_commit,
+    with_upstream,
+)
 from sglforge.provenance import LABEL_CONFIG_PREFIX
 from sglforge.util import atomic_write, commit_files, confined, project_lock
 
@@ -101,8 +107,17 @@ def upgrade(
     offline: bool | None = None,
     report_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    dry_run: bool = False,
+    branch: str | None = None,
 ) -> UpgradeResult:
-    """Upgrade the queue to ``to`` (a ref, or ``latest``); see the module docstring."""
+    """Upgrade the queue to ``to`` (a ref, or ``latest``); see the module docstring.
+
+    ``dry_run``: the plan and each patch's action, nothing written (no report either).
+    ``branch``: the upgrade lands on that new git branch as one commit (as the CI job does);
+    the current branch is left as it was.
+    """
+    if branch is not None:
+        _check_branch(root, branch)
     with project_lock(root):
         return _upgrade(
             root,
@@ -122,6 +137,66 @@ def upgrade(
             offline=offline,
             report_dir=report_dir,
             progress=progress,
+            dry_run=dry_run,
+            branch=branch,
+        )
+
+
+def _check_branch(root: Path, branch: str) -> None:
+    """Refuse ``--branch`` before any work: no repository, a bad or existing name, or
+    uncommitted changes under patches/ or CHANGELOG.md (they would ride along)."""
+    from sglforge import git
+
+    if git.run(root, "rev-parse", "--git-dir", check=False, identity=False).status != 0:
+        raise ConfigError(
+            f"--branch {branch}: {root} is not a git repository", f"git -C {root} init"
+        )
+    if git.run(root, "check-ref-format", "--branch", branch, check=False).status != 0:
+        raise ConfigError(
+            f"--branch {branch!r}: not a valid branch name", "--branch upgrade/v0.5.16"
+        )
+    if (
+        git.run(root, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False).status
+        == 0
+    ):
+        raise ConfigError(
+            f"--branch {branch}: the branch exists already; nothing was changed",
+            f"pick another name, or `git -C {root} branch -D {branch}`",
+        )
+    if git.run(root, "rev-parse", "--verify", "-q", "HEAD", check=False).status != 0:
+        raise ConfigError(
+            f"--branch {branch}: the repository has no commit to branch from",
+            'commit the project first: git add -A && git commit -m "sglforge project"',
+        )
+    dirty = git.out(root, "status", "--porcelain", "--", "patches", "CHANGELOG.md")
+    if dirty:
+        raise ConfigError(
+            f"--branch {branch}: uncommitted changes under patches/ or CHANGELOG.md "
+            f"({dirty.splitlines()[0][3:]})",
+            "commit or stash them first",
+        )
+
+
+def _commit_on_branch(root: Path, branch: str, result: UpgradeResult) -> None:
+    from sglforge import git
+
+    git.run(root, "add", "-A", "--", "patches", "CHANGELOG.md", identity=False)
+    res = git.run(
+        root,
+        "commit",
+        "-q",
+        "-m",
+        f"Upgrade the queue to sglang {result.new_ref}",
+        "-m",
+        f"{result.old_ref} -> {result.new_ref}: {result.reason}",
+        check=False,
+        identity=False,
+    )
+    if res.status != 0:
+        raise ConfigError(
+            f"upgrade written, but `git commit` on {branch} failed: "
+            + (res.stderr or res.stdout).strip().splitlines()[-1],
+            'set your identity: git config user.name "..."; git config user.email ...',
         )
 
 
@@ -144,6 +219,8 @@ def _upgrade(
     offline: bool | None,
     report_dir: Path | None,
     progress: Callable[[str], None] | None,
+    dry_run: bool = False,
+    branch: str | None = None,
 ) -> UpgradeResult:
     say = progress or (lambda _m: None)
     if publish and not registry:
@@ -155,7 +232,7 @@ def _upgrade(
     queue = load_queue(root)
     up = open_upstream(root, queue.pin, upstream)
     pinned_commit(root, queue.pin, up)
-    new_ref = _newest(up, pre) if to == "latest" else to
+    new_ref = _newest(up, pre) if to == "latest" else up.tag(to)
     up.resolve(new_ref)  # an unknown ref stops here, before any staging folder is touched
     old_ref = queue.pin.ref
     new_version = ref_version(new_ref)
@@ -181,6 +258,38 @@ def _upgrade(
         )
         return _write_report(root, result, report_dir)
     say(f"upgrade: {old_ref} -> {new_ref}")
+    if dry_run:
+        planned = refresh_queue(
+            root,
+            new_ref,
+            upstream=upstream,
+            drop_upstreamed=True,
+            retire_excluded=True,
+            dry_run=True,
+        )
+        steps = ["refresh the queue"] + (
+            [f"build {'and smoke ' if smoke else ''}{', '.join(targets)}"] if build else []
+        )
+        if publish:
+            steps.append(f"publish to {registry}")
+        if branch:
+            steps.append(f"commit on a new branch {branch}")
+        plan = "dry run, nothing written: would " + ", ".join(steps)
+        if not planned.ok:
+            plan += "; stops at the refresh (conflicts)"
+        stages["check"] = time.monotonic() - t0
+        return UpgradeResult(
+            old_ref,
+            new_ref,
+            planned.new_commit,
+            planned.ok,
+            False,
+            plan,
+            planned.patches,
+            (),
+            planned.changelog,
+            stages,
+        )
 
     def report(
         refreshed: RefreshResult, ok: bool, reason: str, outcomes: Sequence[TargetOutcome] = ()
@@ -209,13 +318,14 @@ def _upgrade(
         )
         stages["check+refresh"] = time.monotonic() - t
         if not refreshed.ok:
+            hint = hint_upstream(up, queue.pin)
             conflicts = [p for p in refreshed.patches if p.action == "conflict"]
             hunks = "; ".join(h for p in conflicts for h in (p.hunks or (p.detail,)))
             reason = (
                 f"{', '.join(p.name for p in conflicts)} conflict at {new_ref} ({hunks}); "
-                f"resolve with `sglforge patches apply --ref {new_ref}`, edit, "
-                f"`git am --continue`, `sglforge patches export --ref {new_ref}`, then rerun "
-                f"`sglforge upgrade --to {new_ref}`"
+                f"resolve with `{with_upstream(f'sglforge patches apply --ref {new_ref}', hint)}`"
+                f", edit, `git am --continue`, `sglforge patches export --ref {new_ref}`, then "
+                f"rerun `{with_upstream(f'sglforge upgrade --to {new_ref}', hint)}`"
             )
             return report(refreshed, False, reason)
         outcomes: list[TargetOutcome] = []
@@ -246,11 +356,24 @@ def _upgrade(
             return report(refreshed, False, reason, outcomes)
         # 2. everything passed: the staged queue replaces the project's, all or nothing
         t = time.monotonic()
+        what = "queue refreshed" + (", images built and smoke-tested" if build else "")
+        if branch:
+            from sglforge import git
+
+            head = git.run(root, "symbolic-ref", "--short", "-q", "HEAD", check=False).stdout
+            start = head or git.out(root, "rev-parse", "HEAD")
+            git.run(root, "checkout", "-q", "-b", branch, identity=False)
+            _write_back(root, stage)
+            stages["write"] = time.monotonic() - t
+            stages["total"] = time.monotonic() - t0
+            done = report(refreshed, True, f"{what}; committed on branch {branch}", outcomes)
+            _commit_on_branch(root, branch, done)
+            git.run(root, "checkout", "-q", start, identity=False)
+            return done
         _write_back(root, stage)
         stages["write"] = time.monotonic() - t
         stages["total"] = time.monotonic() - t0
-        what = "queue refreshed" + (", images built and smoke-tested" if build else "")
-        return report(refreshed, True, f"ready to merge: {what}", outcomes)
+        return report(refreshed, True, what, outcomes)
     finally:
         shutil.rmtree(stage.parent, ignore_errors=True)
 

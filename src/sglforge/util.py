@@ -136,6 +136,12 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def plural(n: int, word: str, suffix: str = "s", many: str | None = None) -> str:
+    """``1 patch``, ``2 patches``: a count with its noun agreed, for messages people read
+    (``many`` for an irregular plural: entry, entries)."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + suffix}"
+
+
 def find_root(explicit: str | os.PathLike[str] | None = None, start: Path | None = None) -> Path:
     """The folder holding ``patches/``: ``--root``, then ``$SGLFORGE_ROOT``, then walk up."""
     given = explicit or os.environ.get(ROOT_ENV)

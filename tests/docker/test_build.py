@@ -430,6 +430,8 @@ def test_unreachable_registry_is_not_reported_as_missing(
     with pytest.raises(BuildError) as err:
         do_build(project, base_image=ref)
     assert "its registry did not answer" in err.value.message
+    # no base to build on: exit 9 (README), not 6 (a failed build step)
+    assert err.value.exit_code == 9
     assert "does not exist" not in err.value.message
     assert "docker pull" in (err.value.hint or "")
 

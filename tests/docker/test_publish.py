@@ -97,6 +97,14 @@ def doc(result: Result) -> dict[str, Any]:
         pytest.fail(f"publish printed no JSON (exit {result.exit_code}):\n{result.output}")
 
 
+def _err(out: dict[str, Any]) -> str:
+    """A failed publish's error, message and hint (the --json error object)."""
+    err = out["error"]
+    assert set(err) == {"code", "message", "hint"} and out["ok"] is False, err
+    assert out["exit_code"] == err["code"]
+    return f"{err['message']}\n{err['hint'] or ''}"
+
+
 def manifest_digest(registry: Registry, tag: str) -> str | None:
     status, headers, _ = registry.get(
         f"/v2/{REPOSITORY}/manifests/{tag}", accept=reg.MANIFEST_ACCEPT
@@ -257,7 +265,7 @@ def test_failed_smoke_pushes_nothing_and_moves_nothing(
     out = doc(result)
     assert result.exit_code == 1, result.output
     assert out["smoke_passed"] is False and out["pushed"] == [] and out["digest"] is None
-    assert "decode-speed" in out["error"] and "nothing was pushed" in out["error"]
+    assert "decode-speed" in _err(out) and "nothing was pushed" in _err(out)
     status, _, body = r.get("/v2/_catalog")
     assert status == 200 and json.loads(body)["repositories"] == []
     assert project.entries() == 0
@@ -275,8 +283,8 @@ def test_registry_down_gives_a_clear_error_and_friendly_tags_stay(
     assert result.exit_code == 8, result.output
     # Asked before the build and the smoke run: nothing ran, nothing was pushed.
     assert out["smoke_passed"] is not True and out["pushed"] == []
-    assert f"registry {r.address} did not answer" in out["error"]
-    assert f"curl http://{r.address}/v2/" in out["error"]
+    assert f"registry {r.address} did not answer" in _err(out)
+    assert f"curl http://{r.address}/v2/" in _err(out)
     # Back up (same storage, new port): the friendly tags still name the previous release.
     restarted = start_registry(r.folder)
     try:
@@ -303,7 +311,7 @@ def test_refused_credentials_fail_fast_and_friendly_tags_stay(
     assert result.exit_code == 8, result.output
     # Refused before the build and the smoke run (which take an hour on real hardware).
     assert out["smoke_passed"] is None and out["pushed"] == []
-    assert "refused the credentials" in out["error"] and "'publisher'" in out["error"]
+    assert "refused the credentials" in _err(out) and "'publisher'" in _err(out)
     assert reg.USER_ENV in result.output and wrong not in result.output
     for tag, digest in before.items():
         assert manifest_digest(r, tag) == digest
@@ -314,7 +322,7 @@ def test_refused_credentials_fail_fast_and_friendly_tags_stay(
     monkeypatch.delenv(reg.USER_ENV)
     monkeypatch.delenv(reg.PASSWORD_ENV)
     anonymous = project.publish(r.address)
-    assert anonymous.exit_code == 8 and "anonymous access" in doc(anonymous)["error"]
+    assert anonymous.exit_code == 8 and "anonymous access" in _err(doc(anonymous))
 
 
 def test_engine_push_reports_in_band_auth_errors_without_retrying(
@@ -452,7 +460,7 @@ def test_an_immutable_tag_holding_other_inputs_is_never_overwritten(
     result = project.publish(r.address)
     out = doc(result)
     assert result.exit_code == 8, result.output
-    assert "never overwritten" in out["error"] and out["pushed"] == []
+    assert "never overwritten" in _err(out) and out["pushed"] == []
     assert manifest_digest(r, plan["immutable"].rpartition(":")[2]) == squatter
     assert manifest_digest(r, "latest-mi355x") is None
 

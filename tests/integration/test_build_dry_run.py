@@ -86,3 +86,26 @@ def test_unknown_target_and_forced_overlay_are_refused(tmp_path: Path) -> None:
     assert plan["build_args"]["BRANCH_TYPE"] == "local"
     assert plan["build_args"]["GPU_ARCH"] == "gfx950"
     assert plan["labels"]["io.sglforge.mode"] == "source"
+
+
+@pytest.mark.parametrize(
+    ("given", "planned"),
+    [
+        (
+            "mirror.example/sglang:v{version}-rocm700-mi35x",
+            "mirror.example/sglang:v0.5.14-rocm700-mi35x",
+        ),
+        ("mirror.example/sglang:{version}", "mirror.example/sglang:0.5.14"),
+        ("mirror.example/sglang:fixed", "mirror.example/sglang:fixed"),
+    ],
+)
+def test_base_image_template_and_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, planned: str
+) -> None:
+    """--base-image (or $SGLFORGE_BASE_IMAGE, a mirror) gets its {version} filled in."""
+    p = make_build_project(tmp_path)
+    code, out, err = dry_run(p.root, p.upstream, "--json", "--base-image", given)
+    assert code == 0 and json.loads(out)["base"] == planned, err
+    monkeypatch.setenv("SGLFORGE_BASE_IMAGE", given)
+    code, out, err = dry_run(p.root, p.upstream, "--json")
+    assert code == 0 and json.loads(out)["base"] == planned, err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -20,7 +21,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = "pypi:sglang>=0.5.14,<=0.5.14"
-SHIPPED = ("images/*", "smoke/*.toml", "tests/standin/model/*", "patches/upstream.toml")
+SHIPPED = (
+    "images/*",
+    "smoke/*.toml",
+    "tests/standin/model/*",
+    "patches/upstream.toml",
+    "patches/series",
+    "patches/*.patch",
+    "patches/configs/*",
+)
 
 pytestmark = pytest.mark.pypi
 
@@ -108,3 +117,57 @@ def test_build_and_standin_smoke_from_the_installed_wheel(
         cwd=project,
     )
     assert json.loads(smoke.stdout)["passed"] is True
+
+
+def test_installed_from_git_the_workflow_installs_that(
+    venv: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """sglforge is on no index: installed from a git URL (pip records it, PEP 610), `init`
+    writes a workflow that pip-installs exactly that, and that requirement installs."""
+    src = tmp_path / "sglforge-src"
+    files = run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    ).stdout.split("\0")
+    for rel in filter(None, files):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((REPO / rel).read_bytes())
+    run(["git", "init", "-q", str(src)])
+    run(["git", "-C", str(src), "add", "-A"])
+    run(
+        [
+            "git",
+            "-C",
+            str(src),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t.invalid",
+            "commit",
+            "-qm",
+            "sglforge",
+        ]
+    )
+    sha = run(["git", "-C", str(src), "rev-parse", "HEAD"]).stdout.strip()
+    # file://localhost/: pip's older requirement parser refuses a URL with no host
+    requirement = f"sglforge @ git+file://localhost{src}@{sha}"
+    for name in ("from-git", "ci"):
+        run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp_path / name)])
+    pip = [str(tmp_path / "from-git" / "bin" / "python"), "-m", "pip", "install", "-q"]
+    run([*pip, "--no-deps", requirement])
+    run([str(tmp_path / "from-git" / "bin" / "sglforge"), "init", "fork"], cwd=tmp_path)
+    workflow = (tmp_path / "fork" / ".github" / "workflows" / "sglforge.yml").read_text()
+    written = re.search(r'^  SGLFORGE_INSTALL: "(.*)"$', workflow, re.M)
+    assert written and written.group(1).startswith("sglforge @ git+file://"), workflow
+    assert written.group(1).endswith(f"{src}@{sha}")  # the commit installed, not a branch
+    requirement = written.group(1)
+    # what the CI job would run installs (in a venv of its own)
+    ci = [str(tmp_path / "ci" / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps"]
+    run([*ci, requirement])
+    version = run([str(tmp_path / "ci" / "bin" / "sglforge"), "--version"]).stdout
+    assert "0.1.0" in version
+    # a local wheel is no place CI can reach: the release tag, and --install-from wins
+    _, bin_dir = venv
+    run([str(bin_dir / "sglforge"), "init", "fork2"], cwd=tmp_path)
+    text = (tmp_path / "fork2" / ".github" / "workflows" / "sglforge.yml").read_text()
+    assert "git+https://github.com/sglforge/sglforge@v0.1.0" in text and "sglforge==" not in text

@@ -36,14 +36,40 @@ def test_every_command_has_help_and_is_in_readme() -> None:
         assert f"sglforge {name}" in text, f"sglforge {name} is not documented in README.md"
 
 
+def test_every_command_help_has_an_example() -> None:
+    """README promises it: `sglforge COMMAND --help` has examples."""
+    missing = [
+        name
+        for name, cmd in commands(main)
+        if not isinstance(cmd, click.Group) and "Example" not in (cmd.help or "")
+    ]
+    assert missing == []
+
+
 def test_readme_has_exactly_two_setup_commands() -> None:
+    """The contributors' two commands, under Development: not what a new user reads first."""
     text = README.read_text()
-    section = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    dev = text.split("\n## Development\n", 1)[1]
+    section = dev.split("### Set up (contributors)", 1)[1].split("\n## ", 1)[0].split("\n### ")[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     lines = [ln for b in blocks for ln in b.splitlines() if ln.strip()]
     assert [ln.split("#")[0].strip() for ln in lines] == ["bash .ci/e2e", "bash .ci/run"]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "python3 -m pytest" in ci
+    assert ".ci/e2e" not in text.split("\n## Development\n", 1)[0]
+
+
+def test_readme_first_screen_is_for_users() -> None:
+    """What it is, for whom, what you need, how to install (what exists), a walk-through."""
+    text = README.read_text()
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    assert sections[:3] == ["Prerequisites", "Install", "A first patch to a published image"]
+    first = text.split("\n## Install\n", 1)[0]
+    for needed in ("Who it is for", "Docker", "GB", "MI355X", "Python 3.11", "git"):
+        assert needed in first, needed
+    install = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "git+https://" in install and "pip wheel" in install
+    assert re.search(r"^pip install sglforge\b", text, re.M) is None
 
 
 def test_exit_codes_are_documented() -> None:
@@ -75,7 +101,9 @@ def test_top_level_help_needs_no_command_module() -> None:
         " 'requests', 'sglforge.build', 'sglforge.smoke', 'sglforge.publish'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['sglforge.cli.common', 'sglforge.cli.signals']", out.stdout
+    assert out.stdout.strip() == (
+        "['sglforge.cli.colour', 'sglforge.cli.common', 'sglforge.cli.signals']"
+    ), out.stdout
 
 
 def test_shared_options_read_their_environment_variables() -> None:

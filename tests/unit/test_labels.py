@@ -105,3 +105,61 @@ def test_inspect_reads_fork_and_upstream_from_new_and_old_labels() -> None:
     prov = provenance_from("acme/sglang:y", old, None)
     assert (prov.source, prov.revision) == ("", "")
     assert (prov.upstream_url, prov.upstream_commit) == (UP.url, UP.revision)
+
+
+def test_the_description_gives_the_real_run_contract() -> None:
+    """Registry UIs show it: no ENTRYPOINT, so the run line names the server module, as the
+    README's run contract does (`IMAGE --model-path` would try to run `--model-path`)."""
+    text = labels()[f"{OCI}.description"]
+    image = "acme/sglang:v0.5.14-rocm700-mi355x-q01234567"
+    assert f"{image} python3 -m sglang.launch_server --model-path MODEL" in text
+    assert "with 1 sglforge patch:" in text
+
+
+def test_inspect_shows_a_commit_and_the_wheel_for_pypi_sources() -> None:
+    """A pypi: image's revision label is the tag (its history's commits are sglforge's own):
+    `upstream_commit` is still a commit, and the wheel's file name and sha256 are named."""
+    from dataclasses import replace
+
+    from sglforge.provenance import make_manifest
+
+    up = replace(
+        UP,
+        revision="v0.5.14",
+        wheel="sglang-0.5.14-py3-none-any.whl",
+        wheel_sha256="c" * 64,
+    )
+    lab = make_labels(
+        image="acme/sglang:v0.5.14-rocm700-mi355x-q01234567",
+        version="0.5.14",
+        target=load_targets(REPO_ROOT).resolve("mi355x"),
+        mode="overlay",
+        base=None,
+        upstream=up,
+        queue_hash="0" * 64,
+        patches=(),
+        inputs="f" * 64,
+        created="2026-01-01T00:00:00Z",
+    )
+    assert lab["io.sglforge.upstream.wheel"] == f"{up.wheel} sha256:{'c' * 64}"
+    manifest = make_manifest(
+        image="acme/sglang:x",
+        version="0.5.14",
+        target=load_targets(REPO_ROOT).resolve("mi355x"),
+        mode="overlay",
+        base=None,
+        upstream=up,
+        queue_hash="0" * 64,
+        patches=(),
+        files=(),
+        deleted=(),
+    )
+    assert manifest["upstream"]["wheel"] == up.wheel
+    assert manifest["upstream"]["wheel_sha256"] == "c" * 64
+    for m in (manifest, None):  # from the manifest, and from the labels alone
+        p = provenance_from("acme/sglang:x", lab, m, {})
+        assert p.upstream_commit == UP.commit and p.upstream_revision == "v0.5.14"
+        assert p.upstream_wheel == up.wheel and p.upstream_wheel_sha256 == "c" * 64
+    # a git source: no wheel, and the revision is the commit
+    p = provenance_from("acme/sglang:x", labels(), None, {})
+    assert p.upstream_wheel == "" and p.upstream_commit == UP.revision

@@ -13,7 +13,15 @@ from sglforge.targets import load_targets
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "sglforge/data/project/"
 # What a project may leave out, plus what `sglforge init` copies: all of it ships.
-SHIPPED = ("images/*", "smoke/*.toml", "tests/standin/model/*", "patches/upstream.toml")
+SHIPPED = (
+    "images/*",
+    "smoke/*.toml",
+    "tests/standin/model/*",
+    "patches/upstream.toml",
+    "patches/series",
+    "patches/*.patch",
+    "patches/configs/*",
+)
 
 
 def test_every_default_file_is_mapped_into_the_wheel_at_its_own_path() -> None:

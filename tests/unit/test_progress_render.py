@@ -72,3 +72,106 @@ def test_using_installs_and_restores_the_reporter() -> None:
 
 def test_human_bytes() -> None:
     assert [human_bytes(n) for n in (999, 1500, 395_000_000)] == ["999 B", "1.5 kB", "395.0 MB"]
+
+
+def test_a_long_push_prints_a_line_every_few_seconds_in_ci_logs(monkeypatch) -> None:
+    """Off a terminal, a download or push says how far it got every interval (bytes, percent,
+    rate, layers), so a CI log never looks hung; at the default interval a quick one stays
+    two lines (start and end)."""
+    import time
+
+    monkeypatch.setenv("SGLFORGE_PROGRESS_INTERVAL", "0.05")
+    out = io.StringIO()
+    r = Renderer(lambda: 0, out, tty=False)
+    with r.task("push reg/x:v1", None, unit="bytes") as task:
+        on_layer = layer_bar(task)
+        for event in PUSH_EVENTS[:4]:
+            on_layer(*event)
+            time.sleep(0.06)
+        for event in PUSH_EVENTS[4:]:
+            on_layer(*event)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "push reg/x:v1 ..." and lines[-1].startswith("push reg/x:v1: 2.0 MB in ")
+    middle = [ln for ln in lines[1:-1] if ln.startswith("push reg/x:v1: ")]
+    assert middle, lines
+    assert any("500.0 kB/2.0 MB (25%)" in ln and "layers 1/2" in ln for ln in middle), middle
+    assert all("/s" in ln for ln in middle if "kB/" in ln)
+    # the default interval: a push shorter than it prints its start and end only
+    monkeypatch.delenv("SGLFORGE_PROGRESS_INTERVAL")
+    out = io.StringIO()
+    r = Renderer(lambda: 0, out, tty=False)
+    with r.task("push reg/x:v2", None, unit="bytes") as task:
+        on_layer = layer_bar(task)
+        for event in PUSH_EVENTS:
+            on_layer(*event)
+    assert len(out.getvalue().splitlines()) == 2
+    # -q and --json: nothing
+    out = io.StringIO()
+    r = Renderer(lambda: -1, out, tty=False)
+    monkeypatch.setenv("SGLFORGE_PROGRESS_INTERVAL", "0")
+    with r.task("wheel x", 10, unit="bytes") as task:
+        task.update(5)
+    assert out.getvalue() == ""
+
+
+def test_colour_on_a_terminal_only_and_never_under_no_color(monkeypatch) -> None:
+    """Verdicts and errors are coloured on a terminal; NO_COLOR, TERM=dumb, a pipe and
+    --color never turn it off, --color always on; JSON is never coloured."""
+    import json
+    import sys
+
+    from click.testing import CliRunner
+
+    from sglforge.cli import colour, main
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Tty())
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    colour.set_mode("auto")
+    try:
+        assert colour.verdict("PASSED", True) == "\x1b[32mPASSED\x1b[0m"
+        assert "\x1b[31m" in colour.verdict("FAILED", False)
+        for var, value in (("NO_COLOR", "1"), ("TERM", "dumb")):
+            monkeypatch.setenv(var, value)
+            assert colour.verdict("PASSED", True) == "PASSED", var
+        monkeypatch.delenv("NO_COLOR")
+        monkeypatch.setenv("TERM", "xterm")
+        colour.set_mode("never")
+        assert colour.paint("x", "bad") == "x"
+        monkeypatch.setattr(sys, "stdout", io.StringIO())  # a pipe
+        colour.set_mode("auto")
+        assert colour.paint("x", "good") == "x"
+        colour.set_mode("always")
+        assert colour.paint("x", "good") != "x"
+    finally:
+        colour.set_mode("auto")
+    res = CliRunner().invoke(main, ["--color", "always", "biuld", "--json"])
+    assert json.loads(res.stdout)["ok"] is False and "\x1b[" not in res.stdout
+    res = CliRunner().invoke(
+        main, ["--color", "always", "--root", "/nonexistent", "patches", "list"]
+    )
+    assert res.exit_code == 2 and "\x1b[31m" in res.stderr and "error:" in res.stderr
+    colour.set_mode("auto")
+
+
+def test_a_fetch_with_nothing_to_fetch_says_nothing() -> None:
+    """git prints no counters when there is nothing to fetch: then no "fetch ... 0 objects"
+    lines; a fetch that receives objects is shown as before, on a terminal or not."""
+    for tty in (False, True):
+        out = io.StringIO()
+        r = Renderer(lambda: 0, out, tty=tty)
+        with r.task("fetch /cache/x.git", None, unit="objects"):
+            pass
+        assert out.getvalue() == "", tty
+        with r.task("fetch /cache/y.git", None, unit="objects") as task:
+            task.update(5, 10, note="receiving objects")
+            task.update(10, 10, note="receiving objects")
+        text = out.getvalue()
+        assert "fetch /cache/y.git" in text and "x.git" not in text, (tty, text)
+        if not tty:
+            assert text.splitlines()[0] == "fetch /cache/y.git ..."
+            assert text.splitlines()[-1].startswith("fetch /cache/y.git: 10/10 objects in ")

@@ -201,3 +201,82 @@ def test_provenance_prefers_the_manifest_and_falls_back_to_labels() -> None:
     assert full.patches[0].upstream_status == "Backport" and full.base_digest.endswith("b")
     assert full.is_sglforge_image
     assert not provenance_from("debian", {}, None).is_sglforge_image
+
+
+def test_the_text_view_pins_the_digest_and_shows_failed_checks() -> None:
+    """Pull and run by digest (a friendly tag moves later; the port's colon is no tag); a
+    smoke that failed or could not run shows its checks as `sglforge smoke` does."""
+    from sglforge.cli.publish import by_digest, render
+
+    digest = "sha256:" + "ab" * 32
+    friendly = "127.0.0.1:5000/sglforge/sglang:latest-mi355x"
+    done = result(
+        pushed=("127.0.0.1:5000/" + IMAGE, friendly),
+        digest=digest,
+        smoke_passed=True,
+        tested=True,
+        run=f"docker run --rm -it --network host {friendly} python3 -m sglang.launch_server",
+        steps=(Step("push", True, 1.0, "pushed"),),
+    )
+    text = render(done)
+    assert f"127.0.0.1:5000/sglforge/sglang@{digest} python3 -m sglang.launch_server" in text
+    assert "by digest" in text and by_digest(done) is not None
+    assert by_digest(result(run="docker run x", digest=None)) is None
+    cannot = result(
+        smoke_passed=None,
+        smoke_checks=(
+            SmokeCheck("preflight.devices", False, "/dev/kfd missing"),
+            SmokeCheck("preflight.gpu-arch", False, "no GPU", "none", "gfx950"),
+            SmokeCheck("serves", None, "not run"),
+        ),
+        steps=(Step("smoke", False, 0.0, "cannot-run"),),
+        error="smoke cannot-run",
+        exit_code=7,
+    )
+    text = render(cannot)
+    for needed in ("smoke check", "preflight.devices", "/dev/kfd missing", "gfx950", "skipped"):
+        assert needed in text, needed
+    assert "smoke check" not in render(done)  # a passed smoke: its figures, not a check table
+
+
+def test_inspect_shows_the_newest_local_smoke_run_as_unpublished(tmp_path: Path) -> None:
+    """No release record (only publish writes one): the newest `sglforge smoke` report of
+    this very image ID, marked as not published."""
+    import json
+
+    from sglforge.cli.publish import prov_json, render_provenance
+    from sglforge.inspect import local_smoke
+    from sglforge.provenance import Provenance
+
+    image_id = "sha256:" + "1" * 64
+    runs = [
+        ("a", image_id, "2026-12-01T09:00:00Z", "failed"),
+        ("b", image_id, "2026-12-01T10:00:00Z", "passed"),
+        ("c", "sha256:" + "2" * 64, "2026-12-01T11:00:00Z", "passed"),  # another image
+    ]
+    for name, iid, at, verdict in runs:
+        folder = tmp_path / "build" / "smoke" / name
+        folder.mkdir(parents=True)
+        doc = {"passed": verdict == "passed", "verdict": verdict, "image_id": iid}
+        doc |= {"scenario": "standin-cpu", "started_at": at, "figures": {"decode_tok_s": 9.5}}
+        (folder / "report.json").write_text(json.dumps(doc))
+    (tmp_path / "build" / "smoke" / "broken").mkdir()
+    (tmp_path / "build" / "smoke" / "broken" / "report.json").write_text("{not json")
+    smoke, report, at = local_smoke(tmp_path, image_id) or (None, "", "")
+    assert smoke is not None and smoke.verdict == "passed" and at == "2026-12-01T10:00:00Z"
+    assert report.endswith("b/report.json")
+    assert (
+        local_smoke(tmp_path, "sha256:" + "3" * 64) is None and local_smoke(None, image_id) is None
+    )
+    p = Provenance(
+        image="x:y",
+        queue_hash="0" * 64,
+        local_smoke=smoke,
+        local_smoke_report=report,
+        local_smoke_at=at,
+    )
+    text = render_provenance(p)
+    assert (
+        "NOT published" in text and "decode_tok_s" in text and "smoke figures unknown" not in text
+    )
+    assert prov_json(p)["local_smoke"]["published"] is False

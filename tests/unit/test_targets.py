@@ -233,3 +233,28 @@ def test_missing_file_names_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyP
         load_targets(tmp_path)
     assert str(tmp_path / "images" / "targets.toml") in err.value.message
     assert err.value.hint
+
+
+@pytest.mark.parametrize(
+    ("arch", "said"),
+    [
+        ("gfx95", "did you mean 'gfx950'?"),
+        ("gfx9500", None),  # four digits: a name LLVM could have
+        ("gfx942", None),
+        ("gfx90a", None),
+        ("gfx1100", None),
+        ("GFX950", "did you mean 'gfx950'?"),
+        ("mi355x", "is not an AMD GPU name"),
+        ("gfx94 2", "is not an AMD GPU name"),
+    ],
+)
+def test_gpu_arch_is_checked_like_the_keys(tmp_path: Path, arch: str, said: str | None) -> None:
+    text = GOOD.replace('gpu_arch = "gfx950"', f'gpu_arch = "{arch}"')
+    assert text != GOOD
+    path = write_targets(tmp_path, text)
+    if said is None:
+        assert load_targets(path).resolve("mi355x").gpu_arch == arch
+        return
+    with pytest.raises(ConfigError) as err:
+        load_targets(path)
+    assert said in err.value.message and "targets.mi355x.gpu_arch" in err.value.message

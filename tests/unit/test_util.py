@@ -49,3 +49,28 @@ def test_commit_files_deletes_and_recovery_drops_strays(tmp_path: Path) -> None:
     (tmp_path / ".kept.abc.sglforge-tmp").write_text("half")
     assert recover_transactions(tmp_path) is False
     assert not list(tmp_path.glob("*.sglforge-tmp"))
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from sglforge.util import plural
+
+    assert plural(1, "patch", "es") == "1 patch" and plural(2, "patch", "es") == "2 patches"
+    assert plural(0, "tag") == "0 tags" and plural(1, "warning") == "1 warning"
+
+
+def test_messages_people_read_carry_no_ambiguous_plurals() -> None:
+    """The class of "(1 patches)", "1 patch(es)", "READY TO MERGE: ready to merge": counts go
+    through util.plural in every module that words one."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src" / "sglforge"
+    offenders = []
+    for path in src.rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\{len\([^)]*\)\} patch(es|\(es\))\b|patch\(es\)", line):
+                if not line.lstrip().startswith(("#", '"""')):
+                    offenders.append(f"{path.name}:{n}: {line.strip()}")
+    assert offenders == []
+    upgrade = (src / "upgrade.py").read_text()
+    assert '"ready to merge: ' not in upgrade and 'f"ready to merge: ' not in upgrade

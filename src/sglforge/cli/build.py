@@ -19,7 +19,7 @@ from sglforge.cli.options import (
 from sglforge.cli.progress import build_events
 from sglforge.errors import ConfigError
 from sglforge.progress import current
-from sglforge.util import one_line, printable
+from sglforge.util import one_line, plural, printable
 
 
 @main.command("build")
@@ -126,7 +126,7 @@ def render_plan(r: BuildResult) -> str:
         f"mode      {p.mode}: {p.mode_reason}",
         f"base      {p.base.ref}" + ("" if p.base.pinned else "  (not checked in a dry run)"),
         f"upstream  {p.upstream.source} {p.upstream.ref} ({p.upstream.commit[:12]})",
-        f"queue     q{p.queue_hash[:8]}: {len(p.patches)} patch(es)",
+        f"queue     q{p.queue_hash[:8]}: {plural(len(p.patches), 'patch', 'es')}",
     ]
     if p.tags:
         lines.append("tags      " + ", ".join(one_line(t) for t in p.tags))

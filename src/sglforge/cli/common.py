@@ -19,6 +19,8 @@ import click
 
 from sglforge import __version__
 from sglforge.cli import signals
+from sglforge.cli.colour import CHOICES as COLOUR_CHOICES
+from sglforge.cli.colour import paint, set_mode
 from sglforge.errors import (
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
@@ -69,9 +71,17 @@ class State:
 # list` start fast. tests/unit/test_cli_docs.py checks this table against the commands.
 COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
+    "cache": (
+        "sglforge.cli.doctor",
+        "Show or prune the shared cache: upstream mirrors, PyPI wheels and histories.",
+    ),
     "configs": (
         "sglforge.cli.configs",
         "Tuned kernel tables: which rows a launch will use, before a GPU runs.",
+    ),
+    "doctor": (
+        "sglforge.cli.doctor",
+        "Check this machine for sglforge's work, read-only: what is there, what to do.",
     ),
     "init": (
         "sglforge.cli.init",
@@ -89,6 +99,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": (
         "sglforge.cli.smoke",
         "Prove an image serves with speculative decoding: launch it, check it, remove it.",
+    ),
+    "upstream": (
+        "sglforge.cli.upstream",
+        "Look at upstream sglang: its release tags and where the pin sits.",
     ),
     "upgrade": (
         "sglforge.cli.upgrade",
@@ -129,6 +143,28 @@ class Group(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if self.name == "main":
+            # kept for the error document: a usage error can come before --json is parsed
+            ctx.meta[_ARGS_KEY] = list(args)
+            try:
+                return super().parse_args(ctx, args)
+            except click.ClickException as exc:
+                _usage_document(ctx, exc)
+                raise
+        return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but "did you mean" also knows the commands not loaded yet."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()
         if ctx.parent is None:
@@ -137,17 +173,27 @@ class Group(click.Group):
             return super().invoke(ctx)
         except SglforgeError as exc:
             _end_progress()
-            _json_failure(ctx, exc)
+            if exc.hint:
+                exc.hint = with_root(ctx, exc.hint)
             # every URL in a message is shown without its credentials, whoever built it
-            click.echo(f"error: {printable(scrub_text(str(exc)), keep=chr(10))}", err=True)
+            said = printable(scrub_text(str(exc)), keep=chr(10))
+            click.echo(f"{paint('error:', 'bad', err=True)} {said}", err=True)
+            _error_document(ctx, exc.exit_code, exc.message, exc.hint)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             _end_progress()
             code = signals.exit_code(exc)
             why = "" if code == EXIT_INTERRUPTED else f" ({exc})"
             click.echo(f"interrupted{why}: cleaned up, nothing half-written", err=True)
+            _error_document(ctx, code, f"interrupted{why}", "nothing was half-written; run again")
             ctx.exit(code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as exc:
+            _usage_document(ctx, exc)
+            raise
+        except click.Abort:
+            _error_document(ctx, EXIT_PROBLEMS, "aborted", None)
             raise
         except BrokenPipeError:
             # the reader went away (`sglforge ... | head`): not an error of ours
@@ -173,30 +219,74 @@ class Group(click.Group):
             )
             if log is None:
                 click.echo("".join(traceback.format_exception(exc)), err=True)
+            _error_document(
+                ctx,
+                EXIT_UNEXPECTED,
+                f"unexpected {type(exc).__name__}: {scrub_text(str(exc))}",
+                f"a log for bug reports is at {log}" if log else "no log could be written",
+            )
             ctx.exit(EXIT_UNEXPECTED)
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
             signals.install_startup()
 
 
+def with_root(ctx: click.Context, hint: str) -> str:
+    """``hint`` with ``--root DIR`` in each sglforge command it names, when the command line
+    gave --root: pasted anywhere, the hint acts on the same project."""
+    import re
+    import shlex
+
+    st = ctx.find_object(State)
+    if st is None or not st.root_option or "--root" in hint:
+        return hint
+    names = "|".join(sorted(COMMANDS, key=len, reverse=True))
+    root = shlex.quote(str(Path(st.root_option).resolve()))
+    return re.sub(rf"\bsglforge (?=(?:{names})\b)", f"sglforge --root {root} ", hint)
+
+
 _JSON_PRINTED = [False]  # whether this command printed its --json document already
+_ARGS_KEY = "sglforge.args"
+_DONE_KEY = "sglforge.error-document"
+
+
+def _json_requested(ctx: click.Context) -> bool:
+    """Whether the command line asked for --json (parsed or not: a usage error may come first)."""
+    st = ctx.find_object(State)
+    if st is not None and st.as_json:
+        return True
+    args = ctx.find_root().meta.get(_ARGS_KEY, ())
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _error_document(ctx: click.Context, code: int, message: str, hint: str | None) -> None:
+    """With --json, every failure prints one document on stdout, as successes do:
+    ``{"schema": 1, "ok": false, "error": {"code", "message", "hint"}}``; printed once."""
+    if ctx.find_root().meta.get(_DONE_KEY) or _JSON_PRINTED[0] or not _json_requested(ctx):
+        return
+    error_document({}, code, scrub_text(message), scrub_text(hint) if hint else hint)
+
+
+def error_document(doc: dict[str, Any], code: int, message: str, hint: str | None) -> None:
+    """Print a command's own failure document (its keys plus ``error``): the one document
+    of this run, so the error handler prints no second one."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.find_root().meta[_DONE_KEY] = True
+    error = {"code": code, "message": message, "hint": hint}
+    print_json({**doc, "error": error, "exit_code": code}, ok=False)
+
+
+def _usage_document(ctx: click.Context, exc: click.ClickException) -> None:
+    path = exc.ctx.command_path.split()[1:] if isinstance(exc, click.UsageError) and exc.ctx else []
+    _error_document(
+        ctx, exc.exit_code, exc.format_message(), " ".join(["sglforge", *path, "--help"])
+    )
 
 
 def _json_failure(ctx: click.Context, exc: SglforgeError) -> None:
-    """With --json, a command that stopped before printing its document prints the failure
-    one (``"ok": false``, the error, the exit code): every --json run prints one document."""
-    st = ctx.find_object(State)
-    if st is None or not st.as_json or _JSON_PRINTED[0]:
-        return
-    print_json(
-        {
-            "ok": False,
-            "error": scrub_text(exc.message),
-            "hint": scrub_text(exc.hint) if exc.hint else exc.hint,
-            "exit_code": exc.exit_code,
-        },
-        ok=False,
-    )
+    """The failure document for ``exc`` (see ``_error_document``)."""
+    _error_document(ctx, exc.exit_code, exc.message, exc.hint)
 
 
 def _end_progress() -> None:
@@ -235,7 +325,14 @@ def _crash_log(ctx: click.Context, exc: BaseException) -> Path | None:
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="sglforge")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _p, value: _print_version(ctx) if value else None,
+    help="Show the version, the sglang release it pins, Python, the Docker SDK and engine.",
+)
 @click.option(
     "--root",
     "root",
@@ -249,8 +346,16 @@ def _crash_log(ctx: click.Context, exc: BaseException) -> Path | None:
 @click.option(
     "-v", "--verbose", is_flag=True, help="More detail on stderr (each git command, ...)."
 )
+@click.option(
+    "--color",
+    "colour",
+    type=click.Choice(COLOUR_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Colour verdicts and errors: auto (a terminal, unless $NO_COLOR is set), always, never.",
+)
 @click.pass_context
-def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool) -> None:
+def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool, colour: str) -> None:
     """sglforge: patch queue, ROCm images and MTP smoke tests for sglang on AMD MI355X.
 
     \b
@@ -262,11 +367,51 @@ def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool) -> No
     """
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
+    set_mode(colour)
+    # click.echo strips styles off a terminal unless the context says otherwise
+    ctx.color = {"always": True, "never": False}.get(colour)
     ctx.obj = State(root_option=root, verbosity=-1 if quiet else 1 if verbose else 0)
     from sglforge import progress
     from sglforge.cli.progress import Renderer
 
     ctx.with_resource(progress.using(Renderer(ctx.obj.level)))
+
+
+def _print_version(ctx: click.Context) -> None:
+    """``sglforge --version``: enough for a bug report (``docker version`` style)."""
+    click.echo(f"sglforge, version {__version__}")
+    for name, value in version_facts().items():
+        click.echo(f"  {name}: {value}")
+    ctx.exit(0)
+
+
+def version_facts() -> dict[str, str]:
+    """The default sglang pin, Python, the Docker SDK, and the engine when one answers."""
+    import importlib.metadata
+    import tomllib
+
+    from sglforge.defaults import defaults_root
+
+    facts: dict[str, str] = {}
+    shipped = defaults_root()
+    try:
+        pin = tomllib.loads((shipped / "patches" / "upstream.toml").read_text()) if shipped else {}
+        facts["sglang pin"] = f"{pin.get('ref', '?')} (what `sglforge init` writes)"
+    except (OSError, tomllib.TOMLDecodeError):
+        facts["sglang pin"] = "unknown (no shipped patches/upstream.toml)"
+    facts["python"] = f"{platform.python_version()} ({sys.executable})"
+    try:
+        facts["docker SDK"] = importlib.metadata.version("docker")
+    except importlib.metadata.PackageNotFoundError:
+        facts["docker SDK"] = "not installed"
+    try:
+        from sglforge.engine.info import facts as engine_facts
+
+        f = engine_facts()
+        facts["engine"] = f"Docker {f.version} (API {f.api_version})"
+    except SglforgeError as exc:
+        facts["engine"] = f"not reachable ({exc.message})"
+    return facts
 
 
 def _json_seen(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -333,7 +478,7 @@ def pass_state(f: F) -> F:
     @click.pass_context
     def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
         # The lock file names the subcommand ("sglforge patches apply"), for the busy message.
-        set_command(ctx.command_path)
+        set_command(" ".join(["sglforge", *ctx.command_path.split()[1:]]))
         return ctx.invoke(f, state(ctx), *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

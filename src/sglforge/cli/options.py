@@ -80,12 +80,14 @@ def label_option(f: F) -> F:
 
 
 def base_image_option(f: F) -> F:
-    """``--base-image`` (a ``{version}``/``{date}`` template is allowed)."""
+    """``--base-image`` (a ``{version}``/``{date}`` template is allowed; also
+    ``$SGLFORGE_BASE_IMAGE``, e.g. a mirror of the release images)."""
     return click.option(
         "--base-image",
         metavar="IMG",
+        envvar="SGLFORGE_BASE_IMAGE",
         help="Base image instead of the target's; `{version}` and `{date}` are filled in "
-        "(the newest published date).",
+        "(the newest published date). Also $SGLFORGE_BASE_IMAGE (a mirror, say).",
     )(f)
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import click
 
+from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import upstream_option
 from sglforge.errors import EXIT_PROBLEMS
-from sglforge.util import printable
+from sglforge.util import plural, printable
 
 
 @main.group("patches")
@@ -20,10 +21,17 @@ def patches_group() -> None:
 
 
 @patches_group.command("list")
+@click.option("--wide", is_flag=True, help="Full subjects and statuses (no cutting to fit).")
 @json_option
 @pass_state
-def list_cmd(st: State, as_json: bool) -> None:
-    """List the queue: index, file, subject, status, kind, files, lines +/-."""
+def list_cmd(st: State, wide: bool, as_json: bool) -> None:
+    """List the queue: index, file, subject, status, kind, files, lines +/-.
+
+    \b
+    Examples:
+      sglforge patches list
+      sglforge patches list --wide      # full subjects (also in --json)
+    """
 
     q = st.project.queue
     rows: list[dict[str, Any]] = [
@@ -60,8 +68,8 @@ def list_cmd(st: State, as_json: bool) -> None:
                 [
                     r["index"],
                     r["name"],
-                    _cut(r["subject"], 48),
-                    _cut(r["status"], 24),
+                    _cut(r["subject"], 48, wide),
+                    _cut(r["status"], 24, wide),
                     r["kind"],
                     len(r["files"]),
                     f"+{r['added']}/-{r['removed']}",
@@ -80,7 +88,7 @@ def list_cmd(st: State, as_json: bool) -> None:
                         c.csv_file.rsplit("/", 1)[-1],
                         f"{c.tool}/{c.table}",
                         f"{c.target} ({c.gfx})",
-                        _cut(c.upstream_status, 24),
+                        _cut(c.upstream_status, 24, wide),
                         len(c.rows),
                         c.applies_to or "",
                     ]
@@ -110,8 +118,8 @@ def _config_row(c: Any) -> dict[str, Any]:
     }
 
 
-def _cut(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 1] + "~"
+def _cut(s: str, n: int, wide: bool = False) -> str:
+    return s if wide or len(s) <= n else s[: n - 1] + "~"
 
 
 @patches_group.command("lint")
@@ -154,8 +162,12 @@ def lint_cmd(st: State, aiter_configs: Path | None, aiter_repo: Path | None, as_
             # A finding may quote a patch's subject or lines: untrusted, shown escaped.
             click.echo(printable(f"{f} ({f.severity})" if f.severity != "error" else str(f)))
         warnings = len(findings) - len(errors)
-        summary = f"lint: {len(errors)} problem(s)" if errors else "lint: clean"
-        click.echo(summary + (f", {warnings} warning(s)" if warnings else ""))
+        summary = (
+            f"lint: {colour.paint(plural(len(errors), 'problem'), 'bad')}"
+            if errors
+            else f"lint: {colour.paint('clean', 'good')}"
+        )
+        click.echo(summary + (f", {plural(warnings, 'warning')}" if warnings else ""))
     if errors:
         raise SystemExit(EXIT_PROBLEMS)
 
@@ -167,7 +179,13 @@ def lint_cmd(st: State, aiter_configs: Path | None, aiter_repo: Path | None, as_
 @json_option
 @pass_state
 def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_json: bool) -> None:
-    """Apply the queue in build/worktrees/<ref>, one commit per patch (git am --3way)."""
+    """Apply the queue in build/worktrees/<ref>, one commit per patch (git am --3way).
+
+    \b
+    Examples:
+      sglforge patches apply                   # at the pin: build/worktrees/v0.5.14
+      sglforge patches apply --ref 0.5.16      # at another release (stops at a conflict)
+    """
     from sglforge.patches.apply import apply_queue
 
     a = apply_queue(st.project, ref=ref, upstream=upstream, force=force)
@@ -186,7 +204,12 @@ def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_
 
 @patches_group.command("check")
 @click.option("--ref", "refs", multiple=True, help="Upstream ref to check (repeatable).")
-@click.option("--tags", metavar="SPEC", help="Also every tag whose version matches SPEC.")
+@click.option(
+    "--tags",
+    metavar="SPEC",
+    help="Also every tag whose version matches SPEC; `pin` stands for the pinned version "
+    "(--tags '>=pin': the pin and every later release).",
+)
 @upstream_option
 @click.option("--jobs", type=int, help="Refs checked in parallel (default: CPU count).")
 @click.option(
@@ -262,8 +285,18 @@ def refresh_cmd(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Rebase the queue onto NEWREF (3-way) and move the pin; all or nothing."""
+    """Rebase the queue onto NEWREF (3-way) and move the pin; all or nothing.
+
+    For a new release, `sglforge upgrade --to NEWREF` is the one to use: it also retires
+    what upstream merged, and builds and smoke-tests before writing anything.
+
+    \b
+    Examples:
+      sglforge patches refresh --ref v0.5.16 --dry-run
+      sglforge patches refresh --ref v0.5.16 --drop-upstreamed
+    """
     from sglforge.patches.refresh import refresh_queue
+    from sglforge.patches.upstream import with_upstream
 
     r = refresh_queue(
         st.project, new_ref, upstream=upstream, drop_upstreamed=drop_upstreamed, dry_run=dry_run
@@ -279,12 +312,13 @@ def refresh_cmd(
         )
         if not r.ok:
             click.echo(
-                f"refresh: conflicts at {new_ref}; nothing was changed. Resolve with "
-                f"`sglforge patches apply --ref {new_ref}`, edit, `git am --continue`, "
-                f"`sglforge patches export --ref {new_ref}`, then refresh again."
+                f"refresh: conflicts at {r.new_ref}; nothing was changed. Resolve with "
+                f"`{with_upstream(f'sglforge patches apply --ref {r.new_ref}', upstream)}`, edit, "
+                "`git am --continue`, "
+                f"`sglforge patches export --ref {r.new_ref}`, then refresh again."
             )
         elif r.written:
-            click.echo(f"refresh: queue now on {new_ref}")
+            click.echo(f"refresh: queue now on {r.new_ref}")
     if not r.ok:
         raise SystemExit(EXIT_PROBLEMS)
 
@@ -294,7 +328,12 @@ def refresh_cmd(
 @json_option
 @pass_state
 def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
-    """Write the worktree branch's commits back to patch files (series order kept)."""
+    """Write the worktree branch's commits back to patch files (series order kept).
+
+    \b
+    Example:
+      git -C build/worktrees/v0.5.16 am --continue && sglforge patches export --ref v0.5.16
+    """
     from sglforge.patches.export import export_queue
 
     r = export_queue(st.project, ref)
@@ -311,29 +350,231 @@ def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
             click.echo(f"  added     {n}")
 
 
+def trailer_options(f: Any) -> Any:
+    """``--status``, ``--origin``, ``--applies-to``: the trailers a new patch starts with."""
+    f = click.option(
+        "--applies-to",
+        metavar="SPEC",
+        help="Applies-To: the upstream versions it is for (PEP 440), e.g. '>=0.5.10,<0.5.15'.",
+    )(f)
+    f = click.option(
+        "--origin", metavar="URL", help="Origin: where it comes from (a commit, a PR)."
+    )(f)
+    f = click.option(
+        "--status",
+        metavar="STATUS",
+        help="Upstream-Status: Pending, 'Submitted [URL]', 'Backport [0.5.15]', ...",
+    )(f)
+    return f
+
+
+def _trailers(status: str | None, origin: str | None, applies_to: str | None) -> dict[str, str]:
+    given = {"Upstream-Status": status, "Origin": origin, "Applies-To": applies_to}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 @patches_group.command("new")
 @click.argument("name")
 @click.option("--ref", help="Worktree ref (default: the pin).")
 @click.option("-m", "--message", help="Subject line (default: NAME with spaces).")
+@trailer_options
 @json_option
 @pass_state
-def new_cmd(st: State, name: str, ref: str | None, message: str | None, as_json: bool) -> None:
-    """Start patch NAME from the uncommitted changes in the ref's worktree."""
+def new_cmd(
+    st: State,
+    name: str,
+    ref: str | None,
+    message: str | None,
+    status: str | None,
+    origin: str | None,
+    applies_to: str | None,
+    as_json: bool,
+) -> None:
+    """Start patch NAME from the uncommitted changes in the ref's worktree.
+
+    \b
+    Examples:
+      sglforge patches new fix-mtp-exclude -m "glm: honour Quark excludes for the MTP layer"
+      sglforge patches new fix-x --status 'Submitted [https://github.com/sgl-project/sglang/pull/1]'
+    """
     from sglforge.patches.export import new_patch
 
-    r = new_patch(st.project, name, ref=ref, message=message)
+    r = new_patch(
+        st.project, name, ref=ref, message=message, trailers=_trailers(status, origin, applies_to)
+    )
     if as_json:
         print_json(r)
     else:
         for n in r.added:
-            click.echo(f"new patch patches/{n} (Upstream-Status: Pending; edit its description)")
+            click.echo(
+                f"new patch patches/{n} (Upstream-Status: {status or 'Pending'}; "
+                "edit its description)"
+            )
+
+
+@patches_group.command("import")
+@click.argument("source", metavar="FILE|URL|COMMIT")
+@click.option("--name", help="File name slug (default: from the subject).")
+@trailer_options
+@upstream_option
+@json_option
+@pass_state
+def import_cmd(
+    st: State,
+    source: str,
+    name: str | None,
+    status: str | None,
+    origin: str | None,
+    applies_to: str | None,
+    upstream: str | None,
+    as_json: bool,
+) -> None:
+    """Add a patch to the end of the queue: a file, a URL or an upstream commit.
+
+    A URL is e.g. an upstream pull request's .patch (Upstream-Status: Submitted [PR]); a
+    COMMIT of the upstream repository gets Backport [first release holding it] and an
+    Applies-To below that release; a file starts Pending. Origin is filled in; the options
+    win. A file holding several commits (a pull request's) gives one patch per commit.
+
+    \b
+    Examples:
+      sglforge patches import https://github.com/sgl-project/sglang/pull/30116.patch
+      sglforge patches import 1a2b3c4d --upstream https://github.com/sgl-project/sglang
+      sglforge patches import ~/fix.patch --status 'Backport [0.5.16]'
+      sglforge patches check            # then: where does it apply?
+    """
+    from sglforge.patches.edit import import_patches
+
+    r = import_patches(
+        st.project, source, name, _trailers(status, origin, applies_to), upstream=upstream
+    )
+    _render_edit(r, as_json)
+
+
+@patches_group.command("drop")
+@click.argument("name")
+@click.option("--reason", required=True, help="Why it goes (recorded as its Retired: line).")
+@json_option
+@pass_state
+def drop_cmd(st: State, name: str, reason: str, as_json: bool) -> None:
+    """Move patch NAME out of the series into patches/retired/, with the reason.
+
+    NAME is the file name, its slug or its number.
+
+    \b
+    Example:
+      sglforge patches drop 0003 --reason "superseded by 0004"
+    """
+    from sglforge.patches.edit import drop_patch
+
+    _render_edit(drop_patch(st.project, name, reason), as_json)
+
+
+@patches_group.command("rename")
+@click.argument("name")
+@click.argument("new")
+@json_option
+@pass_state
+def rename_cmd(st: State, name: str, new: str, as_json: bool) -> None:
+    """Rename patch NAME to NEW (its number kept), in the series and Depends-On lines.
+
+    \b
+    Example:
+      sglforge patches rename 0003 fix-mtp-draft   # -> 0003-fix-mtp-draft.patch
+    """
+    from sglforge.patches.edit import rename_patch
+
+    _render_edit(rename_patch(st.project, name, new), as_json)
+
+
+@patches_group.command("reorder")
+@click.argument("name")
+@click.option("--before", metavar="OTHER", help="Put NAME just before OTHER.")
+@click.option("--after", metavar="OTHER", help="Put NAME just after OTHER.")
+@click.option("--first", is_flag=True, help="Put NAME first.")
+@click.option("--last", is_flag=True, help="Put NAME last.")
+@json_option
+@pass_state
+def reorder_cmd(
+    st: State,
+    name: str,
+    before: str | None,
+    after: str | None,
+    first: bool,
+    last: bool,
+    as_json: bool,
+) -> None:
+    """Move patch NAME in the series (a Depends-On never ends up naming a later patch).
+
+    \b
+    Example:
+      sglforge patches reorder 0003 --before 0001 && sglforge patches check
+    """
+    from sglforge.patches.edit import reorder_patch
+
+    _render_edit(reorder_patch(st.project, name, before, after, first, last), as_json)
+
+
+def _render_edit(r: Any, as_json: bool) -> None:
+    if as_json:
+        print_json(r)
+        return
+    verbs = {"import": "added", "drop": "retired", "rename": "renamed", "reorder": "moved"}
+    if r.detail == "unchanged":
+        click.echo(f"{r.action}: nothing to change")
+    elif r.action == "rename":
+        click.echo(f"renamed patches/{r.patches[0]} -> patches/{r.patches[1]}")
+    else:
+        for n in r.patches:
+            click.echo(f"{verbs[r.action]} {n}")
+        if r.action == "drop":
+            click.echo(f"  kept as {r.detail}")
+    if r.action == "reorder" and r.detail and r.detail != "unchanged":
+        click.echo(f"note: {r.patches[0]} {r.detail}")
+    click.echo("series: " + (", ".join(r.series) or "(empty)"))
+    if r.action in ("import", "reorder"):
+        click.echo("next: sglforge patches check   (where does the queue apply?)")
+
+
+@patches_group.command("prune")
+@click.option("--dry-run", is_flag=True, help="Show what would go; remove nothing.")
+@json_option
+@pass_state
+def prune_cmd(st: State, dry_run: bool, as_json: bool) -> None:
+    """Remove the worktrees of refs other than the pin's (build/worktrees/<ref>).
+
+    A worktree holding work not saved to patches/ (uncommitted edits, unexported commits,
+    a `git am` stopped on a conflict) is kept and named.
+
+    \b
+    Example:
+      sglforge patches prune --dry-run
+    """
+    from sglforge.patches.apply import prune_worktrees
+
+    found = prune_worktrees(st.project, dry_run=dry_run)
+    if as_json:
+        print_json({"dry_run": dry_run, "worktrees": found})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for p in found:
+        click.echo(
+            f"{verb if p.removed else 'kept'} {p.path}" + ("" if p.removed else f" ({p.why})")
+        )
+    removed = sum(p.removed for p in found)
+    click.echo(f"patches prune: {verb} {plural(removed, 'worktree')}")
 
 
 @patches_group.command("hash")
 @json_option
 @pass_state
 def hash_cmd(st: State, as_json: bool) -> None:
-    """Print the queue fingerprint (pin + series order + patch contents)."""
+    """Print the queue fingerprint (pin + series order + patch contents).
+
+    \b
+    Example:
+      sglforge patches hash    # images are tagged ...-q<first 8>
+    """
 
     q = st.project.queue
     if as_json:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from sglforge.cli.colour import paint
 from sglforge.progress import Progress, Task
 from sglforge.util import printable
 
@@ -24,6 +25,22 @@ QUIET, NORMAL, VERBOSE = -1, 0, 1
 # Redraws per second at most (a 1 MiB chunk of a fast download would otherwise redraw
 # hundreds of times a second).
 _REDRAWS = 10
+# Off a terminal (a CI log), a long download or push prints a line this often (seconds), so
+# the log never looks hung: $SGLFORGE_PROGRESS_INTERVAL changes it.
+INTERVAL_ENV = "SGLFORGE_PROGRESS_INTERVAL"
+DEFAULT_INTERVAL = 5.0
+
+
+# Tasks shown only once they report work: a git fetch (its counters appear only when there
+# are objects to receive), so "fetch ... 0 objects in 0.0 s" never fills a log.
+_SHOWN_ONCE_BUSY = ("objects",)
+
+
+def _interval() -> float:
+    try:
+        return max(0.0, float(os.environ.get(INTERVAL_ENV, DEFAULT_INTERVAL)))
+    except ValueError:
+        return DEFAULT_INTERVAL
 
 
 def human_bytes(n: float) -> str:
@@ -42,6 +59,18 @@ def _amount(t: Task) -> str:
     return f"{t.done}/{t.total}{noun}" if t.total else f"{t.done}{noun}"
 
 
+def _progress_text(t: Task, now: float) -> str:
+    """``120.0 MB/291.0 MB (41%), 7.1 MB/s, layer 3/9`` for a plain progress line."""
+    text = _amount(t)
+    if t.total:
+        text += f" ({min(100, int(100 * t.done / t.total))}%)"
+    if t.unit == "bytes" and t.done:
+        text += f", {human_bytes(t.done / max(1e-3, now - t.started))}/s"
+    if t.note:
+        text += f", {t.note}"
+    return text
+
+
 class Renderer(Progress):
     """The command line's reporter; ``level`` is read on every call (``--json`` is known only
     once the subcommand's options are parsed, after this is installed)."""
@@ -57,6 +86,10 @@ class Renderer(Progress):
         )
         self._drawn: Task | None = None  # the task whose bar is on the current line
         self._last = 0.0
+        self._interval = _interval()
+        self._said: dict[int, float] = {}  # task id -> when its last plain line was printed
+        self._idle: set[int] = set()  # tasks shown only once they report work
+        self._busy: set[int] = set()
 
     @property
     def verbose(self) -> bool:
@@ -89,7 +122,8 @@ class Renderer(Progress):
 
         with self.lock:
             self._clear()
-            self._write(printable(f"warning: {scrub_text(message)}") + "\n")
+            said = printable(f"warning: {scrub_text(message)}")
+            self._write(paint("warning:", "warn", err=True) + said.removeprefix("warning:") + "\n")
             if self._drawn is not None:
                 self._draw(self._drawn)
 
@@ -97,6 +131,10 @@ class Renderer(Progress):
 
     def on_start(self, t: Task) -> None:
         if self._level() < NORMAL:
+            return
+        if t.unit in _SHOWN_ONCE_BUSY and id(t) not in self._busy:
+            # a fetch with nothing to fetch says nothing (git prints no counters then)
+            self._idle.add(id(t))
             return
         if self.tty:
             if self._drawn is not None:
@@ -110,6 +148,10 @@ class Renderer(Progress):
     def on_update(self, t: Task) -> None:
         if self._level() < NORMAL:
             return
+        if id(t) in self._idle:
+            self._idle.discard(id(t))
+            self._busy.add(id(t))
+            self.on_start(t)
         if self.tty:
             now = time.monotonic()
             if t is self._drawn and (now - self._last >= 1 / _REDRAWS or t.done == t.total):
@@ -118,9 +160,21 @@ class Renderer(Progress):
             # one line per step: "history 3/12 v0.5.14"
             note = f" {t.note}" if t.note else ""
             self._write(printable(f"{t.label} {_amount(t)}{note}") + "\n")
+        else:
+            # a long download or push: a line every few seconds (bytes, percent, rate, and
+            # the note: a push's layers)
+            now = time.monotonic()
+            last = self._said.get(id(t), t.started)
+            if now - last >= self._interval and t.done != t.total:
+                self._said[id(t)] = now
+                self._write(printable(f"{t.label}: {_progress_text(t, now)}") + "\n")
 
     def on_finish(self, t: Task, ok: bool) -> None:
         if self._level() < NORMAL:
+            return
+        self._busy.discard(id(t))
+        if id(t) in self._idle:
+            self._idle.discard(id(t))
             return
         took = time.monotonic() - t.started
         if self.tty:
@@ -129,6 +183,7 @@ class Renderer(Progress):
                 self._write("\n")
                 self._drawn = None
         elif t.unit != "step" and ok:
+            self._said.pop(id(t), None)
             amount = human_bytes(t.done) if t.unit == "bytes" else _amount(t)
             self._write(printable(f"{t.label}: {amount} in {took:.1f} s") + "\n")
 

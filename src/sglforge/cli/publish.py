@@ -8,7 +8,15 @@ from typing import Any
 
 import click
 
-from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.common import (
+    State,
+    error_document,
+    json_option,
+    main,
+    pass_state,
+    print_json,
+    table,
+)
 from sglforge.cli.options import (
     base_image_option,
     label_option,
@@ -29,7 +37,8 @@ from sglforge.publish import (
     publish,
     summary,
 )
-from sglforge.util import atomic_write, check_output_file, one_line, printable
+from sglforge.smoke.scenario import scenario_path
+from sglforge.util import atomic_write, check_output_file, one_line, plural, printable
 
 
 def _image_argument(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -61,8 +70,9 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--scenario",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Smoke scenario (default: the smoke/*.toml whose target matches).",
+    metavar="NAME|FILE",
+    help="Smoke scenario: NAME (smoke/NAME.toml) or a file (default: the smoke/*.toml whose "
+    "target matches).",
 )
 @click.option(
     "--skip-smoke",
@@ -114,7 +124,7 @@ def publish_cmd(
     registry: str,
     model: str | None,
     port: int | None,
-    scenario: Path | None,
+    scenario: str | None,
     skip_smoke: bool,
     mode: str,
     base_image: str | None,
@@ -160,7 +170,7 @@ def publish_cmd(
             registry,
             model=model,
             port=port,
-            scenario=scenario,
+            scenario=scenario_path(state.root, scenario) if scenario else None,
             skip_smoke=skip_smoke,
             dry_run=dry_run,
             mode=mode,
@@ -177,11 +187,17 @@ def publish_cmd(
         # Reports still get written: CI shows why nothing was published.
         _reports(None, target, junit, summary_path, str(exc))
         if as_json:
-            print_json(failure_summary(target, registry, exc), ok=False)
+            doc = failure_summary(target, registry, exc)
+            error_document(doc, exc.exit_code, exc.message, exc.hint)
         raise
     _reports(result, target, junit, summary_path, result.error)
     if as_json:
-        print_json(summary(result), ok=not result.error)
+        doc = summary(result)
+        doc["run_by_digest"] = by_digest(result)
+        if result.error:
+            error_document(doc, result.exit_code or 1, result.error, None)
+        else:
+            print_json(doc)
     else:
         click.echo(printable(render(result), keep="\n"))
     if result.error:
@@ -203,6 +219,23 @@ def _reports(
         summary_path.parent.mkdir(parents=True, exist_ok=True)
         with open(summary_path, "a") as fh:
             fh.write(markdown(result, target, error))
+
+
+def by_digest(r: PublishResult) -> str | None:
+    """The pull-and-run line with the pushed digest instead of a tag (``repo@sha256:...``)."""
+    if not (r.run and r.digest and r.digest.startswith("sha256:")):
+        return None
+    repo = _repository(r.immutable)
+    for ref in (*r.friendly, r.immutable):
+        if ref in r.run:
+            return r.run.replace(ref, f"{repo}@{r.digest}", 1)
+    return None
+
+
+def _repository(ref: str) -> str:
+    """``host:port/ns/repo`` of ``host:port/ns/repo:tag`` (a port's colon is no tag)."""
+    head, sep, tail = ref.rpartition(":")
+    return head if sep and "/" not in tail else ref
 
 
 def render(r: PublishResult) -> str:
@@ -227,6 +260,24 @@ def render(r: PublishResult) -> str:
         for s in r.steps
     ]
     lines.append(table(["step", "result", "time", "detail"], rows))
+    if r.smoke_checks and r.smoke_passed is not True:
+        # what `sglforge smoke` prints: each check with its value and threshold
+        lines.append("")
+        lines.append(
+            table(
+                ["smoke check", "result", "value", "threshold", "detail"],
+                [
+                    (
+                        c.name,
+                        {True: "ok", False: "FAILED", None: "skipped"}[c.passed],
+                        "" if c.value is None else c.value,
+                        "" if c.threshold is None else c.threshold,
+                        c.detail,
+                    )
+                    for c in r.smoke_checks
+                ],
+            )
+        )
     if r.smoke_figures:
         lines.append("")
         lines.append(
@@ -239,7 +290,11 @@ def render(r: PublishResult) -> str:
     if r.ok and not r.tested:
         lines.append("UNTESTED: published with --skip-smoke; friendly tags were not moved")
     if r.run:
-        lines += ["", "pull and run:", f"  {r.run}"]
+        pinned = by_digest(r)
+        if pinned:
+            lines += ["", "pull and run (by digest: a tag moves later):", f"  {pinned}"]
+        else:
+            lines += ["", "pull and run:", f"  {r.run}"]
     if r.release_record:
         note = "entry added" if r.changelog_written else "entry already present"
         lines.append(f"record  {r.release_record} (CHANGELOG.md: {note})")
@@ -288,6 +343,12 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             "source": p.upstream_source,
             "ref": p.upstream_ref,
             "commit": p.upstream_commit,
+            "revision": p.upstream_revision,
+            "wheel": (
+                {"filename": p.upstream_wheel, "sha256": p.upstream_wheel_sha256}
+                if p.upstream_wheel
+                else None
+            ),
         },
         "queue_hash": p.queue_hash,
         "patches": [
@@ -321,6 +382,17 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             "verdict": p.smoke.verdict,
             "figures": dict(p.smoke.figures),
         },
+        "local_smoke": None
+        if p.local_smoke is None
+        else {
+            "published": False,
+            "passed": p.local_smoke.passed,
+            "scenario": p.local_smoke.scenario,
+            "verdict": p.local_smoke.verdict,
+            "figures": dict(p.local_smoke.figures),
+            "report": p.local_smoke_report,
+            "started_at": p.local_smoke_at,
+        },
         "coverage": None if p.coverage is None else dict(p.coverage),
         "labels": dict(p.labels),
     }
@@ -346,10 +418,15 @@ def render_provenance(p: Provenance) -> str:
             if p.upstream_source and p.upstream_source != p.upstream_url
             else ""
         ),
+        *(
+            [f"wheel     {p.upstream_wheel} sha256:{p.upstream_wheel_sha256}"]
+            if p.upstream_wheel
+            else []
+        ),
         f"source    {p.source or 'unknown'}" + (f" @ {p.revision[:12]}" if p.revision else ""),
         f"target    {p.target} ({p.gpu_arch}, {p.rocm}), {p.mode} build",
         f"base      {p.base}" + (f" @ {p.base_digest}" if p.base_digest else ""),
-        f"queue     {p.queue_hash} ({len(p.patches)} patches)",
+        f"queue     {p.queue_hash} ({plural(len(p.patches), 'patch', 'es')})",
     ]
     # Every field above comes from the image (labels, manifest): one line each, escaped.
     lines = [one_line(x, 1000) for x in lines]
@@ -374,7 +451,17 @@ def render_provenance(p: Provenance) -> str:
         ]
         lines.append(table(["config item", "upstream status", "sha256", "installed"], cfg_rows))
     lines.append("")
-    if p.release is None:
+    if p.release is None and p.local_smoke is not None:
+        s = p.local_smoke
+        lines.append("release   none: not published (no release record for this image)")
+        lines.append(
+            f"smoke     {s.verdict} ({s.scenario}), a local run at {p.local_smoke_at or '?'}, "
+            f"NOT published: {p.local_smoke_report}"
+        )
+        if s.figures:
+            figures = [[k, v] for k, v in sorted(s.figures.items())]
+            lines += ["", table(["smoke figure (local run)", "value"], figures)]
+    elif p.release is None:
         lines.append("release   no release record for this image here (smoke figures unknown)")
     else:
         lines.append(f"release   {p.release}, published {p.published_at}")
@@ -382,7 +469,8 @@ def render_provenance(p: Provenance) -> str:
             lines.append("smoke     UNTESTED (published with --skip-smoke)")
         else:
             state = "passed" if p.smoke.passed else "FAILED"
-            lines.append(f"smoke     {state} ({p.smoke.scenario}): {p.smoke.verdict}")
+            said = f": {p.smoke.verdict}" if p.smoke.verdict.lower() != state.lower() else ""
+            lines.append(f"smoke     {state} ({p.smoke.scenario}){said}")
             if p.smoke.figures:
                 figures = [[k, v] for k, v in sorted(p.smoke.figures.items())]
                 lines += ["", table(["smoke figure (at publish time)", "value"], figures)]

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from sglforge import smoke as core
+from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
 from sglforge.progress import current
@@ -25,14 +26,32 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
     return out
 
 
+def _target_scenario(state: State, image: str) -> Path:
+    """The scenario whose target is the image's (its io.sglforge.target and -rocm labels)."""
+    from sglforge.engine import images
+    from sglforge.errors import ConfigError
+    from sglforge.provenance import LABEL_ROCM, LABEL_TARGET
+    from sglforge.publish import find_scenario
+
+    labels = images.require(image).labels
+    target = labels.get(LABEL_TARGET)
+    if not target:
+        raise ConfigError(
+            f"{image}: no io.sglforge.target label, so no scenario of its own",
+            "pass --scenario NAME (sglforge smoke --scenario standin-cpu ...)",
+        )
+    rocm = labels.get(LABEL_ROCM)
+    return find_scenario(state.root, target, f"{target}-{rocm}" if rocm else None)
+
+
 @main.command("smoke")
 @click.option("--image", required=True, help="Image to test (tag or ID).")
 @click.option(
     "--scenario",
     "scenario",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="Scenario file, e.g. smoke/glm5-mxfp4-mtp-mi355x.toml.",
+    metavar="NAME|FILE",
+    help="Scenario: a NAME of smoke/NAME.toml (standin-cpu) or a file. Default: the one "
+    "whose target is the image's (as publish picks it).",
 )
 @click.option(
     "--model", type=click.Path(), help="Model folder on this host (overrides the scenario)."
@@ -48,7 +67,7 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
 def smoke_cmd(
     state: State,
     image: str,
-    scenario: str,
+    scenario: str | None,
     model: str | None,
     port: int | None,
     load_timeout: float | None,
@@ -86,10 +105,13 @@ def smoke_cmd(
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
 
+    from sglforge.smoke.scenario import scenario_path
+
+    chosen = scenario_path(state.root, scenario) if scenario else _target_scenario(state, image)
     report = core.run_smoke(
         state.root,
         image,
-        Path(scenario),
+        chosen,
         model=model,
         port=port,
         log_dir=Path(log_dir) if log_dir else None,
@@ -119,7 +141,8 @@ def smoke_cmd(
         shown = verdict[report.verdict]
         if report.warnings:
             shown += f" with {report.warning_count} warning line(s)"
-        click.echo(shown + (f": {report.reason}" if report.reason else ""))
+        passed = {"passed": True, "failed": False}.get(report.verdict)
+        click.echo(colour.verdict(shown, passed) + (f": {report.reason}" if report.reason else ""))
         if report.log_path:
             click.echo(f"server log: {report.log_path}")
         click.echo(f"reports: {report.report_dir}")

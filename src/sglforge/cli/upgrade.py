@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import (
     base_image_option,
@@ -16,6 +17,7 @@ from sglforge.cli.options import (
 )
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.progress import current
+from sglforge.smoke.scenario import scenario_path
 
 
 @main.command("upgrade")
@@ -33,8 +35,8 @@ from sglforge.progress import current
 @click.option("--model", metavar="PATH", help="Model path for the smoke scenario.")
 @click.option(
     "--scenario",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Smoke scenario instead of the target's own.",
+    metavar="NAME|FILE",
+    help="Smoke scenario instead of the target's own: NAME (smoke/NAME.toml) or a file.",
 )
 @click.option("--port", type=int, help="Port for the smoke server.")
 @click.option("--no-build", is_flag=True, help="Refresh the queue only; no image, no smoke.")
@@ -46,6 +48,14 @@ from sglforge.progress import current
 )
 @registry_option(required=False)
 @offline_option
+@click.option(
+    "--dry-run", is_flag=True, help="Show the plan and each patch's action; write nothing."
+)
+@click.option(
+    "--branch",
+    metavar="NAME",
+    help="Do the upgrade on a new git branch NAME, as one commit (the current branch stays).",
+)
 @click.option(
     "--report-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -61,23 +71,28 @@ def upgrade_cmd(
     targets: tuple[str, ...],
     base_image: str | None,
     model: str | None,
-    scenario: Path | None,
+    scenario: str | None,
     port: int | None,
     no_build: bool,
     do_publish: bool,
     registry: str | None,
     offline: bool,
     report_dir: Path | None,
+    dry_run: bool,
+    branch: str | None,
     as_json: bool,
 ) -> None:
     """Move the queue to a new upstream release: refresh, retire, build, smoke, report.
 
     Nothing in the project changes unless every step passed; the exit code is 0 only when
-    the upgrade is ready to merge.
+    the upgrade is ready to merge. `patches refresh --ref` moves the pin and rebases the queue
+    only; `upgrade` also retires what upstream merged, then builds and smoke-tests before
+    writing anything: the one to use for a new release.
 
     \b
     Examples:
-      sglforge upgrade --to latest --upstream pypi:sglang --no-build
+      sglforge upgrade --to latest --dry-run           # the plan, each patch's action
+      sglforge upgrade --to latest --no-build --branch upgrade/latest
       sglforge upgrade --to v0.5.16 --upstream pypi:sglang \\
           --base-image 'sglforge-standin/sglang:v{version}-rocm700-mi35x'
     """
@@ -95,16 +110,21 @@ def upgrade_cmd(
         registry=registry,
         base_image=base_image,
         model=model,
-        scenario=scenario,
+        scenario=scenario_path(st.root, scenario) if scenario else None,
         port=port,
         offline=offline or None,
         report_dir=report_dir,
         progress=current(),
+        dry_run=dry_run,
+        branch=branch,
     )
     if as_json:
         print_json(to_dict(r), ok=r.ready)
     else:
-        click.echo(f"upgrade {r.old_ref} -> {r.new_ref}: {'READY' if r.ready else 'NOT READY'}")
+        verdict = colour.verdict("READY" if r.ready else "NOT READY", r.ready)
+        click.echo(
+            f"upgrade {r.old_ref} -> {r.new_ref}: {verdict}{' (dry run)' if dry_run else ''}"
+        )
         click.echo(f"  {r.reason}")
         if r.patches:
             click.echo(
@@ -121,6 +141,7 @@ def upgrade_cmd(
                 f"  {t.target}: {t.image or '-'} ({t.build_mode or '-'}) smoke="
                 f"{t.smoke_verdict or '-'} {t.error}"
             )
-        click.echo(f"  report: {r.report_md}")
+        if r.report_md:
+            click.echo(f"  report: {r.report_md}")
     if not r.ready:
         raise SystemExit(EXIT_PROBLEMS)

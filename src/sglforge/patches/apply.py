@@ -25,7 +25,7 @@ from sglforge.patches.check import (
     git_reason,
 )
 from sglforge.patches.series import Queue, ref_version
-from sglforge.patches.upstream import Upstream, pinned_commit
+from sglforge.patches.upstream import Upstream, hint_upstream, pinned_commit, with_upstream
 from sglforge.project import Project, ProjectLike
 from sglforge.util import atomic_write, confined, project_lock
 
@@ -92,7 +92,7 @@ def apply_queue(
         queue = project.fresh_queue()
         up = project.upstream()
         pin_commit = pinned_commit(root, queue.pin, up)
-        ref = ref or queue.pin.ref
+        ref = up.tag(ref) if ref else queue.pin.ref
         commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
         return apply_at(queue, up, ref, commit, pin_commit, force=force)
 
@@ -198,7 +198,9 @@ def apply_at(
                 complete=False,
             )
             progress.current().finish(steps, ok=False)
-            _conflict(wt, ref, patch.name, detail.strip(), am=in_conflict)
+            _conflict(
+                wt, ref, patch.name, detail.strip(), hint_upstream(up, queue.pin), am=in_conflict
+            )
         results.append(
             AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
         )
@@ -346,19 +348,81 @@ def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:
         git.run(wt, "clean", "-fdq")
 
 
-def _conflict(wt: Path, ref: str, name: str, detail: str, am: bool = False) -> None:
+def _conflict(
+    wt: Path, ref: str, name: str, detail: str, upstream: str | None, am: bool = False
+) -> None:
+    refresh = with_upstream(f"sglforge patches refresh --ref {ref}", upstream)
+    upgrade = with_upstream(f"sglforge upgrade --to {ref}", upstream)
+    check = with_upstream(f"sglforge patches check --ref {ref}", upstream)
     if am:
         resolve = (
             f"resolve the conflict in {wt}, `git -C {wt} am --continue`, "
             f"`sglforge patches export --ref {ref}` (the patches then target {ref}), then "
-            f"`sglforge patches refresh --ref {ref}` or `sglforge upgrade --to {ref}` to move "
-            "the pin"
+            f"`{refresh}` or `{upgrade}` to move the pin"
         )
     else:
         resolve = (
             f"edit the files in {wt} by hand, `sglforge patches new` or "
-            f"`sglforge patches export --ref {ref}` (or `sglforge patches check --ref {ref}`)"
+            f"`sglforge patches export --ref {ref}` (or `{check}`)"
         )
     raise PatchError(
         f"{name} does not apply at {ref}: {detail.splitlines()[0] if detail else ''}", resolve
     )
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A worktree ``patches prune`` looked at: removed, or kept and why."""
+
+    ref: str
+    path: Path
+    removed: bool
+    why: str
+
+
+def prune_worktrees(root: ProjectLike, dry_run: bool = False) -> list[Pruned]:
+    """Remove ``build/worktrees/<ref>`` for every ref but the pin's, unless it holds work not
+    saved to patches/ (uncommitted edits, unexported commits, a `git am` stopped midway)."""
+    from sglforge.errors import SglforgeError
+
+    project = Project.of(root)
+    base = project.root / "build" / "worktrees"
+    out: list[Pruned] = []
+    with project_lock(project.root):
+        pin = safe_ref(project.fresh_queue().pin.ref)
+        for wt in sorted(base.iterdir()) if base.is_dir() else []:
+            if wt.name.startswith(".") or not wt.is_dir():
+                continue
+            if wt.name == pin:
+                out.append(Pruned(wt.name, wt, False, "the pin's worktree"))
+                continue
+            record = read_record(project.root, wt.name)
+            try:
+                if _usable(wt):
+                    if _conflict_in_progress(wt):
+                        raise PatchError("a `git am` is stopped on a conflict there", "")
+                    _refuse_if_unsaved(wt, wt.name, record)
+            except SglforgeError as exc:
+                out.append(Pruned(wt.name, wt, False, exc.message))
+                continue
+            if not dry_run:
+                _remove_worktree(wt)
+                record_path(project.root, wt.name).unlink(missing_ok=True)
+            out.append(Pruned(wt.name, wt, True, "no unsaved work"))
+    return out
+
+
+def _remove_worktree(wt: Path) -> None:
+    """The worktree and its branch, from the upstream cache it belongs to."""
+    common = None
+    if _usable(wt):
+        res = git.run(wt, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
+        common = Path(res.stdout) if res.status == 0 and res.stdout else None
+        branch = git.run(wt, "symbolic-ref", "--short", "-q", "HEAD", check=False).stdout
+    if common is not None and common.is_dir():
+        with git.cache_lock(common):
+            git.run(common, "worktree", "remove", "--force", str(wt), check=False)
+            if branch.startswith("sglforge/"):
+                git.run(common, "branch", "-D", branch, check=False)
+            git.run(common, "worktree", "prune", check=False)
+    shutil.rmtree(wt, ignore_errors=True)

@@ -148,6 +148,7 @@ def check_queue(
 ) -> CheckReport:
     """Check every patch of ``queue`` at every ref; never touches a worktree."""
     tmpdir = scratch_dir(queue.root, "tmp")  # a reading command: build/ may be read-only
+    refs = [up.tag(ref) for ref in refs]  # 0.5.15 -> v0.5.15
     shas = up.resolve_all(refs)
     commits = [(ref, shas[ref]) for ref in refs]
     workers = max(1, min(jobs or (os.cpu_count() or 2), len(commits)))
@@ -385,6 +386,9 @@ def _check_patch(
     detail = "; ".join(hunks or files)
     if reason and reason not in detail:
         detail = f"{detail} ({reason})" if detail else reason
+    moved_to = context_elsewhere(up.cache, commit, patch, files)
+    if moved_to:
+        detail += f" [{moved_to}]"
     if "\r\n" in text and text.count("\r\n") >= text.count("\n") - 1:
         detail += " [the patch file has CRLF line endings: was it converted by an editor?]"
     return PatchStatus(
@@ -502,6 +506,54 @@ def git_reason(stderr: str) -> str:
     return "; ".join(dict.fromkeys(lines))[:400]
 
 
+def context_elsewhere(cache: Path, commit: str, patch: Patch, files: Sequence[str]) -> str:
+    """When a failing file no longer holds any of the lines the patch touches (the code moved
+    to another file, as server_args.py's overrides did), where those lines are now:
+    ``server_args.py no longer holds the patched lines; they are now in X:LINE``. '' else."""
+    try:
+        parsed = PatchSet(patch.diff)
+    except Exception:  # noqa: BLE001 - an unparsable diff has no lines to look for
+        return ""
+    notes = []
+    for pf in parsed:
+        if pf.path not in files:
+            continue
+        lines = [
+            ln.value.strip()
+            for h in pf
+            for ln in h
+            if (ln.is_removed or ln.is_context) and len(ln.value.strip()) >= 20
+        ]
+        if not lines:
+            continue
+        here = git.run(
+            cache,
+            "grep",
+            "-F",
+            "-c",
+            *[a for ln in lines for a in ("-e", ln)],
+            commit,
+            "--",
+            pf.path,
+            check=False,
+        )
+        if here.status == 0 and here.stdout.strip():
+            continue  # some of its lines are still there: an ordinary conflict
+        probe = max(lines, key=len)
+        found = git.run(
+            cache, "grep", "-F", "-n", "-e", probe, commit, "--", ":/", check=False
+        ).stdout.splitlines()
+        where = [":".join(ln.removeprefix(f"{commit}:").split(":", 2)[:2]) for ln in found[:3]]
+        if where:
+            notes.append(
+                f"{pf.path} no longer holds the lines the patch touches; they are now in "
+                + ", ".join(where)
+            )
+        else:
+            notes.append(f"{pf.path} no longer holds the lines the patch touches")
+    return "; ".join(notes)
+
+
 def _failing_hunks(
     index: _Index, text: str, patch: Patch
 ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
@@ -569,6 +621,15 @@ def check_refs(
     pin_commit = pinned_commit(root, project.queue.pin, up)
     queue = project.queue
     wanted = list(refs)
+    if tags and "pin" in tags:
+        # `--tags '>=pin'`: the pinned release and every later one (the CI job's spelling)
+        pinned = ref_version(queue.pin.ref)
+        if pinned is None:
+            raise ConfigError(
+                f"--tags {tags!r}: the pin {queue.pin.ref!r} names no version",
+                "spell the version: --tags '>=0.5.14'",
+            )
+        tags = tags.replace("pin", str(pinned))
     if tags:
         matched = select_tags(up, tags)
         if not matched:

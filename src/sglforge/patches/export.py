@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglforge import git
-from sglforge.errors import ConfigError, PatchError
+from sglforge.errors import ConfigError, NothingToDo, PatchError
 from sglforge.patches.apply import read_record, record_path, worktree_path
 from sglforge.patches.check import git_reason
-from sglforge.patches.series import Queue, load_queue, split_patch
+from sglforge.patches.series import Queue, check_trailers, load_queue, split_patch
 from sglforge.project import Project, ProjectLike
 from sglforge.util import atomic_write, commit_files, confined, project_lock, read_exact
 
@@ -260,16 +260,23 @@ def _with_status(text: str) -> str:
 
 
 def new_patch(
-    root: ProjectLike, name: str, ref: str | None = None, message: str | None = None
+    root: ProjectLike,
+    name: str,
+    ref: str | None = None,
+    message: str | None = None,
+    trailers: dict[str, str] | None = None,
 ) -> Exported:
     """Commit the worktree's uncommitted changes as a new patch named ``name``.
 
     The author and date are the user's (``git var GIT_AUTHOR_IDENT``, and now), as a commit
     of theirs would have; the patches already in the queue are left byte for byte.
+    ``trailers`` (``Upstream-Status``, default Pending; ``Origin``, ``Applies-To``, ...) go
+    into its description.
     """
+    given = check_trailers(dict(trailers or {}))
     root = Project.of(root).root
     with project_lock(root):
-        return _new_patch(root, name, ref, message)
+        return _new_patch(root, name, ref, message, given)
 
 
 def author_ident(cwd: Path) -> tuple[str, str, str]:
@@ -288,7 +295,9 @@ def author_ident(cwd: Path) -> tuple[str, str, str]:
     return m.group(1), m.group(2), f"{int(time.time())} {time.strftime('%z')}"
 
 
-def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> Exported:
+def _new_patch(
+    root: Path, name: str, ref: str | None, message: str | None, trailers: dict[str, str]
+) -> Exported:
     queue = load_queue(root)
     ref = ref or queue.pin.ref
     wt = worktree_path(root, ref)
@@ -298,7 +307,7 @@ def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> E
             f"run `sglforge patches apply --ref {ref}`, edit files there, then rerun",
         )
     if not git.out(wt, "status", "--porcelain"):
-        raise PatchError(
+        raise NothingToDo(
             f"worktree {wt} has no changes to turn into a patch", f"edit files under {wt} first"
         )
     if any(re.sub(r"^\d{4}-|\.patch$", "", e.name) == slug(name) for e in queue.entries):
@@ -309,6 +318,8 @@ def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> E
     _refuse_strays(root, queue, ref, wt, read_record(root, ref))
     _refuse_gitlinks(wt)
     subject = message or name.replace("-", " ")
+    lines = {"Upstream-Status": "Pending", **trailers}
+    body = "\n".join(f"{k}: {v}" for k, v in lines.items())
     who, email, when = author_ident(wt)
     git.run(wt, "add", "-A")
     if git.run(wt, "diff", "--cached", "--quiet", check=False).status == 0:
@@ -322,7 +333,7 @@ def _new_patch(root: Path, name: str, ref: str | None, message: str | None) -> E
         "commit",
         "-q",
         "-m",
-        f"{subject}\n\nUpstream-Status: Pending",
+        f"{subject}\n\n{body}",
         env={"GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": when},
     )
     return export_queue(root, ref, new_slug=name)

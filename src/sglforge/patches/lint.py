@@ -12,12 +12,17 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import ConfigError
-from sglforge.patches.series import STATUSES, Patch, parse_patch, read_series, scan_diff
+from sglforge.patches.series import (
+    NEEDS_DETAIL,
+    STATUSES,
+    Patch,
+    parse_patch,
+    read_series,
+    scan_diff,
+)
 from sglforge.util import recover_transactions
 
 PATCH_SUFFIXES = (".patch", ".diff")
-# Statuses whose bracketed detail is required (DEP-3 / Yocto conventions).
-NEEDS_DETAIL = {"Submitted", "Backport", "Inappropriate"}
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,30 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
             out.append(
                 Finding(rel, n, "invalid-status", f"Upstream-Status {m.group(1)} needs a [detail]")
             )
+    if patch.subject and not patch.description.strip():
+        out.append(
+            Finding(
+                rel,
+                line_of(r"^Subject:"),
+                "no-description",
+                "the patch says what it changes but not why: add a description under the "
+                "subject (what breaks without it, where it was seen)",
+                "warning",
+            )
+        )
+    if status.split(" ", 1)[0] == "Pending" and not (
+        patch.trailer("Forwarded") or patch.trailer("Bug")
+    ):
+        out.append(
+            Finding(
+                rel,
+                line_of(r"^Upstream-Status:"),
+                "pending-not-forwarded",
+                "Pending with no Forwarded: (or Bug:) trailer: nobody upstream knows of it; "
+                "send it and add `Forwarded: URL`, or say `Forwarded: not-needed` and why",
+                "warning",
+            )
+        )
     if patch.applies_to is not None:
         try:
             SpecifierSet(patch.applies_to)

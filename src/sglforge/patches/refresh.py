@@ -30,7 +30,14 @@ from sglforge.patches.check import (
 )
 from sglforge.patches.export import diff_body, format_commit, merge_header, split_patch
 from sglforge.patches.series import Patch, Queue, render_pin
-from sglforge.patches.upstream import Upstream, machine_local, pinned_commit
+from sglforge.patches.upstream import (
+    Upstream,
+    hint_upstream,
+    machine_local,
+    pinned_commit,
+    pins_commit,
+    with_upstream,
+)
 from sglforge.project import Project, ProjectLike
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
@@ -89,6 +96,7 @@ def _refresh(
     queue = project.fresh_queue()
     up = project.upstream()
     pin_commit = pinned_commit(root, queue.pin, up)
+    new_ref = up.tag(new_ref)
     new_commit = up.resolve(new_ref)
     report = check_ref(queue, up, new_ref, new_commit, pin_commit, root / "build" / "tmp")
     outcomes: list[PatchOutcome] = []
@@ -131,7 +139,7 @@ def _refresh(
     files[series_path] = _rewrite_series(series_path, series_names)
     pin = queue.pin
     sources = dict(pin.sources)
-    if up.key == pin.url:
+    if pins_commit(up, pin):
         new_pin = dataclasses.replace(pin, ref=new_ref, commit=new_commit)
     else:
         if not machine_local(up.key):  # a local path's tree is this machine's fact only
@@ -174,7 +182,9 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
                 raise PatchError(
                     f"{patch.name} passed the check at {report.ref} but `git am` failed: "
                     f"{(res.stderr or res.stdout).strip().splitlines()[0]}",
-                    f"sglforge patches apply --ref {report.ref}",
+                    with_upstream(
+                        f"sglforge patches apply --ref {report.ref}", hint_upstream(up, queue.pin)
+                    ),
                 )
             texts[patch.name] = merge_header(source, format_commit(wt, "HEAD"))
     finally:

@@ -42,6 +42,7 @@ TRAILERS = (
     "Depends-On",
     "Retired",
 )
+NEEDS_DETAIL = ("Submitted", "Backport", "Inappropriate")  # Status [detail]
 KINDS = ("python", "jit-kernel", "aot-kernel", "build", "other")
 PIN_KEYS = {"url", "ref", "commit", "sources"}
 
@@ -208,6 +209,37 @@ def _classify_one(path: str) -> str:
     if p.endswith((".py", ".pyi")):
         return "python"
     return "other"
+
+
+def check_trailers(trailers: dict[str, str]) -> dict[str, str]:
+    """``trailers`` (Upstream-Status, Applies-To, Origin, ...) validated as lint would;
+    ConfigError naming the option otherwise, before anything is written."""
+    status = trailers.get("Upstream-Status")
+    if status is not None:
+        m = re.match(r"^([A-Za-z-]+)\s*(\[(.*)\])?\s*$", status)
+        if not m or m.group(1) not in STATUSES:
+            raise ConfigError(
+                f"--status {status!r}: not one of {', '.join(STATUSES)}",
+                "e.g. --status 'Backport [0.5.15]' or --status 'Submitted [URL]'",
+            )
+        if m.group(1) in NEEDS_DETAIL and not (m.group(3) or "").strip():
+            raise ConfigError(
+                f"--status {status!r}: {m.group(1)} needs a [detail]",
+                f"e.g. --status '{m.group(1)} [...]'",
+            )
+    spec = trailers.get("Applies-To")
+    if spec is not None:
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            raise ConfigError(
+                f"--applies-to {spec!r}: not a PEP 440 specifier",
+                "e.g. --applies-to '>=0.5.10,<0.5.15'",
+            ) from None
+    for key, value in trailers.items():
+        if "\n" in value or not value.strip():
+            raise ConfigError(f"{key}: {value!r}: one non-empty line expected", "")
+    return trailers
 
 
 def split_patch(text: str) -> tuple[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,22 @@ class Upstream:
         if wanted:
             self.pypi.grow(wanted)
 
+    def tag(self, ref: str) -> str:
+        """``ref`` as upstream spells it: a bare version (``0.5.15``, pip's spelling) is the
+        tag ``v0.5.15`` when only that exists; anything else unchanged."""
+        if not re.fullmatch(r"\d+(\.\d+)+\S*", ref):
+            return ref
+        try:
+            git.resolve(self.cache, ref)
+            return ref
+        except UpstreamError:
+            pass
+        try:
+            known = self.tags()
+        except UpstreamError:
+            known = git.tags(self.cache)
+        return f"v{ref}" if f"v{ref}" in known else ref
+
     def resolve(self, ref: str) -> str:
         try:
             return git.resolve(self.cache, ref)
@@ -112,6 +129,9 @@ class Upstream:
             return git.resolve(self.cache, ref)
         import difflib
 
+        outside = self._outside_spec(ref)
+        if outside:
+            raise UpstreamError(*outside)
         try:
             known = self.tags()
         except UpstreamError:
@@ -123,8 +143,8 @@ class Upstream:
         raise UpstreamError(
             f"ref {ref!r} not found in {where}"
             + (f"; closest tags: {', '.join(near)}" if near else f"; {len(known)} tags known"),
-            "pass an existing tag (`sglforge patches check --tags '>=0'` lists them) "
-            "or another --upstream",
+            f"`{with_upstream('sglforge upstream tags', self.source)}` lists them; "
+            "or pass another --upstream",
         ) from None
 
     def _index_versions(self) -> set[Version]:
@@ -132,6 +152,26 @@ class Upstream:
 
         assert self.pypi is not None
         return set(pypi.releases(self.pypi.project))
+
+    def _outside_spec(self, ref: str) -> tuple[str, str] | None:
+        """(message, hint) when ``ref`` is a release a ``pypi:sglang<SPEC>`` source leaves out."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        parsed = _parse_pypi(self.source) if self.python_only else None
+        if not parsed or not parsed[1]:
+            return None
+        try:
+            version = Version(ref.removeprefix("v"))
+        except InvalidVersion:
+            return None
+        spec = SpecifierSet(parsed[1])
+        if spec.contains(version, prereleases=True):
+            return None
+        return (
+            f"{ref} is outside {self.source}: that history holds only releases {spec}",
+            f"widen the spec to include it (e.g. --upstream 'pypi:{parsed[0]}>={version}')",
+        )
 
     def resolve_all(self, refs: list[str]) -> dict[str, str]:
         """Commits of many refs at once (a PyPI source imports the missing releases in one
@@ -146,6 +186,19 @@ class Upstream:
 
     def tree(self, commit: str) -> str:
         return git.out(self.cache, "rev-parse", f"{commit}^{{tree}}")
+
+
+def with_upstream(command: str, upstream: str | None) -> str:
+    """A ``sglforge ...`` command line for a hint, with the ``--upstream`` in effect (when it
+    is not the pin's own), so that pasting the hint works as the command that gave it did."""
+    import shlex
+
+    return command + (f" --upstream {shlex.quote(upstream)}" if upstream else "")
+
+
+def hint_upstream(up: Upstream, pin: Pin) -> str | None:
+    """The ``--upstream`` a hint must repeat for ``up``: None when it is the pin's URL."""
+    return None if up.source == pin.url else up.source
 
 
 def upstream_source(pin: Pin, upstream: str | None = None) -> str:
@@ -185,7 +238,37 @@ def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream
     return Upstream(source=source, key=key, cache=cache, python_only=False)
 
 
+# What an upstream may start with; anything else before a colon is a typo (``pypy:sglang``), not
+# a host of git's scp-like form (those carry a user@ or a dotted host: git@github.com:org/repo).
+SCHEMES = ("pypi", "https", "http", "ssh", "git", "file", "git+ssh", "ssh+git")
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def check_source(source: str) -> str:
+    """``source`` if it names an upstream sglforge can open; UpstreamError naming an unknown
+    scheme (with the closest known one) otherwise, before anything is fetched."""
+    import difflib
+
+    m = _SCHEME_RE.match(source)
+    if m is None or source.startswith("pypi:"):
+        return source
+    scheme = m.group(1).lower()
+    if scheme in SCHEMES or "." in scheme or "@" in source.split(":", 1)[0]:
+        return source
+    if Path(source).expanduser().exists():
+        return source
+    near = difflib.get_close_matches(scheme, SCHEMES, n=1, cutoff=0.5)
+    rest = source[m.end() :]
+    guess = f"{near[0]}:{rest}" if near and near[0] == "pypi" else f"'{near[0]}'" if near else ""
+    raise UpstreamError(
+        f"upstream {source!r}: unknown scheme {scheme + ':'!r}"
+        + (f" (did you mean {guess}?)" if guess else ""),
+        "use pypi:sglang, a git URL (https://, ssh://, git@host:path) or a local path",
+    )
+
+
 def _parse_pypi(source: str) -> tuple[str, str] | None:
+    check_source(source)
     if not source.startswith("pypi:"):
         return None
     from sglforge import pypi
@@ -203,6 +286,13 @@ def _normalise(source: str) -> str:
     if git.is_local(source):
         return str(Path(source).expanduser().resolve())
     return source
+
+
+def pins_commit(up: Upstream, pin: Pin) -> bool:
+    """Whether the pin records ``commit`` for this upstream (its own git URL), rather than a
+    [sources] tree: a PyPI history's commits depend on the wheels it was built from, so even
+    as the pin's URL (``url = "pypi:sglang"``) it is pinned by content."""
+    return up.key == pin.url and not up.python_only
 
 
 def machine_local(key: str) -> bool:
@@ -253,7 +343,7 @@ def pinned_commit(root: Path, pin: Pin, up: Upstream, record: bool = False) -> s
     commit = up.resolve(pin.ref)
     pin = load_pin(root)  # reread: another command may have recorded it meanwhile
     seen = _observed(root)
-    if up.key == pin.url:
+    if pins_commit(up, pin):
         expected, origin = pin.commit, "patches/upstream.toml pins"
         if expected is None and f"{up.key} {pin.ref}" in seen:
             expected = seen[f"{up.key} {pin.ref}"].get("commit")
@@ -304,7 +394,7 @@ def record_pin(root: Path, upstream: str | None = None) -> dict[str, str]:
         pin = load_pin(root)
         up = open_upstream(root, pin, upstream)
         commit = pinned_commit(root, pin, up, record=True)
-        if up.key == pin.url:
+        if pins_commit(up, pin):
             where = "commit in patches/upstream.toml"
         elif machine_local(up.key):
             where = "a local path: kept in build/upstream/observed.json, not in the pin"

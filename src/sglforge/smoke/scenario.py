@@ -442,3 +442,31 @@ def _log_pattern(
 
 
 # --------------------------------------------------------------------------- results
+
+
+def scenario_path(root: Path, given: str | Path) -> Path:
+    """The scenario file ``given`` names: a path to one, or a bare NAME for
+    ``smoke/NAME.toml`` (the project's smoke/, else the scenarios sglforge ships).
+    ConfigError listing the known names (the closest first) otherwise."""
+    import difflib
+
+    from sglforge.defaults import smoke_dir
+
+    path = Path(given)
+    if path.is_file():
+        return path
+    if not path.is_absolute() and (Path(root) / path).is_file():
+        return Path(root) / path
+    folder = smoke_dir(root)
+    name = path.name.removesuffix(".toml")
+    candidate = folder / f"{name}.toml"
+    if len(path.parts) == 1 and candidate.is_file():
+        return candidate
+    known = sorted(p.stem for p in folder.glob("*.toml"))
+    near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    raise ConfigError(
+        f"no smoke scenario {str(given)!r}"
+        + (f"; did you mean {', '.join(near)}?" if near else "")
+        + f" (known in {folder}: {', '.join(known) or 'none'})",
+        "pass --scenario NAME or a file; copy one of those to serve another model",
+    )

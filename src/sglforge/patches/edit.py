@@ -1,0 +1,445 @@
+"""Queue edits quilt and StGit users reach for: import, drop, rename, reorder.
+
+Each edit is one all-or-nothing change of ``patches/`` (``util.commit_files``) under the project
+lock. The series keeps its comments and each entry its own line (options, comments): an edit
+only changes which entry sits in which slot. Patches are never rewritten except for the trailers
+an edit is about (``Retired:`` on drop, ``Depends-On:`` naming a renamed patch).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from sglforge import git
+from sglforge.errors import ConfigError, PatchError, UpstreamError
+from sglforge.patches.series import (
+    Patch,
+    Queue,
+    SeriesEntry,
+    check_trailers,
+    parse_patch,
+    ref_version,
+    safe_entry,
+    split_patch,
+    validate_patch,
+)
+from sglforge.project import Project, ProjectLike
+from sglforge.util import commit_files, confined, project_lock, read_exact
+
+# git format-patch's mbox separator: one per commit in a file (a pull request's .patch).
+_MBOX_FROM = re.compile(r"^From [0-9a-f]{40} Mon Sep 17 00:00:00 2001$", re.M)
+
+
+@dataclass(frozen=True)
+class Edited:
+    """What a queue edit did: the patches it wrote or moved, and the series after it."""
+
+    action: str
+    patches: tuple[str, ...]
+    series: tuple[str, ...]
+    detail: str = ""
+
+
+# ---- trailers
+
+
+def set_trailers(text: str, trailers: dict[str, str]) -> str:
+    """``text`` (a format-patch file) with each trailer set: an existing one replaced in
+    place, a new one added after the description (before format-patch's ``---``)."""
+    header, diff = split_patch(text)
+    for key, value in trailers.items():
+        line = f"{key}: {value}"
+        pattern = re.compile(rf"^{re.escape(key)}:.*$", re.M | re.I)
+        body_end = _body_end(header)
+        if pattern.search(header[:body_end]):
+            header = pattern.sub(line.replace("\\", "\\\\"), header, count=1)
+            continue
+        before = header[:body_end].rstrip("\n")
+        last = before.rsplit("\n", 1)[-1]
+        sep = "\n" if re.match(r"^[A-Za-z][A-Za-z-]*: ", last) and "\n\n" in before else "\n\n"
+        header = before + sep + line + "\n" + header[body_end:].lstrip("\n")
+    return header + diff
+
+
+def _body_end(header: str) -> int:
+    """Where the description ends in a header: format-patch's ``---`` line, else the end."""
+    m = re.search(r"^---[ \t]*$", header, re.M)
+    return m.start() if m else len(header)
+
+
+# ---- finding patches
+
+
+def find_entry(queue: Queue, name: str) -> SeriesEntry:
+    """The series entry ``name`` means: the file name, without ``.patch``, its slug
+    (``fix-foo`` for ``0003-fix-foo.patch``), its number (``3``, ``0003``)."""
+    import difflib
+
+    for e in queue.entries:
+        stem = e.name.removesuffix(".patch")
+        number, _, slug_part = stem.partition("-")
+        if name in (e.name, stem, slug_part) or (
+            name.isdigit() and number.isdigit() and int(name) == int(number)
+        ):
+            return e
+    names = [e.name for e in queue.entries]
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+    raise ConfigError(
+        f"no patch {name!r} in patches/series"
+        + (f"; did you mean {', '.join(near)}?" if near else ""),
+        "sglforge patches list",
+    )
+
+
+def _series_text(root: Path, order: list[str], renamed: dict[str, str] | None = None) -> str:
+    """patches/series with its entries in ``order``: entry lines keep their own text (options,
+    comments) and move between the entry slots; comments and blank lines stay in place."""
+    renamed = renamed or {}
+    path = root / "patches" / "series"
+    lines = read_exact(path).splitlines() if path.exists() else []
+    entry_text: dict[str, str] = {}
+    slots: list[int] = []
+    for n, line in enumerate(lines):
+        word = line.split("#", 1)[0].strip()
+        if word:
+            name = word.split()[0]
+            new = renamed.get(name, name)
+            entry_text[new] = line.replace(name, new, 1)
+            slots.append(n)
+    out = list(lines)
+    for slot, name in zip(slots, order, strict=False):
+        out[slot] = entry_text.get(name, name)
+    for slot in reversed(slots[len(order) :]):
+        del out[slot]
+    out += [entry_text.get(name, name) for name in order[len(slots) :]]
+    return "\n".join(out) + "\n"
+
+
+def _names(queue: Queue) -> list[str]:
+    return [e.name for e in queue.entries]
+
+
+# ---- import
+
+
+def import_patches(
+    project: ProjectLike,
+    source: str,
+    name: str | None = None,
+    trailers: dict[str, str] | None = None,
+    upstream: str | None = None,
+) -> Edited:
+    """Add the patch(es) ``source`` names to the end of the queue: a file, an http(s) URL (an
+    upstream pull request's ``.patch``, a commit's), or a commit of the upstream repository.
+
+    ``Origin``, ``Upstream-Status`` and ``Applies-To`` are filled in from where it came from
+    (a commit of upstream: ``Backport [first release holding it]``, Applies-To below it; a
+    URL: ``Submitted [URL]``; a file: Pending), and ``trailers`` win over them.
+    """
+    project = Project.of(project, upstream)
+    given = check_trailers(dict(trailers or {}))
+    with project_lock(project.root):
+        queue = project.fresh_queue()
+        texts, found = _fetch(project, queue, source)
+        files: dict[Path, str | bytes | None] = {}
+        names = _names(queue)
+        added: list[str] = []
+        for i, text in enumerate(texts):
+            text = set_trailers(text, {**found, **given})
+            header, diff = split_patch(text)
+            if not diff.strip():
+                raise PatchError(
+                    f"{source}: no diff in it (part {i + 1}): not a patch",
+                    "pass a `git format-patch` file, a pull request's .patch URL or a commit",
+                )
+            subject = _parsed(text).subject or Path(source).stem
+            wanted = name if name and len(texts) == 1 else subject
+            new = _numbered(names, wanted)
+            path = confined(project.root / "patches", new, "new patch", source)
+            if path.exists():
+                raise ConfigError(
+                    f"patches/{new} exists already (not in the series)",
+                    "move it away or pass --name; `sglforge patches lint` lists orphans",
+                )
+            files[path] = text
+            names.append(new)
+            added.append(new)
+        files[project.root / "patches" / "series"] = _series_text(project.root, names)
+        commit_files(project.root / "patches", files)
+    return Edited("import", tuple(added), tuple(names), source)
+
+
+def _parsed(text: str) -> Patch:
+    """``text`` parsed and validated as the queue's patches are (paths stay in the tree, a
+    valid Applies-To), through a scratch file since parse_patch reads files."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="sglforge-import-") as tmp:
+        path = Path(tmp) / "import.patch"
+        path.write_text(text, encoding="utf-8")
+        patch = parse_patch(path)
+        validate_patch(patch)
+        return patch
+
+
+def _numbered(names: list[str], wanted: str) -> str:
+    from sglforge.patches.export import slug
+
+    if wanted.endswith(".patch") and re.match(r"^\d{4}-", wanted) and safe_entry(wanted):
+        return wanted
+    numbers = [int(m.group(1)) for n in names if (m := re.match(r"(\d{4})-", n))]
+    return f"{max(numbers, default=0) + 1:04d}-{slug(wanted.removesuffix('.patch'))}.patch"
+
+
+def _fetch(project: Project, queue: Queue, source: str) -> tuple[list[str], dict[str, str]]:
+    """(patch texts, trailers) for a file, an http(s) URL or an upstream commit."""
+    pin_version = ref_version(queue.pin.ref)
+    at_pin = {"Applies-To": f">={pin_version}"} if pin_version else {}
+    if re.match(r"^https?://", source):
+        text = _download(source)
+        m = re.search(r"/commit/([0-9a-f]{7,40})(?:\.patch)?$", source)
+        status = f"Backport [{m.group(1)[:12]}]" if m else f"Submitted [{_pr_url(source)}]"
+        return _split_mbox(text), {"Origin": source, "Upstream-Status": status, **at_pin}
+    path = Path(source).expanduser()
+    if path.is_file():
+        text = read_exact(path)
+        if not re.match(r"^(From |From:|Subject:)", text):
+            text = _mail_from_diff(project.root, path.stem, text)
+        return _split_mbox(text), {"Upstream-Status": "Pending", **at_pin}
+    looks_like_file = "/" in source or source.endswith((".patch", ".diff", ".mbox"))
+    if not looks_like_file and re.fullmatch(r"[A-Za-z0-9._-]+", source):
+        try:
+            return _from_commit(project, source)
+        except UpstreamError as exc:
+            raise UpstreamError(f"{source!r}: no such file, and {exc.message}", exc.hint) from None
+    raise ConfigError(
+        f"{source!r}: no such file, and not a URL or a commit",
+        "pass a patch file, https://github.com/sgl-project/sglang/pull/N.patch, or a commit",
+    )
+
+
+def _pr_url(url: str) -> str:
+    return re.sub(r"\.(patch|diff)$", "", url)
+
+
+def _download(url: str) -> str:
+    import requests
+
+    try:
+        res = requests.get(url, timeout=60)
+    except requests.RequestException as exc:
+        raise UpstreamError(
+            f"{url}: could not fetch it ({type(exc).__name__})",
+            "check the address, or download it and pass the file",
+        ) from None
+    if res.status_code != 200:
+        raise UpstreamError(
+            f"{url}: HTTP {res.status_code}",
+            "check the address (a pull request's patch is https://github.com/ORG/REPO/pull/N.patch)",
+        )
+    return res.content.decode("utf-8", errors="replace")
+
+
+def _split_mbox(text: str) -> list[str]:
+    starts = [m.start() for m in _MBOX_FROM.finditer(text)]
+    if len(starts) <= 1:
+        return [text]
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+
+
+def _mail_from_diff(root: Path, stem: str, diff: str) -> str:
+    """A plain diff (``git diff`` output) as a format-patch file git am can apply, authored
+    by the user."""
+    import time
+
+    from sglforge.patches.export import author_ident
+
+    who, email, _when = author_ident(root)
+    date = time.strftime("%a, %d %b %Y %H:%M:%S %z")
+    subject = stem.replace("-", " ").replace("_", " ")
+    return (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: {who} <{email}>\nDate: {date}\nSubject: [PATCH] {subject}\n\n---\n" + diff
+    )
+
+
+def _from_commit(project: Project, commit: str) -> tuple[list[str], dict[str, str]]:
+    from sglforge.patches.export import format_commit
+
+    up = project.upstream()
+    sha = up.resolve(commit)
+    text = format_commit(up.cache, sha)
+    released = _first_release(up.cache, sha)
+    trailers = {"Origin": f"{project.queue.pin.url}, commit {sha}"}
+    if released is not None:
+        trailers["Upstream-Status"] = f"Backport [{released}]"
+        trailers["Upstream-Fixed-In"] = str(released)
+        trailers["Applies-To"] = f"<{released}"
+    else:
+        trailers["Upstream-Status"] = f"Backport [{sha[:12]}]"
+    return [text], trailers
+
+
+def _first_release(cache: Path, sha: str) -> Version | None:
+    versions = []
+    for tag in git.out(cache, "tag", "--contains", sha).split():
+        try:
+            v = Version(tag.removeprefix("v"))
+        except InvalidVersion:
+            continue
+        if not v.is_prerelease:
+            versions.append(v)
+    return min(versions, default=None)
+
+
+# ---- drop, rename, reorder
+
+
+def drop_patch(project: ProjectLike, name: str, reason: str) -> Edited:
+    """Move patch ``name`` out of the series into ``patches/retired/`` with a ``Retired:``
+    line giving ``reason``; refused when another patch says it depends on it."""
+    project = Project.of(project)
+    if not reason.strip() or "\n" in reason:
+        raise ConfigError("--reason: one line saying why the patch goes", "--reason 'why'")
+    with project_lock(project.root):
+        queue = project.fresh_queue()
+        entry = find_entry(queue, name)
+        needing = [p.name for p in queue.patches if entry.name in p.depends_on]
+        if needing:
+            raise ConfigError(
+                f"{', '.join(needing)} say Depends-On: {entry.name}; nothing was changed",
+                "drop those first, or edit their Depends-On: lines",
+            )
+        patch = next(p for p in queue.patches if p.name == entry.name)
+        retired = confined(project.root / "patches" / "retired", entry.name, "retired", name)
+        if retired.exists():
+            raise ConfigError(
+                f"patches/retired/{entry.name} exists already; nothing was changed",
+                "rename the patch first (sglforge patches rename)",
+            )
+        text = set_trailers(patch.text, {"Retired": f"dropped: {reason.strip()}"})
+        order = [n for n in _names(queue) if n != entry.name]
+        commit_files(
+            project.root / "patches",
+            {
+                retired: text,
+                patch.path: None,
+                project.root / "patches" / "series": _series_text(project.root, order),
+            },
+        )
+    return Edited("drop", (entry.name,), tuple(order), f"patches/retired/{entry.name}")
+
+
+def rename_patch(project: ProjectLike, name: str, new: str) -> Edited:
+    """Rename patch ``name`` to ``new`` (its number kept unless ``new`` has one), in the
+    series and in every ``Depends-On:`` naming it."""
+    from sglforge.patches.export import slug
+
+    project = Project.of(project)
+    with project_lock(project.root):
+        queue = project.fresh_queue()
+        entry = find_entry(queue, name)
+        number = re.match(r"^(\d{4})-", entry.name)
+        stem = new.removesuffix(".patch")
+        if re.match(r"^\d{4}-", stem):
+            target = f"{stem[:5]}{slug(stem[5:])}.patch"
+        elif number:
+            target = f"{number.group(1)}-{slug(stem)}.patch"
+        else:
+            target = f"{slug(stem)}.patch"
+        if not safe_entry(target):
+            raise ConfigError(f"{new!r}: not a file name", "sglforge patches rename OLD NEW")
+        path = confined(project.root / "patches", target, "new name", name)
+        if target == entry.name:
+            return Edited("rename", (target,), tuple(_names(queue)), "unchanged")
+        if path.exists():
+            raise ConfigError(f"patches/{target} exists already; nothing was changed", "")
+        files: dict[Path, str | bytes | None] = {}
+        old_patch = next(p for p in queue.patches if p.name == entry.name)
+        files[path] = old_patch.text
+        files[old_patch.path] = None
+        for p in queue.patches:
+            if entry.name in p.depends_on:
+                deps = ", ".join(target if d == entry.name else d for d in p.depends_on)
+                text = set_trailers(p.text, {"Depends-On": deps})
+                files[p.path] = text
+        order = [target if n == entry.name else n for n in _names(queue)]
+        files[project.root / "patches" / "series"] = _series_text(
+            project.root, order, {entry.name: target}
+        )
+        commit_files(project.root / "patches", files)
+    return Edited("rename", (entry.name, target), tuple(order))
+
+
+def reorder_patch(
+    project: ProjectLike,
+    name: str,
+    before: str | None = None,
+    after: str | None = None,
+    first: bool = False,
+    last: bool = False,
+) -> Edited:
+    """Move patch ``name`` in the series (``before``/``after`` another, ``first``, ``last``);
+    refused when a Depends-On would then name a later patch."""
+    if sum((before is not None, after is not None, first, last)) != 1:
+        raise ConfigError(
+            "say where: one of --before NAME, --after NAME, --first, --last",
+            "sglforge patches reorder NAME --before OTHER",
+        )
+    project = Project.of(project)
+    with project_lock(project.root):
+        queue = project.fresh_queue()
+        moving = find_entry(queue, name).name
+        order = [n for n in _names(queue) if n != moving]
+        if first:
+            order.insert(0, moving)
+        elif last:
+            order.append(moving)
+        else:
+            other = find_entry(queue, before or after or "").name
+            if other == moving:
+                raise ConfigError(f"{moving} cannot move next to itself", "")
+            at = order.index(other) + (1 if after else 0)
+            order.insert(at, moving)
+        position = {n: i for i, n in enumerate(order)}
+        for p in queue.patches:
+            late = [d for d in p.depends_on if d in position and position[d] > position[p.name]]
+            if late:
+                raise ConfigError(
+                    f"{p.name} says Depends-On: {', '.join(late)}, which would then come after "
+                    "it; nothing was changed",
+                    "move the dependency too, or edit the Depends-On: line",
+                )
+        if order == _names(queue):
+            return Edited("reorder", (moving,), tuple(order), "unchanged")
+        moved = next(p for p in queue.patches if p.name == moving)
+        shared = [
+            p.name for p in queue.patches if p.name != moving and set(p.files) & set(moved.files)
+        ]
+        commit_files(
+            project.root / "patches",
+            {project.root / "patches" / "series": _series_text(project.root, order)},
+        )
+    note = (
+        f"touches files {', '.join(shared)} also change: `sglforge patches check` tells "
+        "whether the queue still applies"
+        if shared
+        else ""
+    )
+    return Edited("reorder", (moving,), tuple(order), note)
+
+
+__all__ = [
+    "Edited",
+    "check_trailers",
+    "drop_patch",
+    "find_entry",
+    "import_patches",
+    "rename_patch",
+    "reorder_patch",
+    "set_trailers",
+]
