@@ -28,9 +28,10 @@ from typing import Any
 from sglforge import git
 from sglforge.errors import ConfigError, PatchError
 from sglforge.project import Project, ProjectLike
-from sglforge.scan.findings import FAIL, Finding
+from sglforge.scan.findings import FAIL, WARN, Finding
 
 DEFAULT_MODEL_MOUNT = "/models/model"
+INCOMPLETE = "scan-incomplete"
 
 
 @dataclass(frozen=True)
@@ -83,21 +84,44 @@ def scan_tree(
     """Every finding for this tree (a release's git tree on disk), model config and launch."""
     from sglforge.scan import construction, jit_findings, quant
 
-    built = construction.build(tree, config, launch, DEFAULT_MODEL_MOUNT)
+    try:
+        built = construction.build(tree, config, launch, DEFAULT_MODEL_MOUNT)
+    except construction.ConstructionError as exc:
+        # The kernel scan does not need the models: go on with the flags as written, and say
+        # that the quantization kinds could not be checked.
+        built = construction.Built(launch=construction.literal_launch(launch), dsa=None, models={})
+        incomplete = Finding(
+            INCOMPLETE,
+            WARN,
+            config_file,
+            None,
+            "construction",
+            f"sglang's own model construction did not run on this tree ({exc.message}); "
+            "quant-exclude-unmatched and fused-shared-expert-dtype were not checked, and the "
+            "launch was read from its flags as written (the DSA backend assumed)",
+            "report it with the release and the config; the kernel findings still hold",
+        )
+        return [*jit_findings.findings(tree, built), incomplete]
     out = jit_findings.findings(tree, built)
     out += quant.findings(built, config, config_file)
     return out
 
 
 @contextmanager
-def checkout(project: Project, ref: str | None, queue: bool) -> Iterator[tuple[Path, str, str, list[str]]]:
+def checkout(
+    project: Project, ref: str | None, queue: bool
+) -> Iterator[tuple[Path, str, str, list[str]]]:
     """A temporary copy of upstream's tree at ``ref`` (default: the pin), the queue applied
     with ``git apply`` unless ``queue`` is False: (folder, ref, commit, patches applied)."""
     q = project.queue
     up = project.upstream()
-    ref = ref or q.pin.ref
-    commit = up.resolve(ref)
     from sglforge.patches.series import ref_version
+    from sglforge.patches.upstream import pinned_commit
+
+    if ref is None:
+        ref, commit = q.pin.ref, pinned_commit(project.root, q.pin, up)
+    else:
+        commit = up.resolve(ref)
 
     version = ref_version(ref)
     tmp = Path(tempfile.mkdtemp(prefix="sglforge-scan-"))

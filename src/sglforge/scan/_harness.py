@@ -30,7 +30,12 @@ import types
 from pathlib import Path
 from typing import Any
 
-UNQUANTIZED = {None, "UnquantizedLinearMethod", "UnquantizedFusedMoEMethod", "UnquantizedEmbeddingMethod"}
+UNQUANTIZED = {
+    None,
+    "UnquantizedLinearMethod",
+    "UnquantizedFusedMoEMethod",
+    "UnquantizedEmbeddingMethod",
+}
 
 
 def _fakes() -> types.ModuleType:
@@ -50,6 +55,16 @@ def _fakes() -> types.ModuleType:
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def _later_release_doubles() -> None:
+    """What releases after 0.5.16 read from the stubbed transformers at import time (TEST
+    DOUBLES): sglang/srt/utils/hf_transformers_patches.py walks
+    ``PretrainedConfig.__class_validators__`` (a list on the real class)."""
+    import transformers  # the stub package
+
+    cfg = transformers.PretrainedConfig
+    type.__setattr__(cfg, "__class_validators__", [])
 
 
 def _server_args(argv: list[str]) -> Any:
@@ -91,7 +106,9 @@ def _topology(tp: int) -> Any:
             cpu_group=None,
         )
 
-    sizes = dict(_WORLD=tp, _TP=tp, _ATTN_TP=tp, _ATTN_CP=1, _MOE_DP=1, _MOE_EP=1, _MOE_TP=tp, _PP=1)
+    sizes = dict(
+        _WORLD=tp, _TP=tp, _ATTN_TP=tp, _ATTN_CP=1, _MOE_DP=1, _MOE_EP=1, _MOE_TP=tp, _PP=1
+    )
     for name, size in sizes.items():
         setattr(parallel_state, name, group(size))
     return get_parallel().override(
@@ -204,7 +221,9 @@ def _label(module: Any) -> dict[str, Any]:
     }
 
 
-def _renames(cls: Any, quant_config: Any, config: Any, entries: list[str], keys: list[str]) -> dict[str, Any]:
+def _renames(
+    cls: Any, quant_config: Any, config: Any, entries: list[str], keys: list[str]
+) -> dict[str, Any]:
     """How the model class renames each exclude entry and layer_quant_config key, asked one
     at a time of the class's own mapping code."""
     out: dict[str, Any] = {"excludes": {}, "keys": {}}
@@ -273,7 +292,9 @@ class _Matcher:
 PROJ = ("gate_proj", "up_proj", "down_proj")  # FusedMoE's checkpoint expert names (gate/up/down)
 
 
-def _checkpoint_names(module: str, label: dict[str, Any], nextn: dict[str, Any] | None, n_routed: int | None) -> dict[str, list[str]]:
+def _checkpoint_names(
+    module: str, label: dict[str, Any], nextn: dict[str, Any] | None, n_routed: int | None
+) -> dict[str, list[str]]:
     """The checkpoint module names whose weights sglang's loader puts into ``module``, by part
     (``body``, ``routed``, ``shared``). The loader's renames, at v0.5.14
     python/sglang/srt/models/deepseek_common/deepseek_weight_loader.py: 170-174 (a fused shared
@@ -303,7 +324,15 @@ def _checkpoint_names(module: str, label: dict[str, Any], nextn: dict[str, Any] 
     return out
 
 
-def _findings_of(model: Any, modules: dict[str, dict[str, Any]], quant: dict[str, Any] | None, quant_config: Any, nextn: dict[str, Any] | None, n_routed: int | None, renames: dict[str, Any] | None) -> dict[str, Any]:
+def _findings_of(
+    model: Any,
+    modules: dict[str, dict[str, Any]],
+    quant: dict[str, Any] | None,
+    quant_config: Any,
+    nextn: dict[str, Any] | None,
+    n_routed: int | None,
+    renames: dict[str, Any] | None,
+) -> dict[str, Any]:
     """Per model: which original entries match a built module (after the class's renames),
     and which quantized modules hold checkpoint tensors the original excludes mark bf16."""
     if quant_config is None or not quant or quant.get("quant_method") != "quark":
@@ -336,20 +365,47 @@ def _findings_of(model: Any, modules: dict[str, dict[str, Any]], quant: dict[str
             for ck in parts["body"]:
                 hits = original.hits(ck)
                 if hits:
-                    wrong.append({"module": name, "scheme": label["scheme"] or label["method"], "checkpoint": ck, "entries": hits})
+                    wrong.append(
+                        {
+                            "module": name,
+                            "scheme": label["scheme"] or label["method"],
+                            "checkpoint": ck,
+                            "entries": hits,
+                        }
+                    )
         if label["quantized"] and parts.get("routed"):
             excluded = sorted({e for ck in parts["routed"] for e in original.hits(ck)})
             if excluded:
-                wrong.append({"module": name, "scheme": label["scheme"] or label["method"], "checkpoint": parts["routed"][0].rsplit(".", 2)[0] + ".*", "entries": excluded[:5]})
+                wrong.append(
+                    {
+                        "module": name,
+                        "scheme": label["scheme"] or label["method"],
+                        "checkpoint": parts["routed"][0].rsplit(".", 2)[0] + ".*",
+                        "entries": excluded,
+                    }
+                )
         if parts.get("shared"):
             excluded = sorted({e for ck in parts["shared"] for e in original.hits(ck)})
             routed_scheme = label["scheme"] or label["method"]
             if excluded and label["quantized"]:
-                shared.append({"module": name, "scheme": routed_scheme, "quantized": label["quantized"], "checkpoint": parts["shared"], "excluded_by": excluded})
+                shared.append(
+                    {
+                        "module": name,
+                        "scheme": routed_scheme,
+                        "quantized": label["quantized"],
+                        "checkpoint": parts["shared"],
+                        "excluded_by": excluded,
+                    }
+                )
     keys = {}
     for key, mapped in (renames or {}).get("keys", {}).items():
         keys[key] = [m for m in mapped if m in RECORDER.keys]
-    return {"matched": matched, "keys": keys, "quantized_but_excluded": wrong, "fused_shared": shared}
+    return {
+        "matched": matched,
+        "keys": keys,
+        "quantized_but_excluded": wrong,
+        "fused_shared": shared,
+    }
 
 
 def _build(req: dict[str, Any], draft: bool) -> dict[str, Any]:
@@ -421,6 +477,7 @@ def main(tree: str) -> None:
     req = json.loads(sys.stdin.read())
     fakes = _fakes()
     fakes.install_fakes()
+    _later_release_doubles()
     sys.path.insert(0, tree)
     logging.disable(logging.WARNING)
     from sglang.srt.configs.model_config import is_deepseek_dsa

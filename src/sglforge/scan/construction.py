@@ -41,11 +41,27 @@ class Built:
     """What the harness reports (see ``sglforge.scan._harness``)."""
 
     launch: dict[str, Any]
-    dsa: bool
+    dsa: bool | None  # None: not known (the construction did not run)
     models: dict[str, dict[str, Any]]
 
     def prefixes(self, model: str) -> list[str]:
         return list(self.models.get(model, {}).get("prefixes", []))
+
+
+def literal_launch(launch: Sequence[str]) -> dict[str, Any]:
+    """The launch facts the kernel scan needs, read from the flags as written (the fallback
+    when sglang's own parser could not run on a tree)."""
+    out: dict[str, Any] = {"speculative_algorithm": None, "speculative_num_steps": None}
+    args = list(launch)
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if not eq and i + 1 < len(args):
+            value = args[i + 1]
+        if name == "--speculative-algorithm":
+            out["speculative_algorithm"] = value
+        elif name == "--speculative-num-steps":
+            out["speculative_num_steps"] = int(value) if value.isdigit() else None
+    return out
 
 
 def build(tree: Path, config: dict[str, Any], launch: Sequence[str], model_path: str) -> Built:

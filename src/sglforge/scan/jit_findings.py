@@ -24,7 +24,7 @@ def _reached(gates: list[StepGate], built: Built) -> dict[str, StepGate]:
         return {}
     out: dict[str, StepGate] = {}
     for g in gates:
-        if g.backend == "dsa" and not built.dsa:
+        if g.backend == "dsa" and built.dsa is False:
             continue
         if g.backend is None or steps < g.min_steps:
             continue
@@ -56,7 +56,11 @@ def findings(tree: Path, built: Built) -> list[Finding]:
         gate = next((reached[u] for u in units if u in reached), None)
         unit = next((u for u in units if u in reached), units[0])
         loads = loaded.get(unit, [])
-        via = f"loaded by {loads[0].file}:{loads[0].line}" if loads else "no literal load_jit names it"
+        via = (
+            f"loaded by {loads[0].file}:{loads[0].line}"
+            if loads
+            else "no literal load_jit names it"
+        )
         more = f" (+{len(units) - 1} more sources)" if len(units) > 1 else ""
         if gate is not None:
             detail = (

@@ -27,23 +27,38 @@ def findings(built: Built, config: dict[str, Any], config_file: str) -> list[Fin
     built_as = ", ".join(f"{k}: {where[k]}" for k in where)
     out: list[Finding] = []
     severity = FAIL if has_draft else WARN
-    why = "" if has_draft else "; the launch builds no MTP draft, so checkpoint MTP weights are not loaded"
+    why = (
+        ""
+        if has_draft
+        else "; the launch builds no MTP draft, so checkpoint MTP weights are not loaded"
+    )
+    # Entries whose weights land in a module built quantized (see the two lists below).
+    harmful = {
+        e
+        for a in models.values()
+        for w in [*a.get("quantized_but_excluded", []), *a.get("fused_shared", [])]
+        for e in [*w.get("entries", []), *w.get("excluded_by", [])]
+    }
     for entry in quant.get("exclude") or []:
         hits = [p for a in models.values() for p in a.get("matched", {}).get(entry, [])]
-        if not hits:
-            out.append(
-                Finding(
-                    UNMATCHED,
-                    severity,
-                    config_file,
-                    None,
-                    entry,
-                    f"exclude entry matches no module sglang builds ({built_as}); the weights "
-                    f"it names load into a slot quantized differently{why}",
-                    "add a queue patch that maps the checkpoint name to sglang's module prefix "
-                    "(the MTP layer is model.decoder.* in sglang), or fix the export",
-                )
+        if hits:
+            continue
+        if entry in harmful:
+            sev, what = severity, "the weights it names load into a module built quantized"
+        else:
+            sev, what = WARN, "no module built quantized receives the weights it names"
+        out.append(
+            Finding(
+                UNMATCHED,
+                sev,
+                config_file,
+                None,
+                entry,
+                f"exclude entry matches no module sglang builds ({built_as}); {what}{why}",
+                "add a queue patch that maps the checkpoint name to sglang's module prefix "
+                "(the MTP layer is model.decoder.* in sglang), or fix the export",
             )
+        )
     for key in quant.get("layer_quant_config") or {}:
         hits = [m for a in models.values() for m in a.get("keys", {}).get(key, [])]
         if not hits:

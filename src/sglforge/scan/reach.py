@@ -68,7 +68,9 @@ def _call_name(node: ast.Call) -> str:
 
 def _strings(node: ast.expr | None) -> list[str]:
     if isinstance(node, (ast.List, ast.Tuple)):
-        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        return [
+            e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+        ]
     return []
 
 
