@@ -173,3 +173,12 @@ def run_scan(
         launch=tuple(launch),
         findings=tuple(found),
     )
+
+
+def blocking_findings(where: ProjectLike, report: ScanReport) -> list[Finding]:
+    """The fails of ``report`` that block ``upgrade``/``publish``: those no ``Fixes-Scan:``
+    trailer of a queue patch names (``KIND FILE`` or ``KIND ENTRY``, see ``Finding.key``)."""
+    from sglforge.scan.findings import blocking
+
+    queue = Project.of(where).queue
+    return blocking(report.findings, [t for p in queue.patches for t in p.trailers])

@@ -3,9 +3,10 @@
 sglang compiles its JIT kernels at run time (``load_jit``: each ``cuda_files`` source is
 ``#include``d into a generated translation unit, compiled with the tree's
 ``include/`` on the include path). On ROCm that build defines ``-DUSE_ROCM`` and an fp8 flag
-(``_get_default_target_flags``: python/sglang/jit_kernel/utils.py:376-389 at v0.5.14,
-python/sglang/kernels/jit/utils/arch.py:131-145 at v0.5.23; tests/integration/test_scan_jit.py
-runs that function of each release and compares) and hipcc predefines the HIP platform macros.
+(``_get_default_target_flags``: python/sglang/jit_kernel/utils.py:377-390 at v0.5.14,
+python/sglang/jit_kernel/utils/arch.py:74-88 at v0.5.16, python/sglang/kernels/jit/utils/
+arch.py:131-145 at v0.5.23; tests/integration/test_scan.py runs that function of each of these
+releases and compares) and hipcc predefines the HIP platform macros.
 
 Every source of the JIT tree is preprocessed as its own translation unit with those macros by
 a real C preprocessor (``pcpp``: ``#if``/``#elif``/``#else`` nesting, ``defined``, macro
