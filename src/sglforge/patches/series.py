@@ -42,6 +42,7 @@ TRAILERS = (
     "Forwarded",
     "Depends-On",
     "Retired",
+    "Fixes-Scan",  # KIND WHERE: a scan finding this patch fixes (sglforge.scan.findings)
 )
 KINDS = ("python", "jit-kernel", "aot-kernel", "build", "other")
 PIN_KEYS = {"url", "ref", "commit", "sources"}

@@ -19,7 +19,7 @@ import json
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,3 +182,46 @@ def blocking_findings(where: ProjectLike, report: ScanReport) -> list[Finding]:
 
     queue = Project.of(where).queue
     return blocking(report.findings, [t for p in queue.patches for t in p.trailers])
+
+
+def gate(
+    where: ProjectLike,
+    scenario: Path | None,
+    model: str | Path | None = None,
+    ref: str | None = None,
+    say: Callable[[str], None] = lambda _msg: None,
+) -> ScanReport | None:
+    """The scan ``publish`` (and, later, ``upgrade``) runs before a build: ScanBlocked when a
+    fail no ``Fixes-Scan:`` trailer waives is found. It applies to ROCm scenarios whose model
+    folder (``model``, else the scenario's ``model.path``) holds a config.json on this host;
+    otherwise it says why it was skipped and returns None."""
+    from sglforge.errors import ScanBlocked
+    from sglforge.smoke.scenario import load_scenario
+
+    if scenario is None:
+        return None
+    sc = load_scenario(scenario)
+    if sc.accelerator != "rocm":
+        say(f"scan: skipped ({scenario} is not a ROCm scenario)")
+        return None
+    folder = Path(model) if model else sc.model_path
+    if folder is None or not (folder / "config.json").is_file():
+        say(f"scan: skipped (no config.json in {folder} on this host)")
+        return None
+    report = run_scan(where, folder, ref=ref, queue=True, scenario=scenario)
+    blocked = blocking_findings(where, report)
+    if blocked:
+        shown = "; ".join(
+            f"{f.kind} {f.file if f.line is not None else f.entry}"
+            + (f":{f.line}" if f.line is not None else "")
+            for f in blocked[:3]
+        )
+        more = f" (+{len(blocked) - 3} more)" if len(blocked) > 3 else ""
+        raise ScanBlocked(
+            f"scan at {report.ref} with the queue: {len(blocked)} blocking finding(s): "
+            f"{shown}{more}",
+            f"sglforge scan --model {folder} --scenario {scenario}; fix it in the queue, or "
+            "add a 'Fixes-Scan: KIND WHERE' trailer to the patch that does",
+        )
+    say(f"scan: {len(report.findings)} finding(s), none blocking")
+    return report
