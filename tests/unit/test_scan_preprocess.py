@@ -30,7 +30,8 @@ def active(tree: Path, unit: str = "csrc/k.cuh") -> list[tuple[str, int, str]]:
 CASES: dict[str, tuple[str, list[tuple[int, str]]]] = {
     "unguarded": ("#pragma once\n#include <cuda_runtime.h>\n", [(2, "cuda_runtime.h")]),
     "ifndef-else": (
-        "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#else\n#include <hip/hip_runtime.h>\n#endif\n",
+        "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#else\n"
+        "#include <hip/hip_runtime.h>\n#endif\n",
         [],
     ),
     "elif-chain-rocm-first": (
