@@ -340,7 +340,11 @@ def _findings_of(
     fused = dict(getattr(quant_config, "packed_modules_mapping", {}) or {})
     entries = list(quant.get("exclude") or [])
     # Built prefixes, with each FusedMoE's experts spelled the way the checkpoint names them.
+    # (and every prefix QuarkConfig was asked about: a layer's prefix argument is not always
+    # its attribute path, e.g. the draft's lm_head is built as model.shared_head.head)
     built: list[str] = [n for n, _ in model.named_modules() if n]
+    named = set(built)
+    built += [p for p in dict.fromkeys(RECORDER.asked) if p not in named]
     for name, label in modules.items():
         if label["class"].endswith("FusedMoE"):
             built += [f"{name}.{i}.{p}" for i in range(label["experts"]) for p in PROJ]
