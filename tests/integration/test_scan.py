@@ -321,3 +321,19 @@ def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
         assert gate(project, scenario, model) is not None
     finally:
         del os.environ[UPSTREAM_ENV]
+
+
+def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Path]) -> None:
+    """A finding beyond the case study (docs/scan.md): both the queue and 0.5.16 build the
+    draft's projections MXFP4 under a regex exclude of the whole MTP layer; a glob-looking
+    literal names nothing and only warns."""
+    from test_backport_0002 import GLM_FORMS
+
+    for name in ("0.5.14+queue", "0.5.16"):
+        config = dict(glm_config(), quantization_config=GLM_FORMS["D-regex-whole-layer"])
+        found = quant_findings(build(trees[name], config, README_LAUNCH, "/m"), config, "c")
+        assert (FAIL, "re:model\\.layers\\.78\\..*") in {(f.severity, f.entry) for f in found}
+        assert "model.decoder.self_attn.o_proj" in {f.entry for f in found if f.severity == FAIL}
+        config = dict(glm_config(), quantization_config=GLM_FORMS["E-glob-literal"])
+        found = quant_findings(build(trees[name], config, README_LAUNCH, "/m"), config, "c")
+        assert [(f.severity, f.entry) for f in found] == [("warn", "model.layers.78.*")]
