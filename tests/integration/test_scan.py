@@ -337,3 +337,21 @@ def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Pat
         config = dict(glm_config(), quantization_config=GLM_FORMS["E-glob-literal"])
         found = quant_findings(build(trees[name], config, README_LAUNCH, "/m"), config, "c")
         assert [(f.severity, f.entry) for f in found] == [("warn", "model.layers.78.*")]
+
+
+def test_a_shared_expert_of_another_scheme_fused_is_named(trees: dict[str, Path]) -> None:
+    """fused-shared-expert-dtype's second instance: not excluded, but exported with another
+    scheme (FP8) than the MXFP4 routed experts it is fused with; every fused layer is named."""
+    from test_backport_0002 import FP8, GLM, quark
+
+    config = dict(GLM, quantization_config=quark([], {"model.layers.*.mlp.shared_experts.*": FP8}))
+    built = build(trees["0.5.14+queue"], config, README_LAUNCH, "/m")
+    found = quant_findings(built, config, "c")
+    fused = [f for f in found if f.kind == "fused-shared-expert-dtype"]
+    fused_layers = [
+        n
+        for n, m in built.models["main"]["modules"].items()
+        if m["fused_shared"] and m["quantized"]
+    ]
+    assert fused_layers and sorted(f.entry for f in fused) == sorted(fused_layers)
+    assert all("quantizes it differently" in f.detail and "fp8_e4m3" in f.detail for f in fused)

@@ -324,6 +324,30 @@ def _checkpoint_names(
     return out
 
 
+def _scheme_differs(quant_config: Any, quant: dict[str, Any], parts: dict[str, list[str]]) -> str:
+    """Whether the checkpoint's own Quark config gives the shared expert another scheme than
+    the routed experts it is fused with: QuarkConfig's ``_find_matched_config`` and
+    ``deep_compare``, asked with the checkpoint's names and its unrenamed config."""
+    import torch
+    from sglang.srt.layers.quantization.quark import utils
+
+    if not hasattr(quant_config, "_find_matched_config"):
+        return ""
+    one = copy.copy(quant_config)
+    one.quant_config = copy.deepcopy(quant)
+    stub = torch.nn.Module()
+    try:
+        routed = one._find_matched_config(parts["routed"][0], stub)
+        for name in parts["shared"]:
+            mine = one._find_matched_config(name, stub)
+            if not utils.deep_compare(mine, routed):
+                theirs, ours = json.dumps(mine, sort_keys=True), json.dumps(routed, sort_keys=True)
+                return f"{name}: {theirs} vs the routed experts' {ours}"
+    except ValueError as exc:  # a fused shard pair with two schemes
+        return str(exc)
+    return ""
+
+
 def _findings_of(
     model: Any,
     modules: dict[str, dict[str, Any]],
@@ -391,7 +415,8 @@ def _findings_of(
         if parts.get("shared"):
             excluded = sorted({e for ck in parts["shared"] for e in original.hits(ck)})
             routed_scheme = label["scheme"] or label["method"]
-            if excluded and label["quantized"]:
+            differs = _scheme_differs(quant_config, quant, parts)
+            if (excluded and label["quantized"]) or differs:
                 shared.append(
                     {
                         "module": name,
@@ -399,6 +424,7 @@ def _findings_of(
                         "quantized": label["quantized"],
                         "checkpoint": parts["shared"],
                         "excluded_by": excluded,
+                        "scheme_differs": differs,
                     }
                 )
     keys = {}

@@ -90,6 +90,22 @@ def findings(built: Built, config: dict[str, Any], config_file: str) -> list[Fin
                 )
             )
         for s in a.get("fused_shared", []):
+            if not s["excluded_by"]:
+                out.append(
+                    Finding(
+                        FUSED,
+                        FAIL,
+                        config_file,
+                        None,
+                        s["module"],
+                        f"{name} model fuses the shared expert into {s['module']} "
+                        f"({s['scheme']}) but the checkpoint quantizes it differently "
+                        f"({s['scheme_differs']})",
+                        "launch with --disable-shared-experts-fusion, or export the shared "
+                        "expert with the routed experts' scheme",
+                    )
+                )
+                continue
             out.append(
                 Finding(
                     FUSED,
