@@ -129,7 +129,8 @@ def checkout(
         tree = tmp / "tree"
         tree.mkdir()
         archive = tmp / "tree.tar"
-        git.run(up.cache, "archive", "--format=tar", "-o", str(archive), commit)
+        # python/ only: what the scan reads (a git upstream also holds sgl-kernel/, docs, ...)
+        git.run(up.cache, "archive", "--format=tar", "-o", str(archive), commit, "python")
         with tarfile.open(archive) as tar:
             tar.extractall(tree, filter="data")
         archive.unlink()
@@ -138,7 +139,14 @@ def checkout(
             for patch in q.patches:
                 if patch.applies_at(version) is False:
                     continue
-                res = git.run(tree, "apply", "--whitespace=nowarn", str(patch.path), check=False)
+                res = git.run(
+                    tree,
+                    "apply",
+                    "--whitespace=nowarn",
+                    "--include=python/*",
+                    str(patch.path),
+                    check=False,
+                )
                 if res.status != 0:
                     raise PatchError(
                         f"{patch.name} does not apply at {ref}: {res.stderr.strip()[:200]}",
