@@ -258,7 +258,7 @@ def publish(
         from sglforge.scan import gate
 
         # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md).
-        gate(project, plan.scenario_path, model, say=plan.say)
+        gate(project, plan.scenario_path, model, say=plan.say, upstream=upstream)
     plan.say(f"build {plan.build_target.key} ({'plan' if dry_run else 'or reuse'})")
     built = build_image(
         project,

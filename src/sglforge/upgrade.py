@@ -315,7 +315,7 @@ def _prove_target(
             from sglforge.scan import gate
 
             # The staged queue at the new pin, before the build (issue 24, docs/scan.md).
-            gate(stage, scenario or find_scenario(stage, target), model, say=say)
+            gate(stage, scenario or find_scenario(stage, target), model, say=say, upstream=upstream)
         t = time.monotonic()
         say(f"{target}: building for {new_ref}")
         built = build_image(

@@ -198,6 +198,7 @@ def gate(
     model: str | Path | None = None,
     ref: str | None = None,
     say: Callable[[str], None] = lambda _msg: None,
+    upstream: str | None = None,
 ) -> ScanReport | None:
     """The scan ``publish`` (and, later, ``upgrade``) runs before a build: ScanBlocked when a
     fail no ``Fixes-Scan:`` trailer waives is found. It applies to ROCm scenarios whose model
@@ -216,8 +217,9 @@ def gate(
     if folder is None or not (folder / "config.json").is_file():
         say(f"scan: skipped (no config.json in {folder} on this host)")
         return None
-    report = run_scan(where, folder, ref=ref, queue=True, scenario=scenario)
-    blocked = blocking_findings(where, report)
+    project = Project.of(where, upstream)
+    report = run_scan(project, folder, ref=ref, queue=True, scenario=scenario)
+    blocked = blocking_findings(project, report)
     if blocked:
         shown = "; ".join(
             f"{f.kind} {f.file if f.line is not None else f.entry}"
