@@ -285,7 +285,9 @@ def test_scan_command_json(tmp_path: Path) -> None:
 # --- The gate publish runs before a build. --------------------------------------------------
 
 
-def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
+def test_gate_blocks_unless_a_patch_names_the_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sglforge.errors import ScanBlocked
     from sglforge.patches.upstream import UPSTREAM_ENV
     from sglforge.scan import gate
@@ -300,27 +302,24 @@ def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
     # a CPU scenario is not scanned (the scan models a ROCm build)
     assert gate(project, REPO / "smoke" / "standin-cpu.toml", model, say=said.append) is None
     assert "not a ROCm scenario" in said[-1]
-    os.environ[UPSTREAM_ENV] = "pypi:sglang==0.5.14"
-    try:
-        assert gate(project, scenario, model, say=said.append) is not None  # the queue fixes both
-        # Without 0001 the fused metadata kernel blocks ...
-        series = project / "patches" / "series"
-        series.write_text(
-            series.read_text().replace(
-                "0001-jit_kernel-guard-cuda_runtime-include-for-ROCm.patch\n", ""
-            )
+    monkeypatch.setenv(UPSTREAM_ENV, "pypi:sglang==0.5.14")
+    assert gate(project, scenario, model, say=said.append) is not None  # the queue fixes both
+    # Without 0001 the fused metadata kernel blocks ...
+    series = project / "patches" / "series"
+    series.write_text(
+        series.read_text().replace(
+            "0001-jit_kernel-guard-cuda_runtime-include-for-ROCm.patch\n", ""
         )
-        with pytest.raises(ScanBlocked, match="cuda-only-jit .*fused_metadata_copy.cuh:38"):
-            gate(project, scenario, model)
-        # ... until a patch of the queue says it fixes it.
-        p2 = next((project / "patches").glob("0002-*.patch"))
-        text = p2.read_text()
-        marker = "Upstream-Status: Backport [0.5.16]\n"
-        waiver = f"Fixes-Scan: cuda-only-jit python/sglang/jit_kernel/{FUSED_METADATA}\n"
-        p2.write_text(text.replace(marker, marker + waiver, 1))
-        assert gate(project, scenario, model) is not None
-    finally:
-        del os.environ[UPSTREAM_ENV]
+    )
+    with pytest.raises(ScanBlocked, match="cuda-only-jit .*fused_metadata_copy.cuh:38"):
+        gate(project, scenario, model)
+    # ... until a patch of the queue says it fixes it.
+    p2 = next((project / "patches").glob("0002-*.patch"))
+    text = p2.read_text()
+    marker = "Upstream-Status: Backport [0.5.16]\n"
+    waiver = f"Fixes-Scan: cuda-only-jit python/sglang/jit_kernel/{FUSED_METADATA}\n"
+    p2.write_text(text.replace(marker, marker + waiver, 1))
+    assert gate(project, scenario, model) is not None
 
 
 def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Path]) -> None:
