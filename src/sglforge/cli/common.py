@@ -63,6 +63,10 @@ class State:
 # list` start fast. tests/unit/test_cli_docs.py checks this table against the commands.
 COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
+    "configs": (
+        "sglforge.cli.configs",
+        "Tuned kernel tables: which rows a launch will use, before a GPU runs.",
+    ),
     "init": (
         "sglforge.cli.init",
         "Lay out a new fork-packaging project in DIRECTORY (default: here).",
