@@ -1,10 +1,10 @@
 """The child process of ``sglforge.scan.construction``: real sglang builds a launch's models.
 
 Run as ``python -m sglforge.scan._harness TREE`` with a JSON request on stdin; prints one JSON
-line. TEST DOUBLES here: a fake torch/triton and stub GPU packages (the ones
-tests/integration/test_backport_0002.py documents), so that sglang's own constructors run
-without a GPU. Everything that decides is sglang's: its argument parser reads the launch
-flags, ``ModelConfig._config_draft_model`` names the draft class, the registry resolves it,
+line. TEST DOUBLES here: a fake torch/triton and stub GPU packages
+(``sglforge.construct.fakes``, documented there), so that sglang's own constructors run without
+a GPU. Everything that decides is sglang's: its argument parser reads the launch flags,
+``ModelConfig._config_draft_model`` names the draft class, the registry resolves it,
 ``loader._get_quantization_config`` builds the real ``QuarkConfig``, ``loader._initialize_model``
 builds the modules, ``QuarkConfig.get_quant_method`` (through ``should_ignore_layer`` and its
 ``fnmatch`` over ``layer_quant_config``) decides each module's scheme, and
@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import importlib.util
 import json
 import logging
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 UNQUANTIZED = {
@@ -39,22 +37,10 @@ UNQUANTIZED = {
 
 
 def _fakes() -> types.ModuleType:
-    """The torch-less doubles: sglforge.construct.fakes once issue 21 lands it, until then the
-    ones tests/integration/test_backport_0002.py holds (a checkout only)."""
-    try:
-        import sglforge.construct.fakes as fakes  # type: ignore[import-not-found]
+    """The torch-less doubles sglforge's construction uses (``sglforge.construct.fakes``)."""
+    from sglforge.construct import fakes
 
-        return fakes
-    except ImportError:
-        pass
-    path = Path(__file__).resolve().parents[3] / "tests" / "integration" / "test_backport_0002.py"
-    spec = importlib.util.spec_from_file_location("_sglforge_backport_0002", path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise SystemExit(f"no construction fakes: neither sglforge.construct nor {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return fakes
 
 
 def _later_release_doubles() -> None:

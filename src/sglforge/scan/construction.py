@@ -7,9 +7,9 @@ prefixes built, each quantizable module's decision and how the Quark config's en
 matched. The child imports that release only (a fresh interpreter: two releases never share
 ``sys.modules``). Its torch is a double; see the harness docstring.
 
-Issue 21 moves the construction core of tests/integration/test_backport_0002.py into
-``sglforge.construct``; the harness takes its doubles from there once it exists (one import in
-``_harness._fakes``) and from the test module until then.
+The doubles are ``sglforge.construct.fakes`` (issue 21's construction core); what this harness
+records beyond ``sglforge.construct``'s contract is how QuarkConfig's own matching matched each
+entry (the exclude and ``layer_quant_config`` analysis), which is why it has its own child.
 """
 
 from __future__ import annotations
