@@ -114,6 +114,12 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (or SIGHUP) arrived: unwinds like Ctrl-C, so every cleanup runs."""
 
 
+class ScanBlocked(SglforgeError):
+    """``sglforge scan`` found a fail no queue patch waives (upgrade and publish stop)."""
+
+    exit_code = EXIT_PROBLEMS
+
+
 class ImageNotFound(SglforgeError):
     """An image that must exist does not: the one ``inspect`` was given, or a build's base."""
 

@@ -255,6 +255,11 @@ def publish(
 
     project = Project.of(root)
     plan = _plan(project, target, registry, scenario, skip_smoke, dry_run, progress)
+    if not dry_run:
+        from sglforge.scan import gate
+
+        # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md).
+        gate(project, plan.scenario_path, model, say=plan.say, upstream=upstream)
     plan.say(f"build {plan.build_target.key} ({'plan' if dry_run else 'or reuse'})")
     built = build_image(
         project,

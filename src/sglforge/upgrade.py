@@ -433,6 +433,12 @@ def _prove_target(
     base = base_image.format(version=version, date="{date}") if base_image else None
     try:
         retired = _retire_upstreamed_configs(stage, base, labels, say) if base else ()
+        if smoke and not publish:  # publish runs the same gate itself
+            from sglforge.publish import find_scenario
+            from sglforge.scan import gate
+
+            # The staged queue at the new pin, before the build (issue 24, docs/scan.md).
+            gate(stage, scenario or find_scenario(stage, target), model, say=say, upstream=upstream)
         t = time.monotonic()
         say(f"{target}: building for {new_ref}")
         built = build_image(

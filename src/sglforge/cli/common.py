@@ -96,6 +96,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sglforge.cli.publish",
         "Build, smoke-test and push an image; friendly tags move only after all passed.",
     ),
+    "scan": (
+        "sglforge.cli.scan",
+        "Find a launch's blockers before renting a GPU: CUDA-only JIT kernels, Quark excludes.",
+    ),
     "smoke": (
         "sglforge.cli.smoke",
         "Prove an image serves with speculative decoding: launch it, check it, remove it.",

@@ -41,6 +41,7 @@ TRAILERS = (
     "Forwarded",
     "Depends-On",
     "Retired",
+    "Fixes-Scan",  # KIND WHERE: a scan finding this patch fixes (sglforge.scan.findings)
 )
 NEEDS_DETAIL = ("Submitted", "Backport", "Inappropriate")  # Status [detail]
 KINDS = ("python", "jit-kernel", "aot-kernel", "build", "other")

@@ -1,0 +1,120 @@
+"""``sglforge scan``: click code over :func:`sglforge.scan.run_scan`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.options import upstream_option
+from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
+from sglforge.progress import current
+
+
+@main.command("scan")
+@click.option(
+    "--model",
+    "model",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model folder holding config.json (its quantization_config is read).",
+)
+@click.option("--ref", help="Upstream ref to scan (default: the pin).")
+@click.option("--no-queue", is_flag=True, help="Scan the release as published, no patches.")
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Smoke scenario whose launch flags decide which kernels and layers are in play.",
+)
+@upstream_option
+@json_option
+@pass_state
+def scan_cmd(
+    st: State,
+    model: Path,
+    ref: str | None,
+    no_queue: bool,
+    scenario: Path | None,
+    upstream: str | None,
+    as_json: bool,
+) -> None:
+    """Find a launch's blockers before renting a GPU: CUDA-only JIT kernels, Quark excludes.
+
+    Reads upstream's tree at the pin (or --ref) with the queue applied (unless --no-queue),
+    the model's config.json and the scenario's launch flags. Kinds: cuda-only-jit (a JIT
+    kernel source including a CUDA-only header outside a ROCm guard; a fail when the launch
+    makes sglang compile it), quant-exclude-unmatched (a Quark exclude entry or
+    layer_quant_config key matching no module sglang builds, or a module built quantized whose
+    checkpoint tensors are excluded), fused-shared-expert-dtype (a bf16 shared expert fused
+    into quantized routed experts). Exit 1 when any finding is a fail.
+
+    \b
+    Examples:
+      sglforge scan --model /data/GLM-5.2-MXFP4 --scenario smoke/glm5-mxfp4-mtp-mi355x.toml
+      sglforge scan --model /data/GLM-5.2-MXFP4 --ref v0.5.16 --no-queue --json
+    """
+    from sglforge import scan as core
+
+    project = st.project
+    if upstream:
+        from sglforge.project import Project
+
+        project = Project.of(project, upstream)
+    current().info(f"scan: {model} at {ref or 'the pin'}" + (" (no queue)" if no_queue else ""))
+    report = core.run_scan(project, model, ref=ref, queue=not no_queue, scenario=scenario)
+    if as_json:
+        print_json(
+            {
+                "ok": report.ok,
+                "ref": report.ref,
+                "commit": report.commit,
+                "queue": list(report.queue),
+                "scenario": report.scenario,
+                "findings": [
+                    {
+                        "kind": f.kind,
+                        "severity": f.severity,
+                        "file": f.file,
+                        "line": f.line,
+                        "entry": f.entry,
+                        "detail": f.detail,
+                        "hint": f.hint,
+                    }
+                    for f in report.findings
+                ],
+            },
+            ok=report.ok,
+        )
+    else:
+        queue = ", ".join(report.queue) if report.queue else "no queue"
+        click.echo(f"{report.ref} ({report.commit[:12]}), {queue}; model {report.model}")
+        rows = [
+            (f.severity, f.kind, f"{f.file}:{f.line}" if f.line is not None else f.entry, f.detail)
+            for f in report.findings
+            if f.severity == "fail"
+        ]
+        # Warnings: one row per file (its lines listed); --json has each one in full.
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for f in report.findings:
+            if f.severity != "fail":
+                where = f.file if f.line is not None else f.entry
+                grouped.setdefault((f.kind, where), []).append(
+                    f"{f.line}" if f.line is not None else f.detail
+                )
+        for (kind, where), what in sorted(grouped.items()):
+            lines = ", ".join(what) if kind == "cuda-only-jit" else what[0]
+            rows.append(
+                ("warn", kind, where, f"lines {lines}" if kind == "cuda-only-jit" else lines)
+            )
+        if rows:
+            click.echo(table(("severity", "kind", "where", "detail"), rows))
+            hints = sorted({f.hint for f in report.findings if f.severity == "fail" and f.hint})
+            for h in hints:
+                click.echo(f"next: {h}")
+        fails = sum(f.severity == "fail" for f in report.findings)
+        warns = len(report.findings) - fails
+        click.echo(
+            f"{fails} fail, {warns} warn" + ("" if fails else ": nothing blocks this launch")
+        )
+    click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
