@@ -52,13 +52,11 @@ def stock_and_patched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dic
     from sglang_release import release_tree
 
     base = tmp_path_factory.mktemp("v0.5.14")
-    run = base / "run"
-    run.mkdir()
     trees: dict[str, Path] = {
         "stock": release_tree(base / "stock", "0.5.14", patched=False),
         "patched": release_tree(base / "patched", "0.5.14", patched=True),
     }
-    return {name: build_drafts(tree / "python", CASES, run) for name, tree in trees.items()}
+    return {name: build_drafts(tree / "python", CASES) for name, tree in trees.items()}
 
 
 @pytest.fixture(scope="module")
