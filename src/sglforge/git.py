@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from git.exc import GitCommandError
 
 from sglforge import progress as _progress
 from sglforge.errors import ConfigError, PatchError, UpstreamError, disk_error
-from sglforge.urls import scrub
+from sglforge.urls import public
 from sglforge.util import _flock, decode_exact, encode_exact
 
 # Fixed identity so commits sglforge makes are reproducible and never depend on user config.
@@ -130,6 +130,45 @@ def run(
     if check and result.status != 0:
         raise GitFailed(args, result, cwd)
     return result
+
+
+def fast_import(repo: Path, stream: Iterable[bytes]) -> None:
+    """Feed ``stream`` (a git fast-import command stream ending in ``done``) to ``git
+    fast-import`` as it is produced, so a release's files are never all in memory at once.
+    An interrupt or an error in the producer kills git; nothing it wrote is referenced."""
+    import tempfile
+
+    _progress.current().detail(f"git fast-import  (in {repo})")
+    # stderr to a file: a pipe nobody reads while we write could fill and block both sides
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            # always a pack (never loose objects): the store records and checks its packs
+            ["git", "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done"],
+            cwd=str(repo),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            env=_env(),
+        )
+        assert proc.stdin is not None
+        try:
+            try:
+                for chunk in stream:
+                    proc.stdin.write(chunk)
+            except BrokenPipeError:
+                pass  # git stopped reading: its status and stderr below say why
+            finally:
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.close()
+            status = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        errors.seek(0)
+        err = errors.read()
+    if status != 0:
+        raise GitFailed(("fast-import",), GitResult(status, "", decode_exact(err)), repo)
 
 
 class GitFailed(PatchError):
@@ -243,7 +282,7 @@ def run_with_progress(
 def public_url(url: str) -> str | None:
     """``url`` as a browsable https address with any credentials removed; None for a local
     path (nobody else can follow it). ``git@host:org/repo.git`` -> ``https://host/org/repo``."""
-    url = scrub(url)
+    url = public(url.strip())
     m = re.match(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/]+@)?([^/:]+)(?::\d+)?[:/](.+)$", url)
     if not m or url.startswith("file:") or is_local(url):
         return None
@@ -441,9 +480,26 @@ __all__ = [
     "cache_name",
     "checkout_facts",
     "ensure_cache",
+    "fast_import",
     "is_ancestor",
     "out",
     "resolve",
     "run",
     "tags",
 ]
+
+
+def blob(repo: Path, commit: str, path: str) -> bytes | None:
+    """The exact bytes of ``path`` at ``commit`` in ``repo`` (a bare or working clone), or None
+    when the commit or the path is not there."""
+    found = run(repo, "cat-file", "-e", f"{commit}:{path}", check=False)
+    if found.status != 0:
+        return None
+    return encode_exact(run(repo, "cat-file", "blob", f"{commit}:{path}", strip=False).stdout)
+
+
+def blob_id(data: bytes) -> str:
+    """git's object id of a blob with these bytes (what ``git hash-object`` prints)."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

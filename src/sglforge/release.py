@@ -63,6 +63,9 @@ class Release:
     published_at: str = ""  # ISO 8601 UTC; orders releases made on the same day
     digests: tuple[str, ...] = ()  # other digests of the same version (rebuilt, other registry)
     schema: int = RECORD_SCHEMA
+    # The publish coverage gate (sglforge.coverage.Gate.to_dict, or {"not_run": why}); None in
+    # records written before it existed.
+    coverage: Mapping[str, Any] | None = None
 
     @property
     def tested(self) -> bool:
@@ -120,6 +123,7 @@ def to_dict(release: Release) -> dict[str, Any]:
         if release.smoke is None
         else {**dataclasses.asdict(release.smoke), "figures": dict(release.smoke.figures)}
     )
+    data["coverage"] = None if release.coverage is None else dict(release.coverage)
     data["tested"] = release.tested
     return data
 
@@ -155,6 +159,7 @@ def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Relea
             published_at=str(data.get("published_at", "")),
             digests=tuple(str(d) for d in data.get("digests", ())),
             schema=int(data.get("schema", RECORD_SCHEMA)),
+            coverage=dict(data["coverage"]) if data.get("coverage") is not None else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(

@@ -1,45 +1,81 @@
-"""URLs that reach output (labels, manifests, messages, hints): one scrubber for all of them.
+"""Credentials never reach output: one scrubber for every URL sglforge shows or records.
 
-A token can sit in any part of a URL but the host and the path: in the userinfo
-(``https://bob:pat@host/...``, ``https://ghp_x@host/...``), in the query
-(``...repo.git?token=...``) or in the fragment. ``scrub`` keeps scheme, host, port and path;
-``scrub_text`` does that to every URL inside a longer text.
+A URL can carry a secret in three places: its userinfo (``https://user:token@host``), its
+query (``?token=...``, ``?X-Amz-Signature=...``) and its fragment. ``shown`` is the form to
+print in a message or a hint (userinfo replaced by ``***``, the query and fragment kept only
+when they hold nothing that looks like a key); ``public`` is the form to record in a label,
+a manifest or a cache folder name (no userinfo, no query, no fragment). ``scrub_text``
+applies ``shown`` to every URL inside a longer text, as the CLI's last line of defence.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
-# A scheme URL inside free text, up to whitespace or a quote.
-_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
-# scp-like git addresses: user@host:path (the user is dropped with the rest of the userinfo).
-_SCP = re.compile(r"^[^@/:\s]+@([^/:\s]+:.*)$")
+# scheme://[userinfo@]host... inside free text (a message, pip's or git's output)
+_URL_IN_TEXT = re.compile(
+    r"\b[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^\s/@'\"<>]*@)?(?:\[[0-9a-fA-F:.]+\])?[^\s'\"<>()\[\]{}]*"
+)  # an IPv6 host ([::1]:5000) is part of the URL, and so is userinfo before it
+# userinfo right after the scheme, for URLs urlsplit cannot take apart
+_SCHEME_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+# userinfo without a scheme (``user:pw@host/path``), as git and pip sometimes print it
+_BARE_USERINFO = re.compile(r"(?<![\w/:@])[^\s/@:'\"]+:[^\s/@'\"]+@(?=[\w.-]+(?::\d+)?/)")
 
 
-def scrub(url: str) -> str:
-    """``url`` without userinfo, query and fragment.
-
-    ``https://bob:pw@host:8443/org/repo.git?token=x#frag`` -> ``https://host:8443/org/repo.git``;
-    ``git@host:org/repo.git`` -> ``host:org/repo.git``; a local path is kept as it is, less
-    any ``?``/``#`` tail.
-    """
-    text = url.strip()
-    if "://" not in text:
-        text = re.split(r"[?#]", text, maxsplit=1)[0]
-        m = _SCP.match(text)
-        return m.group(1) if m else text
+def _split(url: str) -> SplitResult | None:
     try:
-        parts = urlsplit(text)
-        host = parts.netloc.rpartition("@")[2]
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
-    except ValueError:  # an unparsable netloc (a broken IPv6 literal): cut by hand
-        scheme, _, rest = text.partition("://")
-        rest = re.split(r"[?#]", rest, maxsplit=1)[0]
-        netloc, slash, path = rest.partition("/")
-        return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        return None
+    return parts if parts.scheme and parts.netloc else None
 
 
-def scrub_text(text: str) -> str:
-    """``text`` with every ``scheme://`` URL in it scrubbed (see ``scrub``)."""
-    return _IN_TEXT.sub(lambda m: scrub(m.group(0)), text)
+def _host(parts: SplitResult) -> str:
+    return parts.netloc.rpartition("@")[2]
+
+
+def shown(url: str) -> str:
+    """``url`` fit for a message: userinfo as ``***@``, no query or fragment values."""
+    parts = _split(url)
+    if parts is None:
+        url = _SCHEME_USERINFO.sub(r"\1***@", url)
+        return _BARE_USERINFO.sub("***@", url)
+    netloc = _host(parts)
+    if "@" in parts.netloc:
+        netloc = f"***@{netloc}"
+    query = "***" if parts.query else ""
+    fragment = parts.fragment
+    # a wheel URL's #sha256=... is a digest, not a secret; anything else may be
+    if fragment and not re.fullmatch(r"(sha256|sha384|sha512|md5)=[0-9a-fA-F]+", fragment):
+        fragment = "***"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def public(url: str) -> str:
+    """``url`` fit for a label, a manifest or a folder name: no userinfo, query or fragment."""
+    parts = _split(url)
+    if parts is None:
+        url = _SCHEME_USERINFO.sub(r"\1", url)  # e.g. a broken IPv6 literal after userinfo
+        return _BARE_USERINFO.sub("", url).split("?", 1)[0].split("#", 1)[0]
+    return urlunsplit((parts.scheme, _host(parts), parts.path, "", ""))
+
+
+def has_credentials(url: str) -> bool:
+    parts = _split(url)
+    return bool(parts and "@" in parts.netloc)
+
+
+def scrub_text(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with every URL in it passed through :func:`shown` and each of ``secrets``
+    (passwords, tokens known to the caller) replaced by ``***``."""
+    text = _URL_IN_TEXT.sub(lambda m: shown(m.group(0)), text)
+    text = _BARE_USERINFO.sub("***@", text)
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
+
+
+__all__ = ["has_credentials", "public", "scrub_text", "shown"]

@@ -26,6 +26,7 @@ from sglforge.errors import (
     SglforgeError,
     disk_error,
 )
+from sglforge.urls import scrub_text
 from sglforge.util import find_root, one_line, printable, set_command
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,6 +69,10 @@ class State:
 # list` start fast. tests/unit/test_cli_docs.py checks this table against the commands.
 COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
+    "configs": (
+        "sglforge.cli.configs",
+        "Tuned kernel tables: which rows a launch will use, before a GPU runs.",
+    ),
     "init": (
         "sglforge.cli.init",
         "Lay out a new fork-packaging project in DIRECTORY (default: here).",
@@ -133,7 +138,8 @@ class Group(click.Group):
         except SglforgeError as exc:
             _end_progress()
             _json_failure(ctx, exc)
-            click.echo(f"error: {printable(str(exc), keep=chr(10))}", err=True)
+            # every URL in a message is shown without its credentials, whoever built it
+            click.echo(f"error: {printable(scrub_text(str(exc)), keep=chr(10))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             _end_progress()
@@ -155,7 +161,10 @@ class Group(click.Group):
                 click.echo(f"error: {printable(str(disk), keep=chr(10))}", err=True)
                 ctx.exit(disk.exit_code)
             log = _crash_log(ctx, exc)
-            click.echo(f"error: unexpected {type(exc).__name__}: {printable(str(exc))}", err=True)
+            click.echo(
+                f"error: unexpected {type(exc).__name__}: {printable(scrub_text(str(exc)))}",
+                err=True,
+            )
             click.echo(
                 f"  a log for bug reports is at {log}"
                 if log
@@ -163,7 +172,7 @@ class Group(click.Group):
                 err=True,
             )
             if log is None:
-                click.echo("".join(traceback.format_exception(exc)), err=True)
+                click.echo(scrub_text("".join(traceback.format_exception(exc))), err=True)
             ctx.exit(EXIT_UNEXPECTED)
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
