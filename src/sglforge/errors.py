@@ -16,8 +16,7 @@ EXIT_BUILD = 6  # image build failed
 EXIT_SMOKE = 7  # smoke run could not run (preflight, container start)
 EXIT_PUBLISH = 8  # push or registry failure
 EXIT_NO_IMAGE = 9  # the image named (to inspect, or to build on) does not exist
-EXIT_LOCAL_DISK = 74  # no space or no permission on a local disk (sysexits' EX_IOERR)
-EXIT_DISK = EXIT_LOCAL_DISK
+EXIT_DISK = 74  # local disk: full, read-only or not writable (sysexits' EX_IOERR)
 EXIT_BUSY = 75  # another sglforge command holds the project (sysexits' EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15), handled like Ctrl-C
@@ -50,12 +49,6 @@ class PatchError(SglforgeError):
     exit_code = EXIT_PATCH
 
 
-class LocalDiskError(SglforgeError):
-    """A local disk refused a write (full, read-only, no permission): not upstream's fault."""
-
-    exit_code = EXIT_LOCAL_DISK
-
-
 class EngineUnavailable(SglforgeError):
     exit_code = EXIT_ENGINE
 
@@ -76,6 +69,12 @@ class BusyError(SglforgeError):
     """Another sglforge command holds the project's lock; running again later helps."""
 
     exit_code = EXIT_BUSY
+
+
+class LocalDiskError(SglforgeError):
+    """The local disk refused a write: full (ENOSPC, EDQUOT), read-only, or not a folder."""
+
+    exit_code = EXIT_DISK
 
 
 # What the OS and git say when the disk, not the input, is the problem.

@@ -21,7 +21,7 @@ from git.exc import GitCommandError
 
 from sglforge import progress as _progress
 from sglforge.errors import ConfigError, PatchError, UpstreamError, disk_error
-from sglforge.urls import public
+from sglforge.urls import scrub
 from sglforge.util import _flock, decode_exact, encode_exact
 
 # Fixed identity so commits sglforge makes are reproducible and never depend on user config.
@@ -282,7 +282,7 @@ def run_with_progress(
 def public_url(url: str) -> str | None:
     """``url`` as a browsable https address with any credentials removed; None for a local
     path (nobody else can follow it). ``git@host:org/repo.git`` -> ``https://host/org/repo``."""
-    url = public(url.strip())
+    url = scrub(url)
     m = re.match(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/]+@)?([^/:]+)(?::\d+)?[:/](.+)$", url)
     if not m or url.startswith("file:") or is_local(url):
         return None

@@ -19,7 +19,7 @@ from typing import Any
 
 from sglforge import __version__
 from sglforge.targets import BuildTarget
-from sglforge.urls import public
+from sglforge.urls import scrub, scrub_text
 
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
 MANIFEST_SCHEMA = "sglforge.manifest/1"
@@ -77,8 +77,8 @@ class UpstreamFacts:
 
     def __post_init__(self) -> None:
         # Labels, the manifest and release records show these: no token leaves with them.
-        object.__setattr__(self, "url", public(self.url))
-        object.__setattr__(self, "source", public(self.source))
+        object.__setattr__(self, "url", scrub(self.url))
+        object.__setattr__(self, "source", scrub_text(self.source, record=True))
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ def source_labels(url: str | None, commit: str | None) -> dict[str, str]:
     """The OCI source/revision labels naming the project's repository and commit, when known."""
     labels = {}
     if url:
-        labels[OCI_SOURCE] = public(url)
+        labels[OCI_SOURCE] = scrub(url)
     if commit:
         labels[OCI_REVISION] = commit
     return labels

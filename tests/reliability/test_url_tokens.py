@@ -16,8 +16,7 @@ from helpers_build import make_build_project
 from sglforge.build import fork_labels
 from sglforge.engine.credentials import scrub as registry_scrub
 from sglforge.provenance import OCI, UpstreamFacts
-from sglforge.urls import public as scrub
-from sglforge.urls import scrub_text
+from sglforge.urls import scrub, scrub_text
 
 SECRET = "QSECRET77tok"
 

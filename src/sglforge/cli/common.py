@@ -172,7 +172,7 @@ class Group(click.Group):
                 err=True,
             )
             if log is None:
-                click.echo(scrub_text("".join(traceback.format_exception(exc))), err=True)
+                click.echo("".join(traceback.format_exception(exc)), err=True)
             ctx.exit(EXIT_UNEXPECTED)
         finally:
             # The command's cleanup is done: a signal from here on just ends the process.
@@ -189,7 +189,12 @@ def _json_failure(ctx: click.Context, exc: SglforgeError) -> None:
     if st is None or not st.as_json or _JSON_PRINTED[0]:
         return
     print_json(
-        {"ok": False, "error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code},
+        {
+            "ok": False,
+            "error": scrub_text(exc.message),
+            "hint": scrub_text(exc.hint) if exc.hint else exc.hint,
+            "exit_code": exc.exit_code,
+        },
         ok=False,
     )
 

@@ -139,7 +139,9 @@ def auth_config(registry: str) -> dict[str, str] | None:
 def scrub(message: str, creds: Credentials | None) -> str:
     """``message`` with any userinfo and the password taken out."""
     # Registries do not echo passwords, but a proxy or a URL with userinfo could; never risk it.
-    message = scrub_text(message, (creds.password,) if creds and creds.password else ())
+    message = scrub_text(message)
+    if creds and creds.password:
+        message = message.replace(creds.password, "***")
     return message.strip()
 
 
