@@ -17,8 +17,12 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-# A scheme URL inside free text, up to whitespace, a quote or a bracket.
-_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`(){}]+")
+# A scheme URL inside free text, up to whitespace, a quote or a bracket; an IPv6 host
+# (``[::1]:5000``), and userinfo before it, are part of the URL.
+_IN_TEXT = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9+.-]*://(?:[^\s/@'\"<>`]*@)?(?:\[[0-9A-Fa-f:.]+\])?"
+    r"[^\s'\"<>`()\[\]{}]*"
+)
 # scp-like git addresses: user@host:path (the user is dropped with the rest of the userinfo).
 _SCP = re.compile(r"^[^@/:\s]+@([^/:\s]+:.*)$")
 # userinfo without a scheme (``user:pw@host/path``), as some tools print it
