@@ -40,9 +40,10 @@ byte), at :data:`STANDIN_TOKENIZER`. Differences from the release image, on purp
 the CPU build (the machine's ``torch==2.13.0+cpu`` wheel; the release pins 2.11 for ROCm), and
 ``torchvision`` is a STUB (:data:`TORCHVISION_STUB`): PyPI's torchvision wheels link the CUDA
 torch, and ``sglang/srt/utils/common.py:92`` imports ``torchvision.io.decode_jpeg`` at import
-time only; the text datasets never decode an image. The test that would fail if either
-mattered is the bench run itself (tests/docker/test_bench.py runs the real bench_serving in
-the replica end to end).
+time (and transformers 5.8.1 then imports a few more names): only those names are there, and
+calling any function raises; the text datasets never decode an image. The test that would
+fail if either mattered is the bench run itself (tests/docker/test_bench.py runs the real
+bench_serving in the replica end to end).
 
 Both carry ``io.sglforge.standin=1`` and a content-hash label; they are built once and reused
 while the tag still carries the expected hash. They are deliberately NOT labelled
@@ -144,17 +145,44 @@ BENCH_DEPS = (
 TOKENIZER_SDIST = ("openai-whisper", "20230124")
 TOKENIZER_MEMBER = "openai-whisper-20230124/whisper/assets/gpt2/"
 STANDIN_TOKENIZER = "/opt/sglforge-standin/tokenizer"
-TORCHVISION_STUB = (
-    '"""STUB torchvision, sglforge replica (TEST DOUBLE): PyPI has only CUDA builds of\n'
-    "torchvision, the replica's torch is the CPU build. sglang/srt/utils/common.py imports\n"
-    'torchvision.io.decode_jpeg at import time; text benchmarks never call it."""\n'
-    '__version__ = "0.0.0+sglforge.stub"\n'
+_RAISES = (
+    "def __getattr__(name):\n"
+    '    if name.startswith("__"):\n'
+    "        raise AttributeError(name)\n\n"
+    "    def unavailable(*args, **kwargs):\n"
+    '        raise NotImplementedError(f"sglforge replica: torchvision is a stub ({name})")\n\n'
+    "    return unavailable\n"
 )
-TORCHVISION_STUB_IO = (
-    '"""STUB (see torchvision/__init__.py)."""\n\n\n'
-    "def decode_jpeg(*args, **kwargs):\n"
-    '    raise NotImplementedError("sglforge replica: torchvision is a stub")\n'
-)
+# The STUB torchvision: the names sglang (srt/utils/common.py:92) and transformers 5.8.1
+# (image_utils.py:54-56, image_processing_backends.py:74) import at import time; every function
+# raises when called. Text benchmarks never call one.
+TORCHVISION_STUB = {
+    "__init__.py": (
+        '"""STUB torchvision, sglforge replica (TEST DOUBLE): PyPI has only CUDA builds of\n'
+        "torchvision and the replica's torch is the CPU build. Only what sglang and transformers\n"
+        'import at import time is here; calling anything raises."""\n'
+    ),
+    "io.py": (
+        "import enum\n\n\n"
+        "class ImageReadMode(enum.Enum):\n"
+        "    UNCHANGED = 0\n    GRAY = 1\n    GRAY_ALPHA = 2\n    RGB = 3\n    RGB_ALPHA = 4\n\n\n"
+        + _RAISES
+    ),
+    "transforms/__init__.py": (
+        "import enum\n\n\n"
+        "class InterpolationMode(enum.Enum):\n"
+        '    NEAREST = "nearest"\n    NEAREST_EXACT = "nearest-exact"\n'
+        '    BILINEAR = "bilinear"\n    BICUBIC = "bicubic"\n    BOX = "box"\n'
+        '    HAMMING = "hamming"\n    LANCZOS = "lanczos"\n'
+    ),
+    "transforms/functional.py": (
+        "from torchvision.transforms import InterpolationMode  # noqa: F401\n\n\n" + _RAISES
+    ),
+    "transforms/v2/__init__.py": "",
+    "transforms/v2/functional.py": (
+        "from torchvision.transforms import InterpolationMode  # noqa: F401\n\n\n" + _RAISES
+    ),
+}
 
 MANAGED = "io.sglforge.managed"
 STANDIN = "io.sglforge.standin"
@@ -656,9 +684,9 @@ def _context_dir(
         aiter_tree(into / "aiter")
     if bench:
         shutil.copytree(bench_wheels(), into / "bench-wheels")
-        (into / "torchvision").mkdir()
-        (into / "torchvision" / "__init__.py").write_text(TORCHVISION_STUB)
-        (into / "torchvision" / "io.py").write_text(TORCHVISION_STUB_IO)
+        for rel, text in TORCHVISION_STUB.items():
+            (into / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (into / "torchvision" / rel).write_text(text)
         standin_tokenizer(into / "tokenizer")
     return into
 
@@ -710,7 +738,7 @@ def ensure_sglang_base(
     for path, data in sorted((files or {}).items()):
         h.update(f"{path}\0{len(data)}\0".encode() + data)
     if bench:
-        h.update(f"{BENCH_DEPS}{TOKENIZER_SDIST}{TORCHVISION_STUB}{TORCHVISION_STUB_IO}".encode())
+        h.update(f"{BENCH_DEPS}{TOKENIZER_SDIST}{sorted(TORCHVISION_STUB.items())}".encode())
     digest = h.hexdigest()[:16]
     with _locked("sglang"):
         if _image_with_hash(client, tag, digest):

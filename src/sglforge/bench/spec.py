@@ -212,7 +212,8 @@ def single_stream_args(
         "--tokenizer",
         tokenizer,
         "--dataset-name",
-        "random",
+        # Random token ids: "random" samples ShareGPT text, which needs the hub.
+        "random-ids",
         "--random-input-len",
         str(ss.input_len),
         "--random-output-len",
