@@ -63,7 +63,7 @@ class State:
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": (
         "sglforge.cli.bench",
-        "Measure serving performance with the image's own bench_serving; compare releases.",
+        "Measure serving performance the case study's way, with the image's own client.",
     ),
     "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
     "init": (
