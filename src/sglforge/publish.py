@@ -300,7 +300,9 @@ def publish(
         smoke, result = _smoke_gate(plan, built.image, result, model, port, labels)
         if result.error:
             return result
-        smoke, result = _bench_gate(plan, built.image, immutable, smoke, result, model, port)
+        smoke, result = _bench_gate(
+            plan, built.image, immutable, smoke, result, model, port, labels
+        )
         if result.error:
             return result
     else:
@@ -535,6 +537,7 @@ def _bench_gate(
     result: PublishResult,
     model: str | None,
     port: int | None,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[Smoke, PublishResult]:
     """The scenario's [bench] paired with the previous release of the target; a significant
     regression beyond the tolerance stops the publish (exit 1) unless accepted."""
@@ -569,6 +572,7 @@ def _bench_gate(
             against=against,
             model=model,
             port=port,
+            labels=dict(labels or {}),
             progress=plan.say,
         )
     except SglforgeError as exc:

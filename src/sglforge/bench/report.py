@@ -18,7 +18,7 @@ from sglforge.bench.stats import Change, Point
 from sglforge.util import atomic_write
 
 JSON_SCHEMA = 1
-TABLE_HEADERS = (
+TABLE_HEADERS: tuple[str, ...] = (
     "RPS",
     "total tok/s/node",
     "output tok/s",
@@ -207,7 +207,7 @@ def record_figures(report: BenchReport) -> dict[str, Any]:
 
 def table_rows(report: BenchReport) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """The case study's table: RPS, total tok/s per node, TTFT p50/p95, success."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for p in report.run.sweep:
         mark = (
             " (knee)" if report.run.knee and p.request_rate == report.run.knee.request_rate else ""

@@ -399,23 +399,28 @@ def _report(
             base_singles,
         )
         g = b.gate
-        kw = {"confidence": g.confidence, "tolerance": g.tolerance, "resamples": g.resamples}
-        changes.append(
-            paired_change(
+        for figure, base_values, cand_values in (
+            (
                 "knee_total_tok_s",
                 [_knee_tok_s(ctx, m) for m in baseline],
                 [_knee_tok_s(ctx, m) for m in candidate],
-                **kw,
-            )
-        )
-        changes.append(
-            paired_change(
+            ),
+            (
                 "single_stream_decode_tok_s",
                 [m.single.decode_tok_s for m in baseline if m.single],
                 [m.single.decode_tok_s for m in candidate if m.single],
-                **kw,
+            ),
+        ):
+            changes.append(
+                paired_change(
+                    figure,
+                    base_values,
+                    cand_values,
+                    confidence=g.confidence,
+                    tolerance=g.tolerance,
+                    resamples=g.resamples,
+                )
             )
-        )
     refused = [r for r in rows if r.refused]
     return BenchReport(
         scenario=ctx.scenario.name,
