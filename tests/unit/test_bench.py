@@ -356,3 +356,62 @@ def test_the_stand_ins_costs_follow_the_knobs() -> None:
     assert cache.match_and_insert([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
     assert cache.match_and_insert([9, 9, 9, 9]) == 0  # evicts the oldest block (LRU)
     assert cache.match_and_insert([1, 2, 3, 4, 5]) == 0
+
+
+ROCMINFO = """\
+Agent 1
+  Name:                    AMD EPYC 9575F
+  Marketing Name:          AMD EPYC 9575F 64-Core Processor
+  Device Type:             CPU
+Agent 2
+  Name:                    gfx950
+  Marketing Name:          AMD Instinct MI355X
+  Device Type:             GPU
+Agent 3
+  Name:                    gfx950
+  Marketing Name:          AMD Instinct MI355X
+  Device Type:             GPU
+"""
+
+
+def test_gpu_facts_name_the_gpus_not_the_cpu() -> None:
+    from sglforge.smoke.preflight import GpuInventory, _gpu_marketing_names, node_facts
+
+    assert _gpu_marketing_names(ROCMINFO) == ["AMD Instinct MI355X"] * 2
+    assert node_facts(None) == {} and node_facts(GpuInventory((), "none")) == {}
+    facts = node_facts(GpuInventory(("gfx950", "gfx950"), "kfd-sysfs"))
+    assert (facts["count"], facts["gfx"]) == (2, "gfx950")
+
+
+def test_a_stand_in_release_is_recorded_as_one(tmp_path: Path) -> None:
+    import dataclasses
+
+    from test_release import make_release
+
+    from sglforge.provenance import LABEL_SMOKE_HARDWARE, Smoke
+    from sglforge.release import from_dict, record_labels, record_release, to_dict
+
+    bench = {
+        "hardware": "standin-cpu",
+        "knee": {"request_rate": 9.0, "total_tok_s": 5076.2},
+        "single_stream": {"decode_tok_s": 360.9, "accept_length": 3.37},
+        "regression": {
+            "regressed": True,
+            "accepted": "known: new kernel",
+            "changes": [{"figure": "single_stream_decode_tok_s", "delta": -0.09}],
+        },
+    }
+    smoke = Smoke(True, "standin-cpu", "passed", {"decode_tok_s": 361.0}, "standin-cpu", {}, bench)
+    release = make_release(smoke=smoke)
+    assert release.tested is False  # a stand-in never counts as the GPU target's smoke
+    assert from_dict(to_dict(release)) == release
+    assert record_labels(release)[LABEL_SMOKE_HARDWARE] == "standin-cpu"
+    gpu = make_release(smoke=dataclasses.replace(smoke, hardware="gpu", gpus={"count": 8}))
+    assert gpu.tested is True and from_dict(to_dict(gpu)).smoke.gpus == {"count": 8}  # type: ignore[union-attr]
+    (tmp_path / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
+    record_release(tmp_path, release)
+    entry = (tmp_path / "CHANGELOG.md").read_text()
+    assert "smoke passed on a **STAND-IN** (standin-cpu, not a GPU run)" in entry
+    assert "bench (stand-in): knee 9 RPS at 5076 tok/s/node" in entry
+    assert "single_stream_decode_tok_s -9.0% vs last release" in entry
+    assert "regression accepted: known: new kernel" in entry
