@@ -92,6 +92,7 @@ def upgrade(
     build: bool = True,
     smoke: bool = True,
     publish: bool = False,
+    allow_standin: bool = False,
     registry: str | None = None,
     base_image: str | None = None,
     model: str | None = None,
@@ -113,6 +114,7 @@ def upgrade(
             build=build,
             smoke=smoke,
             publish=publish,
+            allow_standin=allow_standin,
             registry=registry,
             base_image=base_image,
             model=model,
@@ -135,6 +137,7 @@ def _upgrade(
     build: bool,
     smoke: bool,
     publish: bool,
+    allow_standin: bool = False,
     registry: str | None,
     base_image: str | None,
     model: str | None,
@@ -229,6 +232,7 @@ def _upgrade(
                         upstream=upstream,
                         smoke=smoke,
                         publish=publish,
+                        allow_standin=allow_standin,
                         registry=registry,
                         base_image=base_image,
                         model=model,
@@ -294,6 +298,7 @@ def _prove_target(
     upstream: str | None,
     smoke: bool,
     publish: bool,
+    allow_standin: bool = False,
     registry: str | None,
     base_image: str | None,
     model: str | None,
@@ -347,6 +352,7 @@ def _prove_target(
                 labels=labels,
                 offline=offline,
                 skip_smoke=not smoke,
+                allow_standin=allow_standin,
             )
             stages[f"smoke+publish {target}"] = time.monotonic() - t
             return replace(

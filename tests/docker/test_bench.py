@@ -143,7 +143,7 @@ def test_bench_on_the_replica_gives_the_table_chart_and_the_analytic_knee(
     assert_valid_junit(junit)
     assert 'name="bench.knee"' in junit.read_text()
     server_log = next(out.glob("candidate-0.server.log")).read_text()
-    assert "--enable-metrics" in server_log and "Cache flushed" in server_log
+    assert '"enable_metrics": true' in server_log and "Cache flushed" in server_log
 
 
 def test_a_slower_image_is_a_regression_and_noise_is_not(

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -135,8 +136,9 @@ def _prepare(
     else:
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         parent = work_dir(root, "bench")
-        folder = confined(parent, f"{scenario.name}-{stamp}-{os.getpid()}", "report folder", "")
-        folder.mkdir(parents=True, exist_ok=True)
+        run_id = uuid.uuid4().hex[:8]
+        folder = confined(parent, f"{scenario.name}-{stamp}-{run_id}", "report folder", "")
+        folder.mkdir(parents=True)
     return _Ctx(
         root=root,
         scenario=scenario,
