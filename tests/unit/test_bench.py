@@ -415,3 +415,17 @@ def test_a_stand_in_release_is_recorded_as_one(tmp_path: Path) -> None:
     assert "bench (stand-in): knee 9 RPS at 5076 tok/s/node" in entry
     assert "single_stream_decode_tok_s -9.0% vs last release" in entry
     assert "regression accepted: known: new kernel" in entry
+
+
+def test_simulated_acceptance_is_refused_for_smoke_and_bench(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglforge.smoke import run_smoke
+    from sglforge.smoke.preflight import refuse_simulated_acceptance
+
+    refuse_simulated_acceptance({"SGLANG_USE_AITER": "1"}, CPU)
+    with pytest.raises(ConfigError, match="SGLANG_SIMULATE_ACC_LEN is set"):
+        refuse_simulated_acceptance({"SGLANG_SIMULATE_ACC_LEN": "3.61"}, CPU)
+    monkeypatch.setenv("SGLANG_SIMULATE_ACC_METHOD", "match-expected")
+    with pytest.raises(ConfigError, match="SGLANG_SIMULATE_ACC_METHOD"):
+        run_smoke(tmp_path, "no-such-image", CPU, log_dir=tmp_path / "log")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import re
 import time
 import uuid
@@ -40,11 +39,11 @@ from sglforge.bench.stats import (
 )
 from sglforge.errors import BenchError, ConfigError
 from sglforge.smoke.checks import HttpError, _request
+from sglforge.smoke.preflight import refuse_simulated_acceptance
 from sglforge.smoke.scenario import Scenario, load_scenario
 from sglforge.util import check_output_dir, confined, work_dir
 
 BENCH_COMMAND = ("python3", "-m", "sglang.bench_serving")
-SIMULATED_ACCEPT = "SGLANG_SIMULATE_ACC_"  # sglang srt/environ.py:261-262
 STANDIN_HARDWARE = "standin-cpu"
 CLIENT_MOUNT = "/sglforge-bench"
 _CHOICES = re.compile(r"--dataset-name\s+\{([^}]*)\}")
@@ -124,13 +123,7 @@ def _prepare(
             "add one (see docs/bench.md), or pick a scenario that has it",
         )
     merged = {**scenario.container.env, **dict(env or {})}
-    simulated = sorted(k for k in {**os.environ, **merged} if k.startswith(SIMULATED_ACCEPT))
-    if simulated:
-        raise ConfigError(
-            f"{', '.join(simulated)} is set: accept-length and speed figures would be simulated, "
-            "not measured",
-            f"unset {simulated[0]} (in the environment, --env or {scenario.path}) and rerun",
-        )
+    refuse_simulated_acceptance(merged, scenario.path)
     if report_dir is not None:
         folder = check_output_dir(report_dir, "--report-dir")
     else:

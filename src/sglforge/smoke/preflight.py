@@ -325,3 +325,20 @@ def _gpu_marketing_names(text: str) -> list[str]:
         if m:
             kind = m.group(1)
     return names
+
+
+SIMULATED_ACCEPT = "SGLANG_SIMULATE_ACC_"  # sglang 0.5.14 srt/environ.py:261-262
+
+
+def refuse_simulated_acceptance(env: Mapping[str, str], scenario: Path) -> None:
+    """ConfigError when ``SGLANG_SIMULATE_ACC_*`` is set (the shell, ``--env`` or the scenario):
+    sglang then fakes acceptance, so accept-length and speed figures would not be measured."""
+    from sglforge.errors import ConfigError
+
+    simulated = sorted(k for k in {**os.environ, **env} if k.startswith(SIMULATED_ACCEPT))
+    if simulated:
+        raise ConfigError(
+            f"{', '.join(simulated)} is set: accept-length and speed figures would be "
+            "simulated, not measured",
+            f"unset {simulated[0]} (in the environment, --env or {scenario}) and rerun",
+        )
