@@ -16,6 +16,7 @@ EXIT_BUILD = 6  # image build failed
 EXIT_SMOKE = 7  # smoke run could not run (preflight, container start)
 EXIT_PUBLISH = 8  # push or registry failure
 EXIT_NO_IMAGE = 9  # the image named (to inspect, or to build on) does not exist
+EXIT_LOCAL_DISK = 74  # no space or no permission on a local disk (sysexits' EX_IOERR)
 EXIT_BUSY = 75  # another sglforge command holds the project (sysexits' EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15), handled like Ctrl-C
@@ -46,6 +47,12 @@ class UpstreamError(SglforgeError):
 
 class PatchError(SglforgeError):
     exit_code = EXIT_PATCH
+
+
+class LocalDiskError(SglforgeError):
+    """A local disk refused a write (full, read-only, no permission): not upstream's fault."""
+
+    exit_code = EXIT_LOCAL_DISK
 
 
 class EngineUnavailable(SglforgeError):

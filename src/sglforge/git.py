@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +129,45 @@ def run(
     if check and result.status != 0:
         raise GitFailed(args, result, cwd)
     return result
+
+
+def fast_import(repo: Path, stream: Iterable[bytes]) -> None:
+    """Feed ``stream`` (a git fast-import command stream ending in ``done``) to ``git
+    fast-import`` as it is produced, so a release's files are never all in memory at once.
+    An interrupt or an error in the producer kills git; nothing it wrote is referenced."""
+    import tempfile
+
+    _progress.current().detail(f"git fast-import  (in {repo})")
+    # stderr to a file: a pipe nobody reads while we write could fill and block both sides
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            # always a pack (never loose objects): the store records and checks its packs
+            ["git", "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done"],
+            cwd=str(repo),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            env=_env(),
+        )
+        assert proc.stdin is not None
+        try:
+            try:
+                for chunk in stream:
+                    proc.stdin.write(chunk)
+            except BrokenPipeError:
+                pass  # git stopped reading: its status and stderr below say why
+            finally:
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.close()
+            status = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        errors.seek(0)
+        err = errors.read()
+    if status != 0:
+        raise GitFailed(("fast-import",), GitResult(status, "", decode_exact(err)), repo)
 
 
 class GitFailed(PatchError):
@@ -433,6 +472,7 @@ __all__ = [
     "cache_name",
     "checkout_facts",
     "ensure_cache",
+    "fast_import",
     "is_ancestor",
     "out",
     "resolve",

@@ -61,6 +61,18 @@ class Progress:
     def detail(self, message: str) -> None:
         """One line only ``-v`` shows (each git or docker command, say)."""
 
+    def warn(self, message: str) -> None:
+        """A warning the user must see: on stderr at every verbosity, ``-q`` and ``--json``
+        included (a wheel taken without a checksum, a damaged cache rebuilt)."""
+        import sys
+
+        from sglforge.urls import scrub_text
+        from sglforge.util import printable
+
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"warning: {printable(scrub_text(message))}\n")
+            sys.stderr.flush()
+
     @property
     def verbose(self) -> bool:
         return False

@@ -1,10 +1,10 @@
-"""Upstream source ``pypi:<project>[<spec>]``: a local git history built from released wheels.
+"""Upstream source ``pypi:<project>[<spec>]``: a local git store built from released wheels.
 
 GitHub may be unreachable, and cloning all of sglang's history costs over a gigabyte. A released
 wheel, though, carries the real upstream file contents of its release: the wheel's ``sglang/``
-folder is the git repository's ``python/sglang/`` folder. This module turns the wheels of every
-release matching a PEP 440 specifier into a git history with one commit per release, in
-ascending version order, each tagged ``v<version>`` (``v0.5.14``, ``v0.5.10.post1``).
+folder is the git repository's ``python/sglang/`` folder. This module imports the wheels of
+the releases it is asked for into one bare git repository per project, one commit per
+release, tagged ``v<version>`` (``v0.5.14``, ``v0.5.10.post1``).
 
 **Such a tree holds ``python/`` only** (in fact only ``python/sglang/``): no ``sgl-kernel/``,
 ``docker/``, ``3rdparty/``, ``test/``, ``benchmark/``, nor ``python/pyproject.toml``. A patch that
@@ -12,67 +12,71 @@ touches anything else does not apply to it. Compiled extension modules (``*.so``
 that a wheel ships are build outputs, not sources, and are left out too; so are the
 ``*.dist-info`` folder and any other top-level folder of the wheel.
 
-Releases and wheels come from PyPI's JSON API (``$SGLFORGE_PYPI_URL``, else ``$PIP_INDEX_URL``
-without ``/simple``, else https://pypi.org): for each release, a Linux x86_64 wheel whatever the
-host (a pure ``py3-none-any`` one first, else a ``manylinux`` or ``linux`` x86_64 one), checked
-against the sha256 the index publishes; releases with no such wheel are left out. With
-``pip_args`` (tests point pip at a local folder: ``--no-index --find-links DIR``) pip lists and
-downloads instead. Wheels are kept under ``<cache_root>/pypi-<project>/wheels`` (never
-downloaded twice); earlier wheel folders given as ``seed`` (a checkout's old ``build/pypi``) are
-linked in first.
-Commits use a fixed identity and date, so the same versions give the same SHAs on any machine
-(wheels for different Python versions differ only in their compiled modules, which are dropped).
-When newer releases appear the history grows at its end and the existing commits keep their SHAs;
-if the list of versions changed elsewhere, it is rebuilt from the first changed version. Each
-history is built in a temporary folder and renamed into place, under a file lock.
+**Lazily, and stable.** Only the releases a command needs are imported: ``patches apply`` at
+the pin fetches the pin's wheel only; ``check --tags`` and ``upgrade`` add what they ask for.
+Each release is a commit of its own with no parent, a fixed identity and date, and a message
+naming only its version, so its SHA depends on its content alone: the same release has the
+same commit on every machine, whatever else was imported before or after, and growing the
+store never changes a commit already in it.
+
+**Where wheels come from** is the index pip would read (``sglforge.index``: pip's own
+configuration, ``$SGLFORGE_PYPI_URL`` first): for each release a Linux x86_64 wheel whatever
+the host (a pure ``py3-none-any`` one first, else a ``manylinux``/``linux`` x86_64 one), checked
+against the index's sha256. Yanked files are skipped, except for a release asked for exactly
+(PEP 592), which is then named as yanked. Wheels are kept under
+``<cache_root>/pypi-<project>/wheels`` with the sha256 computed at download beside each
+(``<wheel>.sha256``), re-checked on every use.
+
+**A wheel is imported the way pip installs it:** regular files only (no symlinks, devices),
+no ``..`` or ``.git`` path components, with a bound on sizes and on the compression ratio
+(a zip bomb is refused), streamed into ``git fast-import`` one file at a time.
+
+**A damaged store heals:** the pack files it holds are recorded after each import; one that
+changed size or went missing makes the store be rebuilt from the cached wheels, with a message
+saying so. All of this runs under one file lock per project.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
 import stat
-import subprocess
-import sys
-import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from sglforge import git
-from sglforge.errors import ConfigError, UpstreamError
-from sglforge.progress import Progress, resolve
+from sglforge import git, index
+from sglforge.errors import ConfigError, LocalDiskError, UpstreamError
+from sglforge.progress import Progress, Task, resolve
 
 DEFAULT_SPEC = ">=0.5.10"
-# Bump when the tree layout or commit format changes: it is part of the history's folder name,
+# Bump when the tree layout or commit format changes: it is part of the store's folder name,
 # so a new format never mixes with commits an older sglforge made.
-FORMAT = 1
+FORMAT = 2
 BRANCH = "refs/heads/main"
+STATE_FILE = "sglforge-store.json"
 # Build outputs a platform wheel carries that are not in the source repository.
 _BINARY_SUFFIXES = (".so", ".pyd", ".dylib", ".dll", ".pyc")
 _SOURCE_RE = re.compile(
     r"^pypi:\s*(?P<project>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?P<spec>.*)$"
 )
-# Signs in pip's output that the index could not be reached at all.
-_NETWORK_SIGNS = (
-    "NewConnectionError",
-    "ConnectTimeout",
-    "Could not fetch URL",
-    "Max retries exceeded",
-    "ProxyError",
-    "SSLError",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "connection broken",
-)
+# Linux x86_64 platform tags of wheels (manylinux1/2010/2014, manylinux_2_NN, plain linux).
+_LINUX_X86_64 = re.compile(r"^(manylinux\w*|linux)_x86_64$")
+# Bounds on what one wheel may unpack to (sglang's largest release: about 60 MB of sources).
+MAX_TOTAL_BYTES = 4 << 30
+MAX_FILE_BYTES = 1 << 30
+MAX_RATIO = 200  # uncompressed / compressed, for members over 1 MiB
+INDEX_ENV = index.INDEX_ENV
+TIMEOUT_ENV = index.TIMEOUT_ENV
 
 
 def parse_source(s: str) -> tuple[str, str] | None:
@@ -105,414 +109,393 @@ def _spec_set(spec: str, where: str) -> SpecifierSet:
         ) from exc
 
 
+# --- what the index offers ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Release:
+    version: Version
+    file: index.File  # the wheel to use
+
+    @property
+    def yanked(self) -> bool:
+        return self.file.yanked
+
+
+def releases(project: str) -> dict[Version, Release]:
+    """version -> the Linux x86_64 wheel to use, for every release on the configured indexes
+    (yanked ones included, flagged). The first index listing a usable wheel wins."""
+    ranked: dict[Version, tuple[tuple[int, int, int, str], index.File]] = {}
+    order = {ix: n for n, ix in enumerate(index.config().indexes)}
+    for f in index.files(project):
+        rank = _linux_rank(f.filename, project)
+        if rank is None:
+            continue
+        try:
+            version = parse_wheel_filename(f.filename)[1]
+        except InvalidWheelFilename:
+            continue
+        key = (int(f.yanked), rank, order.get(f.index, len(order)), f.filename)
+        if version not in ranked or key < ranked[version][0]:
+            ranked[version] = (key, f)
+    return {v: Release(v, f) for v, (_, f) in ranked.items()}
+
+
+def _linux_rank(filename: str, project: str) -> int | None:
+    """0 for a pure wheel, 1 for a Linux x86_64 one; None for anything else."""
+    try:
+        name, _, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    if name != canonicalize_name(project):
+        return None
+    platforms = {t.platform for t in tags}
+    if "any" in platforms:
+        return 0
+    if any(_LINUX_X86_64.match(p) for p in platforms):
+        return 1
+    return None
+
+
+def available_versions(project: str, spec: SpecifierSet | str = "") -> list[Version]:
+    """Released, non-yanked versions of ``project`` with a Linux x86_64 wheel on the configured
+    indexes that match ``spec``, ascending. Pre-releases only when the specifier names one."""
+    spec_set = spec if isinstance(spec, SpecifierSet) else _spec_set(spec, f"pypi:{project}")
+    found = releases(project)
+    usable = sorted(v for v, r in found.items() if not r.yanked)
+    if not usable:
+        raise UpstreamError(
+            f"pypi:{project}: no release with a Linux x86_64 wheel on {index.config().describe()}",
+            "check the project name and pip's index settings (`pip config list`), or pass "
+            "--upstream PATH to a local sglang clone",
+        )
+    pre = bool(spec_set.prereleases)
+    matching = sorted(set(spec_set.filter(usable, prereleases=pre)))
+    if not matching:
+        newest = max([v for v in usable if pre or not v.is_prerelease] or usable)
+        raise UpstreamError(
+            f"pypi:{project}: no release matches {str(spec_set)!r} (newest on the index: {newest})",
+            f"widen the range, e.g. --upstream 'pypi:{project}>={newest}'",
+        )
+    return matching
+
+
+def _release(project: str, version: Version, exact: bool) -> Release:
+    found = releases(project).get(version)
+    if found is None:
+        raise UpstreamError(
+            f"pypi:{project}=={version}: no Linux x86_64 wheel on {index.config().describe()}",
+            "pick another release (`sglforge patches check --tags '>=0'` lists them)",
+        )
+    if found.yanked and not exact:
+        raise UpstreamError(
+            f"pypi:{project}=={version} is yanked on {found.file.index.shown}",
+            f"pin it exactly (ref v{version}) to use it anyway, or pick another release",
+        )
+    return found
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+def store(cache_root: Path, project: str) -> Path:
+    """The store's path (it may not exist yet)."""
+    return Path(cache_root) / f"pypi-{canonicalize_name(project)}" / f"releases-f{FORMAT}.git"
+
+
+def ensure(
+    cache_root: Path,
+    project: str,
+    versions: Sequence[Version | str],
+    *,
+    exact: bool = False,
+    seed: Sequence[Path] = (),
+    progress: Progress | None = None,
+) -> Path:
+    """The store, holding (at least) each of ``versions``: missing ones are downloaded and
+    imported, nothing else is. ``exact`` admits a yanked release (it was asked for by pin).
+    ``seed`` names older wheel folders to take wheels from before downloading."""
+    say = resolve(progress)
+    wanted = sorted({Version(str(v)) for v in versions})
+    repo = store(cache_root, project)
+    base = repo.parent
+    with _locked(base / ".lock"):
+        state = _open_store(repo, project, base / "wheels", seed, say)
+        have = {Version(v) for v in state["versions"]}
+        todo = [v for v in wanted if v not in have]
+        if not todo:
+            return repo
+        say.info(f"pypi:{project}: importing {len(todo)} release(s): {_listing(todo)}")
+        wheels = [
+            _wheel(base / "wheels", project, v, seed, say, f"wheel {n}/{len(todo)}", exact)
+            for n, v in enumerate(todo, 1)
+        ]
+        with say.task(f"pypi:{project} releases", len(todo)) as task:
+            for version, wheel in zip(todo, wheels, strict=True):
+                _import_release(repo, version, wheel, project)
+                state["versions"].append(str(version))
+                _save_state(repo, state)
+                task.advance(note=f"v{version}")
+    return repo
+
+
 def history(
     cache_root: Path,
     project: str = "sglang",
     spec: str = "",
     *,
-    pip_args: Sequence[str] = (),
     seed: Sequence[Path] = (),
     progress: Progress | None = None,
 ) -> Path:
-    """A bare git repository with one commit per release of ``project`` matching ``spec``.
-
-    ``pip_args`` are extra pip options (tests point pip at a local folder of wheels with
-    ``--no-index --find-links DIR``); ``seed`` names older caches whose wheels are reused.
-    ``progress`` sees each wheel download (bytes) and the history being built (one step per
-    release).
-    """
-    say = resolve(progress)
+    """The store, holding every release of ``project`` that matches ``spec`` (the index is
+    asked which those are)."""
     spec_set = _spec_set(spec, f"pypi:{project}{spec}")
-    versions = available_versions(project, spec_set, pip_args=pip_args)
-    base = Path(cache_root) / f"pypi-{canonicalize_name(project)}"
-    repo = base / f"history-f{FORMAT}-{_spec_slug(spec_set)}.git"
-    with _locked(base / ".lock"):
-        _recover(repo)
-        chain = _chain(repo) if (repo / "HEAD").exists() else []
-        keep = 0
-        while keep < min(len(chain), len(versions)) and chain[keep][0] == str(versions[keep]):
-            keep += 1
-        if keep == len(chain) == len(versions):
-            return repo
-        todo = versions[keep:]
-        say.info(
-            f"pypi:{project}: {len(todo)} release(s) to add to the history (of {len(versions)})"
-        )
-        wheels = [
-            _wheel(base / "wheels", project, v, pip_args, seed, say, f"wheel {n}/{len(todo)}")
-            for n, v in enumerate(todo, 1)
-        ]
-        _rebuild(repo, chain[:keep], todo, wheels, project, say)
-    return repo
+    versions = available_versions(project, spec_set)
+    exact = all(s.operator in ("==", "===") for s in spec_set) and len(versions) == 1
+    return ensure(cache_root, project, versions, exact=exact, seed=seed, progress=progress)
+
+
+def has_release(repo: Path, version: Version | str) -> bool:
+    return str(Version(str(version))) in tagged_versions(repo)
+
+
+def tagged_versions(repo: Path) -> list[str]:
+    """The versions the store holds, ascending."""
+    if not (Path(repo) / "HEAD").exists():
+        return []
+    found = []
+    for tag in git.tags(repo):
+        if tag.startswith("v"):
+            with contextlib.suppress(InvalidVersion):
+                found.append(Version(tag[1:]))
+    return [str(v) for v in sorted(found)]
+
+
+def _listing(versions: Sequence[Version]) -> str:
+    shown = ", ".join(str(v) for v in versions[:6])
+    return shown + (f" and {len(versions) - 6} more" if len(versions) > 6 else "")
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """The project's store and wheels, one process at a time (others wait: a first import
+    can take minutes on a slow index). The project's lock helper, reentrant in-process."""
+    from sglforge.util import _flock
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalDiskError(
+            f"cannot write the sglforge cache at {path.parent}: {exc.strerror}",
+            "free space or fix permissions there, or point $SGLFORGE_CACHE at another disk",
+        ) from None
+    with _flock(path, f"the PyPI cache {path.parent}", None):
+        yield
+
+
+def _packs(repo: Path) -> dict[str, int]:
+    folder = repo / "objects" / "pack"
+    if not folder.is_dir():
+        return {}
+    return {p.name: p.stat().st_size for p in folder.glob("pack-*.pack")}
+
+
+def _save_state(repo: Path, state: dict[str, list[str]]) -> None:
+    from sglforge.util import atomic_write
+
+    versions = sorted(set(state["versions"]), key=Version)
+    data = {"format": FORMAT, "versions": versions, "packs": _packs(repo)}
+    atomic_write(repo / STATE_FILE, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    state["versions"] = versions
+
+
+def _open_store(
+    repo: Path, project: str, wheels: Path, seed: Sequence[Path], say: Progress
+) -> dict[str, list[str]]:
+    """The store's recorded state; a new store is made, a damaged one rebuilt (we hold the
+    lock)."""
+    for stale in repo.parent.glob(repo.name + ".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if not (repo / "HEAD").exists():
+        _init(repo)
+        return {"versions": []}
+    try:
+        recorded = json.loads((repo / STATE_FILE).read_text())
+        versions = [str(Version(v)) for v in recorded["versions"]]
+        packs = recorded["packs"]
+        if not isinstance(packs, dict):
+            raise TypeError("packs")
+    except (OSError, ValueError, KeyError, TypeError, InvalidVersion):
+        versions, packs = tagged_versions(repo), None
+    damage = _damage(repo, versions, packs)
+    if not damage:
+        return {"versions": versions}
+    say.warn(
+        f"the pypi:{project} store at {repo} is damaged ({damage}); rebuilding it from the "
+        "cached wheels"
+    )
+    tmp = repo.with_name(f"{repo.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _init(tmp)
+    state: dict[str, list[str]] = {"versions": []}
+    for n, v in enumerate(versions, 1):
+        wheel = _wheel(wheels, project, Version(v), seed, say, f"rebuild {n}/{len(versions)}", True)
+        _import_release(tmp, Version(v), wheel, project)
+        state["versions"].append(v)
+    _save_state(tmp, state)
+    old = repo.with_name(f"{repo.name}.old-{os.getpid()}")
+    os.replace(repo, old)
+    os.replace(tmp, repo)
+    shutil.rmtree(old, ignore_errors=True)
+    return state
+
+
+def _init(repo: Path) -> None:
+    repo.mkdir(parents=True, exist_ok=True)
+    git.run(repo, "init", "--bare", "--quiet")
+    git.run(repo, "symbolic-ref", "HEAD", BRANCH)
+
+
+def _damage(repo: Path, versions: list[str], packs: object) -> str:
+    """'' for a sound store, else what is wrong with it."""
+    now = _packs(repo)
+    if isinstance(packs, dict):
+        for name, size in packs.items():
+            if name not in now:
+                return f"pack {name} is missing"
+            if now[name] != size:
+                return f"pack {name} is {now[name]} bytes, {size} when written"
+        if set(now) == set(packs):
+            return ""
+    # packs not recorded, or changed by someone else (a git gc): check every object once
+    res = git.run(repo, "fsck", "--no-dangling", "--no-progress", check=False)
+    if res.status != 0:
+        lines = (res.stderr or res.stdout).strip().splitlines()
+        return lines[0] if lines else "git fsck failed"
+    for v in versions:
+        if git.run(repo, "rev-parse", "--verify", "--quiet", f"v{v}^{{tree}}", check=False).status:
+            return f"tag v{v} is missing"
+    _save_state(repo, {"versions": versions})
+    return ""
+
+
+# --- wheels ---------------------------------------------------------------------------------
 
 
 def wheel(
     cache_root: Path, project: str, version: str, *, progress: Progress | None = None
 ) -> Path:
-    """The Linux x86_64 wheel of ``project==version``, from the cache ``history`` fills
-    (downloaded once, sha256 checked)."""
+    """The Linux x86_64 wheel of ``project==version``, from the cache the store fills
+    (downloaded once, its sha256 checked on every use)."""
     base = Path(cache_root) / f"pypi-{canonicalize_name(project)}"
     with _locked(base / ".lock"):
-        return _wheel(base / "wheels", project, Version(version), (), (), resolve(progress))
+        return _wheel(base / "wheels", project, Version(version), (), resolve(progress), exact=True)
 
 
-def available_versions(
-    project: str, spec: SpecifierSet | str = "", *, pip_args: Sequence[str] = ()
-) -> list[Version]:
-    """Released versions of ``project`` on pip's configured index that match ``spec``, ascending.
-
-    Pre-releases are left out unless the specifier names one.
-    """
-    spec_set = spec if isinstance(spec, SpecifierSet) else _spec_set(spec, f"pypi:{project}")
-    pre = bool(spec_set.prereleases)
-    if not pip_args:
-        on_index = sorted(_index_wheels(project))
-        if not on_index:
-            raise UpstreamError(
-                f"pypi:{project}: no release with a Linux x86_64 wheel on {_index_url()}",
-                "check the project name, or pass --upstream PATH to a local sglang clone",
-            )
-        return _matching(project, spec_set, on_index, pre)
-    # -vv: pip then says which index locations it could not fetch, and why
-    args = ["index", "versions", "-vv", project, *(["--pre"] if pre else []), *pip_args]
-    res = _pip(args, f"asking the package index for the releases of {project}")
-    found: list[Version] = []
-    for line in res.stdout.splitlines():
-        if line.strip().startswith("Available versions:"):
-            for item in line.split(":", 1)[1].split(","):
-                with contextlib.suppress(InvalidVersion):
-                    found.append(Version(item.strip()))
-    if res.returncode != 0 or not found:
-        _raise_index_error(project, spec_set, res)
-    return _matching(project, spec_set, found, pre)
-
-
-def _matching(
-    project: str, spec_set: SpecifierSet, found: list[Version], pre: bool
-) -> list[Version]:
-    matching = sorted(set(spec_set.filter(found, prereleases=pre)))
-    if not matching:
-        raise UpstreamError(
-            f"pypi:{project}: no release matches {str(spec_set)!r} "
-            f"(newest on the index: {max(found)})",
-            f"widen the range, e.g. --upstream 'pypi:{project}>={max(found)}'",
-        )
-    return matching
-
-
-def _raise_index_error(
-    project: str, spec_set: SpecifierSet, res: subprocess.CompletedProcess[str]
-) -> None:
-    text = f"{res.stdout}\n{res.stderr}"
-    last = [ln for ln in text.splitlines() if ln.startswith("ERROR")]
-    detail = last[-1] if last else f"pip exited with status {res.returncode}"
-    unfetched = [
-        (url, why)
-        for url, why in re.findall(
-            r"Could not fetch URL (\S+?):? (.*?)(?: - skipping)?$", text, re.M
-        )
-        if not re.search(r"\b4\d\d Client Error", why)  # an answer: the project is not there
-    ]
-    if unfetched:
-        url, why = unfetched[-1]
-        why = re.sub(r"\s*\(Caused by (\w+)\(.*", r" (\1)", why)[:200]
-        raise UpstreamError(
-            f"pypi:{project}: the package index is unreachable: could not fetch {url}: {why}",
-            "check the network or pip's index settings (`pip config list`), or pass "
-            "--upstream PATH to a local sglang clone",
-        )
-    if any(sign in text for sign in _NETWORK_SIGNS):
-        raise UpstreamError(
-            f"pypi:{project}: the package index is unreachable ({detail})",
-            "check the network or pip's index settings (`pip config list`), or pass "
-            "--upstream PATH to a local sglang clone",
-        )
-    raise UpstreamError(
-        f"pypi:{project}: no release found on the configured index for {str(spec_set)!r} "
-        f"({detail})",
-        f"check the project name and the index: `{sys.executable} -m pip index versions "
-        f"{project}` (an unreachable index reports the same)",
-    )
-
-
-TIMEOUT_ENV = "SGLFORGE_PIP_TIMEOUT"
-
-
-def pip_timeouts() -> tuple[int, float]:
-    """(seconds pip waits per connection, seconds one pip run may take in all)."""
-    try:
-        each = max(1, int(float(os.environ.get(TIMEOUT_ENV, "30"))))
-    except ValueError:
-        each = 30
-    return each, float(each * 20)
-
-
-def _pip(args: Sequence[str], waiting_for: str = "") -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    each, total = pip_timeouts()
-    cmd = [sys.executable, "-m", "pip", *args, "--timeout", str(each), "--retries", "2"]
-    try:
-        return subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
-            timeout=total,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise UpstreamError(
-            f"pip gave no answer within {total:g} s while {waiting_for or ' '.join(args[:2])}",
-            f"check the network or pip's index settings; set ${TIMEOUT_ENV}=SECONDS (per "
-            "connection) to wait longer",
-        ) from exc
-    except OSError as exc:  # pragma: no cover - the interpreter itself is missing
-        raise UpstreamError(f"cannot run pip: {exc}", "install pip for this Python") from exc
-
-
-def _spec_slug(spec_set: SpecifierSet) -> str:
-    # str(SpecifierSet) sorts its clauses, so equivalent spellings share one history.
-    text = str(spec_set)
-    names = {">=": "ge", "<=": "le", "==": "eq", "!=": "ne", "~=": "compat", ">": "gt", "<": "lt"}
-    readable = re.sub(r"===|~=|==|!=|>=|<=|>|<", lambda m: names.get(m.group(0), "arb"), text)
-    readable = re.sub(r"[^A-Za-z0-9.]+", "_", readable)[:60]
-    return f"{readable}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        # Blocks until another process building the same project's histories is done.
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def _recover(repo: Path) -> None:
-    """Undo what a process killed mid-build left behind (we hold the lock)."""
-    old = repo.with_name(repo.name + ".old")
-    if old.exists():
-        if (repo / "HEAD").exists():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            shutil.rmtree(repo, ignore_errors=True)
-            os.replace(old, repo)
-    for stale in repo.parent.glob(repo.name + ".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
-def _chain(repo: Path) -> list[tuple[str, str]]:
-    """(version, commit) along the history's branch, oldest first; stops at an untagged commit."""
-    res = git.run(repo, "rev-list", "--first-parent", "--reverse", BRANCH, check=False)
-    if res.status != 0:
-        return []
-    by_commit: dict[str, str] = {}
-    refs = git.out(repo, "for-each-ref", "--format=%(objectname) %(refname:strip=2)", "refs/tags")
-    for line in refs.splitlines():
-        sha, _, tag = line.partition(" ")
-        if tag.startswith("v"):
-            by_commit[sha] = tag[1:]
-    chain: list[tuple[str, str]] = []
-    for sha in res.stdout.split():
-        if sha not in by_commit:
-            break
-        chain.append((by_commit[sha], sha))
-    return chain
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
 
 
 def _wheel(
     wheels: Path,
     project: str,
     version: Version,
-    pip_args: Sequence[str],
     seed: Sequence[Path] = (),
     progress: Progress | None = None,
     step: str = "wheel",
+    exact: bool = False,
 ) -> Path:
-    """The cached wheel of ``project==version``, downloading it once."""
+    """The cached wheel of ``project==version`` (checked), downloading it once."""
+    say = resolve(progress)
     found = _cached_wheel(wheels, project, version)
-    if found:
-        return found
-    wheels.mkdir(parents=True, exist_ok=True)
-    for folder in seed:
-        old = _cached_wheel(folder, project, version)
-        if old:
-            tmp = wheels / f".seed-{os.getpid()}-{old.name}"
-            try:
-                os.link(old, tmp)
-            except OSError:
-                shutil.copyfile(old, tmp)
-            os.replace(tmp, wheels / old.name)
-            return wheels / old.name
-    say = resolve(progress)
-    if not pip_args:
-        return _download(wheels, project, version, say, step)
-    say.info(f"{step}: downloading {project} {version} with pip")
-    tmp = Path(tempfile.mkdtemp(dir=wheels, prefix=f".download-{version}-"))
-    try:
-        res = _pip(
-            [
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--quiet",
-                "--dest",
-                str(tmp),
-                *pip_args,
-                f"{project}=={version}",
-            ],
-            f"downloading the wheel of {project} {version}",
+    if found is None:
+        for folder in seed:
+            old = _cached_wheel(folder, project, version)
+            if old:
+                wheels.mkdir(parents=True, exist_ok=True)
+                index.copy_into(old, wheels / old.name)
+                found = wheels / old.name
+                break
+    if found is not None:
+        if _verified(found, project, version, say):
+            return found
+        found.unlink(missing_ok=True)
+        _sidecar(found).unlink(missing_ok=True)
+    chosen = _release(project, version, exact)
+    if chosen.yanked:
+        say.warn(
+            f"pypi:{project}=={version} is yanked on {chosen.file.index.shown}; used because "
+            "it was asked for exactly (PEP 592)"
         )
-        got = _cached_wheel(tmp, project, version)
-        if res.returncode != 0 or not got:
-            text = f"{res.stdout}\n{res.stderr}"
-            errors = [ln for ln in text.splitlines() if ln.startswith("ERROR")]
-            raise UpstreamError(
-                f"pypi:{project}=={version}: wheel download failed"
-                f" ({errors[-1] if errors else f'pip exited with status {res.returncode}'})",
-                f"retry, or check `{sys.executable} -m pip download --no-deps "
-                f"--only-binary=:all: {project}=={version}`",
-            )
-        dest = wheels / got.name
-        os.replace(got, dest)
-        return dest
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    dest = wheels / chosen.file.filename
+    label = f"{step} {chosen.file.filename}"
+    tasks: list[Task] = []
 
+    def on_bytes(n: int, total: int | None) -> None:
+        if not tasks:  # started once the size is known (the answer's Content-Length)
+            tasks.append(say.start(label, total, unit="bytes"))
+        tasks[0].update(tasks[0].done + n, total)
 
-INDEX_ENV = "SGLFORGE_PYPI_URL"
-_RELEASES: dict[tuple[str, str], dict[Version, dict[str, str]]] = {}
-# Linux x86_64 platform tags of wheels (manylinux1/2010/2014, manylinux_2_NN, plain linux).
-_LINUX_X86_64 = re.compile(r"^(manylinux\w*|linux)_x86_64$")
-
-
-def _index_url() -> str:
-    """``$SGLFORGE_PYPI_URL``, else pip's ``$PIP_INDEX_URL`` without its ``/simple`` (a mirror
-    serving PyPI's JSON API there too), else https://pypi.org."""
-    given = os.environ.get(INDEX_ENV) or re.sub(
-        r"/simple/?$", "", os.environ.get("PIP_INDEX_URL", "")
-    )
-    return (given or "https://pypi.org").rstrip("/")
-
-
-def _index_wheels(project: str) -> dict[Version, dict[str, str]]:
-    """version -> the Linux x86_64 wheel to use (filename, url, sha256), from the JSON API."""
-    import requests
-
-    key = (_index_url(), canonicalize_name(project))
-    if key in _RELEASES:
-        return _RELEASES[key]
-    url = f"{key[0]}/pypi/{key[1]}/json"
-    each, _ = pip_timeouts()
-    hint = f"check the network (or ${INDEX_ENV}), or pass --upstream PATH to a local sglang clone"
     try:
-        res = requests.get(url, timeout=each, headers={"Accept": "application/json"})
-    except requests.RequestException as exc:
-        raise UpstreamError(
-            f"pypi:{project}: the package index is unreachable: could not fetch {url}: "
-            f"{type(exc).__name__}",
-            hint,
-        ) from None
-    if res.status_code == 404:
-        raise UpstreamError(
-            f"pypi:{project}: no such project on {key[0]} ({url}: 404)",
-            "check the project name (pypi:sglang)",
+        digest = index.download(
+            chosen.file,
+            dest,
+            what=f"downloading pypi:{project}=={version}",
+            on_bytes=on_bytes,
+            warn=say.warn,
         )
-    try:
-        res.raise_for_status()
-        releases = res.json()["releases"]
-    except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
-        raise UpstreamError(f"pypi:{project}: unexpected answer from {url}: {exc}", hint) from None
-    picked: dict[Version, dict[str, str]] = {}
-    for raw, files in releases.items():
-        try:
-            version = Version(raw)
-        except InvalidVersion:
-            continue
-        choice = _linux_wheel(files or [])
-        if choice:
-            picked[version] = choice
-    _RELEASES[key] = picked
-    return picked
-
-
-def _linux_wheel(files: list[dict[str, object]]) -> dict[str, str] | None:
-    """A wheel any Linux x86_64 host could install: pure first, then manylinux; by name."""
-    ranked = []
-    for f in files:
-        name = str(f.get("filename", ""))
-        if f.get("packagetype") != "bdist_wheel" or f.get("yanked"):
-            continue
-        try:
-            _, _, _, tags = parse_wheel_filename(name)
-        except InvalidWheelFilename:
-            continue
-        platforms = {t.platform for t in tags}
-        if "any" in platforms:
-            rank = 0
-        elif any(_LINUX_X86_64.match(p) for p in platforms):
-            rank = 1
-        else:
-            continue
-        digests = f.get("digests")
-        sha = str(digests.get("sha256", "")) if isinstance(digests, dict) else ""
-        ranked.append((rank, name, {"filename": name, "url": str(f.get("url")), "sha256": sha}))
-    return min(ranked, key=lambda r: r[:2])[2] if ranked else None
-
-
-def _download(
-    wheels: Path,
-    project: str,
-    version: Version,
-    progress: Progress | None = None,
-    step: str = "wheel",
-) -> Path:
-    """Download the chosen wheel of ``project==version`` into ``wheels`` (checked, renamed in);
-    ``progress`` sees the bytes as they arrive."""
-    import requests
-
-    info = _index_wheels(project).get(version)
-    if info is None:
-        raise UpstreamError(
-            f"pypi:{project}=={version}: no Linux x86_64 wheel on {_index_url()}",
-            "pick another release",
-        )
-    each, _ = pip_timeouts()
-    dest = wheels / info["filename"]
-    tmp = wheels / f".download-{os.getpid()}-{info['filename']}"
-    digest = hashlib.sha256()
-    say = resolve(progress)
-    try:
-        with requests.get(info["url"], stream=True, timeout=each) as res:
-            res.raise_for_status()
-            size = res.headers.get("Content-Length", "")
-            total = int(size) if size.isdigit() else None
-            with (
-                say.task(f"{step} {info['filename']}", total, unit="bytes") as task,
-                open(tmp, "wb") as fh,
-            ):
-                for chunk in res.iter_content(1 << 18):
-                    fh.write(chunk)
-                    digest.update(chunk)
-                    task.advance(len(chunk))
-    except (requests.RequestException, OSError) as exc:
-        tmp.unlink(missing_ok=True)
-        raise UpstreamError(
-            f"pypi:{project}=={version}: wheel download failed ({type(exc).__name__}: {exc})",
-            f"retry; the wheel is {info['url']}",
-        ) from None
-    if info["sha256"] and digest.hexdigest() != info["sha256"]:
-        tmp.unlink(missing_ok=True)
-        raise UpstreamError(
-            f"pypi:{project}=={version}: {info['filename']} does not match the index's sha256",
-            "retry (a proxy or mirror may have served other bytes)",
-        )
-    os.replace(tmp, dest)
+    except BaseException:
+        for t in tasks:
+            say.finish(t, ok=False)
+        raise
+    for t in tasks:
+        say.finish(t)
+    _record(dest, digest)
     return dest
+
+
+def _record(path: Path, digest: str) -> None:
+    from sglforge.util import atomic_write
+
+    atomic_write(_sidecar(path), f"{digest}  {path.name}\n")
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verified(path: Path, project: str, version: Version, say: Progress) -> bool:
+    """True when the cached ``path`` still has the bytes recorded at download. A wheel with no
+    record (an older cache, a seed folder) is checked against the index once and recorded."""
+    got = _file_sha256(path)
+    try:
+        recorded = _sidecar(path).read_text().split()[0].lower()
+    except (OSError, IndexError):
+        recorded = ""
+    if recorded:
+        if recorded == got:
+            return True
+        say.warn(
+            f"the cached {path.name} changed since it was downloaded (sha256 {got[:16]}..., "
+            f"recorded {recorded[:16]}...): downloading it again"
+        )
+        return False
+    listed = releases(project).get(version)
+    want = listed.file.sha256 if listed and listed.file.filename == path.name else ""
+    if want and want != got:
+        say.warn(f"the cached {path.name} does not match the index's sha256: downloading it again")
+        return False
+    if not want:
+        say.warn(
+            f"the cached {path.name} has no recorded sha256 and the index gives none to check "
+            f"it against: taken as it is; its sha256 {got} is recorded"
+        )
+    _record(path, got)
+    return True
 
 
 def _cached_wheel(folder: Path, project: str, version: Version) -> Path | None:
@@ -525,76 +508,74 @@ def _cached_wheel(folder: Path, project: str, version: Version) -> Path | None:
             name, ver, _, _ = parse_wheel_filename(path.name)
         except InvalidWheelFilename:
             continue
-        if name == want and ver == version:
+        if name == want and ver == version and _linux_rank(path.name, project) is not None:
             hits.append(path)
     # Several platform wheels of one release carry the same sources; pick one stably.
-    return sorted(hits)[0] if hits else None
+    return sorted(hits, key=lambda p: (_linux_rank(p.name, project), p.name))[0] if hits else None
 
 
-def _rebuild(
-    repo: Path,
-    kept: list[tuple[str, str]],
-    versions: Sequence[Version],
-    wheels: Sequence[Path],
-    project: str,
-    progress: Progress | None = None,
-) -> None:
-    """Build the new history in a temporary folder, then rename it over ``repo``."""
-    repo.parent.mkdir(parents=True, exist_ok=True)
-    tmp = repo.with_name(f"{repo.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        if (repo / "HEAD").exists():
-            # A local clone hard-links every object file: cheap, the old history stays intact,
-            # and no object ever disappears from the history (a cache that borrows objects
-            # from it through alternates keeps working even after a rebuild from the start).
-            git.run(repo.parent, "clone", "--bare", "--quiet", "--local", str(repo), str(tmp))
-            git.run(tmp, "remote", "remove", "origin")
-            keep = {f"v{v}" for v, _ in kept}
-            for tag in git.out(tmp, "tag", "--list").splitlines():
-                if tag and tag not in keep:
-                    git.run(tmp, "tag", "-d", tag)
-            if kept:
-                git.run(tmp, "update-ref", BRANCH, kept[-1][1])
-            else:
-                git.run(tmp, "update-ref", "-d", BRANCH)
-        else:
-            tmp.mkdir(parents=True)
-            git.run(tmp, "init", "--bare", "--quiet")
-            git.run(tmp, "symbolic-ref", "HEAD", BRANCH)
-        parent = kept[-1][1] if kept else None
-        known = _tree_blobs(tmp, parent) if parent else {}
-        with resolve(progress).task(f"pypi:{project} history", len(versions)) as task:
-            for version, wheel in zip(versions, wheels, strict=True):
-                parent, known = _import_release(tmp, parent, known, version, wheel, project)
-                task.advance(note=f"v{version}")
-        old = repo.with_name(repo.name + ".old")
-        if repo.exists():
-            os.replace(repo, old)
-        os.replace(tmp, repo)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+# --- importing a wheel ----------------------------------------------------------------------
 
 
-def _tree_blobs(repo: Path, commit: str) -> dict[str, tuple[str, str]]:
-    """path -> (mode, blob sha) of every file in ``commit``."""
-    files: dict[str, tuple[str, str]] = {}
-    listing = git.run(repo, "ls-tree", "-r", "-z", "--full-tree", commit, strip=False).stdout
-    for entry in listing.split("\0"):
-        if not entry:
+@dataclass(frozen=True)
+class _Member:
+    path: str  # in the repository: python/<package>/...
+    mode: str  # git mode
+    info: zipfile.ZipInfo
+
+
+def _members(zf: zipfile.ZipFile, wheel: Path, project: str) -> list[_Member]:
+    """The regular files of the wheel's import package, checked as pip would install them."""
+    package = canonicalize_name(project).replace("-", "_")
+    members: list[_Member] = []
+    total = 0
+    for info in zf.infolist():
+        name = info.filename
+        parts = name.split("/")
+        # Only the import package: sglang/ -> python/sglang/. dist-info, tools/ etc. are
+        # packaging artefacts whose place in the repository a wheel does not record.
+        if info.is_dir() or parts[0] != package:
             continue
-        meta, _, path = entry.partition("\t")
-        mode, _, sha = meta.split(" ")
-        files[path] = (mode, sha)
-    return files
+        if any(p in ("", ".", "..", ".git") for p in parts) or "\\" in name or "\0" in name:
+            continue  # pip would refuse such a path; it never enters the tree
+        if name.endswith(_BINARY_SUFFIXES) or ".so." in name or "/__pycache__/" in name:
+            continue
+        unix = info.external_attr >> 16
+        if stat.S_IFMT(unix) not in (0, stat.S_IFREG):
+            continue  # a symlink, a device, a fifo: pip installs regular files only
+        if info.file_size > MAX_FILE_BYTES or (
+            info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1)
+        ):
+            raise UpstreamError(
+                f"{wheel.name}: {name} unpacks to {info.file_size} bytes from "
+                f"{info.compress_size} (a zip bomb?); not imported",
+                f"check the wheel's origin; delete it: rm {wheel}",
+            )
+        total += info.file_size
+        if total > MAX_TOTAL_BYTES:
+            raise UpstreamError(
+                f"{wheel.name}: its package unpacks to over {MAX_TOTAL_BYTES >> 30} GiB; "
+                "not imported",
+                f"check the wheel's origin; delete it: rm {wheel}",
+            )
+        mode = "100755" if unix & 0o111 else "100644"
+        members.append(_Member(f"python/{name}", mode, info))
+    if not members:
+        raise UpstreamError(
+            f"{wheel.name}: no {package}/ package folder in the wheel",
+            "this source only understands wheels whose package folder is python/<package>/",
+        )
+    return sorted(members, key=lambda m: m.path)
 
 
 def _wheel_files(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
     """repo path -> (git mode, content) for the sources in the wheel's package folders."""
-    package = canonicalize_name(project).replace("-", "_")
-    files: dict[str, tuple[str, bytes]] = {}
+    with _open_wheel(wheel) as zf:
+        return {m.path: (m.mode, zf.read(m.info)) for m in _members(zf, wheel, project)}
+
+
+@contextlib.contextmanager
+def _open_wheel(wheel: Path) -> Iterator[zipfile.ZipFile]:
     try:
         zf = zipfile.ZipFile(wheel)
     except (OSError, zipfile.BadZipFile) as exc:
@@ -602,82 +583,84 @@ def _wheel_files(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
             f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
         ) from exc
     with zf:
-        for info in zf.infolist():
-            name = info.filename
-            top = name.split("/", 1)[0]
-            # Only the import package: sglang/ -> python/sglang/. dist-info, tools/ etc. are
-            # packaging artefacts whose place in the repository a wheel does not record.
-            if info.is_dir() or top != package or ".." in name.split("/"):
-                continue
-            if name.endswith(_BINARY_SUFFIXES) or ".so." in name or "/__pycache__/" in name:
-                continue
-            unix = info.external_attr >> 16
-            data = zf.read(info)
-            if stat.S_ISLNK(unix):
-                mode = "120000"
-            elif unix & 0o111:
-                mode = "100755"
-            else:
-                mode = "100644"
-            files[f"python/{name}"] = (mode, data)
-    if not files:
-        raise UpstreamError(
-            f"{wheel.name}: no {package}/ package folder in the wheel",
-            "this source only understands wheels whose package folder is python/<package>/",
-        )
-    return files
+        yield zf
 
 
 def _blob_sha(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def _import_release(
-    repo: Path,
-    parent: str | None,
-    known: dict[str, tuple[str, str]],
-    version: Version,
-    wheel: Path,
-    project: str,
-) -> tuple[str, dict[str, tuple[str, str]]]:
-    """Commit one release on top of ``parent`` with git fast-import; returns (commit, files)."""
-    files = _wheel_files(wheel, project)
+def _known_blobs(repo: Path) -> set[str]:
+    res = git.run(
+        repo,
+        "cat-file",
+        "--batch-all-objects",
+        "--batch-check=%(objectname) %(objecttype)",
+        check=False,
+    )
+    return {line.split()[0] for line in res.stdout.splitlines() if line.endswith(" blob")}
+
+
+def _message(project: str, version: Version) -> bytes:
     package = canonicalize_name(project).replace("-", "_")
-    have = {sha for _, sha in known.values()}
-    when = _epoch(git.IDENTITY["GIT_COMMITTER_DATE"])
-    who = f"{git.IDENTITY['GIT_COMMITTER_NAME']} <{git.IDENTITY['GIT_COMMITTER_EMAIL']}>"
-    message = (
+    return (
         f"{project} {version}: python/ tree of the released wheel\n\n"
-        f"Built by sglforge (pypi source, format {FORMAT}) from the PyPI release {version}: the\n"
+        f"Built by sglforge (pypi source, format {FORMAT}) from the release {version}: the\n"
         f"wheel's {package}/ folder placed at python/{package}/. This tree holds python/ only:\n"
         f"no sgl-kernel/, docker/, 3rdparty/ or tests outside python/, and no compiled modules.\n"
     ).encode()
-    chunks = [
-        b"commit %s\nmark :1\n" % BRANCH.encode(),
-        b"author %s %d +0000\ncommitter %s %d +0000\n" % (who.encode(), when, who.encode(), when),
-        b"data %d\n%s\n" % (len(message), message),
-    ]
-    if parent:
-        chunks.append(b"from %s\n" % parent.encode())
-    chunks.append(b"deleteall\n")
-    new_known: dict[str, tuple[str, str]] = {}
-    for path in sorted(files):
-        mode, data = files[path]
-        sha = _blob_sha(data)
-        new_known[path] = (mode, sha)
-        quoted = _quote_path(path)
-        if sha in have:
-            # Already in the repository: refer to it instead of sending the bytes again.
-            chunks.append(b"M %s %s %s\n" % (mode.encode(), sha.encode(), quoted))
-        else:
-            chunks.append(
-                b"M %s inline %s\ndata %d\n%s\n" % (mode.encode(), quoted, len(data), data)
-            )
-            have.add(sha)
-    chunks.append(b"reset refs/tags/v%s\nfrom :1\n\ndone\n" % str(version).encode())
-    git.run(repo, "fast-import", "--quiet", "--done", stdin=b"".join(chunks))
+
+
+def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> str:
+    """Commit one release, with no parent, streaming its files into git fast-import."""
+    when = _epoch(git.IDENTITY["GIT_COMMITTER_DATE"])
+    who = f"{git.IDENTITY['GIT_COMMITTER_NAME']} <{git.IDENTITY['GIT_COMMITTER_EMAIL']}>"
+    message = _message(project, version)
+    known = _known_blobs(repo)
+    tag = f"refs/tags/v{version}".encode()
+
+    def stream(zf: zipfile.ZipFile, members: list[_Member]) -> Iterator[bytes]:
+        # a commit of its own on a ref of its own: parentless, so its SHA is its content's
+        yield b"commit %s\nmark :1\n" % tag
+        yield b"author %s %d +0000\ncommitter %s %d +0000\n" % (
+            who.encode(),
+            when,
+            who.encode(),
+            when,
+        )
+        yield b"data %d\n%s\n" % (len(message), message)
+        for m in members:
+            data = zf.read(m.info)
+            sha = _blob_sha(data)
+            quoted = _quote_path(m.path)
+            if sha in known:
+                # Already in the store: refer to it instead of sending the bytes again.
+                yield b"M %s %s %s\n" % (m.mode.encode(), sha.encode(), quoted)
+            else:
+                yield b"M %s inline %s\ndata %d\n" % (m.mode.encode(), quoted, len(data))
+                yield data
+                yield b"\n"
+                known.add(sha)
+        yield b"\ndone\n"
+
+    with _open_wheel(wheel) as zf:
+        members = _members(zf, wheel, project)
+        try:
+            git.fast_import(repo, stream(zf, members))
+        except zipfile.BadZipFile as exc:
+            raise UpstreamError(
+                f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
+            ) from exc
     commit = git.out(repo, "rev-parse", "--verify", f"refs/tags/v{version}^{{commit}}")
-    return commit, new_known
+    _point_branch(repo)
+    return commit
+
+
+def _point_branch(repo: Path) -> None:
+    """``main`` names the newest release the store holds."""
+    versions = tagged_versions(repo)
+    if versions:
+        git.run(repo, "update-ref", BRANCH, f"refs/tags/v{versions[-1]}^{{commit}}")
 
 
 def _quote_path(path: str) -> bytes:
@@ -694,9 +677,16 @@ def _epoch(date: str) -> int:
     return int(datetime.strptime(date, "%Y-%m-%dT%H:%M:%S%z").timestamp())
 
 
-def tagged_versions(repo: Path) -> list[str]:
-    """The versions a history built by :func:`history` holds, oldest first."""
-    return [v for v, _ in _chain(repo)]
-
-
-__all__ = ["DEFAULT_SPEC", "available_versions", "history", "parse_source", "tagged_versions"]
+__all__ = [
+    "DEFAULT_SPEC",
+    "Release",
+    "available_versions",
+    "ensure",
+    "has_release",
+    "history",
+    "parse_source",
+    "releases",
+    "store",
+    "tagged_versions",
+    "wheel",
+]

@@ -447,7 +447,8 @@ def test_no_engine_fails_with_how_to_start_one(project) -> None:
     ]
     res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 5, res.stderr
-    assert "no Docker engine reachable" in res.stderr and "dockerd" in res.stderr
+    assert "no Docker engine reachable" in res.stderr and "systemctl start docker" in res.stderr
+    assert "from DOCKER_HOST" in res.stderr and "--bridge=none" not in res.stderr
     assert len(res.stderr.strip().splitlines()) <= 4, res.stderr
     dry = subprocess.run([*args, "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr

@@ -1,22 +1,24 @@
-"""The PyPI history builder with real pip and git, against a local folder of tiny wheels.
+"""The PyPI release store with real git, against local indexes of tiny wheels.
 
-pip is pointed at the folder with ``--no-index --find-links`` (no network): the wheels are
-hand-made stand-ins for a project ``fakeglang`` (TEST DOUBLES), two files each.
+The index is a test server on 127.0.0.1 (``tests/index_server.py``) named by
+``$SGLFORGE_PYPI_URL``; the wheels are hand-made stand-ins for a project ``fakeglang`` (TEST
+DOUBLES), two files each.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from index_server import IndexServer, serve
 
-from sglforge import git, pypi
+from sglforge import git, index, pypi
 from sglforge.errors import ConfigError, UpstreamError
 
 PROJECT = "fakeglang"
@@ -50,40 +52,39 @@ def make_wheel(index: Path, version: str, body: str | None = None) -> Path:
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> Path:
-    folder = tmp_path / "index"
+def folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "wheels-on-index"
     for v in ("0.1.0", "0.2.0", "0.3.0rc1"):
         make_wheel(folder, v)
     return folder
 
 
-def pip_args(index: Path) -> tuple[str, ...]:
-    return ("--no-index", "--find-links", str(index))
+@pytest.fixture
+def served(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
+    with serve(IndexServer(folder)) as server:
+        monkeypatch.setenv(index.INDEX_ENV, server.url())
+        index.forget()
+        yield server
+    index.forget()
 
 
-def build(cache: Path, index: Path, spec: str = ">=0.1", seed: bool = False) -> Path:
-    """The history of ``index``'s releases; ``seed`` pre-fills the wheel cache (saves pip runs)."""
-    if seed:
-        wheels = cache / f"pypi-{PROJECT}" / "wheels"
-        wheels.mkdir(parents=True, exist_ok=True)
-        for wheel in index.glob("*.whl"):
-            shutil.copy2(wheel, wheels / wheel.name)
-    return pypi.history(cache, PROJECT, spec, pip_args=pip_args(index))
+def build(cache: Path, spec: str = ">=0.1") -> Path:
+    index.forget()  # the index may have changed since the last call
+    return pypi.history(cache, PROJECT, spec)
 
 
 def tag_shas(repo: Path) -> dict[str, str]:
     return {t: git.out(repo, "rev-parse", f"{t}^{{commit}}") for t in git.tags(repo)}
 
 
-def test_one_commit_per_release_in_version_order(tmp_path: Path, index: Path) -> None:
-    repo = build(tmp_path / "cache", index, ">=0.1")
+def test_one_parentless_commit_per_release(tmp_path: Path, served: IndexServer) -> None:
+    repo = build(tmp_path / "cache", ">=0.1")
     assert pypi.tagged_versions(repo) == ["0.1.0", "0.2.0"]  # 0.3.0rc1: a pre-release
-    log = git.out(repo, "log", "--format=%s", "main").splitlines()
-    assert log == [
-        "fakeglang 0.2.0: python/ tree of the released wheel",
-        "fakeglang 0.1.0: python/ tree of the released wheel",
-    ]
-    assert git.out(repo, "rev-parse", "v0.2.0^") == git.out(repo, "rev-parse", "v0.1.0")
+    for tag in ("v0.1.0", "v0.2.0"):
+        assert git.run(repo, "rev-parse", "--verify", f"{tag}^", check=False).status != 0
+    assert git.out(repo, "log", "-1", "--format=%s", "main") == (
+        "fakeglang 0.2.0: python/ tree of the released wheel"
+    )
     files = git.out(repo, "ls-tree", "-r", "--format=%(objectmode) %(path)", "v0.2.0")
     # The package folder only, under python/: no dist-info, no compiled module.
     assert files.splitlines() == [
@@ -92,136 +93,156 @@ def test_one_commit_per_release_in_version_order(tmp_path: Path, index: Path) ->
     ]
     assert git.out(repo, "show", "v0.1.0:python/fakeglang/__init__.py") == "__version__ = '0.1.0'"
     assert "holds python/ only" in git.out(repo, "log", "-1", "--format=%B", "v0.1.0")
-    assert (tmp_path / "cache" / "pypi-fakeglang" / "wheels").is_dir()
+    wheels = tmp_path / "cache" / "pypi-fakeglang" / "wheels"
+    # the sha256 computed at download is recorded beside each wheel
+    assert sorted(p.name for p in wheels.glob("*.sha256")) == [
+        "fakeglang-0.1.0-py3-none-any.whl.sha256",
+        "fakeglang-0.2.0-py3-none-any.whl.sha256",
+    ]
 
 
-def test_same_versions_give_the_same_shas_anywhere(tmp_path: Path, index: Path) -> None:
-    a = tag_shas(build(tmp_path / "a", index))
-    b = tag_shas(build(tmp_path / "b", index, ">=0.0.1", seed=True))
+def test_same_release_same_sha_whatever_else_was_imported(
+    tmp_path: Path, served: IndexServer
+) -> None:
+    a = tag_shas(build(tmp_path / "a", ">=0.1"))
+    # imported in another order, one at a time, on another "machine"
+    for v in ("0.2.0", "0.1.0"):
+        pypi.ensure(tmp_path / "b", PROJECT, [v])
+    b = tag_shas(pypi.store(tmp_path / "b", PROJECT))
+    c = tag_shas(pypi.ensure(tmp_path / "c", PROJECT, ["0.1.0"]))
     assert a == b
-    # Pinned: only a change of content or of the builder's format may change these.
-    assert a == {
-        "v0.1.0": GOLDEN["v0.1.0"],
-        "v0.2.0": GOLDEN["v0.2.0"],
-    }
+    assert c == {"v0.1.0": a["v0.1.0"]}
+    # Pinned: only a change of content or of the store's format may change these.
+    assert a == GOLDEN
 
 
 GOLDEN = {
-    "v0.1.0": "aecd373d6e66eec813b3d56b9ea6bdfe43e9456b",
-    "v0.2.0": "d675f9256d757d0d81ea5e3e25f0a4d79f8d7e60",
+    "v0.1.0": "28c77b0976b17655ddf4c8d00db2b59f12729342",
+    "v0.2.0": "591e7cc738aff7c899ea291afdb2225d563d4907",
 }
 
 
-def test_new_releases_are_appended_and_wheels_never_downloaded_twice(
-    tmp_path: Path, index: Path
+def test_growing_the_store_never_changes_a_sha(tmp_path: Path, served: IndexServer) -> None:
+    """The lazy history: the pin first, then older and newer releases as check asks."""
+    cache = tmp_path / "cache"
+    repo = pypi.ensure(cache, PROJECT, ["0.2.0"], exact=True)
+    assert pypi.tagged_versions(repo) == ["0.2.0"]
+    assert [r for r in served.requests if r.startswith("/files/")] == [
+        "/files/fakeglang-0.2.0-py3-none-any.whl"
+    ]
+    first = tag_shas(repo)
+    make_wheel(served.folder, "0.0.5")  # an older release appears, and a newer one
+    make_wheel(served.folder, "0.4.0")
+    grown = tag_shas(build(cache, ">=0.0.1"))
+    assert set(grown) == {"v0.0.5", "v0.1.0", "v0.2.0", "v0.4.0"}
+    assert grown["v0.2.0"] == first["v0.2.0"]
+    assert git.out(repo, "rev-parse", "main") == grown["v0.4.0"]
+
+
+def test_wheels_are_never_downloaded_twice(tmp_path: Path, served: IndexServer) -> None:
+    cache = tmp_path / "cache"
+    build(cache)
+    shutil_rmtree_store(cache)
+    served.requests.clear()
+    build(cache)  # the store is rebuilt from the cached wheels
+    assert not [r for r in served.requests if r.startswith("/files/")]
+
+
+def shutil_rmtree_store(cache: Path) -> None:
+    import shutil
+
+    shutil.rmtree(pypi.store(cache, PROJECT))
+
+
+def test_pre_releases_only_when_the_specifier_names_one(
+    tmp_path: Path, served: IndexServer
 ) -> None:
-    cache = tmp_path / "cache"
-    repo = build(cache, index)
-    before = tag_shas(repo)
-    # Same file name, other bytes: if the cached wheel were downloaded again, v0.1.0 would change.
-    make_wheel(index, "0.1.0", body="replaced = True\n")
-    make_wheel(index, "0.4.0")
-    again = build(cache, index)
-    assert again == repo
-    after = tag_shas(repo)
-    assert {t: after[t] for t in before} == before
-    assert pypi.tagged_versions(repo) == ["0.1.0", "0.2.0", "0.4.0"]
-    assert git.out(repo, "rev-parse", "v0.4.0^") == before["v0.2.0"]
-    assert git.out(repo, "rev-parse", "main") == after["v0.4.0"]
-
-
-def test_a_release_inserted_before_the_end_rebuilds_from_there(tmp_path: Path, index: Path) -> None:
-    cache = tmp_path / "cache"
-    repo = build(cache, index, seed=True)
-    before = tag_shas(repo)
-    make_wheel(index, "0.1.5")
-    after = tag_shas(build(cache, index))
-    assert after["v0.1.0"] == before["v0.1.0"]
-    assert after["v0.2.0"] != before["v0.2.0"]  # its parent is now v0.1.5
-    assert pypi.tagged_versions(repo) == ["0.1.0", "0.1.5", "0.2.0"]
-
-
-def test_a_rebuild_from_the_start_keeps_every_old_object(tmp_path: Path, index: Path) -> None:
-    cache = tmp_path / "cache"
-    repo = build(cache, index, ">=0.0.1", seed=True)
-    before = tag_shas(repo)
-    make_wheel(index, "0.0.5")  # before the first release: nothing can be kept
-    after = tag_shas(build(cache, index, ">=0.0.1"))
-    assert pypi.tagged_versions(repo) == ["0.0.5", "0.1.0", "0.2.0"]
-    assert after["v0.1.0"] != before["v0.1.0"]
-    assert git.run(repo, "rev-parse", "--verify", "v0.0.5^", check=False).status != 0  # a root
-    for sha in before.values():  # still there for caches that borrow objects
-        assert git.run(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).status == 0
-
-
-def test_pre_releases_only_when_the_specifier_names_one(tmp_path: Path, index: Path) -> None:
-    assert pypi.available_versions(PROJECT, ">=0.1", pip_args=pip_args(index)) == [
+    assert pypi.available_versions(PROJECT, ">=0.1") == [
         pypi.Version("0.1.0"),
         pypi.Version("0.2.0"),
     ]
-    repo = build(tmp_path / "cache", index, ">=0.2,<=0.3.0rc1", seed=True)
+    repo = build(tmp_path / "cache", ">=0.2,<=0.3.0rc1")
     assert pypi.tagged_versions(repo) == ["0.2.0", "0.3.0rc1"]
 
 
-def test_no_matching_release_is_an_upstream_error(tmp_path: Path, index: Path) -> None:
+def test_no_matching_release_is_an_upstream_error(tmp_path: Path, served: IndexServer) -> None:
     with pytest.raises(UpstreamError) as err:
-        build(tmp_path / "cache", index, ">=9")
+        build(tmp_path / "cache", ">=9")
     assert "no release matches '>=9'" in err.value.message
     assert "newest on the index: 0.2.0" in err.value.message
     assert err.value.hint and "pypi:fakeglang>=0.2.0" in err.value.hint
 
 
-def test_unknown_project_is_an_upstream_error(tmp_path: Path, index: Path) -> None:
+def test_unknown_project_is_an_upstream_error(tmp_path: Path, served: IndexServer) -> None:
     with pytest.raises(UpstreamError) as err:
-        pypi.history(tmp_path / "cache", "nosuchproject-sglforge", pip_args=pip_args(index))
-    assert "no release found" in err.value.message
-    assert err.value.hint and "pip index versions nosuchproject-sglforge" in err.value.hint
+        pypi.history(tmp_path / "cache", "nosuchproject-sglforge")
+    assert "no release with a Linux x86_64 wheel" in err.value.message
+    assert served.url() in err.value.message
+    assert err.value.hint and "pip config list" in err.value.hint
 
 
-def test_unreachable_index_is_an_upstream_error_with_a_hint(tmp_path: Path) -> None:
+def test_unreachable_index_is_an_upstream_error_with_a_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
-    args = ("--index-url", "http://127.0.0.1:9/simple", "--retries", "1", "--timeout", "2")
+    monkeypatch.setenv(index.INDEX_ENV, "http://127.0.0.1:9/simple")
+    index.forget()
     with pytest.raises(UpstreamError) as err:
-        pypi.history(tmp_path / "cache", PROJECT, ">=0.1", pip_args=args)
-    assert "unreachable" in err.value.message
-    assert err.value.hint and "--upstream PATH" in err.value.hint
+        build(tmp_path / "cache")
+    assert "unreachable" in err.value.message and "127.0.0.1:9" in err.value.message
+    assert err.value.hint and "pip config" in err.value.hint
 
 
-def test_invalid_specifier_is_a_config_error(tmp_path: Path, index: Path) -> None:
+def test_invalid_specifier_is_a_config_error(tmp_path: Path, served: IndexServer) -> None:
     with pytest.raises(ConfigError):
-        build(tmp_path / "cache", index, "=>1")
+        build(tmp_path / "cache", "=>1")
 
 
-def test_leftovers_of_a_killed_build_are_recovered(tmp_path: Path, index: Path) -> None:
+def test_a_damaged_store_is_rebuilt_from_the_wheels(
+    tmp_path: Path, served: IndexServer, capfd: pytest.CaptureFixture[str]
+) -> None:
     cache = tmp_path / "cache"
-    repo = build(cache, index, seed=True)
+    repo = build(cache)
     shas = tag_shas(repo)
-    # Killed between the two renames: only the old history exists, under its .old name.
-    os.replace(repo, repo.with_name(repo.name + ".old"))
+    pack = next((repo / "objects" / "pack").glob("pack-*.pack"))
+    data = pack.read_bytes()
+    pack.chmod(0o644)
+    pack.write_bytes(data[: len(data) // 2])  # truncated, as a full disk or a kill leaves it
+    served.requests.clear()
+    assert build(cache) == repo
+    assert "is damaged" in capfd.readouterr().err
+    assert tag_shas(repo) == shas
+    assert git.run(repo, "fsck", "--no-dangling", check=False).status == 0
+    assert not [r for r in served.requests if r.startswith("/files/")]
+
+
+def test_leftovers_of_a_killed_rebuild_are_swept(tmp_path: Path, served: IndexServer) -> None:
+    cache = tmp_path / "cache"
+    repo = build(cache)
+    shas = tag_shas(repo)
     stale = repo.with_name(repo.name + ".tmp-99999")
     stale.mkdir()
     (stale / "junk").write_text("half-built")
-    assert build(cache, index) == repo
+    assert build(cache) == repo
     assert tag_shas(repo) == shas
     assert not stale.exists()
-    assert not repo.with_name(repo.name + ".old").exists()
 
 
-def test_two_processes_building_at_once_agree(tmp_path: Path, index: Path) -> None:
+def test_two_processes_importing_at_once_agree(tmp_path: Path, served: IndexServer) -> None:
     cache = tmp_path / "cache"
     script = textwrap.dedent(
         f"""
         from pathlib import Path
         from sglforge import git, pypi
-        repo = pypi.history(Path({str(cache)!r}), {PROJECT!r}, ">=0.1",
-                            pip_args=("--no-index", "--find-links", {str(index)!r}))
-        print(git.out(repo, "rev-parse", "main"))
+        repo = pypi.history(Path({str(cache)!r}), {PROJECT!r}, ">=0.1")
+        print(git.out(repo, "rev-parse", "v0.2.0"))
         """
     )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     procs = [
-        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
-    assert outs[0] == outs[1] == tag_shas(build(cache, index))["v0.2.0"]
+    assert outs[0] == outs[1] == tag_shas(build(cache))["v0.2.0"]

@@ -89,44 +89,66 @@ def test_two_processes_fill_one_cache(tmp_path: Path) -> None:
     git(mirror, "fsck", "--no-progress")
 
 
-def test_linux_x86_64_wheels_whatever_the_host() -> None:
-    def f(name: str, **kw: object) -> dict[str, object]:
-        return {"filename": name, "packagetype": "bdist_wheel", "url": "u/" + name, **kw}
+def test_linux_x86_64_wheels_whatever_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglforge import index
 
-    files = [
-        f("sglang-1.0-cp311-cp311-macosx_14_0_arm64.whl"),
-        f("sglang-1.0-cp311-cp311-manylinux_2_34_aarch64.whl"),
-        f("sglang-1.0-cp311-cp311-win_amd64.whl"),
-        f("sglang-1.0-cp312-cp312-manylinux_2_34_x86_64.whl", digests={"sha256": "ab"}),
-        f("sglang-1.0-cp311-cp311-manylinux_2_34_x86_64.whl", digests={"sha256": "cd"}),
-        {"filename": "sglang-1.0.tar.gz", "packagetype": "sdist", "url": "u"},
+    names = [
+        "sglang-1.0-cp311-cp311-macosx_14_0_arm64.whl",
+        "sglang-1.0-cp311-cp311-manylinux_2_34_aarch64.whl",
+        "sglang-1.0-cp311-cp311-win_amd64.whl",
+        "sglang-1.0-cp312-cp312-manylinux_2_34_x86_64.whl",
+        "sglang-1.0-cp311-cp311-manylinux_2_34_x86_64.whl",
+        "sglang-1.0.tar.gz",
+        "sglang-2.0-cp311-cp311-manylinux_2_34_x86_64.whl",
+        "sglang-2.0-py3-none-any.whl",
+        "sglang-3.0-cp311-cp311-win_amd64.whl",
     ]
-    chosen = pypi._linux_wheel(files)
+    folder = tmp_path / "links"
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"x")
+    monkeypatch.delenv(index.INDEX_ENV, raising=False)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", folder.as_uri())
+    index.forget()
+    chosen = {str(v): r.file.filename for v, r in pypi.releases("sglang").items()}
+    index.forget()
     assert chosen == {
-        "filename": "sglang-1.0-cp311-cp311-manylinux_2_34_x86_64.whl",
-        "url": "u/sglang-1.0-cp311-cp311-manylinux_2_34_x86_64.whl",
-        "sha256": "cd",
-    }
-    pure = f("sglang-1.0-py3-none-any.whl")
-    assert pypi._linux_wheel([*files, pure])["filename"] == "sglang-1.0-py3-none-any.whl"
-    yanked = f("sglang-1.0-py3-none-any.whl", yanked=True)
-    assert pypi._linux_wheel([files[0], yanked]) is None
+        "1.0": "sglang-1.0-cp311-cp311-manylinux_2_34_x86_64.whl",  # by name among x86_64
+        "2.0": "sglang-2.0-py3-none-any.whl",  # a pure wheel first
+    }  # 3.0: no Linux x86_64 wheel, left out
 
 
-def test_wheels_of_an_old_checkout_cache_are_reused(tmp_path: Path) -> None:
+def test_wheels_of_an_old_checkout_cache_are_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglforge import index
+
     old = tmp_path / "proj" / "build" / "pypi" / "pypi-demo" / "wheels"
     old.mkdir(parents=True)
     (old / "demo-0.1.0-py3-none-any.whl").write_bytes(b"wheel bytes")
     (seed,) = cache.legacy_wheels(tmp_path / "proj", "demo")
-    got = pypi._wheel(tmp_path / "new", "demo", pypi.Version("0.1.0"), (), (seed,))
+    # the index lists the same bytes: the seeded wheel is checked against it, not fetched
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "demo-0.1.0-py3-none-any.whl").write_bytes(b"wheel bytes")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.delenv(index.INDEX_ENV, raising=False)
+    index.forget()
+    got = pypi._wheel(tmp_path / "new", "demo", pypi.Version("0.1.0"), (seed,))
+    index.forget()
     assert got == tmp_path / "new" / "demo-0.1.0-py3-none-any.whl"
     assert got.read_bytes() == b"wheel bytes"
+    assert (got.parent / (got.name + ".sha256")).is_file()
 
 
 @pytest.mark.pypi
 def test_pypi_json_api_lists_releases_and_picks_linux_wheels() -> None:
     versions = pypi.available_versions("sglang", ">=0.5.14,<=0.5.14")
     assert versions == [pypi.Version("0.5.14")]
-    chosen = pypi._index_wheels("sglang")[pypi.Version("0.5.14")]
-    assert chosen["filename"].endswith("x86_64.whl") or chosen["filename"].endswith("-any.whl")
-    assert len(chosen["sha256"]) == 64
+    chosen = pypi.releases("sglang")[pypi.Version("0.5.14")].file
+    assert chosen.filename.endswith("x86_64.whl") or chosen.filename.endswith("-any.whl")
+    assert len(chosen.sha256) == 64

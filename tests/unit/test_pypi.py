@@ -6,7 +6,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from packaging.specifiers import SpecifierSet
 
 from sglforge import pypi
 from sglforge.errors import ConfigError, UpstreamError
@@ -39,13 +38,6 @@ def test_parse_source_rejects_malformed_pypi_sources(text: str) -> None:
     with pytest.raises(ConfigError) as err:
         pypi.parse_source(text)
     assert err.value.hint and "pypi:sglang" in err.value.hint
-
-
-def test_equivalent_specifiers_share_one_history_folder() -> None:
-    slug = pypi._spec_slug
-    assert slug(SpecifierSet(">=0.5.10,<=0.5.23")) == slug(SpecifierSet("<=0.5.23, >=0.5.10"))
-    assert slug(SpecifierSet(">=0.5.10")) != slug(SpecifierSet("<=0.5.10"))
-    assert "ge0.5.10" in slug(SpecifierSet(">=0.5.10"))
 
 
 def _wheel(path: Path, entries: dict[str, tuple[bytes, int]]) -> Path:

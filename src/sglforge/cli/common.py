@@ -20,6 +20,7 @@ import click
 from sglforge import __version__
 from sglforge.cli import signals
 from sglforge.errors import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_UNEXPECTED, SglforgeError
+from sglforge.urls import scrub_text
 from sglforge.util import find_root, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -128,7 +129,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except SglforgeError as exc:
             _end_progress()
-            click.echo(f"error: {printable(str(exc), keep=chr(10))}", err=True)
+            # every URL in a message is shown without its credentials, whoever built it
+            click.echo(f"error: {printable(scrub_text(str(exc)), keep=chr(10))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             _end_progress()
@@ -145,7 +147,7 @@ class Group(click.Group):
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             _end_progress()
             log = _crash_log(ctx, exc)
-            click.echo(f"error: unexpected {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"error: unexpected {type(exc).__name__}: {scrub_text(str(exc))}", err=True)
             click.echo(f"  a log for bug reports is at {log}", err=True)
             ctx.exit(EXIT_UNEXPECTED)
         finally:

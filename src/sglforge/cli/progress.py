@@ -84,6 +84,15 @@ class Renderer(Progress):
         if self._level() >= VERBOSE:
             self._line(message)
 
+    def warn(self, message: str) -> None:
+        from sglforge.urls import scrub_text
+
+        with self.lock:
+            self._clear()
+            self._write(printable(f"warning: {scrub_text(message)}") + "\n")
+            if self._drawn is not None:
+                self._draw(self._drawn)
+
     # --- tasks --------------------------------------------------------------------------
 
     def on_start(self, t: Task) -> None:

@@ -459,7 +459,13 @@ def _patch_id(cache: Path, text: str) -> str:
 def _commit_with_patch_id(
     cache: Path, pin_commit: str, commit: str, files: tuple[str, ...], pid: str
 ) -> str:
-    base = git.run(cache, "merge-base", pin_commit, commit, check=False).stdout or pin_commit
+    base = git.run(cache, "merge-base", pin_commit, commit, check=False).stdout
+    if not base:
+        # unrelated commits (a PyPI store: one parentless commit per release): the change
+        # between the two releases, as one diff
+        diff = git.run(cache, "diff", pin_commit, commit, "--", *files, check=False, strip=False)
+        ids = git.run(cache, "patch-id", "--stable", stdin=diff.stdout, check=False).stdout
+        return commit if ids.split()[:1] == [pid] else ""
     log = git.run(
         cache,
         "log",
@@ -536,7 +542,7 @@ def select_tags(up: Upstream, spec: str, pre: bool = False) -> list[str]:
             f"--tags {spec!r} is not a PEP 440 specifier", "for example --tags '>=0.5.10,<=0.5.23'"
         ) from exc
     found = []
-    for tag in git.tags(up.cache):
+    for tag in up.tags():
         v = ref_version(tag)
         if v is not None and wanted.contains(v, prereleases=pre) and (pre or not v.is_prerelease):
             found.append((v, tag))
@@ -562,7 +568,7 @@ def check_refs(
     if tags:
         matched = select_tags(up, tags)
         if not matched:
-            known = sorted((v, t) for t in git.tags(up.cache) if (v := ref_version(t)) is not None)
+            known = sorted((v, t) for t in up.tags() if (v := ref_version(t)) is not None)
             shown = [t for _, t in known]
             listing = ", ".join(shown[-12:]) if shown else "none"
             raise ConfigError(

@@ -11,12 +11,71 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from sglforge import git
 from sglforge.errors import UpstreamError
 from sglforge.patches.series import Pin, load_pin, save_pin
 
 UPSTREAM_ENV = "SGLFORGE_UPSTREAM"
-_PYPI_HISTORIES: dict[tuple[str, str, str], Path] = {}
+
+
+@dataclass(frozen=True)
+class PypiSource:
+    """A ``pypi:`` upstream's store: releases are imported when a ref first asks for them."""
+
+    project: str
+    spec: str
+    cache_root: Path  # the PyPI part of the shared cache
+    mirrors: Path  # where the git mirror of the store lives
+    seed: tuple[Path, ...] = ()
+
+    @property
+    def store(self) -> Path:
+        from sglforge import pypi
+
+        return pypi.store(self.cache_root, self.project)
+
+    def tags(self) -> list[str]:
+        """The releases the index has that the spec admits, as tags (asks the index)."""
+        from sglforge import pypi
+
+        return [f"v{v}" for v in pypi.available_versions(self.project, self.spec)]
+
+    def grow(self, versions: list[Version]) -> Path:
+        """Import ``versions`` (asked for by ref: yanked ones too) and refresh the mirror."""
+        from sglforge import pypi
+
+        store = pypi.ensure(self.cache_root, self.project, versions, exact=True, seed=self.seed)
+        return _pypi_mirror(self.mirrors, store)
+
+
+def _pypi_mirror(mirrors: Path, store: Path) -> Path:
+    """The git mirror of a PyPI store (worktrees are made there, never in the shared store),
+    fetched only when the store holds a release the mirror lacks."""
+    from sglforge import pypi
+
+    path = mirrors / git.cache_name(str(store))
+    try:
+        if (path / "HEAD").exists() and set(pypi.tagged_versions(path)) >= set(
+            pypi.tagged_versions(store)
+        ):
+            return path
+    except git.GitFailed:
+        pass  # not a repository any more: ensure_cache makes it again
+    return git.ensure_cache(mirrors, str(store), share_objects=True)
+
+
+def ref_release(ref: str) -> Version | None:
+    """The release a ``v<version>`` (or bare version) ref names; None for anything else."""
+    text = ref.removeprefix("refs/tags/")
+    text = text[1:] if text[:1] in ("v", "V") else text
+    if not text[:1].isdigit():
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
 
 
 @dataclass(frozen=True)
@@ -27,28 +86,62 @@ class Upstream:
     key: str
     cache: Path
     python_only: bool  # a PyPI-built tree holds python/ only
+    pypi: PypiSource | None = None
+
+    def tags(self) -> list[str]:
+        """Every tag of upstream: a git source's, or the releases a PyPI source can import."""
+        if self.pypi is not None:
+            return self.pypi.tags()
+        return git.tags(self.cache)
+
+    def _grow(self, refs: list[str]) -> None:
+        if self.pypi is None:
+            return
+        wanted = [v for r in refs if (v := ref_release(r)) is not None]
+        if wanted:
+            self.pypi.grow(wanted)
 
     def resolve(self, ref: str) -> str:
         try:
             return git.resolve(self.cache, ref)
         except UpstreamError:
-            import difflib
+            pass
+        if self.pypi is not None and ref_release(ref) in self._index_versions():
+            # a release not imported yet (an unreachable index says so here, not "not found")
+            self._grow([ref])
+            return git.resolve(self.cache, ref)
+        import difflib
 
+        try:
+            known = self.tags()
+        except UpstreamError:
             known = git.tags(self.cache)
-            near = difflib.get_close_matches(ref, known, n=5, cutoff=0.5)
-            where = f"upstream {self.source}" + (
-                " (python/ only, from PyPI)" if self.python_only else ""
-            )
-            raise UpstreamError(
-                f"ref {ref!r} not found in {where}"
-                + (f"; closest tags: {', '.join(near)}" if near else f"; {len(known)} tags known"),
-                "pass an existing tag (`sglforge patches check --tags '>=0'` lists them) "
-                "or another --upstream",
-            ) from None
+        near = difflib.get_close_matches(ref, known, n=5, cutoff=0.5)
+        where = f"upstream {self.source}" + (
+            " (python/ only, from PyPI)" if self.python_only else ""
+        )
+        raise UpstreamError(
+            f"ref {ref!r} not found in {where}"
+            + (f"; closest tags: {', '.join(near)}" if near else f"; {len(known)} tags known"),
+            "pass an existing tag (`sglforge patches check --tags '>=0'` lists them) "
+            "or another --upstream",
+        ) from None
+
+    def _index_versions(self) -> set[Version]:
+        from sglforge import pypi
+
+        assert self.pypi is not None
+        return set(pypi.releases(self.pypi.project))
 
     def resolve_all(self, refs: list[str]) -> dict[str, str]:
-        """Commits of many refs at once; unknown refs raise like ``resolve``."""
+        """Commits of many refs at once (a PyPI source imports the missing releases in one
+        go); unknown refs raise like ``resolve``."""
         known = git.resolve_many(self.cache, [])
+        missing = [r for r in refs if r not in known]
+        if missing and self.pypi is not None:
+            offered = self._index_versions()
+            self._grow([r for r in missing if ref_release(r) in offered])
+            known = git.resolve_many(self.cache, [])
         return {ref: known[ref] if ref in known else self.resolve(ref) for ref in refs}
 
     def tree(self, commit: str) -> str:
@@ -71,13 +164,22 @@ def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream
         from sglforge import pypi
 
         project, spec = parsed
-        memo = (str(shared.pypi_cache()), project, spec)
-        if memo not in _PYPI_HISTORIES:  # asking the index costs seconds; once per process
-            _PYPI_HISTORIES[memo] = pypi.history(
-                shared.pypi_cache(), project, spec, seed=shared.legacy_wheels(root, project)
-            )
-        cache = git.ensure_cache(cache_root, str(_PYPI_HISTORIES[memo]), share_objects=True)
-        return Upstream(source=source, key=f"pypi:{project}", cache=cache, python_only=True)
+        src = PypiSource(
+            project=project,
+            spec=spec,
+            cache_root=shared.pypi_cache(),
+            mirrors=cache_root,
+            seed=tuple(shared.legacy_wheels(root, project)),
+        )
+        # Only the pin's release is imported now; other refs import theirs when asked for.
+        pinned = ref_release(pin.ref)
+        store = pypi.ensure(
+            src.cache_root, project, [pinned] if pinned else [], exact=True, seed=src.seed
+        )
+        cache = _pypi_mirror(cache_root, store)
+        return Upstream(
+            source=source, key=f"pypi:{project}", cache=cache, python_only=True, pypi=src
+        )
     cache = git.ensure_cache(cache_root, source)
     key = source if source == pin.url else _normalise(source)
     return Upstream(source=source, key=key, cache=cache, python_only=False)
