@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from index_server import IndexServer, serve
 from test_pypi_history import PROJECT, make_wheel
 
+from index_server import IndexServer, serve
 from sglforge import git, index, pypi
 from sglforge.errors import UpstreamError
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from index_server import IndexServer, serve
 
+from index_server import IndexServer, serve
 from sglforge import git, index, pypi
 from sglforge.errors import ConfigError, UpstreamError
 
