@@ -43,6 +43,8 @@ class TargetOutcome:
     smoke_passed: bool | None = None
     smoke_verdict: str = ""
     smoke_figures: dict[str, Any] = field(default_factory=dict)
+    # the bench's figures with the delta against the last release (publish runs it)
+    bench: dict[str, Any] | None = None
     published: tuple[str, ...] = ()
     error: str = ""
     # (config item, status at this target's base): "upstreamed" (the base's aiter carries
@@ -360,6 +362,7 @@ def _prove_target(
                 smoke_passed=res.smoke_passed,
                 smoke_verdict=res.smoke_verdict,
                 smoke_figures=dict(res.smoke_figures),
+                bench=dict(res.bench) if res.bench is not None else None,
                 published=tuple(res.pushed),
                 error=res.error or "",
             )
@@ -476,6 +479,13 @@ def markdown(result: UpgradeResult) -> str:
                 f"{figures or '-'} | {t.error or ''} |"
             )
         lines.append("")
+        benched = [t for t in result.targets if t.bench]
+        if benched:
+            from sglforge.release import bench_line
+
+            lines += ["## Serving benchmark", ""]
+            lines += [f"- {t.target}: {bench_line(t.bench)}" for t in benched]
+            lines.append("")
     configs = [(t.target, name, st) for t in result.targets for name, st in t.configs]
     if configs:
         lines += ["## Config items", "", "| target | item | status |", "|---|---|---|"]

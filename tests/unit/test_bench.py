@@ -429,3 +429,24 @@ def test_simulated_acceptance_is_refused_for_smoke_and_bench(
     monkeypatch.setenv("SGLANG_SIMULATE_ACC_METHOD", "match-expected")
     with pytest.raises(ConfigError, match="SGLANG_SIMULATE_ACC_METHOD"):
         run_smoke(tmp_path, "no-such-image", CPU, log_dir=tmp_path / "log")
+
+
+def test_the_upgrade_report_carries_the_bench_and_its_delta() -> None:
+    from sglforge.upgrade import TargetOutcome, UpgradeResult, markdown, to_dict
+
+    bench = {
+        "hardware": "gpu",
+        "knee": {"request_rate": 2.4, "total_tok_s": 2626.0},
+        "single_stream": {"decode_tok_s": 213.0, "accept_length": 3.5},
+        "regression": {
+            "regressed": False,
+            "changes": [{"figure": "knee_total_tok_s", "delta": 0.012}],
+        },
+    }
+    target = TargetOutcome("mi355x", image="img", smoke_passed=True, bench=bench)
+    result = UpgradeResult("v0.5.14", "v0.5.16", None, True, True, "", (), (target,), (), {})
+    text = markdown(result)
+    assert "## Serving benchmark" in text
+    assert "- mi355x: bench: knee 2.4 RPS at 2626 tok/s/node, single stream 213 tok/s" in text
+    assert "knee_total_tok_s +1.2% vs last release" in text
+    assert to_dict(result)["targets"][0]["bench"] == bench
