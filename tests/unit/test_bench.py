@@ -450,3 +450,20 @@ def test_the_upgrade_report_carries_the_bench_and_its_delta() -> None:
     assert "- mi355x: bench: knee 2.4 RPS at 2626 tok/s/node, single stream 213 tok/s" in text
     assert "knee_total_tok_s +1.2% vs last release" in text
     assert to_dict(result)["targets"][0]["bench"] == bench
+
+
+def test_a_busy_port_is_refused_before_any_container(tmp_path: Path) -> None:
+    import socket
+
+    from sglforge.bench.runner import _Ctx, _server
+    from sglforge.errors import BenchError
+
+    sc = load_scenario(CPU)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert sc.bench is not None
+        ctx = _Ctx(tmp_path, sc, sc.bench, port, None, tmp_path, {}, {}, lambda _m: None, 1.0)
+        with pytest.raises(BenchError, match="already in use"), _server(ctx, "img", "x"):
+            pass

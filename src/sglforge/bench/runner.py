@@ -39,7 +39,7 @@ from sglforge.bench.stats import (
 )
 from sglforge.errors import BenchError, ConfigError
 from sglforge.smoke.checks import HttpError, _request
-from sglforge.smoke.preflight import refuse_simulated_acceptance
+from sglforge.smoke.preflight import port_in_use, refuse_simulated_acceptance
 from sglforge.smoke.scenario import Scenario, load_scenario
 from sglforge.util import check_output_dir, confined, work_dir
 
@@ -242,6 +242,12 @@ def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
     from sglforge.smoke.runner import _wait_ready
 
     log = ctx.report_dir / f"{name}.server.log"
+    if port_in_use(ctx.port):
+        # Something else would answer the readiness and metrics requests.
+        raise BenchError(
+            f"127.0.0.1:{ctx.port} is already in use: {image}'s server could not be told apart",
+            "free the port or pass --port N",
+        )
     ctx.say(f"starting {image} for {name}; log: {log}")
     with containers.running(
         image,
