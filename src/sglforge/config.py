@@ -24,6 +24,7 @@ _WANT = {
     "float": "a number",
     "bool": "true or false",
     "strs": "a list of strings",
+    "ints": "a list of integers",
     "table": "a table",
     "tables": "a list of tables",
 }
@@ -102,6 +103,9 @@ class Table:
             return v
         if kind == "strs" and isinstance(v, list) and all(isinstance(x, str) for x in v):
             return tuple(v)
+        if kind == "ints" and isinstance(v, list):
+            if all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+                return tuple(v)
         if kind == "table" and isinstance(v, dict):
             return v
         if kind == "tables" and isinstance(v, list) and all(isinstance(x, dict) for x in v):

@@ -479,3 +479,19 @@ __all__ = [
     "run",
     "tags",
 ]
+
+
+def blob(repo: Path, commit: str, path: str) -> bytes | None:
+    """The exact bytes of ``path`` at ``commit`` in ``repo`` (a bare or working clone), or None
+    when the commit or the path is not there."""
+    found = run(repo, "cat-file", "-e", f"{commit}:{path}", check=False)
+    if found.status != 0:
+        return None
+    return encode_exact(run(repo, "cat-file", "blob", f"{commit}:{path}", strip=False).stdout)
+
+
+def blob_id(data: bytes) -> str:
+    """git's object id of a blob with these bytes (what ``git hash-object`` prints)."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

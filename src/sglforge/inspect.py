@@ -90,5 +90,6 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
                 references=record.references,
                 smoke=record.smoke,
                 tested=record.tested,
+                coverage=record.coverage,
             )
     return prov

@@ -19,7 +19,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import BuildError
-from sglforge.patches.configs import BaseTables, ConfigItem, base_tables, item_findings, render
+from sglforge.patches.configs import (
+    BaseTables,
+    ConfigItem,
+    base_tables,
+    item_findings,
+    render,
+    unfit_rows,
+)
 from sglforge.provenance import ContextFile, config_label
 from sglforge.util import atomic_write, sha256_bytes
 
@@ -108,10 +115,19 @@ def stage(
                 "gfx": item.gfx,
                 "status": item.upstream_status,
                 "origin": item.origin,
-                "rows": len(item.rows),
+                "rows": len(item.rows) - len(unfit_rows(item, base)),
+                "rows_left_out": len(unfit_rows(item, base)),
             }
         )
-        say(f"config item {item.name}: {len(item.rows)} row(s) -> {dest}")
+        unfit = unfit_rows(item, base)
+        if unfit:
+            shown = ", ".join(f"line {n} ({c}={v})" for n, c, v in unfit[:3])
+            more = f" and {len(unfit) - 3} more" if len(unfit) > 3 else ""
+            say(
+                f"config item {item.name}: {len(unfit)} row(s) left out, the base's aiter has no "
+                f"column for them: {shown}{more}"
+            )
+        say(f"config item {item.name}: {len(item.rows) - len(unfit)} row(s) -> {dest}")
     return Staged(tuple(files), label_map, tuple(entries))
 
 

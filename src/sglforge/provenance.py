@@ -308,6 +308,7 @@ class Provenance:
     references: tuple[str, ...] = ()
     smoke: Smoke | None = None
     tested: bool | None = None  # None: no release record found for this image
+    coverage: Mapping[str, Any] | None = None  # the publish coverage gate, from the record
     # Config items (tuned tables): name, installed path, sha256, status, origin (issue 13).
     configs: tuple[Mapping[str, Any], ...] = ()
 

@@ -226,6 +226,7 @@ class _Plan:
     clock: _Clock
     standin: bool = False
     accept_regression: str | None = None
+    coverage: dict[str, Any] | None = None  # the coverage gate's result, for the release record
 
 
 def publish(
@@ -297,6 +298,9 @@ def publish(
 
     smoke: Smoke | None = None
     if plan.scenario_path is not None:
+        result = _coverage_gate(plan, built, result, model)
+        if result.error:
+            return result
         smoke, result = _smoke_gate(plan, built.image, result, model, port, labels)
         if result.error:
             return result
@@ -439,6 +443,46 @@ def _dry_run(
     steps.append(Step("push", None, detail=immutable))
     steps += [Step("tag", None, detail=ref) for ref in moving]
     return replace(result, steps=tuple(steps))
+
+
+def _coverage_gate(
+    plan: _Plan, built: Any, result: PublishResult, model: str | None
+) -> PublishResult:
+    """``configs coverage`` of the scenario's launch on the base's aiter tables plus the queue's
+    items (issue 21): a hot shape (the main model's MoE) with no tuned row stops the publish
+    unless the scenario's ``[[coverage.accept]]`` names it. Recorded as the "coverage" step."""
+    from sglforge import coverage
+    from sglforge.overlay_configs import base_aiter
+
+    assert plan.scenario_path is not None
+    plan.clock.reset()
+    labels = dict(getattr(built, "labels", {}) or {})
+    gate, why = coverage.publish_gate(
+        plan.root,
+        plan.scenario_path,
+        Path(model) if model else None,
+        lambda: base_aiter(built.base, labels) if built.base else None,
+    )
+    if gate is None:
+        plan.coverage = {"not_run": why}
+        plan.clock.done("coverage", None, f"not run: {why}")
+        return result
+    plan.coverage = gate.to_dict()
+    accepted = f", {len(gate.accepted)} accepted" if gate.accepted else ""
+    if gate.passed:
+        detail = f"{len(gate.coverage.lookups)} lookup group(s), no hot miss{accepted}"
+        plan.clock.done("coverage", True, detail)
+        return result
+    plan.clock.done("coverage", False, f"hot misses: {gate.summary()}")
+    return replace(
+        result,
+        steps=tuple(plan.clock.steps),
+        error=f"coverage: no tuned aiter row for hot shape(s) of {plan.scenario_path.name}: "
+        f"{gate.summary()}; nothing was pushed and no tag moved\n  next: sglforge configs "
+        "coverage --model DIR --scenario FILE --base-image BASE, then add a config item "
+        "(or accept the miss with [[coverage.accept]] and a reason)",
+        exit_code=EXIT_PROBLEMS,
+    )
 
 
 def _smoke_gate(
@@ -625,6 +669,7 @@ def _record(
 ) -> tuple[Release, Recorded]:
     """The release record and CHANGELOG entry, then the record pushed next to the image."""
     release = _release(plan.root, built, plan.build_target, immutable, pushed, digest, smoke, date)
+    release = replace(release, coverage=plan.coverage)
     recorded = record_release(plan.root, release, changelog, _repository(immutable), plan.creds)
     plan.clock.done("record", True, str(recorded.record))
     plan.clock.reset()

@@ -70,6 +70,9 @@ class Release:
     published_at: str = ""  # ISO 8601 UTC; orders releases made on the same day
     digests: tuple[str, ...] = ()  # other digests of the same version (rebuilt, other registry)
     schema: int = RECORD_SCHEMA
+    # The publish coverage gate (sglforge.coverage.Gate.to_dict, or {"not_run": why}); None in
+    # records written before it existed.
+    coverage: Mapping[str, Any] | None = None
 
     @property
     def tested(self) -> bool:
@@ -133,6 +136,7 @@ def to_dict(release: Release) -> dict[str, Any]:
             "bench": None if release.smoke.bench is None else dict(release.smoke.bench),
         }
     )
+    data["coverage"] = None if release.coverage is None else dict(release.coverage)
     data["tested"] = release.tested
     return data
 
@@ -171,6 +175,7 @@ def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Relea
             published_at=str(data.get("published_at", "")),
             digests=tuple(str(d) for d in data.get("digests", ())),
             schema=int(data.get("schema", RECORD_SCHEMA)),
+            coverage=dict(data["coverage"]) if data.get("coverage") is not None else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(

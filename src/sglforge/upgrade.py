@@ -373,6 +373,9 @@ def _prove_target(
             t = time.monotonic()
             say(f"{target}: smoke test of {built.image}")
             path = scenario or find_scenario(stage, target)
+            missed = _coverage_gate(stage, built, path, model, labels, say)
+            if missed:
+                return replace(out, error=missed)
             report = run_smoke(stage, built.image, path, model=model, port=port, labels=labels)
             stages[f"smoke {target}"] = time.monotonic() - t
             return replace(
@@ -385,6 +388,33 @@ def _prove_target(
         return out
     except SglforgeError as exc:
         return TargetOutcome(target, error=str(exc).splitlines()[0])
+
+
+def _coverage_gate(
+    stage: Path,
+    built: Any,
+    scenario: Path,
+    model: str | None,
+    labels: dict[str, str] | None,
+    say: Callable[[str], None],
+) -> str:
+    """publish's coverage gate for an upgrade that smokes without publishing: "" or the error."""
+    from sglforge import coverage
+    from sglforge.overlay_configs import base_aiter
+
+    gate, why = coverage.publish_gate(
+        stage,
+        scenario,
+        Path(model) if model else None,
+        lambda: base_aiter(built.base, labels) if built.base else None,
+    )
+    if gate is None:
+        say(f"coverage: not run ({why})")
+        return ""
+    if gate.passed:
+        say(f"coverage: no hot miss ({len(gate.accepted)} accepted)")
+        return ""
+    return f"coverage: no tuned aiter row for hot shape(s): {gate.summary()}"
 
 
 def _retire_upstreamed_configs(

@@ -56,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -426,6 +427,44 @@ def aiter_tree(dest: Path, version: str = AITER_VERSION) -> Path:
     return dest
 
 
+# The aiter sglang 0.5.14's ROCm image builds (docker/rocm.Dockerfile AITER_COMMIT_DEFAULT; how it
+# was found: docs/aiter-tuned-configs.md, "The image's aiter").
+RELEASE_AITER_COMMIT = "9127c94a18e4398e1eba91f6639e910f0994ad02"
+AITER_MIRROR = Path("/work/.mirror/ROCm+aiter/repo")
+
+
+def aiter_clone() -> Path | None:
+    """A ROCm/aiter clone to take a commit's tree from (``$SGLFORGE_AITER_REPO``, else the
+    search tool's mirror), or None."""
+    given = os.environ.get("SGLFORGE_AITER_REPO")
+    path = Path(given) if given else AITER_MIRROR
+    return path if path.is_dir() else None
+
+
+def aiter_tree_at(dest: Path, commit: str, repo: Path | None = None) -> Path:
+    """aiter's repository at ``commit`` as ``/sgl-workspace/aiter`` holds it: its ``aiter/``
+    folder (python code and ``aiter/configs``), byte for byte, from a clone.
+
+    Liberties as :func:`aiter_tree`: ``csrc/``, ``hsa/``, ``3rdparty/`` and the kernels' sources
+    are left out and ``pyproject.toml`` replaces ``setup.py``; the version is ``0.0.0+g<commit>``.
+    """
+    import tarfile
+
+    repo = repo or aiter_clone()
+    if repo is None:
+        raise FileNotFoundError("no ROCm/aiter clone: set SGLFORGE_AITER_REPO")
+    data = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", commit, "aiter"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    (dest / "pyproject.toml").write_text(AITER_PYPROJECT.format(version=f"0.0.0+g{commit[:9]}"))
+    return dest
+
+
 def build_tool_wheels() -> Path:
     """The build back-end pip needs for the editable install, as wheels (no network in Docker)."""
     folder = (
@@ -674,13 +713,21 @@ def _replica_dockerfile(debian: str, aiter: bool = False, bench: bool = False) -
 
 
 def _context_dir(
-    tree: Path, wheels: Path, dockerfile: str, into: Path, aiter: bool = False, bench: bool = False
+    tree: Path,
+    wheels: Path,
+    dockerfile: str,
+    into: Path,
+    aiter: bool = False,
+    aiter_commit: str | None = None,
+    bench: bool = False,
 ) -> Path:
     into.mkdir(parents=True)
     (into / "Dockerfile").write_text(dockerfile)
     shutil.copytree(tree, into / "sglang", symlinks=True)
     shutil.copytree(wheels, into / "wheels")
-    if aiter:
+    if aiter and aiter_commit:
+        aiter_tree_at(into / "aiter", aiter_commit)
+    elif aiter:
         aiter_tree(into / "aiter")
     if bench:
         shutil.copytree(bench_wheels(), into / "bench-wheels")
@@ -699,6 +746,7 @@ def ensure_sglang_base(
     files: Mapping[str, bytes] | None = None,
     client: docker.DockerClient | None = None,
     aiter: bool = True,
+    aiter_commit: str | None = None,
     bench: bool = False,
 ) -> str:
     """Tag of the replica of sglang ``version``'s ROCm release image (TEST DOUBLE).
@@ -714,11 +762,17 @@ def ensure_sglang_base(
     at ``/sgl-workspace/aiter`` from the PyPI wheel, editable: the build puts the queue's config
     items where it merges them, so a replica without it cannot take the real queue.
     ``aiter=False`` gives the older aiter-less replica (default tag suffix ``-noaiter``).
+    ``aiter_commit`` (e.g. :data:`RELEASE_AITER_COMMIT`, what the release image builds) takes
+    aiter's tree from a ROCm/aiter clone at that commit instead of the wheel (:func:`aiter_tree_at`;
+    tag suffix ``-aiter<commit[:12]>``).
     ``bench=True`` adds what ``sglang.bench_serving`` needs and the stand-in tokenizer (default
     tag suffix ``-bench``; see the module docstring).
     """
     client = _client(client)
-    suffix = ("" if aiter else "-noaiter") + ("-bench" if bench else "")
+    suffix = "" if aiter else "-noaiter"
+    if aiter and aiter_commit:
+        suffix = f"-aiter{aiter_commit[:12]}"
+    suffix += "-bench" if bench else ""
     tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x{suffix}"
     server_path = server_py or SERVER_PY
     if not server_path.is_file():
@@ -730,7 +784,9 @@ def ensure_sglang_base(
     base_id = client.images.get(base).id
     dockerfile = _replica_dockerfile(base, aiter, bench)
     h = hashlib.sha256(f"{RECIPE}\0{version}\0{base_id}\0{dockerfile}\0".encode())
-    if aiter:
+    if aiter and aiter_commit:
+        h.update(f"aiter@{aiter_commit}".encode() + AITER_PYPROJECT.encode())
+    elif aiter:
         h.update(aiter_wheel().name.encode() + AITER_PYPROJECT.encode())
     h.update(hashlib.sha256(wheel.read_bytes()).digest() + hashlib.sha256(server).digest())
     for whl in sorted(tools.glob("*.whl")):
@@ -752,6 +808,7 @@ def ensure_sglang_base(
             STANDIN: "1",
             HASH_LABEL: digest,
             "io.sglforge.standin.sglang-version": version,
+            **({"io.sglforge.standin.aiter-commit": aiter_commit} if aiter_commit else {}),
             "org.opencontainers.image.description": (
                 "sglforge test double: replica of an sglang ROCm release image "
                 "(released code, upstream's install; no torch/ROCm)"
@@ -760,7 +817,9 @@ def ensure_sglang_base(
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="replica-", dir=cache_dir()) as tmp:
             tree = replica_tree(version, Path(tmp) / "tree", server, files)
-            context = _context_dir(tree, tools, dockerfile, Path(tmp) / "context", aiter, bench)
+            context = _context_dir(
+                tree, tools, dockerfile, Path(tmp) / "context", aiter, aiter_commit, bench
+            )
             try:
                 client.images.build(
                     path=str(context),

@@ -82,11 +82,12 @@ routed experts. Mirrored from amd-aiter 0.1.7.post2.dev18 (PyPI wheel; lines are
 Where that differs from the real thing: the token counts are the stand-in's (a prefill of the
 prompt's words, then one verify step of ``--speculative-num-draft-tokens`` tokens, or 1 without
 speculative decoding) and there is no CUDA-graph capture sweep; ``cu_num`` is ``$CU_NUM``
-(aiter reads it too, ``aiter/jit/utils/chip_info.py:101``) or 256 (MI355X); the shared expert
-is never fused (sglang with our 0002 patch builds GLM-5.2's MTP shared expert on its own, so
-expert/topk are ``n_routed_experts``/``num_experts_per_tok``); ``inter_dim`` is
-``moe_intermediate_size // --tp``. tests/docker/test_aiter_configs.py runs the lookup against
-the real wheel's tables and against a table with our item, and fails if the lines change.
+(aiter reads it too, ``aiter/jit/utils/chip_info.py:101``) or 256 (MI355X). The shapes
+(model_dim, inter_dim, expert, topk) are never decided here: they are handed in through
+``$STANDIN_MOE_LOOKUPS`` (``sglforge configs coverage --json``, whose shapes come from the pinned
+sglang's own model construction, shared-experts fusion included); without it the stand-in
+prints no MoE lookup line. tests/docker/test_aiter_configs.py runs the lookup against the real
+wheel's tables and against a table with our item, and fails if the lines change.
 
 Faults and extra log lines through the environment (comma-separated names in
 ``STANDIN_FAULT``):
@@ -337,14 +338,27 @@ class AiterFusedMoE:
         return f"[aiter] [fused_moe] using 2stage {tag} for {keys} "
 
 
-def moe_shape(config: dict, tp: int) -> tuple[int, int, int, int] | None:
-    """(model_dim, inter_dim per rank, expert, topk) of an MXFP4 (Quark) MoE model, else None."""
-    quant = config.get("quantization_config") or {}
-    experts = config.get("n_routed_experts")
-    if quant.get("quant_method") != "quark" or not experts:
-        return None
-    inter = int(config.get("moe_intermediate_size") or 0) // max(tp, 1)
-    return (int(config["hidden_size"]), inter, int(experts), int(config["num_experts_per_tok"]))
+MOE_LOOKUPS_ENV = "STANDIN_MOE_LOOKUPS"
+
+
+def handed_shapes(env: dict) -> list[tuple[int, int, int, int]]:
+    """The fused-MoE shapes this launch asks aiter for, as handed in: never derived here.
+
+    ``$STANDIN_MOE_LOOKUPS`` holds ``sglforge configs coverage --json`` output (or its
+    ``lookups`` list): each lookup's (model_dim, inter_dim, expert, topk), which come from the
+    pinned sglang's own model construction. Nothing handed: no MoE lookup lines at all.
+    """
+    text = env.get(MOE_LOOKUPS_ENV, "").strip()
+    if not text:
+        return []
+    data = json.loads(text)
+    lookups = data["lookups"] if isinstance(data, dict) else data
+    shapes: list[tuple[int, int, int, int]] = []
+    for x in lookups:
+        shape = (int(x["model_dim"]), int(x["inter_dim"]), int(x["expert"]), int(x["topk"]))
+        if shape not in shapes:
+            shapes.append(shape)
+    return shapes
 
 
 def log(message: str, prefix: str = "") -> None:
@@ -522,7 +536,7 @@ class Engine:
         self.last_gen_throughput = 0.0
         self.last_decode_stats_tic = time.perf_counter()
         self.aiter: AiterFusedMoE | None = None
-        self.moe: tuple[int, int, int, int] | None = None
+        self.moe: list[tuple[int, int, int, int]] = []
         self.cost = CostModel(env, self.tok_s)
         self.cache = PrefixCache(
             int(env.get("STANDIN_BLOCK_TOKENS", "16")),
@@ -618,13 +632,15 @@ class Engine:
         return "\n".join(out) + "\n"
 
     def aiter_lookup(self, token_num: int) -> None:
-        """Print aiter's lookup line for one MoE forward of ``token_num`` tokens (once per key)."""
-        if self.aiter is None or self.moe is None:
+        """Print aiter's lookup line for one forward of ``token_num`` tokens through every handed
+        MoE shape (once per key)."""
+        if self.aiter is None:
             return
-        with self.lock:
-            line = self.aiter.lookup(token_num, *self.moe)
-        if line is not None:
-            raw(line)
+        for shape in self.moe:
+            with self.lock:
+                line = self.aiter.lookup(token_num, *shape)
+            if line is not None:
+                raw(line)
 
     def answer(self, prompt: str) -> str | None:
         """The answer to the last simple arithmetic question in ``prompt``, if there is one."""
@@ -1140,16 +1156,12 @@ def _model_config(model_path: str) -> tuple[str, str | None]:
 
 def _aiter_for(
     args: argparse.Namespace, env: dict
-) -> tuple[AiterFusedMoE | None, tuple[int, int, int, int] | None]:
-    try:
-        with open(os.path.join(args.model_path, "config.json")) as fh:
-            shape = moe_shape(json.load(fh), args.tp_size)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, None
+) -> tuple[AiterFusedMoE | None, list[tuple[int, int, int, int]]]:
+    shapes = handed_shapes(env)
     root = aiter_root()
-    if shape is None or root is None:
-        return None, None
-    return AiterFusedMoE(root, env), shape
+    if not shapes or root is None:
+        return None, []
+    return AiterFusedMoE(root, env), shapes
 
 
 def crash_while_loading() -> None:

@@ -57,16 +57,16 @@ def test_an_item_is_upstreamed_only_when_the_base_carries_every_row_with_its_cho
     columns, rows = item_rows(root)
     # 1.0 == 1 and "True" == 1: a base writing numbers differently still carries the row.
     rows[0]["use_g1u1"] = "True"
-    rows[1]["token"] = "4.0"
+    rows[1]["token"] += ".0"
     model = {"glm5_fp4_tuned_fmoe.csv": table(columns, rows)}
     base = base_tables("/a/configs", "tuned_fmoe", table(columns, []), UNTUNED, model)
     assert upstreamed(item, base)
     # Every key present, so a build would refuse the item: the finding names the key and file.
     dups = base_duplicates([item], base)
-    assert len(dups) == 5
+    assert len(dups) == len(rows) == 96
     file, line, code, message = dups[0]
     assert (file, line, code) == (f"patches/configs/{ITEM}.csv", 2, "config-base-duplicate")
-    assert "token=2, model_dim=6144, inter_dim=512, expert=256, topk=8" in message
+    assert "token=1, model_dim=6144, inter_dim=2048, expert=257, topk=9" in message
     assert "model_configs/glm5_fp4_tuned_fmoe.csv" in message
 
     other_kernel = [dict(r) for r in rows]
@@ -75,7 +75,7 @@ def test_an_item_is_upstreamed_only_when_the_base_carries_every_row_with_its_cho
     assert not upstreamed(item, base)  # same keys, another choice: ours is not upstream's
 
     base = base_tables("/a/configs", "tuned_fmoe", table(columns, rows[:4]), UNTUNED, {})
-    assert not upstreamed(item, base)  # one row (token 64) missing
+    assert not upstreamed(item, base)  # rows missing
     base = base_tables("/a/configs", "tuned_fmoe", table(columns, []), UNTUNED, {})
     assert not upstreamed(item, base) and base_duplicates([item], base) == []
 
@@ -112,3 +112,27 @@ def test_check_reports_upstreamed_from_the_base_s_configs_folder(tmp_path: Path)
     ]
     without = check_items(root, ["v0.5.14"])
     assert without[0]["status"] == "applies" and "no --aiter-configs" in without[0]["detail"]
+
+
+def test_rows_a_base_cannot_read_are_left_out_never_edited(tmp_path: Path) -> None:
+    from sglforge.patches.configs import render, unfit_rows
+
+    root = project(tmp_path)
+    (item,) = load_items(root)
+    # The amd-aiter 0.1.7 wheel's columns: no gfx, xbf16 or flat (its core.py asserts equal
+    # columns). The FLAT rows (flat=1, xbf16=1) cannot be read there: they are left out.
+    wheel = [c for c in item.columns if c not in ("gfx", "xbf16", "flat")]
+    base = base_tables("/a/configs", "tuned_fmoe", table(wheel, []), UNTUNED, {})
+    unfit = unfit_rows(item, base)
+    assert len(unfit) == 13 and {c for _, c, _ in unfit} == {"xbf16"}
+    out = list(csv.DictReader(io.StringIO(render(item, base).decode())))
+    assert len(out) == 96 - 13
+    kept = [r for r in item.records() if r["flat"] in ("0", "0.0")]
+    assert [{c: r[c] for c in wheel} for r in kept] == out  # the other rows, value for value
+    # A base whose own files already differ in columns merges their union (newer aiter):
+    # every row fits, nothing is left out.
+    model = {"dsv3_fp4_tuned_fmoe.csv": table(list(item.columns), [])}
+    union = base_tables("/a/configs", "tuned_fmoe", table(wheel, []), UNTUNED, model)
+    assert set(item.columns) <= set(union.columns) and "gfx" in union.key_columns
+    assert unfit_rows(item, union) == []
+    assert len(list(csv.DictReader(io.StringIO(render(item, union).decode())))) == 96

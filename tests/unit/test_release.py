@@ -241,3 +241,29 @@ def test_targets_of_one_queue_share_a_fork_release_with_standard_sections(root: 
     assert record_release(root, newer).fork_version == "v0.5.15-1"
     text = (root / "CHANGELOG.md").read_text()
     assert text.index("## [v0.5.15-1] - 2026-12-05") < text.index("## [v0.5.14-1]")
+
+
+def test_the_coverage_gate_round_trips_in_the_record() -> None:
+    import dataclasses
+
+    from sglforge.release import Release, from_dict, to_dict
+
+    release = Release(
+        version="v0.5.14-rocm700-mi355x-q1234abcd",
+        date="2026-12-01",
+        target="mi355x",
+        image="reg/sglang:v0.5.14-rocm700-mi355x-q1234abcd",
+        digest="sha256:" + "0" * 64,
+        references=(),
+        upstream_url="https://github.com/sgl-project/sglang",
+        upstream_ref="v0.5.14",
+        upstream_commit="0" * 40,
+        upstream_version="0.5.14",
+        queue_hash="1234abcd",
+        patches=(),
+        smoke=None,
+    )
+    assert from_dict(to_dict(release)).coverage is None  # records from before the gate
+    gate = {"passed": False, "failing": [{"expert": 257, "topk": 9}], "accepted": [], "misses": 3}
+    with_gate = dataclasses.replace(release, coverage=gate)
+    assert from_dict(to_dict(with_gate)).coverage == gate

@@ -67,6 +67,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Measure serving performance the case study's way, with the image's own client.",
     ),
     "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
+    "configs": (
+        "sglforge.cli.configs",
+        "Tuned kernel tables: which rows a launch will use, before a GPU runs.",
+    ),
     "init": (
         "sglforge.cli.init",
         "Lay out a new fork-packaging project in DIRECTORY (default: here).",

@@ -120,22 +120,32 @@ def _cut(s: str, n: int) -> str:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The base's aiter/configs folder: check config items against its own table.",
 )
+@click.option(
+    "--aiter-repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="An aiter clone: check each config item's rows against its upstream commit's file.",
+)
 @json_option
 @pass_state
-def lint_cmd(st: State, aiter_configs: Path | None, as_json: bool) -> None:
+def lint_cmd(st: State, aiter_configs: Path | None, aiter_repo: Path | None, as_json: bool) -> None:
     """Check series vs files, metadata and diffs; every finding names file and line.
 
     Config items (patches/configs/) are checked too: metadata, columns, keys duplicated
-    within our files; with --aiter-configs also against the base's own table.
+    within our files, their bytes against the recorded sha256 of the upstream file they copy;
+    with --aiter-configs also against the base's own table; with --aiter-repo against the
+    upstream commit's file itself.
 
     \b
     Example:
       docker cp $(docker create IMAGE):/sgl-workspace/aiter/aiter/configs build/aiter-configs
       sglforge patches lint --aiter-configs build/aiter-configs
+      git clone https://github.com/ROCm/aiter build/aiter
+      git -C build/aiter fetch origin pull/4344/head
+      sglforge patches lint --aiter-repo build/aiter
     """
     from sglforge.patches.lint import lint_queue
 
-    findings = lint_queue(st.root, aiter_configs)
+    findings = lint_queue(st.root, aiter_configs, aiter_repo)
     errors = [f for f in findings if f.severity == "error"]
     if as_json:
         print_json({"ok": not errors, "findings": findings})

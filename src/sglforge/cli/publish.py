@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -348,6 +349,7 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             "gpus": dict(p.smoke.gpus),
             "bench": p.smoke.bench,
         },
+        "coverage": None if p.coverage is None else dict(p.coverage),
         "labels": dict(p.labels),
     }
 
@@ -417,4 +419,16 @@ def render_provenance(p: Provenance) -> str:
             if p.smoke.figures:
                 figures = [[k, v] for k, v in sorted(p.smoke.figures.items())]
                 lines += ["", table(["smoke figure (at publish time)", "value"], figures)]
+    if p.coverage is not None:
+        lines.append(_coverage_line(p.coverage))
     return "\n".join(lines)
+
+
+def _coverage_line(cov: Mapping[str, Any]) -> str:
+    """The publish coverage gate as recorded (docs/aiter-tuned-configs.md, "The publish gate")."""
+    if "not_run" in cov:
+        return f"coverage  not run at publish time: {cov['not_run']}"
+    state = "passed" if cov.get("passed") else "FAILED"
+    accepted = len(cov.get("accepted") or ())
+    extra = f", {accepted} accepted miss(es)" if accepted else ""
+    return f"coverage  {state}: {cov.get('misses', 0)} tuned-table miss(es){extra}"

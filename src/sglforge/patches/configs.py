@@ -63,8 +63,37 @@ META_KEYS = {
     "applies-to",
     "covers",
     "gaps",
+    *(f"upstream-{k}" for k in ("repo", "commit", "path", "blob", "sha256")),
+    # rows tuned by `sglforge configs tune` (upstream-status "Pending"): where and how
+    *(
+        f"tuned-{k}"
+        for k in (
+            "image",
+            "image-digest",
+            "aiter-version",
+            "aiter-commit",
+            "gfx",
+            "cu-num",
+            "args",
+            "input-sha256",
+            "output-sha256",
+        )
+    ),
+    "time-before",
+    "time-after",
 }
 META_REQUIRED = ("description", "tool", "table", "target", "gfx", "upstream-status", "origin")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where an item's CSV comes from, byte for byte: one file of one upstream commit."""
+
+    repo: str  # e.g. ROCm/aiter
+    commit: str
+    path: str
+    blob: str  # git's blob id of the file at that commit
+    sha256: str  # of the file's bytes (checkable without the repository)
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,8 @@ class ConfigItem:
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     sha256: str  # of the CSV bytes
+    upstream: Upstream | None = None
+    tuned: Mapping[str, object] | None = None  # tuned-* provenance of a locally tuned item
 
     @property
     def installed_name(self) -> str:
@@ -199,6 +230,7 @@ def load_item(root: Path, meta_path: Path) -> ConfigItem:
         raise ConfigError(f"{rel}:1: its table {csv_rel} does not exist")
     data = csv_path.read_bytes()
     header, rows = read_table(data.decode("utf-8"), csv_rel)
+    upstream = _upstream(config, rel, meta_path)
     return ConfigItem(
         name=meta_path.stem,
         meta_file=rel,
@@ -216,7 +248,101 @@ def load_item(root: Path, meta_path: Path) -> ConfigItem:
         columns=header,
         rows=tuple(rows),
         sha256=hashlib.sha256(data).hexdigest(),
+        upstream=upstream,
+        tuned={k: v for k, v in config.items() if k.startswith("tuned-")} or None,
     )
+
+
+UPSTREAM_KEYS = ("repo", "commit", "path", "blob", "sha256")
+
+
+def _upstream(config: Mapping[str, object], rel: str, meta_path: Path) -> Upstream | None:
+    given = {k: config.get(f"upstream-{k}") for k in UPSTREAM_KEYS}
+    if all(v is None for v in given.values()):
+        return None
+    for key, value in given.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(
+                f"{rel}:{_line(meta_path, f'upstream-{key}')}: upstream-{key} is required with "
+                f"the other upstream-* keys (a non-empty string)"
+            )
+    for key, size in (("commit", 40), ("blob", 40), ("sha256", 64)):
+        if not re.fullmatch(rf"[0-9a-f]{{{size}}}", str(given[key])):
+            raise ConfigError(
+                f"{rel}:{_line(meta_path, f'upstream-{key}')}: upstream-{key} must be {size} "
+                "lowercase hex digits (the full id, never an abbreviation)"
+            )
+    return Upstream(**{k: str(v) for k, v in given.items()})
+
+
+def upstream_findings(
+    items: Sequence[ConfigItem], root: Path, aiter_repo: Path | None = None
+) -> list[tuple[str, int, str, str]]:
+    """Each item's CSV against the upstream file it names: by sha256 always, by the commit's
+    own bytes when ``aiter_repo`` (a clone holding that commit) is given."""
+    from sglforge import git
+
+    found: list[tuple[str, int, str, str]] = []
+    for item in items:
+        up = item.upstream
+        if up is None and item.tuned and item.upstream_status.startswith("Pending"):
+            continue  # tuned here: its provenance is the tuned-* stamp, not an upstream file
+        if up is None:
+            found.append(
+                (
+                    item.meta_file,
+                    1,
+                    "config-unverified",
+                    "no upstream-commit/-path/-sha256: "
+                    "rows that cannot be compared with an upstream file",
+                )
+            )
+            continue
+        if item.sha256 != up.sha256:
+            found.append(
+                (
+                    item.csv_file,
+                    1,
+                    "config-not-upstream",
+                    f"sha256 {item.sha256[:12]} is not the recorded sha256 {up.sha256[:12]} "
+                    f"of {up.repo} {up.path} at {up.commit[:12]}",
+                )
+            )
+        if aiter_repo is None:
+            continue
+        data = git.blob(aiter_repo, up.commit, up.path)
+        if data is None:
+            found.append(
+                (
+                    item.meta_file,
+                    1,
+                    "config-upstream-missing",
+                    f"{aiter_repo} has no "
+                    f"{up.path} at {up.commit[:12]} (fetch the commit or its pull request ref)",
+                )
+            )
+            continue
+        if git.blob_id(data) != up.blob or hashlib.sha256(data).hexdigest() != up.sha256:
+            found.append(
+                (
+                    item.meta_file,
+                    1,
+                    "config-upstream-mismatch",
+                    f"{up.path} at {up.commit[:12]} "
+                    "is not the file whose blob/sha256 the item records",
+                )
+            )
+        if (root / item.csv_file).read_bytes() != data:
+            found.append(
+                (
+                    item.csv_file,
+                    1,
+                    "config-not-upstream",
+                    f"differs from {up.path} at "
+                    f"{up.commit[:12]} (copy it again: git show {up.commit}:{up.path})",
+                )
+            )
+    return found
 
 
 def _line(path: Path, key: str) -> int:
@@ -280,23 +406,32 @@ def _key_columns(item: ConfigItem, base: BaseTables | None) -> tuple[str, ...]:
 
 
 def _column_gaps(item: ConfigItem, base: BaseTables) -> list[str]:
-    problems = []
     missing = [c for c in base.columns if c not in item.columns]
     if missing:
-        problems.append(
-            f"the base's {base.table}.csv has column(s) {', '.join(missing)} this table lacks"
-        )
-    for column in (c for c in item.columns if c not in base.columns):
-        values = {r[column].strip() for r in item.records()}
-        if column == "gfx" and values <= {item.gfx}:
-            continue  # the base keys on cu_num alone; the item's gfx is its target
-        if values <= {"", "0", "0.0"}:
-            continue
-        problems.append(
-            f"column {column} (values {', '.join(sorted(values))}) is unknown to the base's "
-            f"{base.table}.csv and would be lost"
-        )
-    return problems
+        return [f"the base's {base.table}.csv has column(s) {', '.join(missing)} this table lacks"]
+    return []
+
+
+# What aiter fills into a column a merged file lacks (ROCm/aiter 9127c94a18e4
+# aiter/jit/core.py:235 _FILL_DEFAULTS, else 0; gfx is derived from cu_num at :245-251).
+_NO_INFORMATION = {"", "0", "0.0"}
+
+
+def unfit_rows(item: ConfigItem, base: BaseTables) -> list[tuple[int, str, str]]:
+    """Rows (line, column, value) that carry a value in a column the base's aiter does not read.
+
+    Such a row is left out of the image, never edited: on that base it is a gap."""
+    out = []
+    extra = [c for c in item.columns if c not in base.columns]
+    for n, record in enumerate(item.records(), 2):
+        for column in extra:
+            value = record[column].strip()
+            if column == "gfx" and value == item.gfx:
+                continue  # the base keys on cu_num alone; the item's gfx is its target
+            if value not in _NO_INFORMATION:
+                out.append((n, column, value))
+                break
+    return out
 
 
 def base_duplicates(
@@ -325,25 +460,31 @@ def base_duplicates(
 
 
 def render(item: ConfigItem, base: BaseTables) -> bytes:
-    """The item's rows in the base's columns, as the image's aiter reads them."""
+    """The item's rows in the base's columns, as the image's aiter reads them; rows that do not
+    fit the base (:func:`unfit_rows`) are left out."""
     gaps = _column_gaps(item, base)
     if gaps:
         raise BuildError(f"{item.csv_file}: {gaps[0]}", "sglforge patches lint --aiter-configs DIR")
+    skip = {n for n, _, _ in unfit_rows(item, base)}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(base.columns)
-    for record in item.records():
-        writer.writerow([record[c] for c in base.columns])
+    for n, record in enumerate(item.records(), 2):
+        if n not in skip:
+            writer.writerow([record[c] for c in base.columns])
     return out.getvalue().encode()
 
 
 def upstreamed(item: ConfigItem, base: BaseTables) -> bool:
-    """True when the base's tables carry every row of ``item`` with the same choice."""
+    """True when the base's tables carry every row of ``item`` they can read (:func:`unfit_rows`
+    never reach that base), with the same choice."""
     have: dict[tuple[str, ...], tuple[str, ...]] = {}
     for record in base.rows:
         have[key_of(record, base.key_columns)] = key_of(record, CHOICE)
-    return bool(item.rows) and all(
-        have.get(key_of(r, base.key_columns)) == key_of(r, CHOICE) for r in item.records()
+    unfit = {n for n, _, _ in unfit_rows(item, base)}
+    rows = [r for n, r in enumerate(item.records(), 2) if n not in unfit]
+    return bool(rows) and all(
+        have.get(key_of(r, base.key_columns)) == key_of(r, CHOICE) for r in rows
     )
 
 
@@ -358,7 +499,9 @@ def base_tables(
 
     The key is aiter's dedup key: the header of ``untuned_<table>.csv`` plus ``cu_num`` and, when
     the table has it, ``gfx`` (newer aiter's ``update_config_files``); without an untuned file,
-    the lookup key.
+    the lookup key. When the base's own files differ in columns, its aiter merges their union
+    (ROCm/aiter 9127c94a18e4 ``aiter/jit/core.py:235-254``; an aiter that asserts equal columns,
+    like the 0.1.7 wheel, would fail on its own tables), so the union is what it reads.
     """
     where = f"{configs_dir}/{table}.csv"
     columns, rows = read_table(tuned, where)
@@ -368,6 +511,10 @@ def base_tables(
         if table not in name or "untuned" in name:
             continue
         more_columns, more = read_table(text, f"{configs_dir}/model_configs/{name}")
+        for c in more_columns:
+            if c not in columns:
+                at = columns.index("tflops") if "tflops" in columns else len(columns) - 1
+                columns = columns[:at] + (c,) + columns[at:]
         for r in more:
             records.append(dict(zip(more_columns, r, strict=True)))
             sources.append(f"model_configs/{name}")

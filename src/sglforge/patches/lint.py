@@ -33,11 +33,15 @@ class Finding:
         return f"{self.file}:{self.line}: {self.code}: {self.message}"
 
 
-def lint_queue(root: Path, aiter_configs: Path | None = None) -> list[Finding]:
+def lint_queue(
+    root: Path, aiter_configs: Path | None = None, aiter_repo: Path | None = None
+) -> list[Finding]:
     """Every problem found in ``root/patches``, in file and line order.
 
     ``aiter_configs`` (a copy of the base's ``aiter/configs`` folder) also checks config items
-    against the base's own table: its columns and its keys.
+    against the base's own table: its columns and its keys. Every item's CSV is checked against
+    the sha256 of the upstream file it names; ``aiter_repo`` (an aiter clone) also against that
+    commit's own file.
     """
     recover_transactions(root / "patches")
     findings: list[Finding] = []
@@ -125,11 +129,13 @@ def lint_queue(root: Path, aiter_configs: Path | None = None) -> list[Finding]:
             )
         elif key:
             changes[key] = e.name
-    findings.extend(_config_findings(root, aiter_configs))
+    findings.extend(_config_findings(root, aiter_configs, aiter_repo))
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
 
 
-def _config_findings(root: Path, aiter_configs: Path | None) -> list[Finding]:
+def _config_findings(
+    root: Path, aiter_configs: Path | None, aiter_repo: Path | None = None
+) -> list[Finding]:
     from sglforge.patches import configs
 
     try:
@@ -141,6 +147,7 @@ def _config_findings(root: Path, aiter_configs: Path | None) -> list[Finding]:
             return [Finding(m.group(1), int(m.group(2)), "bad-config", m.group(3))]
         return [Finding(configs.CONFIGS_DIR, 0, "bad-config", exc.message)]
     findings = [Finding(*f) for f in configs.item_findings(items, base)]
+    findings += [Finding(*f) for f in configs.upstream_findings(items, root, aiter_repo)]
     if base is not None:
         findings += [
             Finding(i.meta_file, 1, "config-upstreamed", "the base's aiter carries every row")

@@ -113,6 +113,18 @@ class Checks:
 
 
 @dataclass(frozen=True)
+class AcceptedMiss:
+    """A tuned-table miss a target accepts (``[[coverage.accept]]``): which lookup, and why."""
+
+    model: str  # "main" or "draft"
+    expert: int
+    topk: int
+    inter_dim: int
+    reason: str
+    tokens: tuple[int, ...] = ()  # empty: every token of that shape
+
+
+@dataclass(frozen=True)
 class Scenario:
     """One smoke scenario (``smoke/NAME.toml``)."""
 
@@ -130,6 +142,7 @@ class Scenario:
     container: Profile  # the engine's run profile, less the model mount (added at run time)
     checks: Checks
     bench: Bench | None = None  # the [bench] table: the serving workload `sglforge bench` runs
+    accepted_misses: tuple[AcceptedMiss, ...] = ()  # [[coverage.accept]]: misses the gate allows
 
     @property
     def standin(self) -> bool:
@@ -276,6 +289,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     from sglforge.bench.spec import parse_bench
 
     bench = parse_bench(top.table("bench"), path)
+    accepted = _parse_coverage(top.table("coverage"), path)
     top.done()
     return Scenario(
         path=path,
@@ -292,7 +306,32 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
         container=container,
         checks=checks,
         bench=bench,
+        accepted_misses=accepted,
     )
+
+
+def _parse_coverage(cv: _Table, path: Path) -> tuple[AcceptedMiss, ...]:
+    """``[[coverage.accept]]``: model, expert, topk, inter_dim, reason (required), tokens."""
+    out = []
+    for n, raw in enumerate(cv.get("accept", "tables", [])):
+        t = _Table(raw, path, f"coverage.accept[{n}]")
+        model = t.get("model", "str")
+        if model not in ("main", "draft"):
+            raise t._bad("model", '"main" or "draft"')
+        miss = AcceptedMiss(
+            model=model,
+            expert=t.number("expert", "int"),
+            topk=t.number("topk", "int"),
+            inter_dim=t.number("inter_dim", "int"),
+            reason=t.get("reason", "str").strip(),
+            tokens=tuple(int(x) for x in t.get("tokens", "ints", ())),
+        )
+        if not miss.reason:
+            raise t._bad("reason", "a non-empty reason (why this miss is acceptable)")
+        t.done()
+        out.append(miss)
+    cv.done()
+    return tuple(out)
 
 
 _SIZE = re.compile(r"^[0-9]+(?:\.[0-9]+)?\s*[bkmgBKMG]?[bB]?$")

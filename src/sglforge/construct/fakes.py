@@ -1,0 +1,743 @@
+"""TEST DOUBLES for running sglang's model construction without torch or a GPU (child side only).
+
+Installed in the child process of :mod:`sglforge.construct` before the release's sglang is
+imported; they carry no behaviour the recorded decisions depend on, except the ROCm device
+description in :func:`install_torch` (one gfx950 MI355X: capability (9, 5), ``torch.version.hip``
+set, 256 compute units), which is what ``is_hip()``, the shared-experts-fusion check and aiter's
+``get_cu_num`` read.
+
+- a fake ``torch`` package: ``nn.Module`` (registers children and parameters, so ``named_modules``
+  works), ``nn.Parameter``/``Tensor`` (shape only), dtypes, ``finfo``, ``torch.library``
+  (registration is a no-op), ``torch.cuda``/``torch.version``;
+- a minimal ``triton`` (its driver reports the hip backend) and ``dill``;
+- a last-resort import hook: any other module that is not installed (transformers, aiter,
+  sgl_kernel, flashinfer, ...) becomes a stub whose every attribute is a class that accepts any
+  call, subscript or subclassing and passes functions through when used as a decorator.
+
+Never imported by the parent process (it would shadow nothing there, but it has no use there).
+"""
+
+# mypy: ignore-errors
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import inspect
+import sys
+import types
+
+
+class _AnyMeta(type):
+    """A stub class: attribute access gives stub classes, calling gives a stub instance."""
+
+    def __new__(mcs, name, bases, ns, **kwargs):
+        return super().__new__(mcs, name, bases, ns)
+
+    def __init__(cls, name, bases, ns, **kwargs):
+        super().__init__(name, bases, ns)
+
+    def __getattr__(cls, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        cache = cls.__dict__.get("_stub_children")
+        if cache is None:
+            cache = {}
+            type.__setattr__(cls, "_stub_children", cache)
+        if name not in cache:
+            cache[name] = _stub_class(f"{cls.__name__}.{name}")
+        return cache[name]
+
+    def __call__(cls, *args, **kwargs):
+        if "_stub_leaf" not in cls.__dict__:
+            return type.__call__(cls, *args, **kwargs)
+        if len(args) == 1 and not kwargs and inspect.isfunction(args[0]):
+            return args[0]
+        return type.__call__(cls)
+
+    def __getitem__(cls, item):
+        return cls
+
+    def __setitem__(cls, key, value):
+        pass
+
+    def __contains__(cls, item):
+        return False
+
+    def __int__(cls):
+        return 0
+
+    __index__ = __int__
+
+    def __float__(cls):
+        return 0.0
+
+    def __iter__(cls):
+        return iter(())
+
+    def _same(cls, *a):
+        return cls
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __neg__ = _same
+    __pow__ = __rpow__ = __mod__ = __and__ = __rand__ = _same
+
+
+class _Any(metaclass=_AnyMeta):
+    """An instance of a stub: every operation answers with another stub."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        from pydantic_core import core_schema
+
+        return core_schema.any_schema()
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _stub_class(f"{type(self).__name__}().{name}")
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and inspect.isfunction(args[0]):
+            return args[0]
+        return _Any()
+
+    def __getitem__(self, item):
+        return _Any()
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self):
+        return 0
+
+    def __bool__(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __int__(self):
+        return 0
+
+    def __index__(self):
+        return 0
+
+    def __float__(self):
+        return 0.0
+
+    def _same(self, *a):
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __neg__ = _same
+    __pow__ = __rpow__ = __mod__ = __and__ = __or__ = __ror__ = __rand__ = _same
+
+
+def _stub_class(name):
+    return _AnyMeta(name, (_Any,), {"_stub_leaf": True})
+
+
+class StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        full = f"{self.__name__}.{name}"
+        if full in sys.modules:
+            return sys.modules[full]
+        value = _stub_class(full)
+        setattr(self, name, value)
+        return value
+
+
+class dtype:
+    def __init__(self, name, bits, is_floating_point=True):
+        self.name, self.itemsize, self.is_floating_point = (
+            name,
+            max(bits // 8, 1),
+            is_floating_point,
+        )
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+
+class finfo:
+    def __init__(self, dt=None):
+        self.max, self.min, self.eps, self.tiny, self.bits = 448.0, -448.0, 1e-3, 1e-6, 16
+
+
+iinfo = finfo
+
+
+class Size(tuple):
+    def numel(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+
+class device:
+    def __init__(self, type="cuda", index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        self.type, self.index = str(type).split(":")[0], index
+
+    def __repr__(self):
+        return f"device({self.type!r})"
+
+
+class Tensor:
+    def __init__(self, *shape, dtype=None, device=None, **kw):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, Size)):
+            shape = tuple(shape[0])
+        self.shape = Size(int(s) if isinstance(s, int) else 1 for s in shape)
+        self.dtype = dtype
+        self.device = device
+        self.requires_grad = False
+
+    def _self(self, *a, **k):
+        return self
+
+    (
+        view,
+        reshape,
+        to,
+        cuda,
+        cpu,
+        contiguous,
+        transpose,
+        t,
+        fill_,
+        zero_,
+        copy_,
+        detach,
+        float,
+        half,
+        bfloat16,
+        clone,
+        normal_,
+        uniform_,
+        narrow,
+        permute,
+        unsqueeze,
+        squeeze,
+        expand,
+        flatten,
+        repeat,
+        chunk_,
+        pin_memory,
+        requires_grad_,
+        view_as,
+        abs,
+        max,
+        min,
+        sum,
+        mean,
+        div_,
+        mul_,
+        add_,
+        sub_,
+        clamp,
+        clamp_,
+        round,
+        sqrt,
+        exp,
+        log,
+        sigmoid,
+        softmax,
+        any,
+        all,
+        type,
+        share_memory_,
+        record_stream,
+        untyped_storage,
+        index_select,
+        masked_fill_,
+        new_empty,
+        new_zeros,
+        new_ones,
+        new_full,
+        new_tensor,
+        int,
+        long,
+        bool,
+    ) = (_self,) * 62
+
+    @property
+    def data(self):
+        return self
+
+    @data.setter
+    def data(self, value):
+        pass
+
+    def split(self, sizes, dim=0):
+        return [self] * (len(sizes) if isinstance(sizes, (list, tuple)) else 2)
+
+    chunk = unbind = split
+
+    def stride(self, dim=None):
+        return (1,) * len(self.shape) if dim is None else 1
+
+    def element_size(self):
+        return 2
+
+    def is_contiguous(self):
+        return True
+
+    def data_ptr(self):
+        return 0
+
+    def item(self):
+        return 0.0
+
+    def tolist(self):
+        return []
+
+    def __float__(self):
+        return 0.0
+
+    def __int__(self):
+        return 0
+
+    def __bool__(self):
+        return True
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self):
+        return len(self.shape)
+
+    def numel(self):
+        return self.shape.numel()
+
+    def __getitem__(self, item):
+        return self
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __len__(self):
+        return self.shape[0] if self.shape else 0
+
+    def _same(self, *a):
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
+    __truediv__ = __rtruediv__ = __neg__ = __pow__ = __rpow__ = __floordiv__ = _same
+    __rfloordiv__ = __mod__ = __matmul__ = __rmatmul__ = __and__ = __or__ = __invert__ = _same
+    __lt__ = __le__ = __gt__ = __ge__ = _same
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = _same
+
+
+class Parameter(Tensor):
+    def __new__(cls, data=None, requires_grad=True):
+        self = object.__new__(cls)
+        if isinstance(data, Tensor):
+            self.__dict__.update(data.__dict__)
+        else:
+            Tensor.__init__(self)
+        self.requires_grad = requires_grad
+        return self
+
+    def __init__(self, data=None, requires_grad=True):
+        pass
+
+
+def _tensor(*shape, dtype=None, device=None, **kw):
+    return Tensor(*shape, dtype=dtype, device=device)
+
+
+class Module:
+    def __init__(self, *args, **kwargs):
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "training", False)
+
+    def __setattr__(self, name, value):
+        if "_modules" not in self.__dict__:
+            Module.__init__(self)
+        mods, params = self.__dict__["_modules"], self.__dict__["_parameters"]
+        mods.pop(name, None)
+        params.pop(name, None)
+        if isinstance(value, (Module, Parameter)):
+            self.__dict__.pop(name, None)
+            (mods if isinstance(value, Module) else params)[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for store in ("_modules", "_parameters", "_buffers"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __delattr__(self, name):
+        for store in ("_modules", "_parameters", "_buffers"):
+            if name in self.__dict__.get(store, {}):
+                del self.__dict__[store][name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name, param):
+        self._parameters[name] = param
+
+    def register_buffer(self, name, tensor, persistent=True):
+        self._buffers[name] = tensor
+
+    def add_module(self, name, module):
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        yield prefix, self
+        for name, mod in self._modules.items():
+            if mod is None:
+                continue
+            yield from mod.named_modules(prefix=f"{prefix}.{name}" if prefix else name)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def children(self):
+        return iter(m for m in self._modules.values() if m is not None)
+
+    def named_children(self):
+        return iter(self._modules.items())
+
+    def named_parameters(self, prefix="", recurse=True, **kw):
+        for mname, mod in self.named_modules(prefix=prefix):
+            for pname, p in mod._parameters.items():
+                yield (f"{mname}.{pname}" if mname else pname), p
+
+    def parameters(self, recurse=True):
+        for _, p in self.named_parameters():
+            yield p
+
+    def named_buffers(self, *a, **k):
+        return iter(())
+
+    def buffers(self, *a, **k):
+        return iter(())
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def to(self, *a, **k):
+        return self
+
+    cuda = cpu = eval = train = half = float = bfloat16 = requires_grad_ = to
+
+    def apply(self, fn):
+        for m in self.modules():
+            fn(m)
+        return self
+
+    def state_dict(self, *a, **k):
+        return {}
+
+
+class ModuleList(Module):
+    def __init__(self, modules=None):
+        super().__init__()
+        for m in modules or ():
+            self.append(m)
+
+    def append(self, m):
+        self._modules[str(len(self._modules))] = m
+        return self
+
+    def extend(self, ms):
+        for m in ms:
+            self.append(m)
+        return self
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+
+class ModuleDict(Module):
+    def __init__(self, modules=None):
+        super().__init__()
+        for k, m in (modules or {}).items():
+            self._modules[k] = m
+
+    def __getitem__(self, k):
+        return self._modules[k]
+
+    def __setitem__(self, k, m):
+        self._modules[k] = m
+
+    def __contains__(self, k):
+        return k in self._modules
+
+    def items(self):
+        return self._modules.items()
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+
+class Sequential(ModuleList):
+    def __init__(self, *modules):
+        super().__init__(modules)
+
+
+class Linear(Module):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(Tensor(out_features, in_features))
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim, *a, **k):
+        super().__init__()
+        self.weight = Parameter(Tensor(num_embeddings, embedding_dim))
+
+
+class Identity(Module):
+    pass
+
+
+DENY = {"npu", "xpu", "hpu", "musa", "mlu"}
+
+
+class TorchModule(StubModule):
+    def __getattr__(self, name):
+        if name in DENY:
+            raise AttributeError(name)
+        return super().__getattr__(name)
+
+
+class _Library:
+    def __init__(self, name="sglang", *a, **k):
+        self.m = types.SimpleNamespace(name=name)
+        self.ns = name
+
+    def define(self, *a, **k):
+        pass
+
+    def impl(self, *a, **k):
+        pass
+
+    def _register_fake(self, *a, **k):
+        pass
+
+
+def _decorator_factory(*args, **kwargs):
+    """custom_op(name, fn=None, ...) and friends: decorate or return a decorator."""
+    fns = [a for a in list(args) + list(kwargs.values()) if inspect.isfunction(a)]
+    if fns:
+        return fns[0]
+    return lambda fn: fn
+
+
+def _module(name, cls=StubModule, **attrs):
+    mod = cls(name)
+    mod.__path__ = []
+    mod.__dict__.update(attrs)
+    sys.modules[name] = mod
+    parent, _, child = name.rpartition(".")
+    if parent and parent in sys.modules:
+        setattr(sys.modules[parent], child, mod)
+    return mod
+
+
+def install_torch(capability=(9, 5), arch="gfx950"):
+    dtypes = {
+        n: dtype(n, b)
+        for n, b in [
+            ("float16", 16),
+            ("bfloat16", 16),
+            ("float32", 32),
+            ("float64", 64),
+            ("float8_e4m3fn", 8),
+            ("float8_e4m3fnuz", 8),
+            ("float8_e5m2", 8),
+            ("float8_e5m2fnuz", 8),
+            ("float8_e8m0fnu", 8),
+            ("float4_e2m1fn_x2", 8),
+            ("uint8", 8),
+            ("int8", 8),
+            ("int16", 16),
+            ("int32", 32),
+            ("int64", 64),
+            ("bool", 8),
+            ("uint32", 32),
+            ("uint64", 64),
+            ("complex64", 64),
+        ]
+    }
+    dtypes.update(
+        half=dtypes["float16"],
+        float=dtypes["float32"],
+        long=dtypes["int64"],
+        int=dtypes["int32"],
+        double=dtypes["float64"],
+    )
+    factories = {
+        n: _tensor
+        for n in (
+            "empty",
+            "zeros",
+            "ones",
+            "full",
+            "tensor",
+            "arange",
+            "randn",
+            "rand",
+            "empty_like",
+            "zeros_like",
+            "ones_like",
+            "full_like",
+            "as_tensor",
+            "from_numpy",
+            "cat",
+            "stack",
+            "empty_strided",
+            "randint",
+            "eye",
+            "linspace",
+        )
+    }
+    torch = _module(
+        "torch",
+        TorchModule,
+        __version__="2.9.0+rocm7.0",
+        dtype=dtype,
+        finfo=finfo,
+        iinfo=iinfo,
+        Size=Size,
+        device=device,
+        Tensor=Tensor,
+        Parameter=Parameter,
+        is_tensor=lambda x: isinstance(x, Tensor),
+        get_default_dtype=lambda: dtypes["bfloat16"],
+        set_default_dtype=lambda d: None,
+        is_floating_point=lambda t: True,
+        manual_seed=lambda s: None,
+        **dtypes,
+        **factories,
+    )
+    _module("torch.version", hip="7.0.0", cuda=None, __version__="2.9.0+rocm7.0", git_version="0")
+    props = types.SimpleNamespace(
+        gcnArchName=arch,
+        name="AMD Instinct MI355X",
+        total_memory=288 << 30,
+        multi_processor_count=256,
+        major=capability[0],
+        minor=capability[1],
+    )
+    _module(
+        "torch.cuda",
+        is_available=lambda: True,
+        device_count=lambda: 8,
+        current_device=lambda: 0,
+        get_device_capability=lambda *a, **k: capability,
+        get_device_properties=lambda *a, **k: props,
+        get_device_name=lambda *a, **k: props.name,
+        mem_get_info=lambda *a, **k: (200 << 30, 288 << 30),
+        is_current_stream_capturing=lambda: False,
+    )
+    _module(
+        "torch.library",
+        Library=_Library,
+        infer_schema=lambda *a, **k: "() -> ()",
+        custom_op=_decorator_factory,
+        register_fake=_decorator_factory,
+        impl=_decorator_factory,
+        define=lambda *a, **k: None,
+        register_kernel=_decorator_factory,
+        triton_op=_decorator_factory,
+        wrap_triton=lambda f: f,
+    )
+    _module("torch.backends")
+    _module("torch.backends.mps", is_available=lambda: False, is_built=lambda: False)
+    _module("torch.backends.cuda")
+    _module("torch.backends.cudnn")
+    _module("torch.distributed", is_initialized=lambda: False, is_available=lambda: True)
+    _module(
+        "torch.nn",
+        Module=Module,
+        ModuleList=ModuleList,
+        ModuleDict=ModuleDict,
+        Sequential=Sequential,
+        Linear=Linear,
+        Embedding=Embedding,
+        Identity=Identity,
+        Parameter=Parameter,
+    )
+    _module("torch.nn.parameter", Parameter=Parameter, UninitializedParameter=Parameter)
+    _module("torch.nn.modules")
+    _module("torch.nn.modules.module", Module=Module)
+    _module("torch.nn.functional")
+    _module("torch.nn.init")
+    return torch
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Last on sys.meta_path: a module no real finder has (and not sglang) is a stub."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.split(".")[0] in ("sglang",):
+            return None
+        parent = fullname.rpartition(".")[0]
+        if parent and not isinstance(sys.modules.get(parent), StubModule):
+            return None  # a real package's missing submodule stays missing
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec):
+        cls = TorchModule if spec.name == "torch" else StubModule
+        mod = cls(spec.name)
+        mod.__path__ = []
+        return mod
+
+    def exec_module(self, module):
+        if "." not in module.__name__:
+            module.__version__ = "5.0.0"  # some imports compare versions
+
+
+class _TritonDriver(_Any):
+    def get_current_target(self):
+        return types.SimpleNamespace(backend="hip", arch="gfx950", warp_size=64)
+
+
+def install_triton():
+    _module("triton", __version__="3.4.0")
+    _module("triton.runtime", driver=types.SimpleNamespace(active=_TritonDriver()))
+    _module("triton.language")
+
+
+def install_fakes():
+    """Install every double before sglang is imported."""
+    install_torch()
+    install_triton()
+    _module("dill", dumps=lambda *a, **k: b"", loads=lambda *a, **k: None)
+    sys.meta_path.append(_StubFinder())

@@ -1,0 +1,615 @@
+"""Which tuned fused-MoE rows a launch will use, known before a GPU runs (issue 21).
+
+The shapes come from running the pinned sglang's own construction (:mod:`sglforge.construct`):
+every fused-MoE layer of the main model and of the MTP draft as built for the scenario's flags,
+and the token counts its CUDA-graph runners and chunked prefill run. They are resolved with
+aiter's own rules, as ROCm/aiter 9127c94a18e4 (the commit sglang 0.5.14's ROCm image pins, see
+docs/aiter-tuned-configs.md) writes them; lines are that commit's:
+
+- the key (``aiter/fused_moe.py:1176-1191``, index columns ``:1065-1080``): ``gfx, cu_num,
+  token, model_dim, inter_dim, expert, topk, act_type, dtype, q_dtype_a, q_dtype_w, q_type,
+  use_g1u1, doweight_stage1``; ``topk -= 1`` with expert parallelism (``:1175``); a row with a
+  non-empty ``_tag`` is not a tuned row (``:1101-1102``); a row without ``gfx`` gets it from
+  ``cu_num`` (``:1082-1094``); an ``act_type`` mismatch still hits the act-disabled fallback
+  dict (``:1113-1126``, ``:1234-1236``);
+- the shape: ``E, model_dim, inter_dim = get_inter_dim(w1.shape, w2.shape)`` (``:251-257``,
+  called at ``:389``): ``E = w2.shape[0]``, ``inter_dim = w2.shape[2] * (model_dim //
+  w1.shape[-1])``; ``topk = topk_ids.shape[1]`` (``:388``); ``use_g1u1 = inter_dim !=
+  w1.shape[1]`` (``:395``); ``q_dtype_w = q_dtype_a = w1.dtype`` for MXFP4 with SiLU
+  (``:407-408``, ``:418-425``);
+- the bucket: ``get_padded_M`` (``:858-864``): below 32768 the next power of two, from 131072
+  the tier 131072, else 32768; a tier with no row falls back to the smaller tiers
+  (``:1238-1250``);
+- the merge (``aiter/jit/core.py:345-368``): without ``AITER_CONFIG_FMOE``, ``tuned_fmoe.csv``
+  plus every ``model_configs/*tuned_fmoe*.csv`` not named ``untuned`` (the queue's items are
+  installed there); with it, only the files it names (one path replaces the defaults).
+
+The MoE's side of the key is sglang's (0.5.14 lines): the Quark MXFP4 scheme passes
+``QuantType.per_1x32`` and views its weights as ``torch.float4_e2m1fn_x2``
+(``srt/layers/quantization/quark/schemes/quark_w4a4_mxfp4_moe.py:276-291``), the aiter runner
+maps the activation (``srt/layers/moe/moe_runner/aiter.py:97-100``) and leaves
+``doweight_stage1`` False (``:58``); the output dtype is the model's (bf16).
+tests/unit/test_coverage.py keeps these citations honest against the aiter commit when a clone
+is present, and the integration test compares the shapes with what 0.5.14 and 0.5.16 build.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sglforge import construct
+from sglforge.errors import ConfigError
+from sglforge.patches.configs import BaseTables, ConfigItem, render, unfit_rows
+
+AITER_RULES = "ROCm/aiter 9127c94a18e4398e1eba91f6639e910f0994ad02"
+TUNED_BASE, TUNED_ITEM, MISS = "tuned-base", "tuned-item", "miss"
+# aiter/jit/utils/chip_info.py gfx_from_cu_num: 256 -> gfx950 (MI355X), 304/80 -> gfx942.
+CU_NUM = {"gfx950": 256, "gfx942": 304}
+_TIERS = (32768, 131072)  # aiter/fused_moe.py:855 _PADDED_M_TIERS
+# What an sglang MoE scheme hands aiter: (q_type, weight dtype as aiter sees it).
+SCHEMES = {"QuarkW4A4MXFp4MoE": ("QuantType.per_1x32", "torch.float4_e2m1fn_x2")}
+ACTIVATIONS = {"silu": "ActivationType.Silu", "gelu": "ActivationType.Gelu"}
+
+
+def padded_m(m: int) -> int:
+    """aiter's token bucket for a forward of ``m`` tokens (``get_padded_M``)."""
+    if m < _TIERS[0]:
+        return 1 if m <= 1 else 1 << (m - 1).bit_length()
+    for tier in reversed(_TIERS):
+        if m >= tier:
+            return tier
+    return _TIERS[0]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One fused-MoE problem as aiter keys it (everything but gfx, cu_num and the token)."""
+
+    model_dim: int
+    inter_dim: int
+    expert: int
+    topk: int
+    act_type: str
+    dtype: str
+    q_dtype_a: str
+    q_dtype_w: str
+    q_type: str
+    use_g1u1: int
+    doweight_stage1: int
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Tokens of one shape that resolve the same way (the JSON contract's ``lookups`` entry)."""
+
+    model: str  # "main" or "draft"
+    layers: tuple[str, ...]  # module prefixes of the fused-MoE layers with this shape
+    shape: Shape
+    tokens: tuple[int, ...]  # aiter buckets
+    status: str  # tuned-base | tuned-item | miss
+    file: str | None  # the table that answers (None for a miss)
+    hot: bool  # the main model's layers at decode and prefill buckets
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.shape
+        return {
+            "model": self.model,
+            "layers": list(self.layers),
+            "model_dim": s.model_dim,
+            "inter_dim": s.inter_dim,
+            "expert": s.expert,
+            "topk": s.topk,
+            "tokens": list(self.tokens),
+            "dtype": s.dtype,
+            "q_dtype_a": s.q_dtype_a,
+            "q_dtype_w": s.q_dtype_w,
+            "q_type": s.q_type,
+            "act_type": s.act_type,
+            "use_g1u1": s.use_g1u1,
+            "doweight_stage1": s.doweight_stage1,
+            "status": self.status,
+            "file": self.file,
+            "hot": self.hot,
+        }
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Every fused-MoE lookup of one launch, resolved against the image's tables."""
+
+    gfx: str
+    cu_num: int
+    sglang: str  # the release tree the shapes came from
+    tables: tuple[str, ...]  # the files aiter merges, in order
+    lookups: tuple[Lookup, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def misses(self) -> int:
+        return sum(len(x.tokens) for x in self.lookups if x.status == MISS)
+
+    def hot_misses(self) -> list[Lookup]:
+        return [x for x in self.lookups if x.hot and x.status == MISS]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gfx": self.gfx,
+            "cu_num": self.cu_num,
+            "sglang": self.sglang,
+            "aiter_rules": AITER_RULES,
+            "tables": list(self.tables),
+            "lookups": [x.to_dict() for x in self.lookups],
+            "misses": self.misses,
+            "hot_misses": sum(len(x.tokens) for x in self.hot_misses()),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One fused-MoE layer as sglang built it, in aiter's terms."""
+
+    model: str
+    module: str
+    shape: Shape | None  # None: a scheme whose aiter key tail sglforge does not know
+    scheme: str | None
+    ep: bool
+
+
+def layers_of(model: str, built: construct.Built, dtype: str) -> list[Layer]:
+    """aiter's view of every fused-MoE layer ``built`` holds (the module docstring's rules)."""
+    out = []
+    for moe in built.moe:
+        w1, w2 = moe.get("w13_shape"), moe.get("w2_shape")
+        scheme = moe.get("scheme")
+        known = SCHEMES.get(scheme or "")
+        act = ACTIVATIONS.get(str(moe.get("activation") or "silu"))
+        ep = int(moe.get("moe_ep_size") or 1) > 1
+        if not (w1 and w2 and known and act):
+            out.append(Layer(model, moe["module"], None, scheme, ep))
+            continue
+        expert, model_dim, inter = int(w2[0]), int(w2[1]), int(w2[2])
+        inter *= model_dim // int(w1[-1])
+        q_type, q_dtype = known
+        shape = Shape(
+            model_dim=model_dim,
+            inter_dim=inter,
+            expert=expert,
+            # topk_ids carries the fake EP slot that aiter strips again (fused_moe.py:1175).
+            topk=int(moe["top_k"]),
+            act_type=act,
+            dtype=dtype,
+            q_dtype_a=q_dtype,
+            q_dtype_w=q_dtype,
+            q_type=q_type,
+            use_g1u1=int(inter != int(w1[1])),
+            doweight_stage1=0,
+        )
+        out.append(Layer(model, moe["module"], shape, scheme, ep))
+    return out
+
+
+def token_buckets(tokens: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    """(decode buckets, prefill buckets) aiter is asked for, from sglang's token counts."""
+    per_bs = [int(v) for v in (tokens.get("tokens_per_bs") or {"decode": 1}).values()]
+    capture = [int(b) for b in tokens.get("capture_bs") or [1]]
+    decode = sorted({padded_m(b * n) for b in capture for n in per_bs})
+    chunk = int(tokens.get("chunked_prefill_size") or 0)
+    top = padded_m(chunk) if chunk > 0 else padded_m(max(capture) * max(per_bs))
+    prefill, b = [], 1
+    while b <= top:
+        prefill.append(b)
+        b *= 2
+    return decode, prefill
+
+
+@dataclass(frozen=True)
+class Table:
+    """One file aiter merges: where it came from and its tuned rows by key."""
+
+    name: str  # shown: model_configs/<file> or patches/configs/<item>.csv
+    status: str  # tuned-base | tuned-item
+    rows: Mapping[tuple[Any, ...], Mapping[str, str]]
+
+
+def _norm_int(value: str) -> int | str:
+    low = (value or "").strip().lower()
+    if low in ("true", "false"):
+        return int(low == "true")
+    try:
+        return int(float(low))
+    except ValueError:
+        return (value or "").strip()
+
+
+def _key(record: Mapping[str, str], gfx_of_cu: Mapping[int, str]) -> tuple[Any, ...]:
+    cu = _norm_int(record.get("cu_num", ""))
+    gfx = (record.get("gfx") or "").strip()
+    if gfx in ("", "0", "nan", "None"):
+        gfx = gfx_of_cu.get(cu if isinstance(cu, int) else -1, "")
+    return (
+        gfx,
+        cu,
+        _norm_int(record.get("token", "")),
+        _norm_int(record.get("model_dim", "")),
+        _norm_int(record.get("inter_dim", "")),
+        _norm_int(record.get("expert", "")),
+        _norm_int(record.get("topk", "")),
+        (record.get("act_type") or "").strip(),
+        (record.get("dtype") or "").strip(),
+        (record.get("q_dtype_a") or "").strip(),
+        (record.get("q_dtype_w") or "").strip(),
+        (record.get("q_type") or "").strip(),
+        _norm_int(record.get("use_g1u1", "")),
+        _norm_int(record.get("doweight_stage1", "")),
+    )
+
+
+_GFX_OF_CU = {256: "gfx950", 304: "gfx942", 80: "gfx942"}
+
+
+def _table(name: str, status: str, records: Iterable[Mapping[str, str]]) -> Table:
+    rows: dict[tuple[Any, ...], Mapping[str, str]] = {}
+    for record in records:
+        if (record.get("_tag") or "").strip():
+            continue  # tagged rows (e.g. flydsl_fallback) are not tuned rows
+        rows.setdefault(_key(record, _GFX_OF_CU), record)
+    return Table(name, status, rows)
+
+
+def merged_tables(
+    base: BaseTables, items: Sequence[ConfigItem], env: Mapping[str, str] | None = None
+) -> tuple[list[Table], list[str]]:
+    """The files the image's aiter merges for tuned_fmoe (base's and items'), and notes."""
+    import csv
+    import io
+
+    by_source: dict[str, list[Mapping[str, str]]] = {}
+    for record, source in zip(base.rows, base.sources, strict=True):
+        by_source.setdefault(source, []).append(record)
+    default = f"{base.table}.csv"
+    tables = [_table(f"aiter/configs/{default}", TUNED_BASE, by_source.pop(default, []))]
+    models = [_table(f"aiter/configs/{s}", TUNED_BASE, r) for s, r in sorted(by_source.items())]
+    notes = []
+    for item in items:
+        records = list(csv.DictReader(io.StringIO(render(item, base).decode())))
+        left = unfit_rows(item, base)
+        if left:
+            notes.append(
+                f"{item.name}: {len(left)} row(s) left out, the base's aiter has no column for "
+                f"them ({left[0][1]}=...)"
+            )
+        models.append(_table(item.csv_file, TUNED_ITEM, records))
+    chosen = (env or {}).get("AITER_CONFIG_FMOE", "").strip()
+    if not chosen:
+        return tables + models, notes
+    names = [p.strip() for p in chosen.split(":") if p.strip()]
+    keep = []
+    for table in tables + models:
+        installed = Path(table.name).name
+        if any(Path(n).name in (installed, Path(table.name).name) for n in names):
+            keep.append(table)
+    notes.append(
+        "AITER_CONFIG_FMOE is set: aiter merges only the files it names (core.py:345-368), "
+        "so model_configs/ and the queue's items are not read unless named there"
+    )
+    return keep, notes
+
+
+def resolve(
+    layers: Sequence[Layer],
+    buckets: Mapping[str, tuple[list[int], list[int]]],
+    tables: Sequence[Table],
+    gfx: str,
+    cu_num: int,
+) -> list[Lookup]:
+    """Every (shape, token) lookup against ``tables``, grouped by shape and answer."""
+    grouped: dict[tuple[str, Shape], list[str]] = {}
+    unknown: dict[str, list[str]] = {}
+    for layer in layers:
+        if layer.shape is None:
+            unknown.setdefault(layer.model, []).append(layer.module)
+            continue
+        grouped.setdefault((layer.model, layer.shape), []).append(layer.module)
+    out = []
+    for (model, shape), modules in grouped.items():
+        decode, prefill = buckets[model]
+        answers: dict[tuple[str, str | None], list[int]] = {}
+        for token in sorted(set(decode) | set(prefill)):
+            status, file = _answer(shape, token, tables, gfx, cu_num)
+            answers.setdefault((status, file), []).append(token)
+        for (status, file), tokens in answers.items():
+            out.append(
+                Lookup(model, tuple(modules), shape, tuple(tokens), status, file, model == "main")
+            )
+    return out
+
+
+def _answer(
+    shape: Shape, token: int, tables: Sequence[Table], gfx: str, cu_num: int
+) -> tuple[str, str | None]:
+    tiers = [token]
+    if token > _TIERS[0]:
+        at = _TIERS.index(token) if token in _TIERS else 0
+        tiers += list(reversed(_TIERS[:at]))
+    for t in tiers:
+        key = (gfx, cu_num, t, shape.model_dim, shape.inter_dim, shape.expert, shape.topk)
+        tail = (shape.dtype, shape.q_dtype_a, shape.q_dtype_w, shape.q_type)
+        flags = (shape.use_g1u1, shape.doweight_stage1)
+        exact = key + (shape.act_type,) + tail + flags
+        for table in tables:
+            if exact in table.rows:
+                return table.status, table.name
+        for table in tables:  # the act_type-disabled fallback dict
+            for k in table.rows:
+                if k[:7] == key and k[8:12] == tail and k[12:] == flags:
+                    return table.status, table.name
+    return MISS, None
+
+
+def launch_args(args: Sequence[str], model_dir: Path) -> list[str]:
+    """A scenario's launch flags for sglang's parser: ``<model>`` is the model folder."""
+    return [str(model_dir) if a == "<model>" else "30000" if a == "<port>" else a for a in args]
+
+
+def read_model(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot read ({exc.strerror})", "--model DIR names the checkpoint folder"
+        ) from exc
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return data
+
+
+def shapes(
+    tree: Path, model_dir: Path, args: Sequence[str]
+) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], dict[str, construct.Built]]:
+    """The fused-MoE layers and token buckets of the main model and (with MTP) the draft."""
+    config = read_model(model_dir)
+    argv = launch_args(args, model_dir)
+    speculative = "--speculative-algorithm" in argv
+    cases = [construct.Case("main", config, argv)]
+    if speculative:
+        cases.append(construct.Case("draft", config, argv, draft=True))
+    built = construct.build(tree, cases)
+    dtype = {"bfloat16": "torch.bfloat16", "float16": "torch.float16"}.get(
+        str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "torch.bfloat16"
+    )
+    layers: list[Layer] = []
+    buckets = {}
+    for case in cases:
+        name = "draft" if case.draft else "main"
+        layers += layers_of(name, built[case.id], dtype)
+        buckets[name] = token_buckets(built[case.id].tokens)
+    return layers, buckets, built
+
+
+def coverage(
+    tree: Path,
+    model_dir: Path,
+    args: Sequence[str],
+    base: BaseTables,
+    items: Sequence[ConfigItem],
+    gfx: str = "gfx950",
+    env: Mapping[str, str] | None = None,
+) -> Coverage:
+    """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``."""
+    if gfx not in CU_NUM:
+        raise ConfigError(f"gfx {gfx!r}: no known CU count (known: {', '.join(sorted(CU_NUM))})")
+    layers, buckets, built = shapes(tree, model_dir, args)
+    tables, notes = merged_tables(base, items, env)
+    lookups = resolve(layers, buckets, tables, gfx, CU_NUM[gfx])
+    for layer in layers:
+        if layer.shape is None:
+            notes.append(
+                f"{layer.model} {layer.module}: quant scheme {layer.scheme}: its aiter key is "
+                "not known to sglforge, not resolved"
+            )
+    if any(layer.ep for layer in layers):
+        notes.append("expert parallelism: expert counts are per rank (w2.shape[0])")
+    return Coverage(
+        gfx=gfx,
+        cu_num=CU_NUM[gfx],
+        sglang=str(tree),
+        tables=tuple(t.name for t in tables),
+        lookups=tuple(lookups),
+        notes=tuple(notes),
+    )
+
+
+def items_for(
+    items: Sequence[ConfigItem], target: str | None, version: str | None
+) -> list[ConfigItem]:
+    """The queue's items a build of ``target`` at sglang ``version`` installs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    out = []
+    for item in items:
+        if target is not None and item.target != target:
+            continue
+        if item.applies_to and version:
+            try:
+                if Version(version) not in SpecifierSet(item.applies_to):
+                    continue
+            except InvalidVersion:
+                pass
+        out.append(item)
+    return out
+
+
+def default_tree(root: Path) -> Path:
+    """The patched tree of the pin, as ``sglforge patches apply`` leaves it."""
+    from sglforge.patches.apply import worktree_path
+    from sglforge.patches.series import load_pin
+
+    pin = load_pin(root)
+    tree = worktree_path(root, pin.ref) / "python"
+    if not (tree / "sglang" / "srt").is_dir():
+        raise ConfigError(
+            f"{tree}: no patched sglang tree of the pin {pin.ref}",
+            "run `sglforge patches apply` first, or pass --sglang DIR (a release's python/)",
+        )
+    return tree
+
+
+def for_scenario(
+    root: Path,
+    model_dir: Path,
+    scenario_path: Path,
+    base: BaseTables,
+    tree: Path | None = None,
+    gfx: str | None = None,
+) -> Coverage:
+    """The coverage of one smoke scenario's launch on a base, with the queue's items."""
+    from sglforge.patches.configs import load_items
+    from sglforge.patches.series import load_pin
+    from sglforge.smoke.scenario import load_scenario
+    from sglforge.targets import load_targets
+
+    scenario = load_scenario(scenario_path)
+    target = scenario.target
+    if gfx is None:
+        gfx = "gfx950"
+        if target:
+            gfx = load_targets(root).resolve(target).gpu_arch
+    pin = load_pin(root)
+    version = str(pin.version) if pin.version else None
+    items = items_for(load_items(root), target, version)
+    return coverage(
+        tree or default_tree(root),
+        model_dir,
+        scenario.args,
+        base,
+        items,
+        gfx=gfx,
+        env=scenario.container.env,
+    )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The publish gate over one coverage: hot misses fail unless the scenario accepts them."""
+
+    coverage: Coverage
+    failing: tuple[Lookup, ...]  # hot misses nobody accepted
+    accepted: tuple[tuple[Lookup, str], ...]  # (hot miss, the scenario's reason)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failing
+
+    def summary(self) -> str:
+        """One line per failing shape, for the error and the report."""
+        return "; ".join(describe(x) for x in self.failing)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "failing": [x.to_dict() for x in self.failing],
+            "accepted": [dict(x.to_dict(), reason=why) for x, why in self.accepted],
+            "misses": self.coverage.misses,
+            "lookups": len(self.coverage.lookups),
+        }
+
+
+def describe(x: Lookup) -> str:
+    s = x.shape
+    tokens = ",".join(map(str, x.tokens))
+    return (
+        f"{x.model} model_dim {s.model_dim} inter_dim {s.inter_dim} expert {s.expert} "
+        f"topk {s.topk} tokens {tokens}"
+    )
+
+
+def gate(cov: Coverage, accepted: Sequence[Any] = ()) -> Gate:
+    """Hot misses (the main model's lookups) fail, except those a ``[[coverage.accept]]`` names
+    (``smoke.scenario.AcceptedMiss``: model, expert, topk, inter_dim, optional tokens)."""
+    failing, allowed = [], []
+    for x in cov.hot_misses():
+        s = x.shape
+        why = None
+        for a in accepted:
+            same = (a.model, a.expert, a.topk, a.inter_dim) == (
+                x.model,
+                s.expert,
+                s.topk,
+                s.inter_dim,
+            )
+            if same and (not a.tokens or set(x.tokens) <= set(a.tokens)):
+                why = a.reason
+                break
+        if why is None:
+            failing.append(x)
+        else:
+            allowed.append((x, why))
+    return Gate(cov, tuple(failing), tuple(allowed))
+
+
+def publish_gate(
+    root: Path,
+    scenario_path: Path,
+    model_dir: Path | None,
+    base: BaseTables | None | Callable[[], BaseTables | None],
+    tree: Path | None = None,
+) -> tuple[Gate | None, str]:
+    """The gate ``publish`` runs before the smoke: (gate, "") or (None, why it could not run).
+
+    ``base`` may be a callable: the base image's tables are then read only when the gate runs.
+    """
+    from sglforge.smoke.scenario import load_scenario
+
+    scenario = load_scenario(scenario_path)
+    model_dir = model_dir or scenario.model_path
+    if model_dir is None or not (model_dir / "config.json").is_file():
+        return None, f"no config.json in the scenario's model folder ({model_dir})"
+    config = read_model(model_dir)
+    if not config.get("n_routed_experts") and not config.get("num_experts"):
+        return None, "the model has no routed experts (no fused-MoE lookups)"
+    try:
+        tree = tree or default_tree(root)
+    except ConfigError as exc:
+        return None, exc.message
+    if callable(base):
+        base = base()
+    if base is None:
+        return None, "the base image has no aiter tables"
+    cov = for_scenario(root, model_dir, scenario_path, base, tree)
+    return gate(cov, scenario.accepted_misses), ""
+
+
+# aiter's untuned table header (A0 aiter/configs/untuned_fmoe.csv:1): the tuner's input.
+UNTUNED_HEADER = (
+    "token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,"
+    "use_g1u1,doweight_stage1"
+)
+
+
+def untuned_csv(cov: Coverage, hot_only: bool = False) -> bytes:
+    """aiter's untuned CSV with exactly the keys that miss (the input of ``gemm_moe_tune.py
+    -i``), one row per (shape, token), in the form of aiter's own untuned tables."""
+    lines = [UNTUNED_HEADER]
+    seen = set()
+    for x in cov.lookups:
+        if x.status != MISS or (hot_only and not x.hot):
+            continue
+        s = x.shape
+        for token in x.tokens:
+            row = (
+                f"{token},{s.model_dim},{s.inter_dim},{s.expert},{s.topk},{s.act_type},{s.dtype},"
+                f"{s.q_dtype_a},{s.q_dtype_w},{s.q_type},{s.use_g1u1},{s.doweight_stage1}"
+            )
+            if row not in seen:
+                seen.add(row)
+                lines.append(row)
+    return ("\n".join(lines) + "\n").encode()

@@ -1,0 +1,91 @@
+"""Every config item of the queue is upstream's file, byte for byte, at the commit it names.
+
+Two checks, both through ``sglforge.patches.configs.upstream_findings`` (what ``patches lint``
+runs):
+
+- always (CI, no aiter clone): the item's CSV bytes against the ``upstream-sha256`` its TOML
+  records, and the recorded blob id against git's id of those bytes;
+- when a ROCm/aiter clone holding the commit is present (``$SGLFORGE_AITER_REPO``, or the search
+  tool's mirror at /work/.mirror/ROCm+aiter/repo): the commit's own file, read with
+  ``git cat-file``. Without a clone that part is skipped, and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sglforge import git
+from sglforge.patches.configs import load_items, upstream_findings
+
+REPO = Path(__file__).resolve().parents[2]
+MIRROR = Path("/work/.mirror/ROCm+aiter/repo")
+
+
+def aiter_repo() -> Path | None:
+    given = os.environ.get("SGLFORGE_AITER_REPO")
+    path = Path(given) if given else MIRROR
+    return path if path.is_dir() else None
+
+
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "patches" / "configs", root / "patches" / "configs")
+    return root
+
+
+def test_every_queue_item_names_an_upstream_file_and_matches_its_sha256() -> None:
+    items = load_items(REPO)
+    assert items, "the queue carries config items"
+    for item in items:
+        assert item.upstream is not None, f"{item.meta_file}: no upstream-* keys"
+        data = (REPO / item.csv_file).read_bytes()
+        assert git.blob_id(data) == item.upstream.blob, item.csv_file
+    assert upstream_findings(items, REPO) == []
+
+
+def test_a_changed_byte_or_a_missing_origin_is_found(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    csv_path = root / "patches" / "configs" / "glm52-mxfp4-moe-gfx950.csv"
+    data = csv_path.read_bytes()
+    # Relabel one row's expert count (what the old item did): no longer upstream's bytes.
+    csv_path.write_bytes(data.replace(b",6144,512,256,8,", b",6144,512,255,8,", 1))
+    (found,) = upstream_findings(load_items(root), root)
+    assert found[:3] == ("patches/configs/glm52-mxfp4-moe-gfx950.csv", 1, "config-not-upstream")
+    # An item with no upstream-* keys cannot be verified: the finding says so.
+    meta = root / "patches" / "configs" / "glm52-mxfp4-moe-gfx950.toml"
+    text = "\n".join(
+        line for line in meta.read_text().splitlines() if not line.startswith("upstream-")
+    )
+    meta.write_text(text.replace('upstream-status = "', "") + "\n")
+    meta.write_text(meta.read_text().replace("[config]", '[config]\nupstream-status = "Pending"'))
+    (found,) = upstream_findings(load_items(root), root)
+    assert found[2] == "config-unverified"
+
+
+def test_rows_equal_the_upstream_commit_s_file_when_a_clone_is_present(tmp_path: Path) -> None:
+    repo = aiter_repo()
+    if repo is None:
+        pytest.skip("no ROCm/aiter clone (set SGLFORGE_AITER_REPO): sha256 check only")
+    items = load_items(REPO)
+    assert upstream_findings(items, REPO, repo) == []
+    for item in items:
+        assert item.upstream is not None
+        upstream = git.blob(repo, item.upstream.commit, item.upstream.path)
+        assert upstream == (REPO / item.csv_file).read_bytes()
+    # The same check on a relabelled copy names the commit to copy from again.
+    root = project(tmp_path)
+    csv_path = root / "patches" / "configs" / "glm52-mxfp4-moe-gfx950.csv"
+    csv_path.write_bytes(csv_path.read_bytes().replace(b"\n", b"\r\n"))
+    codes = [f[2] for f in upstream_findings(load_items(root), root, repo)]
+    assert codes == ["config-not-upstream", "config-not-upstream"]
+    # 01ff06ed, the commit the old item claimed, is not in aiter's history.
+    gone = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "-e", "01ff06ed7fc800ca4fc3f920adfb73d4ba110469"],
+        capture_output=True,
+    )
+    assert gone.returncode != 0
