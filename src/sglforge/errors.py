@@ -61,6 +61,12 @@ class SmokeError(SglforgeError):
     exit_code = EXIT_SMOKE
 
 
+class BenchError(SglforgeError):
+    """A serving benchmark could not run (server never ready, bench_serving failed)."""
+
+    exit_code = EXIT_SMOKE
+
+
 class PublishError(SglforgeError):
     exit_code = EXIT_PUBLISH
 

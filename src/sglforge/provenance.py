@@ -65,6 +65,8 @@ LABEL_CONFIG_PREFIX = PREFIX + "config."
 # On the release record's sibling tag (sglforge.release): the record and the image's digest.
 LABEL_RELEASE = PREFIX + "release"
 LABEL_RELEASE_FOR = PREFIX + "release-for"
+# On a release record's image: "gpu", or "standin-cpu" when the smoke and bench ran on a stand-in.
+LABEL_SMOKE_HARDWARE = PREFIX + "smoke.hardware"
 
 
 @dataclass(frozen=True)
@@ -140,12 +142,24 @@ class ContextFile:
 
 @dataclass(frozen=True)
 class Smoke:
-    """What the smoke run before publishing measured."""
+    """What the smoke run (and the bench, when the scenario has one) measured before publishing.
+
+    ``hardware`` is ``"gpu"``, or ``"standin-cpu"`` for a scenario with ``accelerator =
+    "none"``: such a run never counts as a GPU target's smoke or bench. ``gpus`` holds the
+    smoke host's GPU facts as read on the node (name, count, gfx, ROCm and driver versions).
+    """
 
     passed: bool
     scenario: str = ""
     verdict: str = ""
     figures: Mapping[str, Any] = field(default_factory=dict)
+    hardware: str = "gpu"
+    gpus: Mapping[str, Any] = field(default_factory=dict)
+    bench: Mapping[str, Any] | None = None
+
+    @property
+    def standin(self) -> bool:
+        return self.hardware != "gpu"
 
 
 # --- writing ----------------------------------------------------------------------------------

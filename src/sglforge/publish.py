@@ -46,6 +46,7 @@ from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
 
 SMOKE_DIR = "smoke"
+STANDIN_HARDWARE = "standin-cpu"  # what a scenario with accelerator = "none" records
 _QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}(?:-i[0-9a-f]{6,64})?$")
 
 
@@ -98,6 +99,10 @@ class PublishResult:
     run: str | None = None  # the pull-and-run line for the newest friendly tag
     smoke_markdown: str = ""  # the smoke runner's own summary (values and thresholds)
     smoke_reports: str | None = None  # folder with the server log and smoke reports
+    standin: bool = False  # the smoke (and bench) ran on a stand-in (--allow-standin)
+    bench: Mapping[str, Any] | None = None  # the bench's figures as the record keeps them
+    bench_text: tuple[str, ...] = ()  # the bench's table and verdict for people
+    bench_markdown: str = ""
 
     @property
     def ok(self) -> bool:
@@ -219,6 +224,8 @@ class _Plan:
     creds: Credentials | None
     say: Callable[[str], None]
     clock: _Clock
+    standin: bool = False
+    accept_regression: str | None = None
     coverage: dict[str, Any] | None = None  # the coverage gate's result, for the release record
 
 
@@ -231,6 +238,8 @@ def publish(
     port: int | None = None,
     scenario: Path | None = None,
     skip_smoke: bool = False,
+    allow_standin: bool = False,
+    accept_regression: str | None = None,
     dry_run: bool = False,
     mode: str = "auto",
     base_image: str | None = None,
@@ -255,6 +264,7 @@ def publish(
 
     project = Project.of(root)
     plan = _plan(project, target, registry, scenario, skip_smoke, dry_run, progress)
+    plan = _standin_rule(plan, allow_standin, accept_regression)
     if not dry_run:
         from sglforge.scan import gate
 
@@ -304,6 +314,11 @@ def publish(
         if result.error:
             return result
         smoke, result = _smoke_gate(plan, candidate, result, model, port, labels)
+        if result.error:
+            return result
+        smoke, result = _bench_gate(
+            plan, built.image, immutable, smoke, result, model, port, labels
+        )
         if result.error:
             return result
     else:
@@ -510,8 +525,18 @@ def _smoke_gate(
     )
     checks = tuple(_checks(report))
     figures = dict(report.figures)
+    gpus: dict[str, Any] = {}
+    if not plan.standin:
+        from sglforge.smoke.preflight import detect_gpus, node_facts
+
+        gpus = node_facts(detect_gpus())
     smoke = Smoke(
-        report.passed, report.scenario or plan.scenario_path.stem, report.verdict, figures
+        report.passed,
+        report.scenario or plan.scenario_path.stem,
+        report.verdict,
+        figures,
+        hardware=STANDIN_HARDWARE if plan.standin else "gpu",
+        gpus=gpus,
     )
     plan.clock.done("smoke", smoke.passed, report.verdict)
     result = replace(
@@ -522,6 +547,7 @@ def _smoke_gate(
         smoke_verdict=report.verdict,
         smoke_figures=figures,
         smoke_checks=checks,
+        standin=plan.standin,
     )
     if smoke.passed:
         return smoke, result
@@ -536,6 +562,109 @@ def _smoke_gate(
         error=f"smoke {report.verdict}: {plan.scenario_path.name} on {image}: {why}; nothing "
         f"was pushed and no tag moved{next_step}",
         exit_code=EXIT_SMOKE if report.verdict == "cannot-run" else EXIT_PROBLEMS,
+    )
+
+
+def _standin_rule(plan: _Plan, allow_standin: bool, accept_regression: str | None) -> _Plan:
+    """A stand-in scenario (``accelerator = "none"``) never passes as a GPU target's smoke:
+    refused before the build unless ``--allow-standin``, which records it as a stand-in."""
+    from sglforge.smoke import load_scenario
+
+    plan = replace(plan, accept_regression=accept_regression)
+    if plan.scenario_path is None:
+        return plan
+    scenario = load_scenario(plan.scenario_path)
+    if not scenario.standin:
+        return plan
+    if not allow_standin:
+        raise ConfigError(
+            f'{plan.scenario_path}: a stand-in scenario (accelerator = "none") cannot be '
+            f"the smoke and bench of GPU target {plan.build_target.key}",
+            "pass the target's GPU scenario with --scenario, or --allow-standin to publish with "
+            "the run recorded as a stand-in",
+        )
+    plan.say(f"{plan.scenario_path.name} is a STAND-IN: the release is recorded as one")
+    return replace(plan, standin=True)
+
+
+def _bench_gate(
+    plan: _Plan,
+    image: str,
+    immutable: str,
+    smoke: Smoke,
+    result: PublishResult,
+    model: str | None,
+    port: int | None,
+    labels: Mapping[str, str] | None = None,
+) -> tuple[Smoke, PublishResult]:
+    """The scenario's [bench] paired with the previous release of the target; a significant
+    regression beyond the tolerance stops the publish (exit 1) unless accepted."""
+    from sglforge.bench import report as bench_report
+    from sglforge.bench.runner import ensure_local, run_bench
+    from sglforge.release import previous_release
+    from sglforge.smoke import load_scenario
+
+    assert plan.scenario_path is not None
+    if load_scenario(plan.scenario_path).bench is None:
+        plan.clock.done("bench", None, "the scenario has no [bench] table")
+        return smoke, result
+    plan.clock.reset()
+    version = immutable.rpartition(":")[2]
+    previous = previous_release(
+        plan.root, plan.build_target.name, version, _repository(immutable), plan.creds
+    )
+    against = None
+    if previous is not None:
+        against = f"{previous.image.rpartition(':')[0]}@{previous.digest}"
+        plan.say(f"bench against the last release {previous.version} ({against})")
+        try:
+            ensure_local(against, plan.say)
+        except (SglforgeError, EngineError) as exc:
+            plan.say(f"the last release's image cannot be pulled ({exc}); no comparison")
+            against = None
+    try:
+        report = run_bench(
+            plan.root,
+            image,
+            plan.scenario_path,
+            against=against,
+            model=model,
+            port=port,
+            labels=dict(labels or {}),
+            progress=plan.say,
+        )
+    except SglforgeError as exc:
+        plan.clock.done("bench", False, exc.message)
+        return smoke, replace(
+            result,
+            steps=tuple(plan.clock.steps),
+            error=f"bench could not run: {exc}; nothing was pushed and no tag moved",
+            exit_code=exc.exit_code,
+        )
+    if report.regressed and plan.accept_regression:
+        report = replace(report, accepted_regression=plan.accept_regression)
+    figures = bench_report.record_figures(report)
+    smoke = replace(smoke, bench=figures)
+    verdict = "passed" if report.ok else f"FAILED: {report.reason}"
+    plan.clock.done("bench", report.ok, verdict)
+    result = replace(
+        result,
+        bench=figures,
+        bench_text=tuple(bench_report.text(report)),
+        bench_markdown=bench_report.markdown(report),
+    )
+    if report.ok:
+        return smoke, result
+    hint = (
+        "rerun after fixing it, or pass --accept-regression REASON to publish anyway"
+        if report.regressed
+        else f"read the bench reports in {report.report_dir}"
+    )
+    return smoke, replace(
+        result,
+        steps=tuple(plan.clock.steps),
+        error=f"bench failed: {report.reason}; nothing was pushed and no tag moved\n  next: {hint}",
+        exit_code=EXIT_PROBLEMS,
     )
 
 
@@ -849,6 +978,9 @@ def summary(result: PublishResult) -> dict[str, Any]:
             for s in result.steps
         ],
         "smoke_reports": result.smoke_reports,
+        "standin": result.standin,
+        "hardware": STANDIN_HARDWARE if result.standin else "gpu",
+        "bench": dict(result.bench) if result.bench is not None else None,
         "release_record": result.release_record,
         "changelog_written": result.changelog_written,
         "error": result.error,
@@ -871,7 +1003,17 @@ def failure_summary(target: str, registry: str, error: SglforgeError) -> dict[st
 
 # The stages of a publish, in order: each is a JUnit case under this stable name whether it
 # ran or not (a stage not reached is skipped), so CI can follow a stage across runs.
-STAGES = ("prepare", "build", "smoke", "push", "tag.version", "tag.latest", "record", "record-push")
+STAGES = (
+    "prepare",
+    "build",
+    "smoke",
+    "bench",
+    "push",
+    "tag.version",
+    "tag.latest",
+    "record",
+    "record-push",
+)
 
 
 def _fmt(value: object) -> str:
@@ -960,6 +1102,8 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
     state = (
         "dry run"
         if result.dry_run
+        else "published from a STAND-IN run (--allow-standin; not a GPU run)"
+        if result.ok and result.standin
         else "published"
         if result.ok and result.tested
         else "published UNTESTED (--skip-smoke)"
@@ -982,6 +1126,8 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
         lines += ["", *reports.md_table(["figure", "value"], figures)]
     if result.smoke_markdown:
         lines += ["", result.smoke_markdown.rstrip()]
+    if result.bench_markdown:
+        lines += ["", result.bench_markdown.rstrip()]
     elif result.smoke_checks:
         rows = [(c.name, _word(c.passed), c.detail) for c in result.smoke_checks]
         lines += ["", *reports.md_table(["check", "result", "detail"], rows)]
@@ -997,4 +1143,5 @@ def _smoke_word(result: PublishResult) -> str:
         return "skipped (untested)"
     if result.smoke_passed is None:
         return "not run"
-    return "passed" if result.smoke_passed else "FAILED"
+    word = "passed" if result.smoke_passed else "FAILED"
+    return word + (" on a STAND-IN (standin-cpu, not a GPU run)" if result.standin else "")

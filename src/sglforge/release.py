@@ -30,7 +30,14 @@ from sglforge.engine import images as engine_images
 from sglforge.engine import registry as reg
 from sglforge.engine.credentials import Credentials
 from sglforge.errors import ConfigError, SglforgeError
-from sglforge.provenance import LABEL_MANAGED, LABEL_RELEASE, LABEL_RELEASE_FOR, PatchFacts, Smoke
+from sglforge.provenance import (
+    LABEL_MANAGED,
+    LABEL_RELEASE,
+    LABEL_RELEASE_FOR,
+    LABEL_SMOKE_HARDWARE,
+    PatchFacts,
+    Smoke,
+)
 from sglforge.util import atomic_write, confined, plural
 
 RECORD_SCHEMA = 1
@@ -69,8 +76,9 @@ class Release:
 
     @property
     def tested(self) -> bool:
-        """True only when a smoke run passed before the push."""
-        return self.smoke is not None and self.smoke.passed
+        """True only when a smoke run on the target's hardware passed before the push (a
+        stand-in run never counts)."""
+        return self.smoke is not None and self.smoke.passed and not self.smoke.standin
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,12 @@ def to_dict(release: Release) -> dict[str, Any]:
     data["smoke"] = (
         None
         if release.smoke is None
-        else {**dataclasses.asdict(release.smoke), "figures": dict(release.smoke.figures)}
+        else {
+            **dataclasses.asdict(release.smoke),
+            "figures": dict(release.smoke.figures),
+            "gpus": dict(release.smoke.gpus),
+            "bench": None if release.smoke.bench is None else dict(release.smoke.bench),
+        }
     )
     data["coverage"] = None if release.coverage is None else dict(release.coverage)
     data["tested"] = release.tested
@@ -152,6 +165,9 @@ def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Relea
                 scenario=str(smoke.get("scenario", "")),
                 verdict=str(smoke.get("verdict", "")),
                 figures=dict(smoke.get("figures") or {}),
+                hardware=str(smoke.get("hardware", "gpu")),
+                gpus=dict(smoke.get("gpus") or {}),
+                bench=smoke.get("bench"),
             ),
             gpu_arch=str(data.get("gpu_arch", "")),
             base=str(data.get("base", "")),
@@ -286,12 +302,15 @@ def record_ref_for(immutable: str) -> str:
 def record_labels(release: Release, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The labels of the record's image: the record (compact JSON) and the digest it is for."""
     record = json.dumps(to_dict(release), sort_keys=True, separators=(",", ":"))
-    return {
+    labels = {
         **dict(extra or {}),
         LABEL_MANAGED: "1",
         LABEL_RELEASE: record,
         LABEL_RELEASE_FOR: release.digest,
     }
+    if release.smoke is not None:
+        labels[LABEL_SMOKE_HARDWARE] = release.smoke.hardware
+    return labels
 
 
 def record_from_labels(
@@ -379,11 +398,42 @@ def _image_line(release: Release) -> str:
     if smoke is None:
         return line + f"; {_UNTESTED}: published with `--skip-smoke`, no smoke run before the push."
     line += "; smoke " + ("passed" if smoke.passed else "FAILED")
+    if smoke.standin:
+        line += f" on a **STAND-IN** ({smoke.hardware}, not a GPU run)"
     line += f" (scenario `{smoke.scenario}`)" if smoke.scenario else ""
     if smoke.verdict not in ("", "passed", "failed"):
         line += f": {smoke.verdict}"
     figures = ", ".join(f"{k} {_fmt_figure(v)}" for k, v in sorted(smoke.figures.items()))
-    return line + (f"; {figures}." if figures else ".")
+    line += f"; {figures}" if figures else ""
+    bench = bench_line(smoke.bench)
+    return line + (f"; {bench}." if bench else ".")
+
+
+def bench_line(bench: Mapping[str, Any] | None) -> str:
+    """The bench figures of a record in one phrase, with the delta against the last release."""
+    if not bench:
+        return ""
+    parts = []
+    knee = bench.get("knee") or {}
+    if knee:
+        parts.append(
+            f"knee {_fmt_figure(knee.get('request_rate'))} RPS at "
+            f"{_fmt_figure(knee.get('total_tok_s'))} tok/s/node"
+        )
+    single = bench.get("single_stream") or {}
+    if single:
+        parts.append(f"single stream {_fmt_figure(single.get('decode_tok_s'))} tok/s")
+        if single.get("accept_length") is not None:
+            parts.append(f"accept length {_fmt_figure(single.get('accept_length'))}")
+    regression = bench.get("regression") or {}
+    for change in regression.get("changes", ()):
+        parts.append(
+            f"{change.get('figure')} {float(change.get('delta', 0.0)):+.1%} vs last release"
+        )
+    if regression.get("accepted"):
+        parts.append(f"regression accepted: {regression['accepted']}")
+    where = " (stand-in)" if bench.get("hardware") not in (None, "gpu") else ""
+    return f"bench{where}: " + ", ".join(parts) if parts else ""
 
 
 def _line_key(line: str) -> str:

@@ -49,6 +49,8 @@ class TargetOutcome:
     smoke_passed: bool | None = None
     smoke_verdict: str = ""
     smoke_figures: dict[str, Any] = field(default_factory=dict)
+    # the bench's figures with the delta against the last release (publish runs it)
+    bench: dict[str, Any] | None = None
     published: tuple[str, ...] = ()
     error: str = ""
     # (config item, status at this target's base): "upstreamed" (the base's aiter carries
@@ -98,6 +100,7 @@ def upgrade(
     build: bool = True,
     smoke: bool = True,
     publish: bool = False,
+    allow_standin: bool = False,
     registry: str | None = None,
     base_image: str | None = None,
     model: str | None = None,
@@ -128,6 +131,7 @@ def upgrade(
             build=build,
             smoke=smoke,
             publish=publish,
+            allow_standin=allow_standin,
             registry=registry,
             base_image=base_image,
             model=model,
@@ -210,6 +214,7 @@ def _upgrade(
     build: bool,
     smoke: bool,
     publish: bool,
+    allow_standin: bool = False,
     registry: str | None,
     base_image: str | None,
     model: str | None,
@@ -339,6 +344,7 @@ def _upgrade(
                         upstream=upstream,
                         smoke=smoke,
                         publish=publish,
+                        allow_standin=allow_standin,
                         registry=registry,
                         base_image=base_image,
                         model=model,
@@ -417,6 +423,7 @@ def _prove_target(
     upstream: str | None,
     smoke: bool,
     publish: bool,
+    allow_standin: bool = False,
     registry: str | None,
     base_image: str | None,
     model: str | None,
@@ -476,6 +483,7 @@ def _prove_target(
                 labels=labels,
                 offline=offline,
                 skip_smoke=not smoke,
+                allow_standin=allow_standin,
             )
             stages[f"smoke+publish {target}"] = time.monotonic() - t
             return replace(
@@ -483,6 +491,7 @@ def _prove_target(
                 smoke_passed=res.smoke_passed,
                 smoke_verdict=res.smoke_verdict,
                 smoke_figures=dict(res.smoke_figures),
+                bench=dict(res.bench) if res.bench is not None else None,
                 published=tuple(res.pushed),
                 error=res.error or "",
             )
@@ -629,6 +638,13 @@ def markdown(result: UpgradeResult) -> str:
                 f"{figures or '-'} | {t.error or ''} |"
             )
         lines.append("")
+        benched = [t for t in result.targets if t.bench]
+        if benched:
+            from sglforge.release import bench_line
+
+            lines += ["## Serving benchmark", ""]
+            lines += [f"- {t.target}: {bench_line(t.bench)}" for t in benched]
+            lines.append("")
     configs = [(t.target, name, st) for t in result.targets for name, st in t.configs]
     if configs:
         lines += ["## Config items", "", "| target | item | status |", "|---|---|---|"]

@@ -57,9 +57,15 @@ class Project:
         targets.write_text(text.replace('"sglforge/sglang"', f'"{REPOSITORY}"', 1))
         self.write_scenario("standin-cpu.toml")
 
-    def write_scenario(self, name: str, min_tok_s: float | None = None) -> Path:
-        """The CPU stand-in scenario, aimed at target mi355x so publish finds it."""
+    def write_scenario(
+        self, name: str, min_tok_s: float | None = None, bench: bool = False
+    ) -> Path:
+        """The CPU stand-in scenario, aimed at target mi355x so publish finds it (its [bench]
+        tables left out unless ``bench``: tests/docker/test_bench.py covers that step)."""
         text = (REPO / "smoke" / "standin-cpu.toml").read_text()
+        if not bench:
+            start = text.index("\n[bench]\n")
+            text = text[:start] + text[text.index("\n# The same log patterns", start) :]
         text = text.replace(
             '"../tests/standin/model"', json.dumps(str(REPO / "tests/standin/model"))
         )
@@ -80,6 +86,9 @@ class Project:
         args += ["--target", "mi355x"]
         args += ["--registry", registry, "--upstream", str(self.upstream), "--offline"]
         args += ["--port", str(free_port()), "--retries", "1", "--backoff", "0.2", "--json"]
+        # The CPU stand-in scenario is published as what it is (tests/docker/test_bench.py
+        # checks that without the flag it is refused for a GPU target).
+        args += ["--allow-standin"]
         for k, v in self.labels.items():
             args += ["--label", f"{k}={v}"]
         return CliRunner().invoke(main, [*args, *extra], env=env, catch_exceptions=False)
@@ -168,7 +177,9 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
     first = project.publish(reg_auth.address, "--junit", str(junit), "--summary", str(summary))
     out = doc(first)
     assert first.exit_code == 0, first.output
-    assert out["smoke_passed"] is True and out["tested"] is True
+    assert out["smoke_passed"] is True
+    # The CPU stand-in never counts as the GPU target's smoke: published, recorded as a stand-in.
+    assert out["tested"] is False and out["standin"] is True and out["hardware"] == "standin-cpu"
     immutable, *friendly = out["pushed"]
     assert immutable.startswith(f"{reg_auth.address}/{REPOSITORY}:v0.5.14-rocm700-mi355x-q")
     assert [f.rpartition(":")[2] for f in friendly] == ["v0.5.14-rocm700-mi355x", "latest-mi355x"]
@@ -227,11 +238,13 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
     assert (prov["target"], prov["gpu_arch"], prov["rocm"]) == ("mi355x", "gfx950", "rocm700")
     assert prov["base"]["name"] == f"{STANDIN_REPO}:v0.5.14-rocm700-mi35x"
     assert prov["base"]["digest"].startswith("sha256:")
-    assert prov["manifest_found"] is True and prov["tested"] is True
+    assert prov["manifest_found"] is True and prov["tested"] is False
+    assert prov["smoke"]["hardware"] == "standin-cpu"
     assert prov["release"] == immutable.rpartition(":")[2]
     assert prov["smoke"]["figures"]["decode_tok_s"] > 50
     text = CliRunner().invoke(main, ["--root", str(project.root), "inspect", friendly[1]])
     assert "0001-mtp-quant-prefix.patch" in text.output and "decode_tok_s" in text.output
+    assert "STAND-IN (standin-cpu; not a GPU run)" in text.output
 
     # A fresh machine rebuilds the same inputs into an image with another creation time (so
     # another digest): the published release is reused, never overwritten.

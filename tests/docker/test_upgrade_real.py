@@ -22,6 +22,18 @@ UPSTREAM = "pypi:sglang>=0.5.10,<=0.5.16"
 pytestmark = [pytest.mark.docker, pytest.mark.pypi]
 
 
+def _no_bench(tmp: Path) -> Path:
+    """The CPU stand-in scenario without its [bench] tables (tests/docker/test_bench.py runs
+    them on a replica that carries bench_serving's dependencies; this one does not)."""
+    text = (REPO / "smoke" / "standin-cpu.toml").read_text()
+    start = text.index("\n[bench]\n")
+    text = text[:start] + text[text.index("\n# The same log patterns", start) :]
+    text = text.replace('"../tests/standin/model"', f'"{REPO / "tests/standin/model"}"')
+    path = tmp / "standin-cpu-no-bench.toml"
+    path.write_text(text)
+    return path
+
+
 def copy_project(tmp_path: Path) -> Path:
     return copy_real_project(tmp_path / "project")
 
@@ -81,9 +93,10 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
             upstream=UPSTREAM,
             targets=("mi355x",),
             base_image="sglforge-standin/sglang:v{version}-rocm700-mi35x",
-            scenario=REPO / "smoke" / "standin-cpu.toml",
+            scenario=_no_bench(tmp_path),
             port=free_port(),
             publish=True,
+            allow_standin=True,  # the CPU stand-in, recorded as one
             registry=registry.address,
             labels=docker_labels,
             offline=True,
@@ -112,8 +125,9 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
             copy_real_project(tmp_path / "old"),
             "mi355x",
             registry.address,
-            scenario=REPO / "smoke" / "standin-cpu.toml",
+            scenario=_no_bench(tmp_path),
             port=free_port(),
+            allow_standin=True,
             base_image=ensure_sglang_base("0.5.14", client=docker_client),
             upstream=UPSTREAM,
             labels=docker_labels,

@@ -31,6 +31,20 @@ self-check); tests/unit/test_selfcheck.py parses the in-image scripts as Python 
 tests/docker/test_infra.py checks the install layout (finder, ``_version.py`` from the tag,
 the WORKDIR namespace shadow) is upstream's.
 
+A replica built with ``bench=True`` (tag suffix ``-bench``) also carries what the release image's
+``python3 -m sglang.bench_serving`` imports, as the release image does (:data:`BENCH_DEPS`,
+the versions sglang 0.5.14's own metadata pins where it pins one: ``transformers==5.8.1``,
+``openai==2.6.1``), plus a small tokenizer for the stand-in model: GPT-2's, as the
+``openai-whisper`` 20230124 source release on PyPI ships it (``whisper/assets/gpt2/``, byte for
+byte), at :data:`STANDIN_TOKENIZER`. Differences from the release image, on purpose: torch is
+the CPU build (the machine's ``torch==2.13.0+cpu`` wheel; the release pins 2.11 for ROCm), and
+``torchvision`` is a STUB (:data:`TORCHVISION_STUB`): PyPI's torchvision wheels link the CUDA
+torch, and ``sglang/srt/utils/common.py:92`` imports ``torchvision.io.decode_jpeg`` at import
+time (and transformers 5.8.1 then imports a few more names): only those names are there, and
+calling any function raises; the text datasets never decode an image. The test that would
+fail if either mattered is the bench run itself (tests/docker/test_bench.py runs the real
+bench_serving in the replica end to end).
+
 Both carry ``io.sglforge.standin=1`` and a content-hash label; they are built once and reused
 while the tag still carries the expected hash. They are deliberately NOT labelled
 ``io.sglforge.test=1`` so that the session cleanup keeps them for the next session; the
@@ -104,6 +118,71 @@ RELEASE_ENV = {
     "ROCM_QUICK_REDUCE_QUANTIZATION": "INT8",
     "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
     "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE": "1",
+}
+
+# What the release's bench_serving imports (found by running it: sglang/bench_serving.py:36-51
+# and the sglang.srt modules it reaches), pinned; pip resolves their own dependencies.
+BENCH_DEPS = (
+    "torch==2.13.0+cpu",
+    "triton==3.8.0",
+    "transformers==5.8.1",
+    "aiohttp==3.14.5",
+    "datasets==5.2.0",
+    "ipython==9.18.1",
+    "numpy==2.4.6",
+    "openai==2.6.1",
+    "orjson==3.13.0",
+    "partial-json-parser==0.2.1.1.post7",
+    "pillow==13.0.0",
+    "psutil==7.2.2",
+    "pybase64==1.5.1",
+    "pyzmq==27.3.0",
+    "requests==2.34.2",
+    "sentencepiece==0.2.3",
+    "starlette==1.10.0",
+    "tqdm==4.70.1",
+)
+# The small tokenizer: GPT-2's, shipped in openai-whisper's 20230124 source release.
+TOKENIZER_SDIST = ("openai-whisper", "20230124")
+TOKENIZER_MEMBER = "openai-whisper-20230124/whisper/assets/gpt2/"
+STANDIN_TOKENIZER = "/opt/sglforge-standin/tokenizer"
+_RAISES = (
+    "def __getattr__(name):\n"
+    '    if name.startswith("__"):\n'
+    "        raise AttributeError(name)\n\n"
+    "    def unavailable(*args, **kwargs):\n"
+    '        raise NotImplementedError(f"sglforge replica: torchvision is a stub ({name})")\n\n'
+    "    return unavailable\n"
+)
+# The STUB torchvision: the names sglang (srt/utils/common.py:92) and transformers 5.8.1
+# (image_utils.py:54-56, image_processing_backends.py:74) import at import time; every function
+# raises when called. Text benchmarks never call one.
+TORCHVISION_STUB = {
+    "__init__.py": (
+        '"""STUB torchvision, sglforge replica (TEST DOUBLE): PyPI has only CUDA builds of\n'
+        "torchvision and the replica's torch is the CPU build. Only what sglang and transformers\n"
+        'import at import time is here; calling anything raises."""\n'
+    ),
+    "io.py": (
+        "import enum\n\n\n"
+        "class ImageReadMode(enum.Enum):\n"
+        "    UNCHANGED = 0\n    GRAY = 1\n    GRAY_ALPHA = 2\n    RGB = 3\n    RGB_ALPHA = 4\n\n\n"
+        + _RAISES
+    ),
+    "transforms/__init__.py": (
+        "import enum\n\n\n"
+        "class InterpolationMode(enum.Enum):\n"
+        '    NEAREST = "nearest"\n    NEAREST_EXACT = "nearest-exact"\n'
+        '    BILINEAR = "bilinear"\n    BICUBIC = "bicubic"\n    BOX = "box"\n'
+        '    HAMMING = "hamming"\n    LANCZOS = "lanczos"\n'
+    ),
+    "transforms/functional.py": (
+        "from torchvision.transforms import InterpolationMode  # noqa: F401\n\n\n" + _RAISES
+    ),
+    "transforms/v2/__init__.py": "",
+    "transforms/v2/functional.py": (
+        "from torchvision.transforms import InterpolationMode  # noqa: F401\n\n\n" + _RAISES
+    ),
 }
 
 MANAGED = "io.sglforge.managed"
@@ -403,6 +482,61 @@ def build_tool_wheels() -> Path:
     return folder
 
 
+def bench_wheels() -> Path:
+    """The wheels of :data:`BENCH_DEPS` and their dependencies (downloaded once)."""
+    key = hashlib.sha256(repr(BENCH_DEPS).encode()).hexdigest()[:12]
+    folder = cache_dir() / f"bench-deps-{key}"
+    if (folder / ".complete").is_file():
+        return folder
+    with _locked("bench-deps"):
+        if (folder / ".complete").is_file():
+            return folder
+        partial = folder.with_name(folder.name + ".part")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        _pip_download(partial, list(BENCH_DEPS), deps=True)
+        (partial / ".complete").write_text("\n".join(BENCH_DEPS) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return folder
+
+
+def standin_tokenizer(dest: Path) -> Path:
+    """GPT-2's tokenizer files from openai-whisper's source release on PyPI, byte for byte."""
+    import tarfile
+
+    name, version = TOKENIZER_SDIST
+    folder = cache_dir() / f"sdist-{name}-{version}"
+    sdist = folder / f"{name}-{version}.tar.gz"
+    if not sdist.is_file():
+        with _locked("tokenizer"):
+            if not sdist.is_file():
+                partial = folder.with_name(folder.name + ".part")
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir(parents=True)
+                # Its setup.py imports pkg_resources, which new setuptools dropped: pip
+                # prepares the metadata with an older one (the files are all we take).
+                constraint = partial / "constraints.txt"
+                constraint.write_text("setuptools<70\n")
+                cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
+                cmd += ["--no-binary", ":all:", "--dest", str(partial), f"{name}=={version}"]
+                env = {**os.environ, "PIP_CONSTRAINT": str(constraint)}
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+                constraint.unlink()
+                shutil.rmtree(folder, ignore_errors=True)
+                os.replace(partial, folder)
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(sdist) as tf:
+        for member in tf.getmembers():
+            if member.isfile() and member.name.startswith(TOKENIZER_MEMBER):
+                data = tf.extractfile(member)
+                assert data is not None
+                (dest / member.name[len(TOKENIZER_MEMBER) :]).write_bytes(data.read())
+    return dest
+
+
 def _pip_download(dest: Path, requirements: list[str], deps: bool) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:"]
     cmd += ["--dest", str(dest), *(() if deps else ("--no-deps",)), *requirements]
@@ -527,7 +661,19 @@ def replica_tree(
     return dest
 
 
-def _replica_dockerfile(debian: str, aiter: bool = False) -> str:
+_BENCH_LINES = (
+    "# What sglang.bench_serving imports (see tests/standin/base.py: CPU torch, a stub\n"
+    "# torchvision) and the stand-in's small tokenizer.\n"
+    "COPY bench-wheels/ /tmp/sglforge-bench-wheels/\n"
+    "RUN python3 -m pip install --no-cache-dir --no-index \\\n"
+    "      --find-links /tmp/sglforge-bench-wheels {deps} \\\n"
+    " && rm -rf /tmp/sglforge-bench-wheels\n"
+    f"COPY torchvision/ {SITE_PACKAGES}/torchvision/\n"
+    f"COPY tokenizer/ {STANDIN_TOKENIZER}/\n"
+)
+
+
+def _replica_dockerfile(debian: str, aiter: bool = False, bench: bool = False) -> str:
     env = " \\\n    ".join(f"{k}={v}" for k, v in RELEASE_ENV.items())
     # docker/rocm.Dockerfile clones aiter to /sgl-workspace/aiter and installs it with
     # `pip install --config-settings editable_mode=compat -e .` (a .pth pointing at the checkout).
@@ -561,7 +707,8 @@ def _replica_dockerfile(debian: str, aiter: bool = False) -> str:
         '      --find-links /tmp/sglforge-build-tools -e "python[all_hip]"'
         f"{sglang_end}"
         f"ENV {env}\n"
-        'CMD ["/bin/bash"]\n'
+        + (_BENCH_LINES.format(deps=" ".join(f"'{d}'" for d in BENCH_DEPS)) if bench else "")
+        + 'CMD ["/bin/bash"]\n'
     )
 
 
@@ -572,6 +719,7 @@ def _context_dir(
     into: Path,
     aiter: bool = False,
     aiter_commit: str | None = None,
+    bench: bool = False,
 ) -> Path:
     into.mkdir(parents=True)
     (into / "Dockerfile").write_text(dockerfile)
@@ -581,6 +729,12 @@ def _context_dir(
         aiter_tree_at(into / "aiter", aiter_commit)
     elif aiter:
         aiter_tree(into / "aiter")
+    if bench:
+        shutil.copytree(bench_wheels(), into / "bench-wheels")
+        for rel, text in TORCHVISION_STUB.items():
+            (into / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (into / "torchvision" / rel).write_text(text)
+        standin_tokenizer(into / "tokenizer")
     return into
 
 
@@ -593,6 +747,7 @@ def ensure_sglang_base(
     client: docker.DockerClient | None = None,
     aiter: bool = True,
     aiter_commit: str | None = None,
+    bench: bool = False,
 ) -> str:
     """Tag of the replica of sglang ``version``'s ROCm release image (TEST DOUBLE).
 
@@ -610,11 +765,14 @@ def ensure_sglang_base(
     ``aiter_commit`` (e.g. :data:`RELEASE_AITER_COMMIT`, what the release image builds) takes
     aiter's tree from a ROCm/aiter clone at that commit instead of the wheel (:func:`aiter_tree_at`;
     tag suffix ``-aiter<commit[:12]>``).
+    ``bench=True`` adds what ``sglang.bench_serving`` needs and the stand-in tokenizer (default
+    tag suffix ``-bench``; see the module docstring).
     """
     client = _client(client)
     suffix = "" if aiter else "-noaiter"
     if aiter and aiter_commit:
         suffix = f"-aiter{aiter_commit[:12]}"
+    suffix += "-bench" if bench else ""
     tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x{suffix}"
     server_path = server_py or SERVER_PY
     if not server_path.is_file():
@@ -624,7 +782,7 @@ def ensure_sglang_base(
     tools = build_tool_wheels()
     base = ensure_debian_base(client)
     base_id = client.images.get(base).id
-    dockerfile = _replica_dockerfile(base, aiter)
+    dockerfile = _replica_dockerfile(base, aiter, bench)
     h = hashlib.sha256(f"{RECIPE}\0{version}\0{base_id}\0{dockerfile}\0".encode())
     if aiter and aiter_commit:
         h.update(f"aiter@{aiter_commit}".encode() + AITER_PYPROJECT.encode())
@@ -635,6 +793,8 @@ def ensure_sglang_base(
         h.update(whl.name.encode() + b"\0")
     for path, data in sorted((files or {}).items()):
         h.update(f"{path}\0{len(data)}\0".encode() + data)
+    if bench:
+        h.update(f"{BENCH_DEPS}{TOKENIZER_SDIST}{sorted(TORCHVISION_STUB.items())}".encode())
     digest = h.hexdigest()[:16]
     with _locked("sglang"):
         if _image_with_hash(client, tag, digest):
@@ -658,7 +818,7 @@ def ensure_sglang_base(
         with tempfile.TemporaryDirectory(prefix="replica-", dir=cache_dir()) as tmp:
             tree = replica_tree(version, Path(tmp) / "tree", server, files)
             context = _context_dir(
-                tree, tools, dockerfile, Path(tmp) / "context", aiter, aiter_commit
+                tree, tools, dockerfile, Path(tmp) / "context", aiter, aiter_commit, bench
             )
             try:
                 client.images.build(

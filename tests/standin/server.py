@@ -108,6 +108,32 @@ Faults and extra log lines through the environment (comma-separated names in
   correctly patched stock image does for GLM-5.2's fp4 MoE; a warning, not a failure.
 - ``old-api``: answers ``/get_server_info`` only (``/server_info`` is a 404), like old sglang.
 
+The serving cost model (what ``sglforge bench`` measures through the image's own
+``sglang.bench_serving``; every figure is the stand-in's arithmetic, nothing is a GPU's):
+
+- prefill costs ``STANDIN_PREFILL_US_PER_TOKEN`` (default 20) microseconds per *uncached* prompt
+  token; the prompt is tokenized with the model's (or ``--tokenizer-path``'s) tokenizer when
+  ``transformers`` is installed, else one token per word;
+- a prefix cache, LRU over blocks of ``STANDIN_BLOCK_TOKENS`` (default 16) tokens, at most
+  ``STANDIN_CACHE_TOKENS`` (default 2,000,000) tokens; a request reuses the longest run of cached
+  blocks from its start (``--disable-radix-cache`` turns it off); ``meta_info.cached_tokens``
+  says how many (``tokenizer_manager.py:1861-1867``);
+- decode costs ``1 / STANDIN_DECODE_TOK_S`` seconds per token at batch 1, times
+  ``1 + STANDIN_DECODE_BATCH_GROWTH x (running requests - 1)`` (default growth 0.05);
+- at most ``--max-running-requests`` (default 16) requests run; the rest wait in a queue (their
+  wait is part of their time to first token);
+- ``STANDIN_SLOWDOWN`` (default 1.0) multiplies every cost (an injected regression);
+  ``STANDIN_NOISE`` (default 0) draws one factor per boot uniformly in ``1 +- NOISE``
+  (``STANDIN_NOISE_SEED`` fixes the draw), the run-to-run noise of a real node;
+- ``/metrics`` with ``--enable-metrics`` only (``http_server.py:270-272``), Prometheus text
+  from the engine's own counters: ``sglang:prompt_tokens_total``,
+  ``sglang:generation_tokens_total``, ``sglang:num_requests_total`` and
+  ``sglang:cached_tokens_total{cache_source="device"}`` counted when a request finishes
+  (``srt/observability/metrics_collector.py:1428-1431``, ``:1507-1511``, ``:1645-1673``), and
+  the ``sglang:cache_hit_rate`` gauge (``:292-296``) set from the last prefill;
+- ``GET|POST /flush_cache`` empties the prefix cache when nothing runs, else 400
+  (``http_server.py:839-854``).
+
 ``STANDIN_LOG_LINES``: extra lines (newline-separated) printed verbatim while loading, for tests
 that need a given real line in the log. Other knobs: ``STANDIN_LOAD_SECONDS`` (default 0.5)
 before listening, ``STANDIN_WARMUP_SECONDS`` (default 0.2) of 503 before ready,
@@ -118,9 +144,11 @@ before listening, ``STANDIN_WARMUP_SECONDS`` (default 0.2) of 503 before ready,
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import os
+import random
 import re
 import signal
 import sys
@@ -380,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=int)
     p.add_argument("--chunked-prefill-size", type=int)
     p.add_argument("--max-running-requests", type=int)
+    p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int)
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--disable-radix-cache", action="store_true")
@@ -403,6 +432,78 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _token_id(word: str) -> int:
     return int(hashlib.sha256(word.encode()).hexdigest()[:6], 16) % 150000
+
+
+class PrefixCache:
+    """An LRU over token blocks: a block is named by the hash of every token up to its end."""
+
+    def __init__(self, block: int, capacity_tokens: int, enabled: bool = True) -> None:
+        self.block = max(1, block)
+        self.capacity = max(1, capacity_tokens // self.block)
+        self.enabled = enabled
+        self.blocks: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    def _keys(self, ids: list[int]) -> list[str]:
+        h = hashlib.sha256()
+        keys = []
+        for end in range(self.block, len(ids) + 1, self.block):
+            h.update(repr(ids[end - self.block : end]).encode())
+            keys.append(h.copy().hexdigest())
+        return keys
+
+    def match_and_insert(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` served from the cache (whole blocks from the start), then cache it."""
+        if not self.enabled:
+            return 0
+        keys = self._keys(ids)
+        hit = 0
+        for key in keys:
+            if key not in self.blocks:
+                break
+            hit += 1
+        for key in keys:
+            self.blocks[key] = None
+            self.blocks.move_to_end(key)
+        while len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
+        # sglang always computes at least the last prompt token.
+        return min(hit * self.block, max(len(ids) - 1, 0))
+
+    def flush(self) -> None:
+        self.blocks.clear()
+
+
+class CostModel:
+    """Time per uncached prefill token and per decode token, from the environment."""
+
+    def __init__(self, env: dict, tok_s: float) -> None:
+        self.prefill_s = float(env.get("STANDIN_PREFILL_US_PER_TOKEN", "20")) * 1e-6
+        self.tok_s = tok_s
+        self.growth = float(env.get("STANDIN_DECODE_BATCH_GROWTH", "0.05"))
+        noise = float(env.get("STANDIN_NOISE", "0"))
+        seed = env.get("STANDIN_NOISE_SEED")
+        draw = random.Random(seed if seed is not None else os.urandom(8)).uniform(-noise, noise)
+        self.factor = float(env.get("STANDIN_SLOWDOWN", "1.0")) * (1.0 + draw)
+
+    def prefill(self, uncached: int) -> float:
+        return uncached * self.prefill_s * self.factor
+
+    def decode(self, tokens: int, running: int) -> float:
+        return tokens / self.tok_s * self.factor * (1.0 + self.growth * max(running - 1, 0))
+
+
+def load_tokenizer(path: str):
+    """The model's tokenizer through ``transformers`` (as sglang loads it), or None."""
+    if not any(
+        os.path.isfile(os.path.join(path, f))
+        for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+    ):
+        return None
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    return AutoTokenizer.from_pretrained(path)
 
 
 class Engine:
@@ -436,6 +537,99 @@ class Engine:
         self.last_decode_stats_tic = time.perf_counter()
         self.aiter: AiterFusedMoE | None = None
         self.moe: list[tuple[int, int, int, int]] = []
+        self.cost = CostModel(env, self.tok_s)
+        self.cache = PrefixCache(
+            int(env.get("STANDIN_BLOCK_TOKENS", "16")),
+            int(env.get("STANDIN_CACHE_TOKENS", "2000000")),
+            enabled=not args.disable_radix_cache,
+        )
+        self.max_running = args.max_running_requests or 16
+        self.slots = threading.Semaphore(self.max_running)
+        self.tokenizer = None
+        self.running = 0
+        self.waiting = 0
+        # metrics_collector.py: counters bumped when a request finishes; the gauge per prefill.
+        self.prompt_tokens_total = 0
+        self.cached_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.num_requests_total = 0
+        self.cache_hit_rate = 0.0
+
+    def tokenize(self, prompt: str) -> list[int]:
+        if self.tokenizer is not None:
+            return list(self.tokenizer.encode(prompt))
+        return [_token_id(w) for w in prompt.split()] or [0]
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache, only when no request runs or waits (as sglang does)."""
+        with self.lock:
+            if self.running or self.waiting:
+                return False
+            self.cache.flush()
+        log("Cache flushed successfully!", " TP0")
+        return True
+
+    def metrics(self, model_name: str) -> str:
+        """Prometheus text exposition of the engine's own counters."""
+        label = f'{{model_name="{model_name}"}}'
+        with self.lock:
+            rows = [
+                (
+                    "sglang:prompt_tokens_total",
+                    "counter",
+                    "Number of prefill tokens processed.",
+                    label,
+                    self.prompt_tokens_total,
+                ),
+                (
+                    "sglang:generation_tokens_total",
+                    "counter",
+                    "Number of generation tokens processed.",
+                    label,
+                    self.generation_tokens_total,
+                ),
+                (
+                    "sglang:cached_tokens_total",
+                    "counter",
+                    "Number of cached prompt tokens by source (device/host/storage).",
+                    f'{{cache_source="device",model_name="{model_name}"}}',
+                    self.cached_tokens_total,
+                ),
+                (
+                    "sglang:num_requests_total",
+                    "counter",
+                    "Number of requests processed.",
+                    label,
+                    self.num_requests_total,
+                ),
+                (
+                    "sglang:cache_hit_rate",
+                    "gauge",
+                    "The prefix cache hit rate.",
+                    label,
+                    self.cache_hit_rate,
+                ),
+                (
+                    "sglang:num_running_reqs",
+                    "gauge",
+                    "The number of running requests.",
+                    label,
+                    self.running,
+                ),
+                (
+                    "sglang:num_queue_reqs",
+                    "gauge",
+                    "The number of requests in the waiting queue.",
+                    label,
+                    self.waiting,
+                ),
+            ]
+        out = []
+        for name, kind, doc, labels, value in rows:
+            base = name[: -len("_total")] if kind == "counter" else name
+            out += [f"# HELP {base} {doc}", f"# TYPE {base} {kind}"]
+            out.append(f"{name}{labels} {float(value)}")
+        return "\n".join(out) + "\n"
 
     def aiter_lookup(self, token_num: int) -> None:
         """Print aiter's lookup line for one forward of ``token_num`` tokens through every handed
@@ -527,12 +721,40 @@ class Engine:
             raw("torch.AcceleratorError: HIP error: an illegal memory access was encountered")
             os._exit(1)
         started = time.monotonic()
+        if internal:
+            return self._generate(prompt, params, emit, started, 0)
+        with self.lock:
+            self.waiting += 1
+        self.slots.acquire()
+        try:
+            with self.lock:
+                self.waiting -= 1
+                self.running += 1
+            return self._generate(prompt, params, emit, started, 1)
+        finally:
+            with self.lock:
+                self.running -= 1
+            self.slots.release()
+
+    def _generate(
+        self,
+        prompt: str,
+        params: dict,
+        emit: Callable[[dict], None] | None,
+        started: float,
+        counted: int,
+    ) -> dict:
         rid = uuid.uuid4().hex
         n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
         words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
-        prompt_tokens = max(1, len(prompt.split()))
+        ids = self.tokenize(prompt)
+        prompt_tokens = len(ids)
         self.aiter_lookup(prompt_tokens)  # the prefill's MoE forward
-        time.sleep(0.005)  # "prefill"
+        with self.lock:
+            cached = self.cache.match_and_insert(ids) if counted else 0
+            if counted:
+                self.cache_hit_rate = cached / prompt_tokens if prompt_tokens else 0.0
+        time.sleep(max(0.001, self.cost.prefill(prompt_tokens - cached)))  # "prefill"
         done, verify, correct = 0, 0, 0
         histogram: list[int] = []
         carry = 0.0
@@ -554,7 +776,7 @@ class Engine:
                 self.aiter_lookup(self.draft_tokens if self.spec else 1)
                 self._decode_batch(step)
             step = min(step, len(words) - done)
-            time.sleep(step / self.tok_s)
+            time.sleep(self.cost.decode(step, self.running))
             done += step
             last = done >= len(words)
             if emit is not None:
@@ -568,9 +790,18 @@ class Engine:
                         verify,
                         correct,
                         histogram,
+                        cached,
                     )
                 )
-        out = self._out(rid, words, prompt_tokens, started, finish, verify, correct, histogram)
+        out = self._out(
+            rid, words, prompt_tokens, started, finish, verify, correct, histogram, cached
+        )
+        if counted:
+            with self.lock:
+                self.prompt_tokens_total += prompt_tokens
+                self.cached_tokens_total += cached
+                self.generation_tokens_total += len(words)
+                self.num_requests_total += 1
         if emit is not None and not words:
             emit(out)
         return out
@@ -585,6 +816,7 @@ class Engine:
         verify: int,
         correct: int,
         histogram: list[int],
+        cached: int = 0,
     ) -> dict:
         done = len(words)
         meta: dict = {
@@ -601,7 +833,7 @@ class Engine:
             "num_retractions": 0,
             "reasoning_tokens": 0,
             "completion_tokens": done,
-            "cached_tokens": 0,
+            "cached_tokens": cached,
         }
         if finish is not None:
             meta["e2e_latency"] = time.monotonic() - started
@@ -716,6 +948,15 @@ def make_handler(engine: Engine):
                         "future version. Please use '/server_info' instead."
                     )
                 self._json(200, server_info())
+            elif path == "/metrics" and args.enable_metrics:
+                data = engine.metrics(model_name).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif path == "/flush_cache":
+                self._flush_cache()
             elif path == "/model_info":
                 self._json(
                     200,
@@ -763,8 +1004,23 @@ def make_handler(engine: Engine):
                 self._generate(body)
             elif path == "/v1/chat/completions":
                 self._chat(body)
+            elif path == "/flush_cache":
+                self._flush_cache()
             else:
                 self._json(404, {"detail": "Not Found"})
+
+        def _flush_cache(self) -> None:
+            ok = engine.flush_cache()
+            data = (
+                b"Cache flushed.\nPlease check backend logs for more details. (When there are "
+                b"running or waiting requests, the operation will not be performed.)\n"
+                if ok
+                else b"Flush cache failed: requests are running or waiting.\n"
+            )
+            self.send_response(200 if ok else 400)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _generate(self, body: dict) -> None:
             text = body.get("text")
@@ -1001,7 +1257,11 @@ def main(
     if "forbidden-log" in faults:
         raw(METADATA_FALLBACK_LINE)
     # Only now does anything listen on the port (http_server.py:2485-2500).
+    tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
+    if tokenizer is not None:
+        log(f"tokenizer {type(tokenizer).__name__} from {args.tokenizer_path or args.model_path}")
     httpd = make_server(args, faults)
+    httpd.engine.tokenizer = tokenizer  # type: ignore[attr-defined]
     log(f"Uvicorn running on http://{args.host}:{args.port} (stand-in: http.server)")
     warmup = threading.Thread(
         target=warm_up,

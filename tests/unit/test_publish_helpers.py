@@ -104,7 +104,7 @@ def test_json_document_has_the_promised_keys_and_reports_parse() -> None:
     assert_valid_junit(junit_xml(failed, "mi355x"))
     suite = ET.fromstring(junit_xml(failed, "mi355x").split("\n", 1)[1]).find("testsuite")
     assert suite is not None
-    assert (suite.get("failures"), suite.get("tests"), suite.get("skipped")) == ("2", "10", "5")
+    assert (suite.get("failures"), suite.get("tests"), suite.get("skipped")) == ("2", "11", "6")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     # Stable names; the stages the failure stopped are there, skipped.
     assert list(cases) == [
@@ -113,6 +113,7 @@ def test_json_document_has_the_promised_keys_and_reports_parse() -> None:
         "smoke",
         "smoke.serves",
         "smoke.decode-speed",
+        "bench",
         "push",
         "tag.version",
         "tag.latest",

@@ -70,6 +70,10 @@ class State:
 # that command runs or its own help is asked for, so `sglforge --help` and `sglforge patches
 # list` start fast. tests/unit/test_cli_docs.py checks this table against the commands.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": (
+        "sglforge.cli.bench",
+        "Measure serving performance the case study's way, with the image's own client.",
+    ),
     "build": ("sglforge.cli.build", "Build the image of the patch queue for a GPU target."),
     "cache": (
         "sglforge.cli.doctor",

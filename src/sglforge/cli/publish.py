@@ -37,6 +37,7 @@ from sglforge.publish import (
     publish,
     summary,
 )
+from sglforge.release import bench_line
 from sglforge.smoke.scenario import scenario_path
 from sglforge.util import atomic_write, check_output_file, one_line, plural, printable
 
@@ -79,6 +80,17 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
     is_flag=True,
     help="Emergency only: push the immutable tag without a smoke run; recorded as untested. "
     "Friendly tags do not move.",
+)
+@click.option(
+    "--allow-standin",
+    is_flag=True,
+    help='Publish a GPU target with a stand-in scenario (accelerator = "none"); the record, '
+    "inspect, CHANGELOG and labels then say it was a stand-in.",
+)
+@click.option(
+    "--accept-regression",
+    metavar="REASON",
+    help="Publish despite a serving regression against the last release; REASON is recorded.",
 )
 @mode_option
 @base_image_option
@@ -126,6 +138,8 @@ def publish_cmd(
     port: int | None,
     scenario: str | None,
     skip_smoke: bool,
+    allow_standin: bool,
+    accept_regression: str | None,
     mode: str,
     base_image: str | None,
     upstream: str | None,
@@ -144,7 +158,12 @@ def publish_cmd(
     Builds the target's image (or reuses it when the inputs are unchanged), runs the
     target's smoke scenario, and only if it passed pushes the immutable tag, checks that
     the registry serves the local digest, then moves the friendly tags
-    (v0.5.14-rocm700-mi355x, latest-mi355x). Writes a release record under
+    (v0.5.14-rocm700-mi355x, latest-mi355x). When the scenario has a [bench] table the
+    serving benchmark runs after the smoke, paired with the previous release of the target
+    (its *-release record in the registry): a significant drop of the knee throughput or
+    single-stream tok/s beyond the scenario's tolerance fails (exit 1, nothing pushed) unless
+    --accept-regression REASON. A stand-in scenario (accelerator = "none") never counts as a
+    GPU target's smoke: refused unless --allow-standin. Writes a release record under
     build/releases/ and one CHANGELOG.md entry per release. Credentials come from
     SGLFORGE_REGISTRY_USER/SGLFORGE_REGISTRY_PASSWORD or the Docker config.
 
@@ -172,6 +191,8 @@ def publish_cmd(
             port=port,
             scenario=scenario_path(state.root, scenario) if scenario else None,
             skip_smoke=skip_smoke,
+            allow_standin=allow_standin,
+            accept_regression=accept_regression,
             dry_run=dry_run,
             mode=mode,
             base_image=base_image,
@@ -287,8 +308,12 @@ def render(r: PublishResult) -> str:
         lines.append("")
         lines += [f"pushed  {ref}" for ref in r.pushed]
         lines.append(f"digest  {r.digest}")
-    if r.ok and not r.tested:
+    if r.ok and r.standin:
+        lines.append("STAND-IN: smoke and bench ran on the CPU stand-in (--allow-standin), no GPU")
+    elif r.ok and not r.tested:
         lines.append("UNTESTED: published with --skip-smoke; friendly tags were not moved")
+    if r.bench_text:
+        lines += ["", *r.bench_text]
     if r.run:
         pinned = by_digest(r)
         if pinned:
@@ -381,6 +406,9 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             "scenario": p.smoke.scenario,
             "verdict": p.smoke.verdict,
             "figures": dict(p.smoke.figures),
+            "hardware": p.smoke.hardware,
+            "gpus": dict(p.smoke.gpus),
+            "bench": p.smoke.bench,
         },
         "local_smoke": None
         if p.local_smoke is None
@@ -470,7 +498,14 @@ def render_provenance(p: Provenance) -> str:
         else:
             state = "passed" if p.smoke.passed else "FAILED"
             said = f": {p.smoke.verdict}" if p.smoke.verdict.lower() != state.lower() else ""
+            if p.smoke.standin:
+                state += f" on a STAND-IN ({p.smoke.hardware}; not a GPU run)"
             lines.append(f"smoke     {state} ({p.smoke.scenario}){said}")
+            if p.smoke.gpus:
+                gpus = ", ".join(f"{k} {v}" for k, v in sorted(p.smoke.gpus.items()))
+                lines.append(f"gpus      {gpus}")
+            if p.smoke.bench:
+                lines.append(f"bench     {bench_line(p.smoke.bench)}")
             if p.smoke.figures:
                 figures = [[k, v] for k, v in sorted(p.smoke.figures.items())]
                 lines += ["", table(["smoke figure (at publish time)", "value"], figures)]

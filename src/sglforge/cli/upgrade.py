@@ -46,6 +46,11 @@ from sglforge.smoke.scenario import scenario_path
     is_flag=True,
     help="Publish each image (the smoke gate still applies).",
 )
+@click.option(
+    "--allow-standin",
+    is_flag=True,
+    help="With --publish: publish from a stand-in scenario, recorded as a stand-in.",
+)
 @registry_option(required=False)
 @offline_option
 @click.option(
@@ -75,6 +80,7 @@ def upgrade_cmd(
     port: int | None,
     no_build: bool,
     do_publish: bool,
+    allow_standin: bool,
     registry: str | None,
     offline: bool,
     report_dir: Path | None,
@@ -107,6 +113,7 @@ def upgrade_cmd(
         build=not no_build,
         smoke=not no_build,
         publish=do_publish,
+        allow_standin=allow_standin,
         registry=registry,
         base_image=base_image,
         model=model,

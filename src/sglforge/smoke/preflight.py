@@ -272,3 +272,73 @@ def preflight(
 
 
 # --------------------------------------------------------------------------- HTTP
+
+
+def node_facts(gpus: GpuInventory | None, timeout: float = 60.0) -> dict[str, object]:
+    """The smoke host's GPU facts as read on the node: name, count, gfx, ROCm and driver.
+
+    The names are rocminfo's ``Marketing Name`` of each GPU agent, the ROCm version is
+    ``/opt/rocm/.info/version`` and the driver the amdgpu module's ``/sys/module/amdgpu/version``
+    (absent with the in-kernel driver). Empty without GPUs.
+    """
+    if gpus is None or not gpus.archs:
+        return {}
+    facts: dict[str, object] = {
+        "count": len(gpus.archs),
+        "gfx": ",".join(sorted(set(gpus.archs))),
+        "source": gpus.source,
+    }
+    exe = shutil.which("rocminfo") or (
+        "/opt/rocm/bin/rocminfo" if os.access("/opt/rocm/bin/rocminfo", os.X_OK) else None
+    )
+    if exe:
+        try:
+            text = subprocess.run([exe], capture_output=True, text=True, timeout=timeout).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            text = ""
+        names = _gpu_marketing_names(text)
+        if names:
+            facts["name"] = ",".join(sorted(set(names)))
+    for key, path in (
+        ("rocm", "/opt/rocm/.info/version"),
+        ("driver", "/sys/module/amdgpu/version"),
+    ):
+        try:
+            facts[key] = Path(path).read_text().strip()
+        except OSError:
+            pass
+    return facts
+
+
+def _gpu_marketing_names(text: str) -> list[str]:
+    names: list[str] = []
+    name, kind = "", ""
+    for line in [*text.splitlines(), "Agent 0"]:
+        if re.match(r"^\s*Agent\s+\d+\s*$", line):
+            if kind == "GPU" and name:
+                names.append(name)
+            name, kind = "", ""
+        m = re.match(r"^\s*Marketing Name:\s*(.+?)\s*$", line)
+        if m:
+            name = m.group(1)
+        m = re.match(r"^\s*Device Type:\s*(\S+)", line)
+        if m:
+            kind = m.group(1)
+    return names
+
+
+SIMULATED_ACCEPT = "SGLANG_SIMULATE_ACC_"  # sglang 0.5.14 srt/environ.py:261-262
+
+
+def refuse_simulated_acceptance(env: Mapping[str, str], scenario: Path) -> None:
+    """ConfigError when ``SGLANG_SIMULATE_ACC_*`` is set (the shell, ``--env`` or the scenario):
+    sglang then fakes acceptance, so accept-length and speed figures would not be measured."""
+    from sglforge.errors import ConfigError
+
+    simulated = sorted(k for k in {**os.environ, **env} if k.startswith(SIMULATED_ACCEPT))
+    if simulated:
+        raise ConfigError(
+            f"{', '.join(simulated)} is set: accept-length and speed figures would be "
+            "simulated, not measured",
+            f"unset {simulated[0]} (in the environment, --env or {scenario}) and rerun",
+        )

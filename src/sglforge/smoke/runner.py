@@ -26,7 +26,13 @@ from sglforge.smoke.checks import (
     scan_required,
 )
 from sglforge.smoke.constants import EXIT_GRACE_S, HTTP_FAILED, LOG_TAIL_LINES, Value
-from sglforge.smoke.preflight import GpuInventory, detect_gpus, expected_arch, preflight
+from sglforge.smoke.preflight import (
+    GpuInventory,
+    detect_gpus,
+    expected_arch,
+    preflight,
+    refuse_simulated_acceptance,
+)
 from sglforge.smoke.report import Check, SmokeReport, report_dict
 from sglforge.smoke.scenario import LogMatch, Scenario, load_scenario
 from sglforge.util import atomic_write, check_output_dir, confined, work_dir
@@ -119,6 +125,9 @@ def run_smoke(
     ``_launch`` (container, readiness, checks, logs), ``_finish`` (verdict, report.json).
     """
     run = _prepare(root, image, scenario_path, model, port, log_dir, load_timeout, progress)
+    refuse_simulated_acceptance(
+        {**run.scenario.container.env, **dict(env or {})}, run.scenario.path
+    )
     run = _preflight(root, run, gpus)
     if any(not c.passed for c in run.preflight):
         bad = [c.name for c in run.preflight if not c.passed]

@@ -16,6 +16,7 @@ from sglforge.errors import ConfigError
 from sglforge.util import confined
 
 if TYPE_CHECKING:
+    from sglforge.bench.spec import Bench
     from sglforge.engine.containers import Profile
 from sglforge.smoke.constants import (
     ACCELERATORS,
@@ -140,7 +141,13 @@ class Scenario:
     args: tuple[str, ...]
     container: Profile  # the engine's run profile, less the model mount (added at run time)
     checks: Checks
+    bench: Bench | None = None  # the [bench] table: the serving workload `sglforge bench` runs
     accepted_misses: tuple[AcceptedMiss, ...] = ()  # [[coverage.accept]]: misses the gate allows
+
+    @property
+    def standin(self) -> bool:
+        """A scenario with ``accelerator = "none"`` runs on no GPU: a stand-in, never a GPU run."""
+        return self.accelerator == "none"
 
     @property
     def gpus_needed(self) -> int:
@@ -279,6 +286,9 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
         )
 
     checks = _parse_checks(top.table("checks"), path)
+    from sglforge.bench.spec import parse_bench
+
+    bench = parse_bench(top.table("bench"), path)
     accepted = _parse_coverage(top.table("coverage"), path)
     top.done()
     return Scenario(
@@ -295,6 +305,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
         args=tuple(args),
         container=container,
         checks=checks,
+        bench=bench,
         accepted_misses=accepted,
     )
 

@@ -1,0 +1,356 @@
+"""The ``[bench]`` table of a scenario: the serving workload, said the way upstream's
+``python3 -m sglang.bench_serving`` says it, and the flags that run one point of it.
+
+The dataset is decided by the image's own ``bench_serving`` (its ``--dataset-name`` choices):
+``random-ids-shared-prefix`` where the release has it, otherwise ``generated-shared-prefix``
+with the system-prompt and question lengths that give the declared prefix-cache hit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sglforge.config import Table
+from sglforge.errors import ConfigError
+
+# sglang's exact token-level shared-prefix dataset (newer trees: benchmark/datasets/
+# random_shared_prefix.py); every row reuses row 0's first random_shared_prefix_len ids.
+RANDOM_IDS_SHARED_PREFIX = "random-ids-shared-prefix"
+# In every release: groups of prompts sharing one generated system prompt (0.5.14
+# benchmark/datasets/generated_shared_prefix.py:150-300).
+GENERATED_SHARED_PREFIX = "generated-shared-prefix"
+BACKENDS = ("sglang", "sglang-oai", "sglang-oai-chat")
+
+
+@dataclass(frozen=True)
+class Knee:
+    """The knee rule: the largest rate whose TTFT p95 stays within ``ttft_p95_max_s`` while
+    at least ``min_success`` of the requests succeed."""
+
+    ttft_p95_max_s: float = 5.0
+    min_success: float = 1.0
+
+
+@dataclass(frozen=True)
+class Search:
+    """An automatic rate search: doubling from ``start`` until the knee rule breaks (at most
+    ``max_rate``), then ``steps`` bisections between the last good and the first bad rate."""
+
+    start: float
+    max_rate: float
+    steps: int = 3
+
+
+@dataclass(frozen=True)
+class SingleStream:
+    """One request at a time (the Artificial Analysis shape): decode tok/s and accept length."""
+
+    input_len: int = 10000
+    output_len: int = 1500
+    num_prompts: int = 3
+    chat_template: bool = True
+
+
+@dataclass(frozen=True)
+class Gate:
+    """When a drop against the last release fails a publish.
+
+    A drop fails when the confidence interval of the paired relative change lies entirely
+    below ``-tolerance`` (significant and beyond the tolerance).
+    """
+
+    tolerance: float = 0.05
+    confidence: float = 0.95
+    resamples: int = 2000
+
+
+@dataclass(frozen=True)
+class Bench:
+    """The ``[bench]`` table."""
+
+    input_len: int
+    output_len: int
+    prefix_hit: float
+    num_prompts: int
+    prompts_per_group: int
+    request_rates: tuple[float, ...]
+    search: Search | None
+    warmup_requests: int
+    flush_cache: bool
+    seed: int
+    repeats: int
+    hit_tolerance: float
+    backend: str
+    knee: Knee
+    single_stream: SingleStream | None
+    gate: Gate
+    tokenizer: str | None  # a path in the container; None: the model's own
+
+    def gsp_lengths(self) -> tuple[int, int]:
+        """(system prompt, question) lengths whose expected hit is ``prefix_hit``.
+
+        With ``P`` prompts per group and the prompts shuffled, the first request of each group
+        misses: expected hit = system / input x (P - 1) / P.
+        """
+        p = self.prompts_per_group
+        system = round(self.prefix_hit * self.input_len * p / (p - 1))
+        return system, self.input_len - system
+
+    def expected_hit(self, dataset: str) -> float:
+        """The hit rate the dataset's lengths give (what the server must confirm)."""
+        if dataset == RANDOM_IDS_SHARED_PREFIX:
+            shared = round(self.prefix_hit * self.input_len)
+            return shared / self.input_len * (self.num_prompts - 1) / self.num_prompts
+        system, _ = self.gsp_lengths()
+        p = self.prompts_per_group
+        return system / self.input_len * (p - 1) / p
+
+    def groups(self) -> int:
+        return max(1, math.ceil(self.num_prompts / self.prompts_per_group))
+
+
+def choose_dataset(choices: Sequence[str]) -> str:
+    """The shared-prefix dataset this release's ``bench_serving`` offers (its own choices)."""
+    if RANDOM_IDS_SHARED_PREFIX in choices:
+        return RANDOM_IDS_SHARED_PREFIX
+    if GENERATED_SHARED_PREFIX in choices:
+        return GENERATED_SHARED_PREFIX
+    raise ConfigError(
+        "the image's sglang.bench_serving offers neither random-ids-shared-prefix nor "
+        f"generated-shared-prefix (it has: {', '.join(choices) or 'nothing'})",
+        "run: docker run --rm IMAGE python3 -m sglang.bench_serving --help",
+    )
+
+
+def point_args(
+    bench: Bench,
+    dataset: str,
+    rate: float,
+    *,
+    port: int,
+    tokenizer: str,
+    output_file: str,
+    seed: int,
+) -> list[str]:
+    """``python3 -m sglang.bench_serving`` flags for one sweep point at ``rate``."""
+    args = [
+        "--backend",
+        bench.backend,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        dataset,
+        "--request-rate",
+        _num(rate),
+        "--seed",
+        str(seed),
+        "--warmup-requests",
+        str(bench.warmup_requests),
+        "--output-file",
+        output_file,
+        "--output-details",
+    ]
+    if dataset == RANDOM_IDS_SHARED_PREFIX:
+        args += [
+            "--tokenize-prompt",
+            "--random-input-len",
+            str(bench.input_len),
+            "--random-output-len",
+            str(bench.output_len),
+            "--random-range-ratio",
+            "1.0",
+            "--random-shared-prefix-len",
+            str(round(bench.prefix_hit * bench.input_len)),
+            "--num-prompts",
+            str(bench.num_prompts),
+        ]
+    else:
+        system, question = bench.gsp_lengths()
+        groups = bench.groups()
+        args += [
+            "--gsp-system-prompt-len",
+            str(system),
+            "--gsp-question-len",
+            str(question),
+            "--gsp-output-len",
+            str(bench.output_len),
+            "--gsp-prompts-per-group",
+            str(bench.prompts_per_group),
+            "--gsp-num-groups",
+            str(groups),
+            "--gsp-range-ratio",
+            "1.0",
+            "--num-prompts",
+            str(groups * bench.prompts_per_group),
+        ]
+    if bench.flush_cache:
+        args.append("--flush-cache")
+    return args
+
+
+def single_stream_args(
+    bench: Bench, *, port: int, tokenizer: str, output_file: str, seed: int
+) -> list[str]:
+    """Flags for the single-stream run: one request in flight, chat-templated prompts."""
+    ss = bench.single_stream
+    assert ss is not None
+    args = [
+        "--backend",
+        bench.backend,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        # Random token ids: "random" samples ShareGPT text, which needs the hub.
+        "random-ids",
+        "--random-input-len",
+        str(ss.input_len),
+        "--random-output-len",
+        str(ss.output_len),
+        "--random-range-ratio",
+        "1.0",
+        "--num-prompts",
+        str(ss.num_prompts),
+        "--max-concurrency",
+        "1",
+        "--request-rate",
+        "inf",
+        "--seed",
+        str(seed),
+        "--warmup-requests",
+        str(bench.warmup_requests),
+        "--output-file",
+        output_file,
+        "--output-details",
+    ]
+    if ss.chat_template:
+        # MTP acceptance drops on raw prompts: the model's chat template wraps each prompt.
+        args.append("--apply-chat-template")
+    if bench.flush_cache:
+        args.append("--flush-cache")
+    return args
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def parse_bench(bt: Table, path: Path) -> Bench | None:
+    """Validate a scenario's ``[bench]`` table (None when the scenario has none)."""
+    if not bt.data:
+        return None
+    input_len = bt.number("input_len", "int")
+    output_len = bt.number("output_len", "int")
+    prefix_hit = bt.number("prefix_cache_hit", "float", 0.0, strict=False)
+    if prefix_hit >= 1:
+        raise bt._bad("prefix_cache_hit", "a fraction below 1 (0.6 for 60 %)")
+    ppg = bt.number("prompts_per_group", "int", 16)
+    if ppg < 2:
+        raise bt._bad("prompts_per_group", "at least 2 (the first of each group misses)")
+    num_prompts = bt.number("num_prompts", "int", 4 * ppg)
+    rates = _rates(bt, "request_rates")
+    search = _search(bt.table("search"))
+    if not rates and search is None:
+        raise ConfigError(
+            f"{path}: [bench] needs 'request_rates' (a sweep) or a [bench.search] table",
+            f"add request_rates = [1.0, 2.0] to [bench] in {path}",
+        )
+    warmup = bt.number("warmup_requests", "int", 1, strict=False)
+    flush = bt.get("flush_cache", "bool", True)
+    seed = bt.get("seed", "int", 1)
+    repeats = bt.number("repeats", "int", 3)
+    hit_tol = bt.number("hit_rate_tolerance", "float", 0.1)
+    backend = bt.get("backend", "str", "sglang")
+    if backend not in BACKENDS:
+        raise bt._bad("backend", " or ".join(repr(b) for b in BACKENDS))
+    tokenizer = bt.get("tokenizer", "str", None)
+    kt = bt.table("knee")
+    knee = Knee(
+        ttft_p95_max_s=kt.number("ttft_p95_max_s", "float", 5.0),
+        min_success=kt.number("min_success", "float", 1.0),
+    )
+    kt.done()
+    if knee.min_success > 1:
+        raise ConfigError(
+            f"{path}: 'bench.knee.min_success' is a fraction (1.0 = 100 %)", f"fix {path}"
+        )
+    st = bt.table("single_stream")
+    single = (
+        SingleStream(
+            input_len=st.number("input_len", "int", 10000),
+            output_len=st.number("output_len", "int", 1500),
+            num_prompts=st.number("num_prompts", "int", 3),
+            chat_template=st.get("chat_template", "bool", True),
+        )
+        if st.data
+        else None
+    )
+    st.done()
+    gt = bt.table("gate")
+    gate = Gate(
+        tolerance=gt.number("tolerance", "float", 0.05),
+        confidence=gt.number("confidence", "float", 0.95),
+        resamples=gt.number("resamples", "int", 2000),
+    )
+    gt.done()
+    if not gate.confidence < 1:
+        raise ConfigError(f"{path}: 'bench.gate.confidence' must be below 1", f"fix {path}")
+    bt.done()
+    return Bench(
+        input_len=input_len,
+        output_len=output_len,
+        prefix_hit=prefix_hit,
+        num_prompts=num_prompts,
+        prompts_per_group=ppg,
+        request_rates=rates,
+        search=search,
+        warmup_requests=warmup,
+        flush_cache=flush,
+        seed=seed,
+        repeats=repeats,
+        hit_tolerance=hit_tol,
+        backend=backend,
+        knee=knee,
+        single_stream=single,
+        gate=gate,
+        tokenizer=tokenizer,
+    )
+
+
+def _rates(bt: Table, key: str) -> tuple[float, ...]:
+    raw: Any = bt.data.get(key)
+    bt.seen.add(key)
+    if raw is None:
+        return ()
+    good = isinstance(raw, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+        for x in raw
+    )
+    if not good or not raw:
+        raise bt._bad(key, "a list of request rates above 0 (requests per second)")
+    return tuple(sorted(float(x) for x in raw))
+
+
+def _search(st: Table) -> Search | None:
+    if not st.data:
+        return None
+    search = Search(
+        start=st.number("start", "float"),
+        max_rate=st.number("max_rate", "float"),
+        steps=st.number("steps", "int", 3, strict=False),
+    )
+    st.done()
+    if search.max_rate < search.start:
+        raise st._bad("max_rate", f"at least start ({search.start:g})")
+    return search

@@ -1,0 +1,111 @@
+"""``sglforge bench``: click code over :func:`sglforge.bench.runner.run_bench`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from sglforge.bench import report as core_report
+from sglforge.bench.runner import ensure_local, run_bench
+from sglforge.cli.common import State, json_option, main, pass_state, print_json
+from sglforge.cli.smoke import _pairs
+from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
+from sglforge.progress import current
+from sglforge.util import check_output_file
+
+
+@main.command("bench")
+@click.option("--image", required=True, help="Image to benchmark (tag or ID).")
+@click.option(
+    "--scenario",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Scenario file with a [bench] table, e.g. smoke/glm5-mxfp4-mtp-mi355x.toml.",
+)
+@click.option(
+    "--against",
+    "against",
+    metavar="REF",
+    help="The last release's image: run it paired with IMAGE and compare (noise band, CI).",
+)
+@click.option(
+    "--model", type=click.Path(), help="Model folder on this host (overrides the scenario)."
+)
+@click.option("--port", type=click.IntRange(1, 65535), help="Server port (overrides the scenario).")
+@click.option("--env", "env", multiple=True, help="Extra container environment KEY=VALUE.")
+@click.option(
+    "--report-dir", type=click.Path(file_okay=False), help="Where the JSONL, table and chart go."
+)
+@click.option("--junit", type=click.Path(dir_okay=False), help="Also write JUnit XML here.")
+@json_option
+@pass_state
+def bench_cmd(
+    state: State,
+    image: str,
+    scenario: str,
+    against: str | None,
+    model: str | None,
+    port: int | None,
+    env: tuple[str, ...],
+    report_dir: str | None,
+    junit: str | None,
+    as_json: bool,
+) -> None:
+    """Measure serving performance the case study's way, with the image's own client.
+
+    Launches the server as `sglforge smoke` does (plus --enable-metrics), then runs
+    `python3 -m sglang.bench_serving` from inside the image, one run per request rate of the
+    scenario's [bench] sweep (or its automatic search), with warm-up, --flush-cache and a seed,
+    and reads its JSONL. The prefix-cache hit rate is read on the server (sglang's Prometheus
+    counters); a point whose hit is far from the declared one is refused. Writes the table
+    (RPS, total tok/s per node, TTFT p50/p95, success), the knee (largest rate whose TTFT p95
+    is within the limit with full success), single-stream decode tok/s and accept length, a
+    chart (chart.svg) and bench.md beside report.json.
+
+    With --against REF the last release runs paired with IMAGE (baseline then candidate, each
+    repeat) and the knee throughput and single-stream tok/s are compared with a bootstrap
+    confidence interval: a drop whose whole interval is beyond the scenario's tolerance fails.
+    A scenario with accelerator = "none" is a stand-in: its figures are labelled
+    "standin-cpu", never a GPU run.
+
+    Exit code 0 when a knee was found and nothing regressed, 1 otherwise, 7 when it cannot run.
+
+    \b
+    Examples:
+      sglforge bench --image sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d \\
+          --scenario smoke/glm5-mxfp4-mtp-tp4dp2-mi355x.toml --model /data/GLM-5.2-MXFP4 \\
+          --against registry.example/sglforge/sglang:v0.5.14-rocm700-mi355x
+      sglforge bench --image sglforge-standin/sglang:v0.5.14-rocm700-mi35x-bench \\
+          --scenario smoke/standin-cpu.toml --json
+    """
+    if junit:
+        check_output_file(junit, "--junit")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
+    say = current().info
+    if against:
+        ensure_local(against, lambda m: say(f"bench: {m}"))
+    report = run_bench(
+        state.root,
+        image,
+        Path(scenario),
+        against=against,
+        model=model,
+        port=port,
+        report_dir=Path(report_dir) if report_dir else None,
+        env=_pairs(env, "--env"),
+        progress=lambda message: say(f"bench: {message}"),
+    )
+    if junit:
+        core_report.write_junit(report, Path(junit))
+    core_report.append_step_summary(report)
+    if as_json:
+        print_json(core_report.report_dict(report), ok=report.ok)
+    else:
+        for line in core_report.text(report):
+            click.echo(line)
+    sys.stdout.flush()
+    click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)

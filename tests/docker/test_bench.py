@@ -1,0 +1,280 @@
+"""``sglforge bench`` and the publish gate against a real engine: the replica of the sglang 0.5.14
+release image (with what its bench_serving imports, ``ensure_sglang_base(bench=True)``), the
+stand-in server's cost model, the release's own ``python3 -m sglang.bench_serving`` as the
+client, and a local registry on 127.0.0.1. Every figure here is the STAND-IN's arithmetic.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from click.testing import CliRunner, Result
+
+from helpers_build import make_build_project
+from junit_schema import assert_valid_junit
+from sglforge.bench.spec import (
+    GENERATED_SHARED_PREFIX,
+    RANDOM_IDS_SHARED_PREFIX,
+    point_args,
+    single_stream_args,
+)
+from sglforge.cli import main
+from sglforge.smoke import load_scenario
+from standin.base import ensure_sglang_base
+from standin.registry import free_port
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+CPU = REPO / "smoke" / "standin-cpu.toml"
+BENCH_BASE = "sglforge-standin/sglang-bench"
+
+
+@pytest.fixture(scope="module")
+def bench_replica(docker_client: docker.DockerClient) -> str:
+    return ensure_sglang_base(bench=True, client=docker_client)
+
+
+def _derived(client: docker.DockerClient, base: str, env: str, labels: dict[str, str]) -> str:
+    """``base`` plus one ENV line (e.g. an injected slowdown), labelled for cleanup."""
+    tag = f"sglforge-test/bench-{uuid.uuid4().hex[:8]}:x"
+    dockerfile = f"FROM {base}\nENV {env}\n".encode()
+    client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, labels=labels, rm=True)
+    return tag
+
+
+def _scenario(tmp: Path, bench: dict[str, str] | None = None, target: str | None = None) -> Path:
+    """The CPU stand-in scenario with the model path made absolute and [bench] keys replaced."""
+    text = CPU.read_text().replace(
+        '"../tests/standin/model"', json.dumps(str(REPO / "tests/standin/model"))
+    )
+    for key, value in (bench or {}).items():
+        text, n = re.subn(rf"(?m)^{re.escape(key)} = .*$", f"{key} = {value}", text, count=1)
+        assert n == 1, key
+    if target:
+        text = text.replace("[scenario]\n", f'[scenario]\ntarget = "{target}"\n', 1)
+    path = tmp / "standin-cpu.toml"
+    path.write_text(text)
+    return path
+
+
+def _bench(*args: str, env: dict[str, str] | None = None) -> tuple[Result, dict[str, Any]]:
+    result = CliRunner().invoke(main, ["bench", *args, "--json"], env=env, catch_exceptions=False)
+    try:
+        return result, json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"bench printed no JSON (exit {result.exit_code}):\n{result.output}")
+
+
+def _analytic_capacity(scenario: Path) -> float:
+    """Requests per second the stand-in's cost model serves at most (all slots busy).
+
+    Each request holds one of ``--max-running-requests`` slots for its prefill (20 us per
+    uncached token) and its decode (output / 400 tok/s, times 1 + 0.05 per other running
+    request): capacity = slots / time per request.
+    """
+    sc = load_scenario(scenario)
+    b = sc.bench
+    assert b is not None
+    slots = int(sc.args[sc.args.index("--max-running-requests") + 1])
+    uncached = b.input_len * (1 - b.prefix_hit)
+    seconds = uncached * 20e-6 + b.output_len / 400.0 * (1 + 0.05 * (slots - 1))
+    return slots / seconds
+
+
+def test_bench_on_the_replica_gives_the_table_chart_and_the_analytic_knee(
+    bench_replica: str, tmp_path: Path, docker_labels: dict[str, str]
+) -> None:
+    scenario = _scenario(tmp_path)
+    out = tmp_path / "out"
+    junit = tmp_path / "bench.xml"
+    summary = tmp_path / "summary.md"
+    result, doc = _bench(
+        "--image", bench_replica, "--scenario", str(scenario), "--port", str(free_port()),
+        "--report-dir", str(out), "--junit", str(junit),
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert doc["schema"] == 1 and doc["ok"] is True and doc["hardware"] == "standin-cpu"
+    # sglang 0.5.14's own bench_serving has no random-ids-shared-prefix: its --help decided.
+    help_text = (out / "help.log").read_text()
+    assert "generated-shared-prefix" in help_text and "random-ids-shared-prefix" not in help_text
+    assert doc["dataset"] == "generated-shared-prefix"
+    # Every flag sglforge passes is one the released bench_serving declares.
+    b = load_scenario(scenario).bench
+    assert b is not None
+    kw = {"port": 1, "tokenizer": "/t", "output_file": "o", "seed": 1}
+    for args in (
+        point_args(b, GENERATED_SHARED_PREFIX, 3.0, **kw),  # type: ignore[arg-type]
+        point_args(b, RANDOM_IDS_SHARED_PREFIX, 3.0, **kw),  # type: ignore[arg-type]
+        single_stream_args(b, **kw),  # type: ignore[arg-type]
+    ):
+        flags = {a for a in args if a.startswith("--")}
+        known = flags - {"--random-shared-prefix-len"}  # newer trees only (the other dataset)
+        assert {f for f in known if f not in help_text} == set()
+    rates = [p["request_rate"] for p in doc["sweep"]]
+    assert rates == [3, 6, 9, 18]
+    for p in doc["sweep"]:
+        assert p["success_rate"] == 1.0 and p["refused"] is None
+        # measured on the server, within the scenario's tolerance of the declared 60 %
+        assert abs(p["cache_hit_rate"] - doc["expected_cache_hit_rate"]) <= 0.1
+    # The knee against the cost model's analytic one: never above the saturation rate, and at
+    # least every swept rate up to half of it (queueing near saturation, and a loaded shared
+    # machine, may stop the knee a step early); the rate above saturation is past the knee.
+    capacity = _analytic_capacity(scenario)
+    found = doc["knee"]["request_rate"]
+    assert max(r for r in rates if r <= capacity / 2) <= found <= capacity < 18
+    assert doc["sweep"][-1]["ttft_p95_s"] > 1.0
+    single = doc["single_stream"]
+    assert 300 < single["decode_tok_s"] < 450  # the stand-in decodes 400 tok/s at batch 1
+    assert 3.0 < single["accept_length"] < 3.5  # STANDIN_ACCEPT_LENGTH 3.4, read by bench_serving
+    assert doc["baseline"] is None and doc["regression"] is None
+    svg = (out / "chart.svg").read_text()
+    assert svg.startswith("<svg") and "STAND-IN" in svg
+    assert "| RPS | total tok/s/node |" in (out / "bench.md").read_text()
+    assert "| RPS | total tok/s/node |" in summary.read_text()
+    assert_valid_junit(junit)
+    assert 'name="bench.knee"' in junit.read_text()
+    server_log = next(out.glob("candidate-0.server.log")).read_text()
+    assert '"enable_metrics": true' in server_log and "Cache flushed" in server_log
+
+
+def test_a_slower_image_is_a_regression_and_noise_is_not(
+    bench_replica: str,
+    tmp_path: Path,
+    docker_client: docker.DockerClient,
+    docker_labels: dict[str, str],
+) -> None:
+    slow = _derived(docker_client, bench_replica, "STANDIN_SLOWDOWN=1.10", docker_labels)
+    scenario = _scenario(tmp_path, {"request_rates": "[6]", "repeats": "3", "num_prompts": "2"})
+    noise = {"STANDIN_NOISE": "0.02"}
+    common = ["--scenario", str(scenario), "--port", str(free_port())]
+    for k, v in noise.items():
+        common += ["--env", f"{k}={v}"]
+
+    result, doc = _bench("--image", slow, "--against", bench_replica, *common)
+    assert result.exit_code == 1, result.output
+    assert doc["ok"] is False and doc["regression"]["regressed"] is True
+    changes = {c["figure"]: c for c in doc["regression"]["changes"]}
+    single = changes["single_stream_decode_tok_s"]
+    assert single["regressed"] and single["ci"][1] < -0.05 and len(single["paired_deltas"]) == 3
+    assert doc["baseline"]["image"] == bench_replica
+
+    result, doc = _bench("--image", bench_replica, "--against", bench_replica, *common)
+    assert result.exit_code == 0, result.output
+    assert doc["ok"] is True and doc["regression"]["regressed"] is False
+
+
+def test_simulated_acceptance_is_refused(bench_replica: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["bench", "--image", bench_replica, "--scenario", str(_scenario(tmp_path))],
+        env={"SGLANG_SIMULATE_ACC_LEN": "3.61"},
+    )
+    assert result.exit_code == 2, result.output
+    assert "SGLANG_SIMULATE_ACC_LEN is set" in result.output
+
+
+class BenchProject:
+    """A publish project on a bench-capable replica, its CPU stand-in scenario aimed at mi355x."""
+
+    def __init__(self, tmp: Path, client: docker.DockerClient, labels: dict[str, str]) -> None:
+        self.repository = f"sglforge-test/bench-{uuid.uuid4().hex[:8]}"
+        built = make_build_project(
+            tmp,
+            base_template=f"{BENCH_BASE}:v{{version}}-{{rocm}}-mi35x",
+            repository=self.repository,
+        )
+        self.base = ensure_sglang_base(
+            tag=f"{BENCH_BASE}:v0.5.14-rocm700-mi35x",
+            files=built.base_files(),
+            bench=True,
+            client=client,
+        )
+        self.root, self.upstream, self.labels = built.root, built.upstream, labels
+        (self.root / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
+        (self.root / "smoke").mkdir(exist_ok=True)
+        self.scenario = _scenario(
+            self.root / "smoke",
+            {"request_rates": "[6]", "repeats": "2", "num_prompts": "2"},
+            target="mi355x",
+        )
+
+    def publish(self, registry: str, *extra: str) -> tuple[Result, dict[str, Any]]:
+        args = ["--root", str(self.root), "publish", "--target", "mi355x"]
+        args += ["--registry", registry, "--upstream", str(self.upstream), "--offline"]
+        args += ["--port", str(free_port()), "--retries", "1", "--backoff", "0.2", "--json"]
+        for k, v in self.labels.items():
+            args += ["--label", f"{k}={v}"]
+        result = CliRunner().invoke(main, [*args, *extra], catch_exceptions=False)
+        try:
+            return result, json.loads(result.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(f"publish printed no JSON (exit {result.exit_code}):\n{result.output}")
+
+
+def test_publish_refuses_a_stand_in_for_a_gpu_target(
+    tmp_path: Path, registry: Any, docker_labels: dict[str, str]
+) -> None:
+    built = make_build_project(tmp_path, repository=f"sglforge-test/b-{uuid.uuid4().hex[:8]}")
+    scenario = _scenario(tmp_path, target="mi355x")
+    reg = registry()
+    result = CliRunner().invoke(
+        main,
+        ["--root", str(built.root), "publish", "--target", "mi355x", "--registry", reg.address,
+         "--upstream", str(built.upstream), "--offline", "--scenario", str(scenario)],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "stand-in scenario" in result.output and "--allow-standin" in result.output
+    assert not (built.root / "build" / "releases").exists()
+
+
+def test_publish_gates_on_a_regression_against_the_last_release(
+    tmp_path: Path,
+    registry: Any,
+    docker_client: docker.DockerClient,
+    docker_labels: dict[str, str],
+) -> None:
+    project = BenchProject(tmp_path / "p", docker_client, docker_labels)
+    reg = registry()
+    first, out = project.publish(reg.address, "--allow-standin")
+    assert first.exit_code == 0, first.output
+    assert out["standin"] is True and out["tested"] is False
+    assert out["bench"]["hardware"] == "standin-cpu" and out["bench"]["baseline"] is None
+    record = json.loads(Path(out["release_record"]).read_text())
+    assert record["smoke"]["hardware"] == "standin-cpu" and record["tested"] is False
+    assert record["smoke"]["bench"]["knee"]["request_rate"] == 6
+    changelog = (project.root / "CHANGELOG.md").read_text()
+    assert "STAND-IN" in changelog and "bench (stand-in): knee 6 RPS" in changelog
+
+    # The same queue on a base whose server is 10 % slower: another image, compared with the
+    # first release (pulled from the registry by digest), refused; nothing pushed.
+    slow = _derived(docker_client, project.base, "STANDIN_SLOWDOWN=1.10", docker_labels)
+    # A new queue (another immutable tag) on it: one patch's message changes.
+    patch = sorted((project.root / "patches").glob("0001-*.patch"))[0]
+    patch.write_text(patch.read_text().replace("Why: build tests.", "Why: build tests, v2.", 1))
+    second, out2 = project.publish(reg.address, "--allow-standin", "--base-image", slow)
+    assert second.exit_code == 1, second.output
+    assert out2["pushed"] == [] and "bench failed" in out2["error"]
+    assert "--accept-regression" in out2["error"]
+    regression = out2["bench"]["regression"]
+    assert regression["regressed"] is True and regression["accepted"] is None
+    assert out2["bench"]["baseline"]["digest"] == out["digest"]
+    bench_step = [s for s in out2["steps"] if s["name"] == "bench"]
+    assert bench_step and bench_step[0]["ok"] is False
+
+    third, out3 = project.publish(
+        reg.address, "--allow-standin", "--base-image", slow, "--accept-regression", "known: test"
+    )
+    assert third.exit_code == 0, third.output
+    assert out3["bench"]["regression"]["accepted"] == "known: test" and out3["pushed"]
+    record3 = json.loads(Path(out3["release_record"]).read_text())
+    assert record3["smoke"]["bench"]["regression"]["accepted"] == "known: test"
+    assert "regression accepted: known: test" in (project.root / "CHANGELOG.md").read_text()

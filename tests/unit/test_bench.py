@@ -1,0 +1,469 @@
+"""The bench's parts without an engine: the [bench] table, the flags, the knee, the server's
+hit rate, the paired comparison, the outputs; and the stand-in's cost model in-process."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from junit_schema import assert_valid_junit
+from sglforge.bench import report as bench_report
+from sglforge.bench.spec import (
+    GENERATED_SHARED_PREFIX,
+    RANDOM_IDS_SHARED_PREFIX,
+    Knee,
+    choose_dataset,
+    point_args,
+    single_stream_args,
+)
+from sglforge.bench.stats import (
+    Point,
+    aggregate,
+    hit_rate,
+    knee,
+    metric_sums,
+    paired_change,
+    point_from_result,
+)
+from sglforge.errors import ConfigError
+from sglforge.smoke import load_scenario
+from standin import server
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU = ROOT / "smoke" / "standin-cpu.toml"
+GLM = ROOT / "smoke" / "glm5-mxfp4-mtp-tp4dp2-mi355x.toml"
+
+
+def _scenario(tmp_path: Path, bench: str) -> Path:
+    text = CPU.read_text()
+    start = text.index("\n[bench]\n")
+    text = text[:start] + "\n" + bench + text[text.index("\n# The same log patterns", start) :]
+    text = text.replace('"../tests/standin/model"', json.dumps(str(ROOT / "tests/standin/model")))
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_case_study_workload_gives_the_declared_hit_with_either_dataset() -> None:
+    b = load_scenario(GLM).bench
+    assert b is not None
+    assert (b.input_len, b.output_len, b.prefix_hit) == (20000, 1000, 0.6)
+    assert b.knee == Knee(5.0, 1.0) and b.single_stream is not None
+    assert (b.single_stream.input_len, b.single_stream.output_len) == (10000, 1500)
+    # 12400 / 20000 x 31/32 ~ 0.60 in the field notes; exactly 0.6 with the rounded length.
+    assert b.gsp_lengths() == (12387, 7613)
+    assert abs(b.expected_hit(GENERATED_SHARED_PREFIX) - 0.6) < 1e-3
+    args = point_args(
+        b, RANDOM_IDS_SHARED_PREFIX, 2.4, port=1, tokenizer="/m", output_file="o", seed=1
+    )
+    assert args[args.index("--random-shared-prefix-len") + 1] == "12000"
+    assert "--tokenize-prompt" in args and "--flush-cache" in args
+    gsp = point_args(
+        b, GENERATED_SHARED_PREFIX, 2.4, port=1, tokenizer="/m", output_file="o", seed=1
+    )
+    assert gsp[gsp.index("--gsp-system-prompt-len") + 1] == "12387"
+    assert (
+        gsp[gsp.index("--num-prompts") + 1] == "320"
+        and gsp[gsp.index("--request-rate") + 1] == "2.4"
+    )
+    single = single_stream_args(b, port=1, tokenizer="/m", output_file="o", seed=1)
+    assert (
+        "--apply-chat-template" in single and single[single.index("--max-concurrency") + 1] == "1"
+    )
+
+
+def test_the_dataset_is_the_releases_own_choice() -> None:
+    assert choose_dataset(["random", RANDOM_IDS_SHARED_PREFIX, GENERATED_SHARED_PREFIX]) == (
+        RANDOM_IDS_SHARED_PREFIX
+    )
+    assert choose_dataset(["sharegpt", "random-ids", GENERATED_SHARED_PREFIX]) == (
+        GENERATED_SHARED_PREFIX
+    )
+    with pytest.raises(ConfigError, match="neither random-ids-shared-prefix"):
+        choose_dataset(["sharegpt"])
+
+
+HEAD = "[bench]\ninput_len = 10\noutput_len = 4\n"
+
+
+@pytest.mark.parametrize(
+    ("bench", "message"),
+    [
+        (HEAD, "request_rates"),
+        (HEAD + "request_rates = [0]\n", "request rates above 0"),
+        (
+            HEAD + "request_rates = [1]\nprefix_cache_hit = 1.2\n",
+            "fraction",
+        ),
+        (HEAD + "request_rates = [1]\nrepeat = 3\n", "repeat"),
+        (
+            HEAD + "request_rates = [1]\n[bench.knee]\nttft = 1\n",
+            "ttft",
+        ),
+        (
+            HEAD + "request_rates = [1]\nprompts_per_group = 1\n",
+            "at least 2",
+        ),
+        (
+            HEAD + "[bench.search]\nstart = 4\nmax_rate = 2\n",
+            "at least start",
+        ),
+    ],
+)
+def test_a_bad_bench_table_is_refused_naming_the_key_and_file(
+    tmp_path: Path, bench: str, message: str
+) -> None:
+    path = _scenario(tmp_path, bench)
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_scenario(path)
+    assert str(path) in str(exc.value)
+
+
+def test_a_stand_in_scenario_says_so() -> None:
+    assert load_scenario(CPU).standin and not load_scenario(GLM).standin
+
+
+def _point(rate: float, tok: float, p95: float, success: float = 1.0, **kw: object) -> Point:
+    return Point(rate, tok, tok / 10, p95 / 2, p95, success, 0.6, **kw)  # type: ignore[arg-type]
+
+
+def test_the_knee_is_the_largest_rate_within_the_rule() -> None:
+    rule = Knee(ttft_p95_max_s=5.0, min_success=1.0)
+    rows = [
+        _point(0.5, 449, 0.60),
+        _point(2.0, 1944, 1.05),
+        _point(2.4, 2626, 2.22),
+        _point(2.8, 2700, 5.5),
+        _point(3.2, 2800, 4.0, success=0.98),
+    ]
+    found = knee(rows, rule)
+    assert found is not None and (found.request_rate, found.total_tok_s) == (2.4, 2626)
+    refused = [*rows[:2], _point(2.4, 2626, 2.22, refused="hit 0.2")]
+    assert knee(refused, rule).request_rate == 2.0  # type: ignore[union-attr]
+    assert knee([_point(1, 1, 9)], rule) is None
+    # Repeats: the median per rate; one failed request anywhere fails the row.
+    agg = aggregate([_point(1, 100, 1), _point(1, 120, 3), _point(1, 110, 2, success=0.9)])
+    assert (agg[0].total_tok_s, agg[0].ttft_p95_s, agg[0].success_rate) == (110, 2, 0.9)
+
+
+def test_hit_rate_comes_from_the_servers_counters() -> None:
+    before = metric_sums(
+        'sglang:prompt_tokens_total{model_name="m"} 100.0\n'
+        'sglang:cached_tokens_total{cache_source="device",model_name="m"} 10.0\n'
+    )
+    after = metric_sums(
+        "# HELP sglang:prompt_tokens Number of prefill tokens processed.\n"
+        'sglang:prompt_tokens_total{model_name="m"} 1100.0\n'
+        'sglang:cached_tokens_total{cache_source="device",model_name="m"} 410.0\n'
+        'sglang:cached_tokens_total{cache_source="host",model_name="m"} 200.0\n'
+        'sglang:cache_hit_rate{model_name="m"} 0.9\n'
+    )
+    assert hit_rate(before, after) == pytest.approx(0.6)
+    assert hit_rate(after, after) is None
+
+
+def test_a_point_reads_bench_servings_jsonl_fields() -> None:
+    result = {
+        "completed": 31,
+        "errors": [""] * 31 + ["timeout"],
+        "total_throughput": 2626.0,
+        "output_throughput": 125.0,
+        "median_ttft_ms": 810.0,
+        "p95_ttft_ms": 2220.0,
+        "accept_length": 3.48,
+        "mean_tpot_ms": 4.7,
+    }
+    p = point_from_result(2.4, result, 0.6)
+    assert (p.ttft_p50_s, p.ttft_p95_s, p.success_rate) == (0.81, 2.22, 31 / 32)
+    assert p.accept_length == 3.48 and p.cache_hit_rate == 0.6
+
+
+def _runs(factor: float, noise: float, seed: int, n: int = 3) -> tuple[list[float], list[float]]:
+    rng = random.Random(seed)
+    base = [1000 * (1 + rng.uniform(-noise, noise)) for _ in range(n)]
+    cand = [1000 * factor * (1 + rng.uniform(-noise, noise)) for _ in range(n)]
+    return base, cand
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_ten_percent_drop_is_refused_and_two_percent_noise_passes(seed: int) -> None:
+    kw = {"confidence": 0.95, "tolerance": 0.05, "seed": seed}
+    slow = paired_change("knee", *_runs(0.9, 0.02, seed), **kw)  # type: ignore[arg-type]
+    noisy = paired_change("knee", *_runs(1.0, 0.02, seed), **kw)  # type: ignore[arg-type]
+    assert slow is not None and slow.regressed and slow.high < -0.05
+    assert noisy is not None and not noisy.regressed
+    one = paired_change("knee", [1000], [800], **kw)  # type: ignore[arg-type]
+    assert one is not None and not one.regressed  # one pair measures no noise band
+
+
+def _report(tmp_path: Path, **kw: object) -> bench_report.BenchReport:
+    rows = (_point(1, 500, 0.2), _point(2, 900, 0.6), _point(4, 950, 7.0))
+    run = bench_report.ImageRun(
+        "img:new", "sha256:1", rows, rows[1], bench_report.SingleStream(213.0, 3.4)
+    )
+    base = dict(
+        scenario="s",
+        scenario_path=tmp_path / "s.toml",
+        hardware="standin-cpu",
+        dataset=GENERATED_SHARED_PREFIX,
+        expected_hit=0.6,
+        knee_rule=Knee(5.0, 1.0),
+        run=run,
+        baseline=None,
+        changes=(),
+        refused=(),
+        report_dir=tmp_path,
+        started_at="2026-12-01T00:00:00+00:00",
+        duration_s=1.0,
+        repeats=1,
+    )
+    base.update(kw)
+    return bench_report.BenchReport(**base)  # type: ignore[arg-type]
+
+
+def test_outputs_carry_the_table_the_contract_and_the_stand_in_label(tmp_path: Path) -> None:
+    change = paired_change(
+        "single_stream_decode_tok_s",
+        [200, 201, 199],
+        [180, 179, 181],
+        confidence=0.95,
+        tolerance=0.05,
+    )
+    assert change is not None
+    report = _report(
+        tmp_path, changes=(change,), baseline=bench_report.ImageRun("img:old", None, (), None, None)
+    )
+    doc = bench_report.report_dict(report)
+    assert {"schema", "ok", "sweep", "knee", "single_stream", "baseline", "regression"} <= set(doc)
+    assert doc["schema"] == 1 and doc["ok"] is False and doc["hardware"] == "standin-cpu"
+    assert set(doc["sweep"][0]) >= {
+        "request_rate",
+        "total_tok_s",
+        "output_tok_s",
+        "ttft_p50_s",
+        "ttft_p95_s",
+        "success_rate",
+        "cache_hit_rate",
+    }
+    assert doc["knee"] == {"request_rate": 2, "total_tok_s": 900}
+    assert doc["single_stream"] == {"decode_tok_s": 213.0, "accept_length": 3.4}
+    assert doc["regression"]["regressed"] is True
+    text = "\n".join(bench_report.text(report))
+    assert "STAND-IN" in text and "2 (knee)" in text and "REGRESSION" in text
+    md = bench_report.markdown(report)
+    assert "| RPS | total tok/s/node |" in md and "| 2 (knee) | 900 |" in md
+    xml = bench_report.junit_xml(report)
+    assert_valid_junit(xml)
+    cases = {c.get("name"): c for c in ET.fromstring(xml.split("\n", 1)[1]).iter("testcase")}
+    assert cases["bench.vs-baseline.single_stream_decode_tok_s"].find("failure") is not None
+    assert cases["bench.rate-4"].find("skipped") is not None
+    svg = bench_report.svg(report)
+    ET.fromstring(svg)  # well-formed
+    assert "standin-cpu" not in svg or "STAND-IN" in svg
+    accepted = bench_report.report_dict(
+        _report(tmp_path, changes=(change,), accepted_regression="known: new kernel")
+    )
+    assert accepted["ok"] is True and accepted["regression"]["accepted"] == "known: new kernel"
+
+
+def _serve(env: dict[str, str], *flags: str):
+    args = server.build_parser().parse_args(
+        [
+            "--model-path",
+            str(ROOT / "tests/standin/model"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            *flags,
+        ]
+    )
+    httpd = server.make_server(args, frozenset(), env)
+    threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    httpd.engine.status = "Up"  # type: ignore[attr-defined]
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def _post(url: str, body: dict) -> tuple[int, bytes]:
+    req = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
+
+
+def test_the_stand_ins_prefix_cache_metrics_and_flush() -> None:
+    httpd, url = _serve({"STANDIN_DECODE_TOK_S": "2000"}, "--enable-metrics")
+    try:
+        prefix = " ".join(f"w{i}" for i in range(64))
+        metas = []
+        for q in range(3):
+            _, raw = _post(
+                f"{url}/generate",
+                {"text": f"{prefix} q{q} x", "sampling_params": {"max_new_tokens": 4}},
+            )
+            metas.append(json.loads(raw)["meta_info"])
+        assert [m["cached_tokens"] for m in metas] == [0, 64, 64]  # whole 16-token blocks
+        with urllib.request.urlopen(f"{url}/metrics") as resp:
+            sums = metric_sums(resp.read().decode())
+        assert sums["sglang:prompt_tokens_total"] == sum(m["prompt_tokens"] for m in metas)
+        assert sums["sglang:cached_tokens_total"] == 128 and sums["sglang:num_requests_total"] == 3
+        assert _post(f"{url}/flush_cache", {})[0] == 200
+        _, raw = _post(
+            f"{url}/generate", {"text": f"{prefix} q9 x", "sampling_params": {"max_new_tokens": 4}}
+        )
+        assert json.loads(raw)["meta_info"]["cached_tokens"] == 0
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    plain, url = _serve({})
+    try:
+        with pytest.raises(urllib.error.HTTPError) as exc:  # /metrics only with --enable-metrics
+            urllib.request.urlopen(f"{url}/metrics")
+        assert exc.value.code == 404
+        exc.value.close()
+    finally:
+        plain.shutdown()
+        plain.server_close()
+
+
+def test_the_stand_ins_costs_follow_the_knobs() -> None:
+    cost = server.CostModel(
+        {"STANDIN_PREFILL_US_PER_TOKEN": "100", "STANDIN_SLOWDOWN": "1.1"}, 100.0
+    )
+    assert cost.prefill(1000) == pytest.approx(0.11)
+    assert cost.decode(10, 1) == pytest.approx(0.11)
+    assert cost.decode(10, 3) == pytest.approx(0.11 * 1.1)  # growth 0.05 per extra request
+    noisy = [
+        server.CostModel({"STANDIN_NOISE": "0.02", "STANDIN_NOISE_SEED": str(s)}, 1.0).factor
+        for s in range(50)
+    ]
+    assert all(0.98 <= f <= 1.02 for f in noisy) and len(set(noisy)) > 1
+    cache = server.PrefixCache(block=4, capacity_tokens=8)
+    assert cache.match_and_insert([1, 2, 3, 4, 5, 6, 7, 8]) == 0
+    assert cache.match_and_insert([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
+    assert cache.match_and_insert([9, 9, 9, 9]) == 0  # evicts the oldest block (LRU)
+    assert cache.match_and_insert([1, 2, 3, 4, 5]) == 0
+
+
+ROCMINFO = """\
+Agent 1
+  Name:                    AMD EPYC 9575F
+  Marketing Name:          AMD EPYC 9575F 64-Core Processor
+  Device Type:             CPU
+Agent 2
+  Name:                    gfx950
+  Marketing Name:          AMD Instinct MI355X
+  Device Type:             GPU
+Agent 3
+  Name:                    gfx950
+  Marketing Name:          AMD Instinct MI355X
+  Device Type:             GPU
+"""
+
+
+def test_gpu_facts_name_the_gpus_not_the_cpu() -> None:
+    from sglforge.smoke.preflight import GpuInventory, _gpu_marketing_names, node_facts
+
+    assert _gpu_marketing_names(ROCMINFO) == ["AMD Instinct MI355X"] * 2
+    assert node_facts(None) == {} and node_facts(GpuInventory((), "none")) == {}
+    facts = node_facts(GpuInventory(("gfx950", "gfx950"), "kfd-sysfs"))
+    assert (facts["count"], facts["gfx"]) == (2, "gfx950")
+
+
+def test_a_stand_in_release_is_recorded_as_one(tmp_path: Path) -> None:
+    import dataclasses
+
+    from test_release import make_release
+
+    from sglforge.provenance import LABEL_SMOKE_HARDWARE, Smoke
+    from sglforge.release import from_dict, record_labels, record_release, to_dict
+
+    bench = {
+        "hardware": "standin-cpu",
+        "knee": {"request_rate": 9.0, "total_tok_s": 5076.2},
+        "single_stream": {"decode_tok_s": 360.9, "accept_length": 3.37},
+        "regression": {
+            "regressed": True,
+            "accepted": "known: new kernel",
+            "changes": [{"figure": "single_stream_decode_tok_s", "delta": -0.09}],
+        },
+    }
+    smoke = Smoke(True, "standin-cpu", "passed", {"decode_tok_s": 361.0}, "standin-cpu", {}, bench)
+    release = make_release(smoke=smoke)
+    assert release.tested is False  # a stand-in never counts as the GPU target's smoke
+    assert from_dict(to_dict(release)) == release
+    assert record_labels(release)[LABEL_SMOKE_HARDWARE] == "standin-cpu"
+    gpu = make_release(smoke=dataclasses.replace(smoke, hardware="gpu", gpus={"count": 8}))
+    assert gpu.tested is True and from_dict(to_dict(gpu)).smoke.gpus == {"count": 8}  # type: ignore[union-attr]
+    (tmp_path / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
+    record_release(tmp_path, release)
+    entry = (tmp_path / "CHANGELOG.md").read_text()
+    assert "smoke passed on a **STAND-IN** (standin-cpu, not a GPU run)" in entry
+    assert "bench (stand-in): knee 9 RPS at 5076 tok/s/node" in entry
+    assert "single_stream_decode_tok_s -9.0% vs last release" in entry
+    assert "regression accepted: known: new kernel" in entry
+
+
+def test_simulated_acceptance_is_refused_for_smoke_and_bench(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglforge.smoke import run_smoke
+    from sglforge.smoke.preflight import refuse_simulated_acceptance
+
+    refuse_simulated_acceptance({"SGLANG_USE_AITER": "1"}, CPU)
+    with pytest.raises(ConfigError, match="SGLANG_SIMULATE_ACC_LEN is set"):
+        refuse_simulated_acceptance({"SGLANG_SIMULATE_ACC_LEN": "3.61"}, CPU)
+    monkeypatch.setenv("SGLANG_SIMULATE_ACC_METHOD", "match-expected")
+    with pytest.raises(ConfigError, match="SGLANG_SIMULATE_ACC_METHOD"):
+        run_smoke(tmp_path, "no-such-image", CPU, log_dir=tmp_path / "log")
+
+
+def test_the_upgrade_report_carries_the_bench_and_its_delta() -> None:
+    from sglforge.upgrade import TargetOutcome, UpgradeResult, markdown, to_dict
+
+    bench = {
+        "hardware": "gpu",
+        "knee": {"request_rate": 2.4, "total_tok_s": 2626.0},
+        "single_stream": {"decode_tok_s": 213.0, "accept_length": 3.5},
+        "regression": {
+            "regressed": False,
+            "changes": [{"figure": "knee_total_tok_s", "delta": 0.012}],
+        },
+    }
+    target = TargetOutcome("mi355x", image="img", smoke_passed=True, bench=bench)
+    result = UpgradeResult("v0.5.14", "v0.5.16", None, True, True, "", (), (target,), (), {})
+    text = markdown(result)
+    assert "## Serving benchmark" in text
+    assert "- mi355x: bench: knee 2.4 RPS at 2626 tok/s/node, single stream 213 tok/s" in text
+    assert "knee_total_tok_s +1.2% vs last release" in text
+    assert to_dict(result)["targets"][0]["bench"] == bench
+
+
+def test_a_busy_port_is_refused_before_any_container(tmp_path: Path) -> None:
+    import socket
+
+    from sglforge.bench.runner import _Ctx, _server
+    from sglforge.errors import BenchError
+
+    sc = load_scenario(CPU)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert sc.bench is not None
+        ctx = _Ctx(tmp_path, sc, sc.bench, port, None, tmp_path, {}, {}, lambda _m: None, 1.0)
+        with pytest.raises(BenchError, match="already in use"), _server(ctx, "img", "x"):
+            pass
