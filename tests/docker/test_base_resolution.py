@@ -193,7 +193,7 @@ def test_no_matching_tag_names_the_pattern_and_the_closest_tags(upstream) -> Non
     # the same request offline looks at the engine only, and says so
     with pytest.raises(BuildError) as err:
         check(bt, "0.5.17", offline=True)
-    assert "$SGLFORGE_OFFLINE is set" in err.value.message
+    assert "offline, by --offline or $SGLFORGE_OFFLINE" in err.value.message
     assert "v0.5.16-rocm720-mi35x-20260701" in err.value.message
 
 
