@@ -57,12 +57,18 @@ def test_the_walkthrough_runs_as_written(
     scenario = tmp_path / "scenario" / "standin-cpu.toml"
     scenario.parent.mkdir()
     text = (REPO / "smoke" / "standin-cpu.toml").read_text()
+    # its [bench] tables left out: the plain replica has no bench_serving dependencies, and
+    # tests/docker/test_bench.py covers that step on the bench replica
+    start = text.index("\n[bench]\n")
+    text = text[:start] + text[text.index("\n# The same log patterns", start) :]
     scenario.write_text(re.sub(r"^port = \d+", f"port = {free_port()}", text, count=1, flags=re.M))
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO / "src"),  # this checkout's sglforge behind the console script
         "REGISTRY": reg.address,
         "SCENARIO": str(scenario),  # TEST DOUBLE: the CPU stand-in server
+        # ...which a GPU target publishes only when told, and then records as a stand-in
+        "SGLFORGE_ALLOW_STANDIN": "1",
         "MODEL": str(REPO / "tests" / "standin" / "model"),  # TEST DOUBLE: its model folder
         "SGLFORGE_BASE_IMAGE": standin_sglang_base.replace("v0.5.14", "v{version}"),
     }

@@ -84,8 +84,9 @@ def _labels(items: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--allow-standin",
     is_flag=True,
+    envvar="SGLFORGE_ALLOW_STANDIN",
     help='Publish a GPU target with a stand-in scenario (accelerator = "none"); the record, '
-    "inspect, CHANGELOG and labels then say it was a stand-in.",
+    "inspect, CHANGELOG and labels then say it was a stand-in. [env: SGLFORGE_ALLOW_STANDIN]",
 )
 @click.option(
     "--accept-regression",

@@ -49,7 +49,9 @@ from sglforge.smoke.scenario import scenario_path
 @click.option(
     "--allow-standin",
     is_flag=True,
-    help="With --publish: publish from a stand-in scenario, recorded as a stand-in.",
+    envvar="SGLFORGE_ALLOW_STANDIN",
+    help="With --publish: publish from a stand-in scenario, recorded as a stand-in. "
+    "[env: SGLFORGE_ALLOW_STANDIN]",
 )
 @registry_option(required=False)
 @offline_option
