@@ -262,8 +262,8 @@ def test_publish_gates_on_a_regression_against_the_last_release(
     patch.write_text(patch.read_text().replace("Why: build tests.", "Why: build tests, v2.", 1))
     second, out2 = project.publish(reg.address, "--allow-standin", "--base-image", slow)
     assert second.exit_code == 1, second.output
-    assert out2["pushed"] == [] and "bench failed" in out2["error"]
-    assert "--accept-regression" in out2["error"]
+    assert out2["pushed"] == [] and "bench failed" in out2["error"]["message"]
+    assert "--accept-regression" in out2["error"]["message"]
     regression = out2["bench"]["regression"]
     assert regression["regressed"] is True and regression["accepted"] is None
     assert out2["bench"]["baseline"]["digest"] == out["digest"]
