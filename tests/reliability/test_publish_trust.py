@@ -124,7 +124,11 @@ def test_a_foreign_image_under_our_immutable_tag_is_never_reused_unseen(
     evil = plant(docker_client, docker_labels, built, immutable, EVIL_FILE)
     res, doc = project.publish(r.address)
     assert res.exit_code == 8, res.output
-    assert "moved" in doc["error"]["message"] and evil in doc["error"]["message"] and good in doc["error"]["message"]
+    assert (
+        "moved" in doc["error"]["message"]
+        and evil in doc["error"]["message"]
+        and good in doc["error"]["message"]
+    )
     assert doc["smoke_passed"] is None and doc["pushed"] == []
     assert all(served(r, t) == good for t in FRIENDLY)
 
