@@ -79,18 +79,7 @@ def _topology(tp: int) -> Any:
     from sglang.srt.distributed import parallel_state
     from sglang.srt.runtime_context import get_parallel
 
-    def group(size: int) -> types.SimpleNamespace:
-        return types.SimpleNamespace(
-            world_size=size,
-            rank_in_group=0,
-            rank=0,
-            local_rank=0,
-            ranks=list(range(size)),
-            is_first_rank=True,
-            is_last_rank=True,
-            device_group=None,
-            cpu_group=None,
-        )
+    from sglforge.construct.child import _group as group  # rank 0 of a group of ``size``
 
     sizes = dict(
         _WORLD=tp, _TP=tp, _ATTN_TP=tp, _ATTN_CP=1, _MOE_DP=1, _MOE_EP=1, _MOE_TP=tp, _PP=1
