@@ -121,7 +121,7 @@ def prune(older_than_days: float, wheels: bool = False, dry_run: bool = False) -
     import shutil
     import time
 
-    from sglforge.util import _flock
+    from sglforge.util import flock
 
     cutoff = time.time() - older_than_days * 86400
     found = entries()
@@ -139,6 +139,6 @@ def prune(older_than_days: float, wheels: bool = False, dry_run: bool = False) -
         if dry_run:
             continue
         lock, what = _lock_for(entry)
-        with _flock(lock, what, 30):
+        with flock(lock, what, 30):
             shutil.rmtree(entry.path, ignore_errors=True)
     return gone

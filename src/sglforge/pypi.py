@@ -55,8 +55,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from sglforge import git, index
-from sglforge.errors import ConfigError, LocalDiskError, UpstreamError
+from sglforge.errors import ConfigError, UpstreamError
 from sglforge.progress import Progress, Task, resolve
+from sglforge.util import flock
 
 DEFAULT_SPEC = ">=0.5.10"
 # Bump when the tree layout or commit format changes: it is part of the store's folder name,
@@ -219,7 +220,9 @@ def ensure(
     wanted = sorted({Version(str(v)) for v in versions})
     repo = store(cache_root, project)
     base = repo.parent
-    with _locked(base / ".lock"):
+    # the store and wheels, one process at a time (others wait: a first import can take
+    # minutes on a slow index); reentrant in-process
+    with flock(base / ".lock", f"the PyPI cache {base}", None):
         state = _open_store(repo, project, base / "wheels", seed, say)
         have = {Version(v) for v in state["versions"]}
         todo = [v for v in wanted if v not in have]
@@ -274,23 +277,6 @@ def tagged_versions(repo: Path) -> list[str]:
 def _listing(versions: Sequence[Version]) -> str:
     shown = ", ".join(str(v) for v in versions[:6])
     return shown + (f" and {len(versions) - 6} more" if len(versions) > 6 else "")
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """The project's store and wheels, one process at a time (others wait: a first import
-    can take minutes on a slow index). The project's lock helper, reentrant in-process."""
-    from sglforge.util import _flock
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LocalDiskError(
-            f"cannot write the sglforge cache at {path.parent}: {exc.strerror}",
-            "free space or fix permissions there, or point $SGLFORGE_CACHE at another disk",
-        ) from None
-    with _flock(path, f"the PyPI cache {path.parent}", None):
-        yield
 
 
 def _packs(repo: Path) -> dict[str, int]:
@@ -351,9 +337,7 @@ def _open_store(
 
 
 def _init(repo: Path) -> None:
-    repo.mkdir(parents=True, exist_ok=True)
-    git.run(repo, "init", "--bare", "--quiet")
-    git.run(repo, "symbolic-ref", "HEAD", BRANCH)
+    git.init(repo, bare=True, head=BRANCH)
 
 
 def _damage(repo: Path, versions: list[str], packs: object) -> str:
@@ -368,12 +352,11 @@ def _damage(repo: Path, versions: list[str], packs: object) -> str:
         if set(now) == set(packs):
             return ""
     # packs not recorded, or changed by someone else (a git gc): check every object once
-    res = git.run(repo, "fsck", "--no-dangling", "--no-progress", check=False)
-    if res.status != 0:
-        lines = (res.stderr or res.stdout).strip().splitlines()
-        return lines[0] if lines else "git fsck failed"
+    broken = git.fsck(repo)
+    if broken:
+        return broken
     for v in versions:
-        if git.run(repo, "rev-parse", "--verify", "--quiet", f"v{v}^{{tree}}", check=False).status:
+        if not git.has_tree(repo, f"v{v}"):
             return f"tag v{v} is missing"
     _save_state(repo, {"versions": versions})
     return ""
@@ -388,7 +371,9 @@ def wheel(
     """The Linux x86_64 wheel of ``project==version``, from the cache the store fills
     (downloaded once, its sha256 checked on every use)."""
     base = Path(cache_root) / f"pypi-{canonicalize_name(project)}"
-    with _locked(base / ".lock"):
+    # the store and wheels, one process at a time (others wait: a first import can take
+    # minutes on a slow index); reentrant in-process
+    with flock(base / ".lock", f"the PyPI cache {base}", None):
         return _wheel(base / "wheels", project, Version(version), (), resolve(progress), exact=True)
 
 
@@ -586,21 +571,6 @@ def _open_wheel(wheel: Path) -> Iterator[zipfile.ZipFile]:
         yield zf
 
 
-def _blob_sha(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
-
-
-def _known_blobs(repo: Path) -> set[str]:
-    res = git.run(
-        repo,
-        "cat-file",
-        "--batch-all-objects",
-        "--batch-check=%(objectname) %(objecttype)",
-        check=False,
-    )
-    return {line.split()[0] for line in res.stdout.splitlines() if line.endswith(" blob")}
-
-
 def _message(project: str, version: Version) -> bytes:
     package = canonicalize_name(project).replace("-", "_")
     return (
@@ -616,7 +586,7 @@ def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> 
     when = _epoch(git.IDENTITY["GIT_COMMITTER_DATE"])
     who = f"{git.IDENTITY['GIT_COMMITTER_NAME']} <{git.IDENTITY['GIT_COMMITTER_EMAIL']}>"
     message = _message(project, version)
-    known = _known_blobs(repo)
+    known = git.blob_ids(repo)
     tag = f"refs/tags/v{version}".encode()
 
     def stream(zf: zipfile.ZipFile, members: list[_Member]) -> Iterator[bytes]:
@@ -631,7 +601,7 @@ def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> 
         yield b"data %d\n%s\n" % (len(message), message)
         for m in members:
             data = zf.read(m.info)
-            sha = _blob_sha(data)
+            sha = git.blob_id(data)
             quoted = _quote_path(m.path)
             if sha in known:
                 # Already in the store: refer to it instead of sending the bytes again.
@@ -651,7 +621,7 @@ def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> 
             raise UpstreamError(
                 f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
             ) from exc
-    commit = git.out(repo, "rev-parse", "--verify", f"refs/tags/v{version}^{{commit}}")
+    commit = git.commit_id(repo, f"refs/tags/v{version}")
     _point_branch(repo)
     return commit
 
@@ -660,7 +630,7 @@ def _point_branch(repo: Path) -> None:
     """``main`` names the newest release the store holds."""
     versions = tagged_versions(repo)
     if versions:
-        git.run(repo, "update-ref", BRANCH, f"refs/tags/v{versions[-1]}^{{commit}}")
+        git.set_ref(repo, BRANCH, f"refs/tags/v{versions[-1]}")
 
 
 def _quote_path(path: str) -> bytes:

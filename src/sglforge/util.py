@@ -209,7 +209,7 @@ def _lock_file(root: Path, kind: str, key: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
+def flock(path: Path, what: str, wait: float | None) -> Iterator[None]:
     """An exclusive ``flock`` on ``path``, reentrant within this process.
 
     ``wait`` None blocks; otherwise waits that many seconds, then raises BusyError naming
@@ -301,14 +301,14 @@ def project_lock(root: Path) -> Iterator[None]:
     command holding it: never a raw ``index.lock`` error, never a refresh silently lost.
     """
     path = _lock_file(root, "project", root)
-    with _flock(path, f"project {Path(root).resolve()}", lock_wait()):
+    with flock(path, f"project {Path(root).resolve()}", lock_wait()):
         yield
 
 
 @contextlib.contextmanager
 def queue_lock(journal_dir: Path) -> Iterator[None]:
     """Exclusive lock over a journalled folder: writers and recovery never overlap."""
-    with _flock(_lock_file(journal_dir.parent, "queue", journal_dir), str(journal_dir), None):
+    with flock(_lock_file(journal_dir.parent, "queue", journal_dir), str(journal_dir), None):
         yield
 
 
