@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from sglforge import git, progress
 from sglforge.errors import PatchError
@@ -36,6 +38,68 @@ class AppliedPatch:
     status: str
     commit: str | None
     detail: str = ""
+
+
+# The worktree record's format; files written before it was recorded are format 1 too.
+RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class WorktreeRecord:
+    """What ``patches apply`` made in a worktree: the upstream commit it started from, the
+    queue it applied (its hash), the HEAD it left, each patch's outcome, and whether it got
+    through the whole queue (a conflict leaves it incomplete, so the next apply starts over).
+    """
+
+    ref: str
+    upstream_commit: str
+    queue_hash: str
+    head: str
+    patches: tuple[AppliedPatch, ...]
+    complete: bool = True
+    format: int = RECORD_FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "ref": self.ref,
+            "upstream_commit": self.upstream_commit,
+            "queue_hash": self.queue_hash,
+            "head": self.head,
+            "complete": self.complete,
+            "patches": [
+                {"name": p.name, "status": p.status, "commit": p.commit, "detail": p.detail}
+                for p in self.patches
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WorktreeRecord:
+        """The record ``to_dict`` wrote; KeyError, TypeError or ValueError when malformed."""
+        patches = tuple(
+            AppliedPatch(
+                name=str(p["name"]),
+                status=str(p["status"]),
+                commit=None if p.get("commit") is None else str(p["commit"]),
+                detail=str(p.get("detail", "")),
+            )
+            for p in data["patches"]
+        )
+        return cls(
+            ref=str(data.get("ref", "")),
+            upstream_commit=str(data["upstream_commit"]),
+            queue_hash=str(data.get("queue_hash", "")),
+            head=str(data["head"]),
+            patches=patches,
+            complete=bool(data.get("complete", True)),
+            format=int(data.get("format", RECORD_FORMAT)),
+        )
+
+    def applied(self) -> tuple[AppliedPatch, ...]:
+        """The patches the branch holds commits for, in order: those applied, plus the one
+        that stopped with a conflict (its resolved commit comes next, after `git am
+        --continue`)."""
+        return tuple(p for p in self.patches if p.commit or p.status == "conflict")
 
 
 @dataclass(frozen=True)
@@ -71,12 +135,19 @@ def record_path(root: Path, ref: str) -> Path:
     )
 
 
-def read_record(root: Path, ref: str) -> dict | None:  # type: ignore[type-arg]
+def read_record(root: Path, ref: str) -> WorktreeRecord | None:
+    """The record of the worktree for ``ref``; None when there is none, or it is unreadable or
+    malformed (then the worktree is treated as unrecorded: applied again)."""
     path = record_path(root, ref)
     try:
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
-    except (OSError, ValueError):
+        return WorktreeRecord.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def write_record(root: Path, record: WorktreeRecord) -> WorktreeRecord:
+    atomic_write(record_path(root, record.ref), json.dumps(record.to_dict(), indent=2))
+    return record
 
 
 def apply_queue(
@@ -122,11 +193,11 @@ def apply_at(
             _refuse_if_unsaved(wt, ref, record)
         if (
             record
-            and not (force and git.out(wt, "status", "--porcelain"))
-            and record.get("queue_hash") == queue.hash
-            and record.get("upstream_commit") == commit
-            and git.out(wt, "rev-parse", "HEAD") == record.get("head")
-            and record.get("complete", True)
+            and not (force and git.uncommitted(wt))
+            and record.queue_hash == queue.hash
+            and record.upstream_commit == commit
+            and git.head(wt) == record.head
+            and record.complete
         ):
             return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=True)
     report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
@@ -149,10 +220,10 @@ def apply_at(
         j = i
         while j < len(pairs) and pairs[j][1].status not in (UPSTREAMED, SKIPPED):
             j += 1
-        before = git.out(wt, "rev-parse", "HEAD")
-        batch = [str(p.path.resolve()) for p, _ in pairs[i:j]]
-        res = _am(wt, batch) if j - i > 1 else None
-        made = git.out(wt, "rev-list", "--reverse", f"{before}..HEAD").split() if res else []
+        before = git.head(wt)
+        batch = [p.path.resolve() for p, _ in pairs[i:j]]
+        res = git.am(wt, batch) if j - i > 1 else None
+        made = git.commits_between(wt, before) if res else []
         for (patch, st), made_commit in zip(pairs[i:j], made, strict=False):
             steps.advance(note=patch.name)
             results.append(_applied_patch(patch.name, st, made_commit))
@@ -161,15 +232,13 @@ def apply_at(
             continue
         if res is not None:
             # Stopped inside the run: drop the session, keep the commits made.
-            git.run(wt, "am", "--quit", check=False)
-            git.run(wt, "reset", "-q", "--hard", "HEAD", check=False)
-            git.run(wt, "clean", "-fdq", check=False)
+            git.am_quit(wt)
         i += len(made)
         patch, st = pairs[i]
         steps.advance(note=patch.name)
         # A conflicting patch still goes through `git am --3way`: it stops with conflict
         # markers in the worktree, which is where the user resolves it.
-        res = _am(wt, [str(patch.path.resolve())])
+        res = git.am(wt, [patch.path.resolve()])
         if res.status == 0 and st.status not in APPLIED:
             # git's own verdict wins: the commit is made, so the queue goes on from it.
             said = st.detail.splitlines()[0] if st.detail else st.status
@@ -182,37 +251,34 @@ def apply_at(
             in_conflict = res.status != 0 and _conflict_in_progress(wt)
             if res.status != 0 and not in_conflict:
                 # Nothing to resolve: leave no `git am` session behind to mislead.
-                git.run(wt, "am", "--abort", check=False)
+                git.am_abort(wt)
             # Record how far it got, so `patches export` maps the resolved commit back to
             # this patch; the record is incomplete, so the next apply starts over.
             pending = [
                 AppliedPatch(p.name, "pending", None) for p in queue.patches[len(results) + 1 :]
             ]
-            _write_record(
+            stopped = AppliedPatch(patch.name, "conflict", None, detail.strip())
+            write_record(
                 root,
-                ref,
-                commit,
-                queue.hash,
-                git.out(wt, "rev-parse", "HEAD"),
-                [*results, AppliedPatch(patch.name, "conflict", None, detail.strip()), *pending],
-                complete=False,
+                WorktreeRecord(
+                    ref,
+                    commit,
+                    queue.hash,
+                    git.head(wt),
+                    (*results, stopped, *pending),
+                    complete=False,
+                ),
             )
             progress.current().finish(steps, ok=False)
             _conflict(
                 wt, ref, patch.name, detail.strip(), hint_upstream(up, queue.pin), am=in_conflict
             )
-        results.append(
-            AppliedPatch(patch.name, st.status, git.out(wt, "rev-parse", "HEAD"), st.detail)
-        )
+        results.append(AppliedPatch(patch.name, st.status, git.head(wt), st.detail))
         i += 1
     progress.current().finish(steps)
-    head = git.out(wt, "rev-parse", "HEAD")
-    record = _write_record(root, ref, commit, queue.hash, head, results, complete=True)
+    done = WorktreeRecord(ref, commit, queue.hash, git.head(wt), tuple(results), complete=True)
+    record = write_record(root, done)
     return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=False)
-
-
-def _am(wt: Path, paths: list[str]) -> git.GitResult:
-    return git.run(wt, "am", "--3way", "--keep-cr", "--quiet", *paths, check=False)
 
 
 def _applied_patch(name: str, st: PatchStatus, made: str) -> AppliedPatch:
@@ -223,27 +289,6 @@ def _applied_patch(name: str, st: PatchStatus, made: str) -> AppliedPatch:
     return AppliedPatch(name, st.status, made, st.detail)
 
 
-def _write_record(
-    root: Path,
-    ref: str,
-    commit: str,
-    queue_hash: str,
-    head: str,
-    patches: list[AppliedPatch],
-    complete: bool,
-) -> dict:  # type: ignore[type-arg]
-    record = {
-        "ref": ref,
-        "upstream_commit": commit,
-        "queue_hash": queue_hash,
-        "head": head,
-        "complete": complete,
-        "patches": [p.__dict__ for p in patches],
-    }
-    atomic_write(record_path(root, ref), json.dumps(record, indent=2))
-    return record
-
-
 def _applied_from_record(
     queue: Queue,
     up: Upstream,
@@ -251,13 +296,9 @@ def _applied_from_record(
     commit: str,
     wt: Path,
     branch: str,
-    record: dict,  # type: ignore[type-arg]
+    record: WorktreeRecord,
     reused: bool,
 ) -> Applied:
-    # -z: names exactly as they are (no C-style quoting of spaces, quotes or UTF-8)
-    changed = git.run(
-        wt, "diff", "--name-only", "-z", "--no-renames", commit, record["head"], strip=False
-    ).stdout
     version = ref_version(ref)
     return Applied(
         ref=ref,
@@ -265,9 +306,9 @@ def _applied_from_record(
         version=str(version) if version else None,
         worktree=wt,
         branch=branch,
-        head=record["head"],
-        patches=tuple(AppliedPatch(**p) for p in record["patches"]),
-        changed_files=tuple(f for f in changed.split("\0") if f),
+        head=record.head,
+        patches=record.patches,
+        changed_files=tuple(git.diff_names(wt, commit, record.head)),
         queue_hash=queue.hash,
         reused=reused,
         python_only=up.python_only,
@@ -275,29 +316,23 @@ def _applied_from_record(
 
 
 def _abort_stale_am(wt: Path) -> None:
-    rebase_dir = Path(git.out(wt, "rev-parse", "--git-path", "rebase-apply"))
-    if not rebase_dir.is_absolute():
-        rebase_dir = wt / rebase_dir
-    if rebase_dir.exists():
-        git.run(wt, "am", "--abort", check=False)
-        shutil.rmtree(rebase_dir, ignore_errors=True)
+    if git.am_in_progress(wt):
+        git.am_abort(wt)
 
 
-def _refuse_if_unsaved(wt: Path, ref: str, record: dict | None) -> None:  # type: ignore[type-arg]
-    dirty = git.out(wt, "status", "--porcelain", "--untracked-files=normal")
+def _refuse_if_unsaved(wt: Path, ref: str, record: WorktreeRecord | None) -> None:
+    dirty = git.uncommitted(wt)
     if dirty:
-        first = dirty.splitlines()[0][3:]
         raise PatchError(
-            f"worktree {wt} has uncommitted changes ({first}"
-            + (f" and {len(dirty.splitlines()) - 1} more" if len(dirty.splitlines()) > 1 else "")
+            f"worktree {wt} has uncommitted changes ({dirty[0]}"
+            + (f" and {len(dirty) - 1} more" if len(dirty) > 1 else "")
             + ")",
             f"save them with `sglforge patches new NAME --ref {ref}`, or rerun with --force "
             "to discard them",
         )
-    head = git.out(wt, "rev-parse", "HEAD")
-    if record and record.get("head") and head != record["head"]:
-        base = record.get("upstream_commit", "")
-        if base and git.is_ancestor(wt, record["head"], head):
+    head = git.head(wt)
+    if record and record.head and head != record.head:
+        if record.upstream_commit and git.is_ancestor(wt, record.head, head):
             raise PatchError(
                 f"worktree {wt} has commits not yet exported to patches/",
                 f"run `sglforge patches export --ref {ref}`, or rerun with --force to drop them",
@@ -305,7 +340,7 @@ def _refuse_if_unsaved(wt: Path, ref: str, record: dict | None) -> None:  # type
 
 
 def _usable(wt: Path) -> bool:
-    return git.run(wt, "rev-parse", "--git-dir", check=False).status == 0
+    return git.is_repository(wt)
 
 
 def _has_files(wt: Path) -> bool:
@@ -314,22 +349,16 @@ def _has_files(wt: Path) -> bool:
 
 def _conflict_in_progress(wt: Path) -> bool:
     """A `git am` stopped with unmerged files: the one case `git am --continue` helps."""
-    unmerged = git.run(wt, "diff", "--name-only", "--diff-filter=U", check=False).stdout
-    return bool(unmerged.strip())
+    return bool(git.unmerged(wt))
 
 
 def _branch_for(cache: Path, wt: Path, ref: str) -> str:
     """``sglforge/<ref>``, unless another project's worktree on a shared (symlinked or copied)
     cache holds that branch: then a name of this project's own, so neither breaks the other."""
     branch = f"sglforge/{safe_ref(ref)}"
-    git.run(cache, "worktree", "prune", check=False)
-    listing = git.run(cache, "worktree", "list", "--porcelain", check=False).stdout
-    holder = None
-    for block in listing.split("\n\n"):
-        fields = dict(line.partition(" ")[::2] for line in block.splitlines() if line)
-        if fields.get("branch") == f"refs/heads/{branch}":
-            holder = fields.get("worktree")
-    if holder is None or Path(holder).resolve() == wt.resolve():
+    git.prune_worktrees(cache)
+    holder = git.worktree_branches(cache).get(f"refs/heads/{branch}")
+    if holder is None or holder.resolve() == wt.resolve():
         return branch
     import hashlib
 
@@ -340,12 +369,11 @@ def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:
     if wt.exists() and not (wt / ".git").exists():
         shutil.rmtree(wt)
     if not wt.exists():
-        git.run(cache, "worktree", "prune", check=False)
+        git.prune_worktrees(cache)
         wt.parent.mkdir(parents=True, exist_ok=True)
-        git.run(cache, "worktree", "add", "--force", "-B", branch, str(wt), commit)
+        git.add_worktree(cache, wt, commit, branch=branch)
     else:
-        git.run(wt, "checkout", "--force", "-B", branch, commit)
-        git.run(wt, "clean", "-fdq")
+        git.reset_worktree(wt, branch, commit)
 
 
 def _conflict(
@@ -416,13 +444,11 @@ def _remove_worktree(wt: Path) -> None:
     """The worktree and its branch, from the upstream cache it belongs to."""
     common = None
     if _usable(wt):
-        res = git.run(wt, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
-        common = Path(res.stdout) if res.status == 0 and res.stdout else None
-        branch = git.run(wt, "symbolic-ref", "--short", "-q", "HEAD", check=False).stdout
+        common = git.common_dir(wt)
+        branch = git.current_branch(wt)
     if common is not None and common.is_dir():
         with git.cache_lock(common):
-            git.run(common, "worktree", "remove", "--force", str(wt), check=False)
+            git.remove_worktree(common, wt)
             if branch.startswith("sglforge/"):
-                git.run(common, "branch", "-D", branch, check=False)
-            git.run(common, "worktree", "prune", check=False)
+                git.delete_branch(common, branch)
     shutil.rmtree(wt, ignore_errors=True)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglforge import git
 from sglforge.errors import ConfigError, NothingToDo, PatchError
-from sglforge.patches.apply import read_record, record_path, worktree_path
+from sglforge.patches.apply import (
+    AppliedPatch,
+    WorktreeRecord,
+    read_record,
+    record_path,
+    worktree_path,
+    write_record,
+)
 from sglforge.patches.check import git_reason
 from sglforge.patches.series import Queue, check_trailers, load_queue, split_patch
 from sglforge.project import Project, ProjectLike
-from sglforge.util import atomic_write, commit_files, confined, project_lock, read_exact
+from sglforge.util import commit_files, confined, project_lock, read_exact
 
 
 @dataclass(frozen=True)
@@ -31,16 +37,7 @@ def slug(text: str) -> str:
 
 def format_commit(wt: Path, commit: str) -> str:
     """``git format-patch`` text of one commit, stable across runs (zero From hash)."""
-    return git.run(
-        wt,
-        "format-patch",
-        "-1",
-        "--stdout",
-        "--zero-commit",
-        "--no-signature",
-        commit,
-        strip=False,
-    ).stdout
+    return git.format_patch(wt, commit)
 
 
 _STAT_SEP = re.compile(r"^---[ \t]*$", re.M)
@@ -64,23 +61,8 @@ def same_effect(wt: Path, patch_text: str, commit: str) -> bool:
     Then the commit holds nothing new and the file keeps its bytes: its context width, its
     message, its signature (so the queue hash and the image tag do not move either).
     """
-    import os
-    import tempfile
-
-    fd, index = tempfile.mkstemp(prefix="sglforge-export-index-")
-    os.close(fd)
-    os.unlink(index)
-    env = {"GIT_INDEX_FILE": index}
-    try:
-        if git.run(wt, "read-tree", f"{commit}^", env=env, check=False).status != 0:
-            return False
-        res = git.run(wt, "apply", "--cached", "-", stdin=patch_text, env=env, check=False)
-        if res.status != 0:
-            return False
-        tree = git.run(wt, "write-tree", env=env, check=False).stdout
-        return bool(tree) and tree == git.out(wt, "rev-parse", f"{commit}^{{tree}}")
-    finally:
-        Path(index).unlink(missing_ok=True)
+    made = git.apply_to_tree(wt, f"{commit}^", patch_text)
+    return made is not None and made == git.tree(wt, commit)
 
 
 def export_queue(
@@ -106,14 +88,13 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
             f"no sglforge worktree for {ref} at {wt}",
             f"run `sglforge patches apply --ref {ref}` first",
         )
-    base = record["upstream_commit"]
-    rebase = Path(git.out(wt, "rev-parse", "--git-path", "rebase-apply"))
-    if (rebase if rebase.is_absolute() else wt / rebase).exists():
+    base = record.upstream_commit
+    if git.am_in_progress(wt):
         raise PatchError(
             f"a `git am` session is still in progress in {wt}",
             f"finish it with `git -C {wt} am --continue` (or --abort), then export again",
         )
-    commits = git.out(wt, "rev-list", "--reverse", f"{base}..HEAD").split()
+    commits = git.commits_between(wt, base)
     applied = _refuse_strays(root, queue, ref, wt, record, commits)
     files: dict[Path, str | bytes | None] = {}
     written: list[str] = []
@@ -123,7 +104,7 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
     for i, c in enumerate(commits):
         text = format_commit(wt, c)
         if i < len(applied):
-            name = applied[i]["name"]
+            name = applied[i].name
             path = confined(root / "patches", name, "patch name", record_path(root, ref).name)
             old = read_exact(path) if path.exists() else ""
             if old and same_effect(wt, old, c):
@@ -136,7 +117,7 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
             else:
                 unchanged.append(name)
         else:
-            subject = git.out(wt, "log", "-1", "--format=%s", c)
+            subject = git.subject(wt, c)
             last = i == len(commits) - 1
             name = _new_name(queue, names, new_slug if new_slug and last else subject)
             names.append(name)
@@ -145,7 +126,7 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
             )
             added.append(name)
     if len(commits) < len(applied):
-        missing = [p["name"] for p in applied[len(commits) :]]
+        missing = [p.name for p in applied[len(commits) :]]
         raise PatchError(
             f"worktree {wt} lost the commits of {', '.join(missing)}",
             "restore them, or remove those patches from patches/series by hand",
@@ -161,26 +142,21 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
         files[root / "patches" / "series"] = series + "".join(f"{n}\n" for n in added)
     if files:
         commit_files(root / "patches", files)
-        head = git.out(wt, "rev-parse", "HEAD")
-        new_queue = load_queue(root)
-        record["head"] = head
-        record["queue_hash"] = new_queue.hash
-        by_commit = dict(zip(commits, [p["name"] for p in applied] + added, strict=False))
+        by_commit = dict(zip(commits, [p.name for p in applied] + added, strict=False))
         exported = {by_commit[c]: c for c in commits}
-        kept = [p for p in record["patches"] if p["name"] not in exported]
-        record["patches"] = [
-            {"name": n, "status": "clean", "commit": c, "detail": ""} for n, c in exported.items()
-        ] + kept
-        # patches never attempted (after a conflict) still need an apply
-        record["complete"] = not any(p.get("status") == "pending" for p in kept)
-        atomic_write(record_path(root, ref), json.dumps(record, indent=2))
+        kept = tuple(p for p in record.patches if p.name not in exported)
+        write_record(
+            root,
+            replace(
+                record,
+                head=git.head(wt),
+                queue_hash=load_queue(root).hash,
+                patches=tuple(AppliedPatch(n, "clean", c) for n, c in exported.items()) + kept,
+                # patches never attempted (after a conflict) still need an apply
+                complete=not any(p.status == "pending" for p in kept),
+            ),
+        )
     return Exported(ref, tuple(written), tuple(added), tuple(unchanged))
-
-
-def _applied(record: dict) -> list[dict]:  # type: ignore[type-arg]
-    # The patches the branch holds commits for, in order: those applied, plus the one that
-    # stopped with a conflict (its resolved commit comes next, after `git am --continue`).
-    return [p for p in record["patches"] if p.get("commit") or p.get("status") == "conflict"]
 
 
 def _refuse_strays(
@@ -188,19 +164,19 @@ def _refuse_strays(
     queue: Queue,
     ref: str,
     wt: Path,
-    record: dict | None,  # type: ignore[type-arg]
+    record: WorktreeRecord | None,
     commits: list[str] | None = None,
-) -> list[dict]:  # type: ignore[type-arg]
+) -> tuple[AppliedPatch, ...]:
     """The record's applied patches; PatchError when a commit on the branch belongs to a patch
     that is no longer in patches/series (export would write a file outside the series)."""
     if not record:
-        return []
-    applied = _applied(record)
+        return ()
+    applied = record.applied()
     if commits is None:
-        base = record.get("upstream_commit", "")
-        commits = git.out(wt, "rev-list", "--reverse", f"{base}..HEAD").split() if base else []
+        base = record.upstream_commit
+        commits = git.commits_between(wt, base) if base else []
     listed = {e.name for e in queue.entries}
-    stray = [(p["name"], c) for p, c in zip(applied, commits, strict=False)]
+    stray = [(p.name, c) for p, c in zip(applied, commits, strict=False)]
     stray = [(n, c) for n, c in stray if n not in listed]
     if stray:
         shown = ", ".join(f"{c[:12]} ({n})" for n, c in stray[:3])
@@ -218,13 +194,10 @@ def _refuse_gitlinks(wt: Path) -> None:
     """PatchError for a submodule the new patch would hold (a staged gitlink, or a nested git
     repository `git add -A` would record as one): a patch cannot carry one, and `add -A`
     would silently drop a staged gitlink whose folder is absent."""
-    staged = git.run(wt, "diff", "--cached", "--raw", "-z", "--no-renames", check=False)
-    fields = staged.stdout.split("\0")
-    links = [fields[i + 1] for i in range(0, len(fields) - 1, 2) if " 160000 " in fields[i]]
-    status = git.run(wt, "status", "--porcelain", "-z", "--untracked-files=normal", check=False)
-    for entry in status.stdout.split("\0"):
-        if entry.startswith("?? ") and (wt / entry[3:] / ".git").exists():
-            links.append(entry[3:].rstrip("/"))
+    links = git.staged_gitlinks(wt)
+    for entry in git.untracked(wt):
+        if (wt / entry / ".git").exists():
+            links.append(entry.rstrip("/"))
     if links:
         shown = ", ".join(repr(x) for x in links[:3])
         raise PatchError(
@@ -283,7 +256,7 @@ def author_ident(cwd: Path) -> tuple[str, str, str]:
     """(name, email, date) of the user's git identity, dated now; ConfigError if unset."""
     import time
 
-    res = git.run(cwd, "var", "GIT_AUTHOR_IDENT", identity=False, check=False)
+    res = git.user_identity(cwd)
     m = re.match(r"^(.*) <(.*)> \d+ [+-]\d{4}$", res.stdout.strip())
     if res.status != 0 or not m or not m.group(1).strip():
         raise ConfigError(
@@ -306,7 +279,7 @@ def _new_patch(
             f"no sglforge worktree for {ref} at {wt}",
             f"run `sglforge patches apply --ref {ref}`, edit files there, then rerun",
         )
-    if not git.out(wt, "status", "--porcelain"):
+    if not git.uncommitted(wt):
         raise NothingToDo(
             f"worktree {wt} has no changes to turn into a patch", f"edit files under {wt} first"
         )
@@ -321,19 +294,10 @@ def _new_patch(
     lines = {"Upstream-Status": "Pending", **trailers}
     body = "\n".join(f"{k}: {v}" for k, v in lines.items())
     who, email, when = author_ident(wt)
-    git.run(wt, "add", "-A")
-    if git.run(wt, "diff", "--cached", "--quiet", check=False).status == 0:
+    if not git.commit_all(wt, f"{subject}\n\n{body}", author=(who, email, when)):
         raise PatchError(
             f"worktree {wt}: after `git add -A` nothing differs from HEAD, so there is no "
             "patch to make",
             f"edit files under {wt} first (`git -C {wt} status` shows what git sees)",
         )
-    git.run(
-        wt,
-        "commit",
-        "-q",
-        "-m",
-        f"{subject}\n\n{body}",
-        env={"GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": when},
-    )
     return export_queue(root, ref, new_slug=name)
