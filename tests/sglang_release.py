@@ -14,8 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
-from sglforge import cache, git, pypi
+from sglforge import cache, pypi
 from sglforge.patches.series import read_series
+from synthetic import git as run_git
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_ENV = "SGLFORGE_TEST_PYPI_CACHE"
@@ -54,8 +55,8 @@ def release_tree(dest: Path, version: str, patched: bool) -> Path:
     The patches are applied with plain ``git apply`` (no fuzz, no 3-way), in series order.
     """
     repo = release_history(f"=={version}")
-    git.run(dest.parent, "clone", "--quiet", "--branch", f"v{version}", str(repo), str(dest))
+    run_git(dest.parent, "clone", "--quiet", "--branch", f"v{version}", str(repo), str(dest))
     if patched:
         for entry in read_series(REPO_ROOT):
-            git.run(dest, "apply", str(REPO_ROOT / "patches" / entry.name))
+            run_git(dest, "apply", str(REPO_ROOT / "patches" / entry.name))
     return dest

@@ -64,10 +64,12 @@ def check_python() -> Check:
 
 
 def check_git() -> Check:
-    code, out = _run("git", "--version")
-    if code != 0:
+    from sglforge import git
+
+    found = git.version()
+    if found is None:
         return Check("git", FAIL, "git not found", "install git (apt-get install git)")
-    return Check("git", OK, out.strip().removeprefix("git version "))
+    return Check("git", OK, found)
 
 
 def check_engine() -> list[Check]:

@@ -259,6 +259,7 @@ def fast_import(repo: Path, stream: Iterable[bytes]) -> None:
         raise
     finally:
         drain.join()
+        proc.stderr.close()
     if status != 0:
         raise GitFailed(
             ("fast-import",), GitResult(status, "", decode_exact(b"".join(errors))), repo

@@ -287,20 +287,17 @@ def _git_branch(dest: Path) -> tuple[str, str]:
     """("existing", its branch) when ``dest`` is inside a git work tree, else ("", "")."""
     from sglforge import git
 
-    res = git.run(dest, "rev-parse", "--is-inside-work-tree", check=False, identity=False)
-    if res.status != 0 or res.stdout.strip() != "true":
+    if not git.in_work_tree(dest):
         return "", ""
-    head = git.run(dest, "symbolic-ref", "--short", "HEAD", check=False, identity=False)
-    return "existing", head.stdout.strip() if head.status == 0 else ""
+    return "existing", git.current_branch(dest)
 
 
 def _git_init(dest: Path) -> tuple[str, str]:
     """``git init`` in ``dest`` (as ``cargo new`` does): ("initialised", its branch)."""
     from sglforge import git
 
-    git.run(dest, "init", "-q", identity=False)
-    head = git.run(dest, "symbolic-ref", "--short", "HEAD", check=False, identity=False)
-    branch = head.stdout.strip() if head.status == 0 else ""
+    git.init(dest)
+    branch = git.current_branch(dest)
     if branch and branch != "main":
         # the workflow was written for "main": follow the branch git chose
         wf = dest / ".github" / "workflows" / "sglforge.yml"

@@ -30,6 +30,7 @@ import pytest
 
 from sglforge import construct, coverage, git
 from sglforge.smoke.scenario import load_scenario
+from synthetic import git as run_git
 
 pytestmark = pytest.mark.pypi
 
@@ -59,7 +60,7 @@ def aiter_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "model_configs").mkdir(parents=True)
     mirror = Path(os.environ.get("SGLFORGE_AITER_REPO") or "/work/.mirror/ROCm+aiter/repo")
     if mirror.is_dir():
-        names = git.out(
+        names = run_git(
             mirror, "ls-tree", "-r", "--name-only", AITER_COMMIT, "aiter/configs/"
         ).splitlines()
         for name in names:

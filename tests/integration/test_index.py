@@ -75,7 +75,7 @@ def test_the_same_release_is_the_same_commit_from_every_shape(
             monkeypatch.setenv(index.INDEX_ENV, server.url())
             index.forget()
             repo = pypi.ensure(tmp_path / f"c{n}", PROJECT, ["0.2.0"])
-            seen.add(git.out(repo, "rev-parse", "v0.2.0"))
+            seen.add(git.commit_id(repo, "v0.2.0"))
     assert len(seen) == 1
 
 

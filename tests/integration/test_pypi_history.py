@@ -20,6 +20,7 @@ import pytest
 from index_server import IndexServer, serve
 from sglforge import git, index, pypi
 from sglforge.errors import ConfigError, UpstreamError
+from synthetic import git as run_git
 
 PROJECT = "fakeglang"
 
@@ -74,25 +75,24 @@ def build(cache: Path, spec: str = ">=0.1") -> Path:
 
 
 def tag_shas(repo: Path) -> dict[str, str]:
-    return {t: git.out(repo, "rev-parse", f"{t}^{{commit}}") for t in git.tags(repo)}
+    return {t: git.commit_id(repo, t) for t in git.tags(repo)}
 
 
 def test_one_parentless_commit_per_release(tmp_path: Path, served: IndexServer) -> None:
     repo = build(tmp_path / "cache", ">=0.1")
     assert pypi.tagged_versions(repo) == ["0.1.0", "0.2.0"]  # 0.3.0rc1: a pre-release
     for tag in ("v0.1.0", "v0.2.0"):
-        assert git.run(repo, "rev-parse", "--verify", f"{tag}^", check=False).status != 0
-    assert git.out(repo, "log", "-1", "--format=%s", "main") == (
-        "fakeglang 0.2.0: python/ tree of the released wheel"
-    )
-    files = git.out(repo, "ls-tree", "-r", "--format=%(objectmode) %(path)", "v0.2.0")
+        with pytest.raises(git.GitFailed, match=f"{tag}\\^"):
+            git.commit_id(repo, f"{tag}^")  # parentless
+    assert git.subject(repo, "main") == ("fakeglang 0.2.0: python/ tree of the released wheel")
+    files = run_git(repo, "ls-tree", "-r", "--format=%(objectmode) %(path)", "v0.2.0")
     # The package folder only, under python/: no dist-info, no compiled module.
     assert files.splitlines() == [
         "100644 python/fakeglang/__init__.py",
         "100755 python/fakeglang/run.sh",
     ]
-    assert git.out(repo, "show", "v0.1.0:python/fakeglang/__init__.py") == "__version__ = '0.1.0'"
-    assert "holds python/ only" in git.out(repo, "log", "-1", "--format=%B", "v0.1.0")
+    assert run_git(repo, "show", "v0.1.0:python/fakeglang/__init__.py") == "__version__ = '0.1.0'"
+    assert "holds python/ only" in run_git(repo, "log", "-1", "--format=%B", "v0.1.0")
     wheels = tmp_path / "cache" / "pypi-fakeglang" / "wheels"
     # the sha256 computed at download is recorded beside each wheel
     assert sorted(p.name for p in wheels.glob("*.sha256")) == [
@@ -136,7 +136,7 @@ def test_growing_the_store_never_changes_a_sha(tmp_path: Path, served: IndexServ
     grown = tag_shas(build(cache, ">=0.0.1"))
     assert set(grown) == {"v0.0.5", "v0.1.0", "v0.2.0", "v0.4.0"}
     assert grown["v0.2.0"] == first["v0.2.0"]
-    assert git.out(repo, "rev-parse", "main") == grown["v0.4.0"]
+    assert git.commit_id(repo, "main") == grown["v0.4.0"]
 
 
 def test_wheels_are_never_downloaded_twice(tmp_path: Path, served: IndexServer) -> None:
@@ -212,7 +212,7 @@ def test_a_damaged_store_is_rebuilt_from_the_wheels(
     assert build(cache) == repo
     assert "is damaged" in capfd.readouterr().err
     assert tag_shas(repo) == shas
-    assert git.run(repo, "fsck", "--no-dangling", check=False).status == 0
+    assert git.fsck(repo) == ""
     assert not [r for r in served.requests if r.startswith("/files/")]
 
 
@@ -235,7 +235,7 @@ def test_two_processes_importing_at_once_agree(tmp_path: Path, served: IndexServ
         from pathlib import Path
         from sglforge import git, pypi
         repo = pypi.history(Path({str(cache)!r}), {PROJECT!r}, ">=0.1")
-        print(git.out(repo, "rev-parse", "v0.2.0"))
+        print(git.commit_id(repo, "v0.2.0"))
         """
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))

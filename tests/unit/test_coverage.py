@@ -20,6 +20,7 @@ import pytest
 
 from sglforge import coverage, git
 from sglforge.patches.configs import base_tables, load_items
+from synthetic import git as run_git
 
 REPO = Path(__file__).resolve().parents[2]
 AITER_COMMIT = "9127c94a18e4398e1eba91f6639e910f0994ad02"
@@ -216,8 +217,8 @@ def test_the_cited_aiter_lines_say_what_coverage_relies_on() -> None:
         "]",
     ]
     # Nothing GLM-5 fp4 in that commit's tables: the base covers none of GLM-5.2's MXFP4 MoE.
-    names = git.run(repo, "ls-tree", "--name-only", AITER_COMMIT, "aiter/configs/model_configs/")
-    assert "glm5_fp4" not in names.stdout
+    names = run_git(repo, "ls-tree", "--name-only", AITER_COMMIT, "aiter/configs/model_configs/")
+    assert "glm5_fp4" not in names
 
 
 def lookup(model: str, status: str, tokens: tuple[int, ...] = (1, 2)) -> coverage.Lookup:

@@ -75,48 +75,18 @@ class CheckReport:
         return all(r.ok for r in self.refs)
 
 
-class _Index:
-    """A private index file inside the upstream cache's object store."""
+class _Index(git.Index):
+    """A private index file inside the upstream cache's object store, named so a later run
+    can tell a killed run's leftovers from live ones."""
 
     def __init__(self, cache: Path, tmpdir: Path) -> None:
-        self.cache = cache
         tmpdir.mkdir(parents=True, exist_ok=True)
         _sweep_stale_indexes(tmpdir)
         # The pid in the name lets a later run tell a killed run's leftovers from live ones.
         fd, name = tempfile.mkstemp(dir=tmpdir, prefix=f"index-{os.getpid()}-", suffix=".tmp")
         os.close(fd)
         os.unlink(name)
-        self.path = name
-
-    def git(self, *args: str, stdin: str | None = None, check: bool = False) -> git.GitResult:
-        return git.run(
-            self.cache, *args, stdin=stdin, env={"GIT_INDEX_FILE": self.path}, check=check
-        )
-
-    def load(self, tree: str) -> None:
-        self.git("read-tree", tree, check=True)
-
-    def load_paths(self, commit: str, paths: list[str], add: bool = False) -> None:
-        """An index holding only ``paths`` of ``commit``: all `git apply --cached` looks at.
-
-        Writing a full index of sglang's thousands of files costs more than the patches'
-        own work; the handful of files the queue touches gives the same answers.
-        """
-        listing = self.git("ls-tree", "-r", "--full-tree", commit, "--", *paths, check=True)
-        if not add:
-            Path(self.path).unlink(missing_ok=True)
-        if not listing.stdout:
-            if not add:
-                self.git("read-tree", "--empty", check=True)
-            return
-        self.git("update-index", "--index-info", stdin=listing.stdout + "\n", check=True)
-
-    def tree(self) -> str:
-        return self.git("write-tree", check=True).stdout
-
-    def close(self) -> None:
-        Path(self.path).unlink(missing_ok=True)
-        Path(self.path + ".lock").unlink(missing_ok=True)
+        super().__init__(cache, Path(name))
 
 
 def _sweep_stale_indexes(tmpdir: Path) -> None:
@@ -181,7 +151,7 @@ def check_ref(
     results: list[PatchStatus] = []
     failed: dict[str, str] = {}  # patch name -> why it failed (for dependants)
     try:
-        index.load_paths(commit, sorted({f for p in queue.patches for f in p.paths or p.files}))
+        index.read_paths(commit, sorted({f for p in queue.patches for f in p.paths or p.files}))
         fast = _fast_path(queue, index, version)
         if fast is not None:
             return RefReport(ref, commit, str(version) if version else None, fast)
@@ -196,13 +166,13 @@ def check_ref(
                 files = tuple(f for p in queue.patches for f in p.files)
                 renames = _renames(up.cache, pin_commit, commit, files)
                 if renames:
-                    index.load_paths(commit, sorted(set(renames.values())), add=True)
+                    index.read_paths(commit, sorted(set(renames.values())), add=True)
             st = _check_patch(patch, index, up, pin_commit, commit, version, renames or {})
             results.append(st)
             if st.status == CONFLICT or (st.status == SKIPPED and "Applies-To" not in st.detail):
                 failed[patch.name] = st.status
     finally:
-        index.close()
+        index.discard()
     return RefReport(ref, commit, str(version) if version else None, tuple(results))
 
 
@@ -217,8 +187,7 @@ def _fast_path(
     patches = queue.patches
     if not patches or any(p.applies_at(version) is False or not p.has_diff() for p in patches):
         return None
-    paths = [str(p.path.resolve()) for p in patches]
-    res = index.git("apply", "--cached", "-v", *paths)
+    res = index.apply([p.path.resolve() for p in patches])
     if res.status != 0:
         return None  # git apply is atomic: the index is unchanged
     owners = [p for p in patches for _ in _file_sections(p)]
@@ -262,7 +231,7 @@ def _failed_dependency(patch: Patch, queue: Queue, failed: dict[str, str]) -> st
 def _needs_renames(index: _Index, patch: Patch) -> bool:
     # Only files that exist in the patch's preimage yet are missing here can have moved.
     for f in patch.files:
-        if not index.git("ls-files", "--error-unmatch", "--", f).status == 0:
+        if not index.has_path(f):
             return True
     return False
 
@@ -276,45 +245,18 @@ def _renames(cache: Path, a: str, b: str, files: tuple[str, ...] = ()) -> dict[s
     only when that finds nothing.
     """
     if files:
-        plain = git.run(cache, "diff", "--name-status", "--no-renames", a, b, check=False)
-        deleted = set()
-        added = []
-        for line in plain.stdout.splitlines():
-            parts = line.split("\t")
-            if len(parts) == 2 and parts[0] == "D" and parts[1] in files:
-                deleted.add(parts[1])
-            elif len(parts) == 2 and parts[0] == "A":
-                added.append(parts[1])
+        changes = git.name_status(cache, a, b)
+        deleted = {path for st, path in changes if st == "D" and path in files}
+        added = [path for st, path in changes if st == "A"]
         if not deleted:
             return {}
         names = {d.rsplit("/", 1)[-1] for d in deleted}
         candidates = [f for f in added if f.rsplit("/", 1)[-1] in names]
         if candidates:
-            found = _rename_pairs(cache, a, b, [*sorted(deleted), *candidates])
+            found = git.renames(cache, a, b, [*sorted(deleted), *candidates])
             if set(found) >= deleted:
                 return found
-    return _rename_pairs(cache, a, b, [])
-
-
-def _rename_pairs(cache: Path, a: str, b: str, paths: list[str]) -> dict[str, str]:
-    res = git.run(
-        cache,
-        "diff",
-        "--name-status",
-        "-M",
-        f"-l{git.RENAME_LIMIT}",
-        "--diff-filter=R",
-        a,
-        b,
-        *(["--", *paths] if paths else []),
-        check=False,
-    )
-    moved: dict[str, str] = {}
-    for line in res.stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[0].startswith("R"):
-            moved[parts[1]] = parts[2]
-    return moved
+    return git.renames(cache, a, b)
 
 
 def _check_patch(
@@ -331,7 +273,7 @@ def _check_patch(
     allowed = patch.applies_at(version)
     text = patch.text  # the exact bytes `git am` gets in apply: one verdict for both
     if allowed is not False:
-        res = _apply(index, text)
+        res = index.apply(text)
         if res.status == 0:
             offset = "offset" in res.stderr
             return PatchStatus(
@@ -352,26 +294,26 @@ def _check_patch(
             f"Applies-To {patch.applies_to} excludes {version}",
             patch.files,
         )
-    before = index.tree()
-    res = _apply(index, text, "--3way")
+    before = index.write_tree()
+    res = index.apply(text, three_way=True)
     if res.status == 0:
         return PatchStatus(patch.name, THREE_WAY, "merged with git's 3-way fallback", patch.files)
-    index.load(before)
+    index.read_tree(before)
     moved = {a: b for a, b in renames.items() if a in patch.files}
     if moved:
         moved_text = retarget(text, moved)
-        res = _apply(index, moved_text)
+        res = index.apply(moved_text)
         where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
         if res.status == 0:
             return PatchStatus(
                 patch.name, OFFSET, f"applied at moved path ({where})", patch.files, moved=moved
             )
-        res = _apply(index, moved_text, "--3way")
+        res = index.apply(moved_text, three_way=True)
         if res.status == 0:
             return PatchStatus(
                 patch.name, THREE_WAY, f"3-way at moved path ({where})", patch.files, moved=moved
             )
-        index.load(before)
+        index.read_tree(before)
     outside = [f for f in patch.files if not f.startswith("python/")]
     if up.python_only and outside:
         # A PyPI-built history has python/ only: it cannot say anything about these files.
@@ -398,10 +340,6 @@ def _check_patch(
         files or patch.files,
         hunks,
     )
-
-
-def _apply(index: _Index, text: str, *extra: str) -> git.GitResult:
-    return index.git("apply", "--cached", "-v", *extra, "-", stdin=text)
 
 
 def _offset_detail(stderr: str) -> str:
@@ -433,19 +371,17 @@ def _upstreamed(
     renames: dict[str, str],
 ) -> str:
     """Evidence that upstream already has this change, strongest first; '' when none."""
-    rev = index.git("apply", "--cached", "--check", "--reverse", "-", stdin=text)
+    rev = index.apply(text, reverse=True, check=True)
     if rev.status == 0:
         return "change already present: the patch reverse-applies here"
-    pid = _patch_id(up.cache, text)
+    pid = git.patch_id(up.cache, text)
     if pid and commit != pin_commit:
         found = _commit_with_patch_id(up.cache, pin_commit, commit, patch.files, pid)
         if found:
             return f"same change as upstream commit {found[:12]} (patch-id {pid[:12]})"
     moved = {a: b for a, b in renames.items() if a in patch.files}
     if moved:
-        rev = index.git(
-            "apply", "--cached", "--check", "--reverse", "-", stdin=retarget(text, moved)
-        )
+        rev = index.apply(retarget(text, moved), reverse=True, check=True)
         if rev.status == 0:
             where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
             return f"file moved ({where}) and the change is present at the new path"
@@ -459,40 +395,18 @@ def _upstreamed(
     return ""
 
 
-def _patch_id(cache: Path, text: str) -> str:
-    res = git.run(cache, "patch-id", "--stable", stdin=text, check=False)
-    return res.stdout.split()[0] if res.stdout else ""
-
-
 def _commit_with_patch_id(
     cache: Path, pin_commit: str, commit: str, files: tuple[str, ...], pid: str
 ) -> str:
-    base = git.run(cache, "merge-base", pin_commit, commit, check=False).stdout
+    base = git.merge_base(cache, pin_commit, commit)
     if not base:
         # unrelated commits (a PyPI store: one parentless commit per release): the change
         # between the two releases, as one diff
-        diff = git.run(cache, "diff", pin_commit, commit, "--", *files, check=False, strip=False)
-        ids = git.run(cache, "patch-id", "--stable", stdin=diff.stdout, check=False).stdout
-        return commit if ids.split()[:1] == [pid] else ""
-    log = git.run(
-        cache,
-        "log",
-        "-p",
-        "--no-merges",
-        "--format=commit %H",
-        f"{base}..{commit}",
-        "--",
-        *files,
-        check=False,
-        strip=False,
-    )
-    if not log.stdout.strip():
-        return ""
-    ids = git.run(cache, "patch-id", "--stable", stdin=log.stdout, check=False).stdout
-    for line in ids.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == pid:
-            return parts[1]
+        between = git.patch_id(cache, git.diff(cache, pin_commit, commit, files))
+        return commit if between == pid else ""
+    for found, sha in git.patch_ids(cache, base, commit, files):
+        if found == pid:
+            return sha
     return ""
 
 
@@ -526,24 +440,9 @@ def context_elsewhere(cache: Path, commit: str, patch: Patch, files: Sequence[st
         ]
         if not lines:
             continue
-        here = git.run(
-            cache,
-            "grep",
-            "-F",
-            "-c",
-            *[a for ln in lines for a in ("-e", ln)],
-            commit,
-            "--",
-            pf.path,
-            check=False,
-        )
-        if here.status == 0 and here.stdout.strip():
+        if git.holds_any_line(cache, commit, pf.path, lines):
             continue  # some of its lines are still there: an ordinary conflict
-        probe = max(lines, key=len)
-        found = git.run(
-            cache, "grep", "-F", "-n", "-e", probe, commit, "--", ":/", check=False
-        ).stdout.splitlines()
-        where = [":".join(ln.removeprefix(f"{commit}:").split(":", 2)[:2]) for ln in found[:3]]
+        where = git.find_line(cache, commit, max(lines, key=len))
         if where:
             notes.append(
                 f"{pf.path} no longer holds the lines the patch touches; they are now in "
@@ -557,7 +456,7 @@ def context_elsewhere(cache: Path, commit: str, patch: Patch, files: Sequence[st
 def _failing_hunks(
     index: _Index, text: str, patch: Patch
 ) -> tuple[tuple[str, ...], tuple[str, ...], str]:
-    res = index.git("apply", "--cached", "--check", "-v", "-", stdin=text)
+    res = index.apply(text, check=True)
     files: list[str] = []
     hunks: list[str] = []
     try:

@@ -286,7 +286,7 @@ def _from_commit(project: Project, commit: str) -> tuple[list[str], dict[str, st
 
 def _first_release(cache: Path, sha: str) -> Version | None:
     versions = []
-    for tag in git.out(cache, "tag", "--contains", sha).split():
+    for tag in git.tags_containing(cache, sha):
         try:
             v = Version(tag.removeprefix("v"))
         except InvalidVersion:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,16 +168,16 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
     texts: dict[str, str] = {}
     try:
         with git.cache_lock(up.cache):
-            git.run(up.cache, "worktree", "add", "--force", "--detach", str(wt), commit)
+            git.add_worktree(up.cache, wt, commit)
         for patch, st in zip(queue.patches, report.patches, strict=True):
             if st.status not in APPLIED:
                 continue
             source = patch.text
             if st.moved:
                 source = retarget(source, st.moved)
-            res = git.run(wt, "am", "--3way", "--keep-cr", "--quiet", stdin=source, check=False)
+            res = git.am(wt, text=source)
             if res.status != 0:
-                git.run(wt, "am", "--abort", check=False)
+                git.am_abort(wt)
                 raise PatchError(
                     f"{patch.name} passed the check at {report.ref} but `git am` failed: "
                     f"{(res.stderr or res.stdout).strip().splitlines()[0]}",
@@ -189,9 +188,7 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
             texts[patch.name] = merge_header(source, format_commit(wt, "HEAD"))
     finally:
         with git.cache_lock(up.cache):
-            git.run(up.cache, "worktree", "remove", "--force", str(wt), check=False)
-            shutil.rmtree(wt, ignore_errors=True)
-            git.run(up.cache, "worktree", "prune", check=False)
+            git.remove_worktree(up.cache, wt)
     return texts
 
 

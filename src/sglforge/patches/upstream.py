@@ -185,7 +185,7 @@ class Upstream:
         return {ref: known[ref] if ref in known else self.resolve(ref) for ref in refs}
 
     def tree(self, commit: str) -> str:
-        return git.out(self.cache, "rev-parse", f"{commit}^{{tree}}")
+        return git.tree(self.cache, commit)
 
 
 def with_upstream(command: str, upstream: str | None) -> str:

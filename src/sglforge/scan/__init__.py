@@ -130,7 +130,7 @@ def checkout(
         tree.mkdir()
         archive = tmp / "tree.tar"
         # python/ only: what the scan reads (a git upstream also holds sgl-kernel/, docs, ...)
-        git.run(up.cache, "archive", "--format=tar", "-o", str(archive), commit, "python")
+        git.archive(up.cache, commit, "python", archive)
         with tarfile.open(archive) as tar:
             tar.extractall(tree, filter="data")
         archive.unlink()
@@ -139,14 +139,7 @@ def checkout(
             for patch in q.patches:
                 if patch.applies_at(version) is False:
                     continue
-                res = git.run(
-                    tree,
-                    "apply",
-                    "--whitespace=nowarn",
-                    "--include=python/*",
-                    str(patch.path),
-                    check=False,
-                )
+                res = git.apply_to_folder(tree, patch.path, include="python/*")
                 if res.status != 0:
                     raise PatchError(
                         f"{patch.name} does not apply at {ref}: {res.stderr.strip()[:200]}",
