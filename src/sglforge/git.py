@@ -183,16 +183,17 @@ def _run(
     raw_in = encode_exact(stdin) if isinstance(stdin, str) else stdin
     _progress.current().detail(f"git {' '.join(args)}  (in {cwd})")
     proc = _start(cwd, args, _env(env, identity=identity), stdin=raw_in is not None)
-    try:
-        raw_out, raw_err = proc.communicate(raw_in, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        proc.kill()
-        proc.wait()
-        raise _timed_out(args, timeout, waiting_for) from exc
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
+    with proc:  # its pipes closed whatever happens
+        try:
+            raw_out, raw_err = proc.communicate(raw_in, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.wait()
+            raise _timed_out(args, timeout, waiting_for) from exc
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
     out_text = decode_exact(raw_out or b"")
     err_text = decode_exact(raw_err or b"")
     if strip and out_text.endswith("\n"):
@@ -220,7 +221,9 @@ def _repo(path: Path | str) -> Iterator[Repo]:
     """``path`` opened with GitPython, closed (its cat-file helpers ended) on the way out."""
     try:
         repo = Repo(str(path))
-    except (InvalidGitRepositoryError, NoSuchPathError) as exc:
+    except NoSuchPathError as exc:
+        raise ConfigError(f"{path}: no such folder (git was to read a repository there)") from exc
+    except InvalidGitRepositoryError as exc:
         raise ConfigError(
             f"{path}: not a git repository", f"git -C {path} status says what git sees there"
         ) from exc
