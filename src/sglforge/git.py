@@ -580,10 +580,10 @@ def valid_branch_name(repo: Path | str, name: str) -> bool:
     return _run(repo, "check-ref-format", "--branch", name, check=False).status == 0
 
 
-def checkout(repo: Path | str, rev: str, new_branch: str | None = None) -> None:
-    """Switch the user's work tree to ``rev`` (with ``new_branch``: to a new branch there)."""
-    args = ["-b", new_branch] if new_branch else [rev]
-    _run(repo, "checkout", "-q", *args, identity=False)
+def checkout(repo: Path | str, rev: str = "HEAD", new_branch: str | None = None) -> None:
+    """Switch the user's work tree to ``rev`` (with ``new_branch``: to a new branch made at
+    ``rev``); the work tree's uncommitted changes come along, as with ``git checkout``."""
+    _run(repo, "checkout", "-q", *(["-b", new_branch] if new_branch else []), rev, identity=False)
 
 
 def delete_branch(repo: Path | str, branch: str) -> None:

@@ -187,6 +187,24 @@ def test_worktree_lifecycle_and_a_stopped_am(repo: Path, tmp_path: Path) -> None
     assert "refs/heads/sglforge/v1.0" not in git.worktree_branches(repo)
 
 
+def test_a_branch_of_the_users_own(repo: Path) -> None:
+    start = git.head(repo)
+    git.checkout(repo, new_branch="upgrade/v1.2")
+    assert git.current_branch(repo) == "upgrade/v1.2" and git.head(repo) == start
+    (repo / "patches").mkdir()
+    (repo / "patches" / "series").write_text("0001-x.patch\n")
+    (repo / "elsewhere.txt").write_text("not committed\n")
+    assert git.uncommitted(repo, "patches") == ["patches/"]
+    assert git.commit_all(repo, "Upgrade\n\nwhy", paths=["patches"], own_identity=True)
+    # the user's identity (conftest pins it in the environment), not sglforge's fixed one
+    who = f"{os.environ['GIT_AUTHOR_NAME']} {os.environ['GIT_COMMITTER_NAME']}"
+    assert run_git(repo, "log", "-1", "--format=%an %cn") == who != "sglforge sglforge"
+    assert git.uncommitted(repo) == ["elsewhere.txt"]
+    assert git.subject(repo, "HEAD") == "Upgrade"
+    git.checkout(repo, "main")
+    assert git.current_branch(repo) == "main" and git.head(repo) == start
+
+
 def test_init_and_a_fresh_repository(tmp_path: Path) -> None:
     bare = tmp_path / "store.git"
     git.init(bare, bare=True, head="refs/heads/trunk")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge import pypi
+from sglforge import git, pypi
 from sglforge.errors import ConfigError, UpstreamError
 
 
@@ -86,7 +86,8 @@ def test_unreadable_wheel_names_the_file_and_how_to_recover(tmp_path: Path) -> N
 
 def test_blob_sha_is_gits() -> None:
     # `printf 'hello\n' | git hash-object --stdin`
-    assert pypi._blob_sha(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
+    # (the id pypi's fast-import stream refers to known blobs by)
+    assert git.blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
 
 
 def test_fast_import_paths_are_quoted_only_when_needed() -> None:
