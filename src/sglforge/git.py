@@ -227,6 +227,9 @@ def _repo(path: Path | str) -> Iterator[Repo]:
         raise ConfigError(
             f"{path}: not a git repository", f"git -C {path} status says what git sees there"
         ) from exc
+    # the same clean environment for the commands GitPython runs itself (its cat-file helpers
+    # may fetch a missing blob of a partial clone: never wait on a prompt)
+    repo.git.update_environment(**_env())
     try:
         yield repo
     finally:
