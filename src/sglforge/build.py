@@ -53,7 +53,7 @@ from sglforge.errors import (
     ConfigError,
     SglforgeError,
 )
-from sglforge.project import Project, ProjectLike
+from sglforge.project import Project
 from sglforge.provenance import (
     LABEL_ENTRYPOINT_RESET,
     LABEL_INPUTS,
@@ -67,13 +67,13 @@ from sglforge.provenance import (
     manifest_bytes,
     source_labels,
 )
+from sglforge.requests import MODES, BuildRequest
 from sglforge.targets import BuildTarget
 from sglforge.util import plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep
 
-MODES = ("auto", "overlay", "source")
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
 UPSTREAM_DOCKERFILE = "docker/rocm.Dockerfile"
@@ -604,57 +604,41 @@ def buildx_command(plan: BuildPlan, docker: str = "docker") -> list[str]:
 
 
 def build_image(
-    root: ProjectLike,
-    target: str = "mi355x",
-    mode: str = "auto",
-    base_image: str | None = None,
-    upstream: str | None = None,
-    tags: Sequence[str] = (),
-    dry_run: bool = False,
-    progress: BuildProgress | None = None,
-    *,
-    ref: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    offline: bool | None = None,
+    project: Project, req: BuildRequest, progress: BuildProgress | None = None
 ) -> BuildResult:
-    """Apply the queue and build (or, with ``dry_run``, plan) the image for ``target``."""
+    """Apply the queue and build (or, with ``req.dry_run``, plan) the image ``req`` asks for.
+
+    The queue is read once (``project.queue``), the target comes resolved in the request.
+    """
     from sglforge.patches.apply import apply_queue
     from sglforge.patches.upstream import upstream_source
 
     started = time.monotonic()
     say = _sayer(progress)
-    project = Project.of(root)
-    root = project.root
-    bt = project.target(target)
-    if mode not in MODES:
-        choose_mode(mode, ())  # raises the ConfigError naming the known modes
-    offline = _offline(offline)
+    root, bt, dry_run = project.root, req.target, req.dry_run
     queue = project.queue
-    chosen, reason = choose_mode(mode, queue.patches)
+    chosen, reason = choose_mode(req.mode, queue.patches)
     patches = tuple(
         PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
     )
-    the_ref = ref or queue.pin.ref
+    the_ref = req.ref or queue.pin.ref
     version = version_of(the_ref)
     template = _overlay_template(root) if chosen == "overlay" else ""
 
     base: Base | None = None
     if chosen == "overlay" and version is not None:
-        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
-        if not dry_run:
-            # Before any work: a base tag that was never published is a lost day.
-            say(f"checking base image {base.ref}")
-            base = _check_base(base, bt, offline, say)
+        # Before any work: a base tag that was never published is a lost day.
+        base = _base_for(req, version, say)
 
     say(f"applying the patch queue at {the_ref}")
-    applied = apply_queue(project, ref=ref, upstream=upstream)
+    applied = apply_queue(project, ref=req.ref)
     version = version or applied.version
     if version is None:
         raise ConfigError(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
             'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
         )
-    source = upstream_source(queue.pin, upstream)
+    source = upstream_source(queue.pin, project.upstream_option)
     wheel, wheel_sha = _wheel_facts(source, version) if applied.python_only else ("", "")
     up = UpstreamFacts(
         url=queue.pin.url,
@@ -665,8 +649,8 @@ def build_image(
         wheel=wheel,
         wheel_sha256=wheel_sha,
     )
-    # Image labels only (containers of the build keep ``labels``): --label wins over these.
-    image_labels = {**fork_labels(root, bt.source), **(labels or {})}
+    # Image labels only (containers of the build keep ``req.labels``): --label wins over these.
+    image_labels = {**fork_labels(root, bt.source), **req.labels}
 
     if chosen == "source":
         plan = plan_build(
@@ -679,55 +663,61 @@ def build_image(
             patches=patches,
             worktree=applied.worktree,
             changed_files=applied.changed_files,
-            tags=tags,
+            tags=req.tags,
             extra_labels=image_labels,
         )
         if dry_run:
             return _result(plan, None, False, None, True, started)
-        return _build_source(root, plan, applied.worktree, say, progress, started, labels)
+        return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
 
     if base is None:
-        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
-        if not dry_run:
-            say(f"checking base image {base.ref}")
-            base = _check_base(base, bt, offline, say)
+        base = _base_for(req, version, say)
     if not dry_run:
-        base = _inspect_base(root, base, version, labels)
+        base = _inspect_base(root, base, version, req.labels)
     else:
-        base = _dry_run_base(root, base, version, labels)
+        base = _dry_run_base(root, base, version, req.labels)
     staged = None
     if queue.configs and not dry_run:
         # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
         from sglforge import overlay_configs
 
-        staged = overlay_configs.stage(root, queue.configs, base.ref, version, bt.name, labels, say)
+        staged = overlay_configs.stage(
+            root, queue.configs, base.ref, version, bt.name, req.labels, say
+        )
         image_labels = {**staged.labels, **image_labels}
 
-    def make_plan(b: Base) -> BuildPlan:
-        return plan_build(
-            "overlay",
-            target=bt,
-            version=version,
-            mode_reason=reason,
-            base=b,
-            upstream=up,
-            queue_hash=queue.hash,
-            patches=patches,
-            worktree=applied.worktree,
-            changed_files=applied.changed_files,
-            template=template,
-            tags=tags,
-            extra_labels=image_labels,
-        )
-
-    plan = make_plan(base)
+    plan = plan_build(
+        "overlay",
+        target=bt,
+        version=version,
+        mode_reason=reason,
+        base=base,
+        upstream=up,
+        queue_hash=queue.hash,
+        patches=patches,
+        worktree=applied.worktree,
+        changed_files=applied.changed_files,
+        template=template,
+        tags=req.tags,
+        extra_labels=image_labels,
+    )
     if staged is not None and staged.files:
         # The staged files join the context and the items the manifest.
         manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
         plan = replace(plan, files=plan.files + staged.files, manifest=manifest)
     if dry_run:
         return _result(plan, None, False, None, True, started)
-    return _build_overlay(root, plan, applied.worktree, say, progress, started, labels)
+    return _build_overlay(root, plan, applied.worktree, say, progress, started, req.labels)
+
+
+def _base_for(req: BuildRequest, version: str, say: Callable[[str], None]) -> Base:
+    """The base the request names (or the target's), checked against the registry unless this
+    is a dry run."""
+    base = Base(ref=given_base(req.base_image, version) or req.target.base_image(version))
+    if req.dry_run:
+        return base
+    say(f"checking base image {base.ref}")
+    return _check_base(base, req.target, req.offline, say)
 
 
 def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
@@ -1106,12 +1096,6 @@ def _overlay_template(root: Path) -> str:
             f"{path}: the overlay Dockerfile is missing (and none ships with this install)",
             "sglforge init (lays out images/), or reinstall sglforge",
         ) from None
-
-
-def _offline(given: bool | None) -> bool:
-    if given is not None:
-        return given
-    return os.environ.get(OFFLINE_ENV, "").lower() not in ("", "0", "false", "no")
 
 
 def _sayer(progress: BuildProgress | None) -> Callable[[str], None]:

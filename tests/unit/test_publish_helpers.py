@@ -15,13 +15,13 @@ from sglforge.publish import (
     PublishResult,
     SmokeCheck,
     Step,
-    find_scenario,
     junit_xml,
     markdown,
     references,
     registry_prefix,
     summary,
 )
+from sglforge.smoke.scenario import find_scenario
 
 IMAGE = "sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d"
 
