@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pipelines import upgrade_at as upgrade
 from real_project import copy_real_project
 from sglforge.patches.series import load_queue
-from sglforge.upgrade import upgrade
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = "pypi:sglang>=0.5.10,<=0.5.16"
@@ -116,8 +116,8 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
         assert "v0.5.16-rocm700-mi355x-q" in (root / "CHANGELOG.md").read_text()
         # Publishing the older 0.5.14 queue afterwards moves its own friendly tag, never
         # latest-mi355x back to an older version.
+        from pipelines import publish_at as publish
         from sglforge.engine import registry as reg
-        from sglforge.publish import publish
 
         latest = f"{prefix}latest-mi355x"
         before = reg.registry_digest(latest)

@@ -25,7 +25,8 @@ from helpers_build import (
     make_build_project,
     upstream_files,
 )
-from sglforge.build import build_image, render_overlay_dockerfile, scan_files
+from pipelines import build_at as build_image
+from sglforge.build import render_overlay_dockerfile, scan_files
 from sglforge.targets import load_targets
 from standin.base import ensure_sglang_base
 

@@ -16,7 +16,8 @@ import docker
 import pytest
 
 from helpers_build import STANDIN_REPO, make_build_project
-from sglforge.build import build_image, plan_build
+from pipelines import build_at as build_image
+from sglforge.build import plan_build
 from sglforge.errors import BuildError
 from sglforge.provenance import Base, PatchFacts, UpstreamFacts
 from sglforge.targets import load_targets
