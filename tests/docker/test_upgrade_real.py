@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,10 +79,31 @@ def test_upgrade_0_5_14_to_0_5_16_retires_both_and_still_builds(
 
 @pytest.mark.registry
 def test_upgrade_with_publish_pushes_only_after_smoke(
-    tmp_path: Path, docker_client, docker_labels, standin_base
+    tmp_path: Path, docker_client, docker_labels, standin_base, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from sglforge import build, inspect
     from standin.base import ensure_sglang_base
     from standin.registry import free_port, start_registry
+
+    # Counting wrappers around the real functions: an upgrade with --publish builds each
+    # target once (publish takes the upgrade's build) and reads no manifest back out of the
+    # image it built (the build's plan holds it).
+    counted: dict[str, int] = {"build_image": 0, "image_manifest": 0}
+
+    def counting(name: str, real: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counted[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(build, "build_image", counting("build_image", build.build_image))
+    monkeypatch.setattr(
+        inspect, "image_manifest", counting("image_manifest", inspect.image_manifest)
+    )
+    from sglforge import publish as publish_module
+
+    monkeypatch.setattr(publish_module, "image_manifest", inspect.image_manifest)
 
     ensure_sglang_base("0.5.16", client=docker_client)
     root = copy_project(tmp_path)
@@ -102,6 +124,7 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
             offline=True,
         )
         assert r.ready and r.applied, r.reason
+        assert counted == {"build_image": 1, "image_manifest": 0}, counted
         (target,) = r.targets
         assert target.smoke_passed is True
         pushed = set(target.published)
