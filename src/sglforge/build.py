@@ -46,13 +46,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sglforge.errors import (
-    BaseImageMissing,
-    BaseImageUnreachable,
-    BuildError,
-    ConfigError,
-    SglforgeError,
-)
+from sglforge import bases
+from sglforge.bases import OFFLINE_ENV
+from sglforge.errors import BuildError, ConfigError
 from sglforge.project import Project, ProjectLike
 from sglforge.provenance import (
     LABEL_ENTRYPOINT_RESET,
@@ -77,7 +73,6 @@ MODES = ("auto", "overlay", "source")
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
 UPSTREAM_DOCKERFILE = "docker/rocm.Dockerfile"
-OFFLINE_ENV = "SGLFORGE_OFFLINE"
 # Fixed file times in the build context (2000-01-01, the date sglforge's own commits carry):
 # the same inputs give the same layer bytes. The base's stale .pyc files are not used: they
 # record the original source's mtime and size (or hash), which the patched file does not match.
@@ -343,15 +338,6 @@ def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
     return source_labels(configured_source or (str(url) if url else None), commit)
 
 
-def from_reference(base: Base) -> str:
-    """The overlay's FROM: ``repo:tag@sha256:...`` when a registry digest is known (the build
-    then starts from exactly the base the labels record), else the tag (an image ID is no
-    valid FROM reference)."""
-    if base.digest and base.digest.startswith("sha256:") and "@" not in base.ref:
-        return f"{base.ref}@{base.digest}"
-    return base.ref
-
-
 def _provenance(
     *,
     version: str,
@@ -441,7 +427,7 @@ def plan_build(
     """
     if mode == "overlay":
         assert base is not None, "an overlay needs its base"
-        from_ref = from_reference(base)
+        from_ref = bases.from_reference(base)
         workspace, ws_source = workspace_of(base.package_path, target.workspace)
         files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
         entrypoint, cmd = base.entrypoint, base.cmd
@@ -644,7 +630,7 @@ def build_image(
         if not dry_run:
             # Before any work: a base tag that was never published is a lost day.
             say(f"checking base image {base.ref}")
-            base = _check_base(base, bt, offline, say)
+            base = bases.check_base(base, bt, offline, say)
 
     say(f"applying the patch queue at {the_ref}")
     applied = apply_queue(project, ref=ref, upstream=upstream)
@@ -690,11 +676,11 @@ def build_image(
         base = Base(ref=given_base(base_image, version) or bt.base_image(version))
         if not dry_run:
             say(f"checking base image {base.ref}")
-            base = _check_base(base, bt, offline, say)
+            base = bases.check_base(base, bt, offline, say)
     if not dry_run:
-        base = _inspect_base(root, base, version, labels)
+        base = bases.inspect_base(root, base, version, labels)
     else:
-        base = _dry_run_base(root, base, version, labels)
+        base = bases.dry_run_base(root, base, version, labels)
     staged = None
     if queue.configs and not dry_run:
         # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
@@ -837,183 +823,6 @@ def given_base(base_image: str | None, version: object) -> str | None:
     return base_image.replace("{version}", str(version)) if base_image else None
 
 
-def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> Base:
-    """The base with its ID/digest; BuildError naming the closest existing tags if missing.
-
-    A ``{date}`` in the reference is first resolved to the newest dated tag, so the exact tag
-    is what the labels and manifest record.
-    """
-    from sglforge.engine import images as eng
-    from sglforge.engine import reference, registry
-    from sglforge.targets import is_dated
-
-    if is_dated(base.ref):
-        base = replace(base, ref=_resolve_dated(base.ref, bt, offline, say))
-    info = eng.inspect(base.ref)
-    if info is not None:
-        return replace(base, id=info.id, digest=info.digest)
-    answer = None if offline else registry.remote_tag(base.ref)
-    if answer is not None and answer.exists:
-        say(f"pulling {base.ref} (not on the engine yet)")
-        eng.pull(base.ref)
-        info = eng.inspect(base.ref)
-        if info is None:
-            raise BuildError(f"pulled {base.ref} but the engine does not list it")
-        return replace(base, id=info.id, digest=info.digest or answer.digest)
-    ref = reference.parse(base.ref)
-    known = set(eng.local_tags(ref.name))
-    remote = None if offline else registry.remote_tags(ref.name)
-    known |= set(remote or ())
-    close = closest_tags(ref.tag, known, bt)
-    listed = "on the engine" if remote is None else "on the engine or in its registry"
-    found = (
-        f"closest existing tags for {bt.key} {listed}: {', '.join(close)}"
-        if close
-        else f"no tags of {ref.name} for {bt.key} {listed}"
-    )
-    if answer is not None and answer.exists is None:
-        # Unknown is not "missing": say so rather than send someone hunting for a typo.
-        raise BaseImageUnreachable(
-            f"base image {base.ref} is not on the engine and its registry did not answer "
-            f"({answer.error}); {found}",
-            f"docker pull {base.ref} once the registry is reachable, or pass --base-image",
-        )
-    where = (
-        f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
-        if offline
-        else "on the engine or in its registry"
-    )
-    raise BaseImageMissing(
-        f"base image {base.ref} does not exist {where}; {found}",
-        "pass --base-image with an existing tag, or pin an upstream release that has one",
-    )
-
-
-def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> str:
-    """``repo:...-{date}`` as the tag with the newest date its registry (offline: engine) lists."""
-    from sglforge.engine import images as eng
-    from sglforge.engine import reference, registry
-    from sglforge.targets import newest_dated_tag
-
-    ref = reference.parse(pattern)
-    local = eng.local_tags(ref.name)
-    remote = None if offline else registry.remote_tags(ref.name)
-    if remote is None and not offline:
-        say(f"the registry of {ref.name} did not list its tags; using the engine's")
-    tags = local if remote is None else remote
-    chosen = newest_dated_tag(ref.tag, tags)
-    if chosen is not None:
-        say(f"{pattern}: newest published tag is {chosen}")
-        return f"{ref.name}:{chosen}"
-    if offline:
-        where = f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
-    elif remote is None:
-        where = "on the engine (its registry did not list tags)"
-    else:
-        where = "in its registry"
-    close = closest_tags(ref.tag, set(local) | set(remote or ()), bt)
-    found = f"closest tags: {', '.join(close)}" if close else f"{ref.name} has no tags"
-    raise BaseImageMissing(
-        f"no tag of {ref.name} matches {ref.tag} (any YYYYMMDD date) {where}; {found}",
-        "pass --base-image with an existing tag, or pin an upstream release that has one",
-    )
-
-
-def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5) -> list[str]:
-    """The ``n`` known tags most like ``wanted``, preferring those of target ``bt``.
-
-    Tags of the target's shape (the base pattern ``wanted`` follows; ``{date}`` is any date)
-    rank by version distance first (0.5.13 is nearer to 0.5.14 than 0.5.4 is, which plain
-    string similarity gets wrong), then by difflib similarity.
-    """
-    import difflib
-
-    from sglforge.targets import DATE_FIELD, tag_regex
-
-    known = sorted(set(known))
-    fields = {
-        "rocm": "(?:" + "|".join(map(re.escape, bt.target.rocm)) + ")",
-        "gpu_arch": re.escape(bt.gpu_arch),
-        "target": re.escape(bt.name),
-    }
-    shapes = [tag_regex(b.template.rpartition(":")[2], fields) for b in bt.target.bases]
-    probe = wanted.replace(DATE_FIELD, "0" * 8)
-    pattern = next((rx for rx in shapes if rx.match(probe)), shapes[0])
-    want = pattern.match(probe)
-    want_v = _numbers(want.groupdict().get("version") if want else None)
-    mine = [t for t in known if pattern.match(t)] or known
-
-    def rank(tag: str) -> tuple[tuple[int, ...], float, int]:
-        m = pattern.match(tag)
-        v = _numbers(m.groupdict().get("version") if m else None)
-        if want_v and v:
-            width = max(len(want_v), len(v))
-            a, b = want_v + (0,) * (width - len(want_v)), v + (0,) * (width - len(v))
-            dist = tuple(abs(x - y) for x, y in zip(a, b, strict=True))
-        else:
-            dist = (1 << 30,)
-        newest_first = -int((m.groupdict().get("date") if m else None) or 0)
-        return dist, -difflib.SequenceMatcher(None, wanted, tag).ratio(), newest_first
-
-    return sorted(mine, key=rank)[:n]
-
-
-def _numbers(version: str | None) -> tuple[int, ...]:
-    if not version:
-        return ()
-    m = re.match(r"v?(\d+(?:\.\d+)*)", version)
-    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
-
-
-def _dry_run_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
-    """In a dry run, the base inspected as a real build would, when the engine has it
-    locally (nothing pulled, nothing written): the plan then shows the real immutable tag,
-    which names the base's digest. Otherwise the base stays unpinned (a tag without -i)."""
-    from sglforge.engine import images as eng
-
-    try:
-        info = eng.inspect(base.ref)
-        if info is None:
-            return base
-        return _inspect_base(root, replace(base, id=info.id, digest=info.digest), version, labels)
-    except SglforgeError:
-        return base
-
-
-def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
-    """Read the sglang version and package path of the base; refuse a version mismatch."""
-    from sglforge.engine import images as eng
-
-    info = eng.sglang_info(base.ref, work_dir(root, "cache"), labels=labels)
-    if info.version is None and info.fallback_only:
-        raise BuildError(
-            f"base image {base.ref}: its sglang reports only setuptools-scm's fallback version "
-            "0.0.0.dev0 (no _version.py, no distribution metadata), so which release it holds "
-            "is unknown",
-            "pass --base-image with an sglang release image (pip install -e python in a git "
-            "checkout at the release tag writes sglang/_version.py)",
-        )
-    if info.path is None:
-        raise BuildError(
-            f"base image {base.ref} holds no importable sglang package",
-            "pass --base-image with an sglang release image",
-        )
-    if not _same_version(info.version, version):
-        raise BuildError(
-            f"base image {base.ref} holds sglang {info.version}, but the queue is pinned to "
-            f"{version}",
-            "pass --base-image with the release image of the pinned version, or re-pin",
-        )
-    image = eng.require(base.ref)
-    return replace(
-        base,
-        sglang_version=info.version,
-        package_path=info.path,
-        entrypoint=image.entrypoint,
-        cmd=image.cmd,
-    )
-
-
 def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:
     """(file name, sha256) of the released wheel a pypi: tree was taken from: it is cached
     already (the history was built from it), and checked against the index's sha256."""
@@ -1040,17 +849,6 @@ def _revision(pin: Any, applied: Any) -> str:
     if getattr(applied, "python_only", False):
         return str(applied.ref)
     return str(applied.commit)
-
-
-def _same_version(a: str | None, b: str) -> bool:
-    if a is None:
-        return False
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a.removeprefix("v") == b.removeprefix("v")
 
 
 def _retag(image_id: str, tags: Iterable[str]) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from sglforge import build
+from sglforge.bases import closest_tags
 from sglforge.build import (
     MTIME,
     buildx_command,
     choose_mode,
-    closest_tags,
     context_tar,
     plan_build,
     render_overlay_dockerfile,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglforge.build import from_reference
+from sglforge.bases import from_reference
 from sglforge.git import public_url
 from sglforge.provenance import OCI, Base, PatchFacts, UpstreamFacts, make_labels, provenance_from
 from sglforge.targets import load_targets, parse_targets
