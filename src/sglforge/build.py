@@ -56,10 +56,10 @@ from sglforge.provenance import (
     MANIFEST_PATH,
     Base,
     ContextFile,
+    ImageFacts,
     PatchFacts,
     UpstreamFacts,
-    make_labels,
-    make_manifest,
+    describe,
     manifest_bytes,
     source_labels,
 )
@@ -304,31 +304,6 @@ def _label_instruction(labels: Mapping[str, str]) -> str:
     return "LABEL " + " \\\n      ".join(f"{q(k)}={q(v)}" for k, v in sorted(labels.items()))
 
 
-def inputs_key(
-    *,
-    base_pinned: str | None,
-    queue_hash: str,
-    commit: str,
-    dockerfile: str,
-    target: BuildTarget,
-    mode: str,
-    manifest: Mapping[str, Any],
-) -> str | None:
-    """The hash of everything that decides the image's content; None without a base."""
-    if mode == "overlay" and not base_pinned:
-        return None
-    doc = {
-        "base": base_pinned,
-        "queue": queue_hash,
-        "commit": commit,
-        "dockerfile": sha256_bytes(dockerfile.encode()),
-        "target": target.key,
-        "mode": mode,
-        "manifest": sha256_bytes(manifest_bytes(manifest)),
-    }
-    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
-
-
 def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
     """``org.opencontainers.image.source``/``.revision`` naming the project's own repository
     (``[image] source``, else the checkout's git remote) and its HEAD commit, when known."""
@@ -336,69 +311,6 @@ def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
 
     url, commit = git.checkout_facts(root)
     return source_labels(configured_source or (str(url) if url else None), commit)
-
-
-def _provenance(
-    *,
-    version: str,
-    target: BuildTarget,
-    mode: str,
-    base: Base | None,
-    upstream: UpstreamFacts,
-    queue_hash: str,
-    patches: Sequence[PatchFacts],
-    files: Any,
-    deleted: Any,
-    key_dockerfile: str,
-    created: str | None,
-    extra_labels: Mapping[str, str] | None,
-) -> tuple[str, dict[str, Any], str | None, dict[str, str]]:
-    """Image name, manifest, inputs key and labels of a plan: the same facts, said four ways.
-
-    The key is taken over the manifest naming the queue-only reference (a key cannot hash a
-    name it is part of); the image is then named with both (``targets.image_tag``).
-    """
-
-    def manifest_for(image: str) -> dict[str, Any]:
-        return make_manifest(
-            image=image,
-            version=version,
-            target=target,
-            mode=mode,
-            base=base,
-            upstream=upstream,
-            queue_hash=queue_hash,
-            patches=patches,
-            files=files,
-            deleted=deleted,
-        )
-
-    manifest = manifest_for(target.image_ref(version, queue_hash))
-    key = inputs_key(
-        base_pinned=base.pinned if base else None,
-        queue_hash=queue_hash,
-        commit=upstream.commit,
-        dockerfile=key_dockerfile,
-        target=target,
-        mode=mode,
-        manifest=manifest,
-    )
-    image = target.image_ref(version, queue_hash, key)
-    manifest = manifest_for(image)
-    labels = make_labels(
-        image=image,
-        version=version,
-        target=target,
-        mode=mode,
-        base=base,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
-        inputs=key,
-        created=created or _now(),
-        extra=extra_labels,
-    )
-    return image, manifest, key, dict(labels)
 
 
 def plan_build(
@@ -468,18 +380,21 @@ def plan_build(
     else:
         choose_mode(mode, ())  # raises the ConfigError naming the known modes
         raise AssertionError(mode)
-    image, manifest, key, labels = _provenance(
+    facts = ImageFacts(
         version=version,
         target=target,
         mode=mode,
         base=base if mode == "overlay" else None,
         upstream=upstream,
         queue_hash=queue_hash,
-        patches=patches,
+        patches=tuple(patches),
+    )
+    image, manifest, key, labels = describe(
+        facts,
         files=files,
         deleted=deleted,
         key_dockerfile=key_dockerfile,
-        created=created,
+        created=created or _now(),
         extra_labels=extra_labels,
     )
     return BuildPlan(
@@ -617,9 +532,7 @@ def build_image(
     offline = _offline(offline)
     queue = project.queue
     chosen, reason = choose_mode(mode, queue.patches)
-    patches = tuple(
-        PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
-    )
+    patches = tuple(PatchFacts.of(p) for p in queue.patches)
     the_ref = ref or queue.pin.ref
     version = version_of(the_ref)
     template = _overlay_template(root) if chosen == "overlay" else ""

@@ -887,10 +887,7 @@ def _release(
         from sglforge.patches.series import load_queue
 
         queue = load_queue(root)
-        patches = tuple(
-            PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status)
-            for p in queue.patches
-        )
+        patches = tuple(PatchFacts.of(p) for p in queue.patches)
     now = _dt.datetime.now(_dt.UTC)
     return Release(
         version=immutable.rpartition(":")[2],
