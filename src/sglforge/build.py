@@ -43,6 +43,7 @@ import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -88,6 +89,19 @@ class PatchLike(Protocol):
     def kind(self) -> str: ...
 
 
+class WorkspaceSource(StrEnum):
+    """How a plan knows where the sglang checkout lives in the image."""
+
+    INSPECTED = "inspected"  # the base's editable checkout: the repository's layout
+    SITE_PACKAGES = "inspected-site-packages"  # a regular install: python/sglang/... only
+    ASSUMED = "assumed"  # targets.toml's workspace, before inspection (dry run, source mode)
+
+    @property
+    def inspected(self) -> bool:
+        """True when the base was inspected (not assumed from targets.toml)."""
+        return self is not WorkspaceSource.ASSUMED
+
+
 @dataclass(frozen=True)
 class Status:
     """A progress event: what the build is doing now."""
@@ -105,7 +119,7 @@ class BuildPlan:
     mode_reason: str
     base: Base
     workspace: str
-    workspace_source: str  # "inspected" or "assumed" (targets.toml, before inspection)
+    workspace_source: WorkspaceSource
     upstream: UpstreamFacts
     queue_hash: str
     patches: tuple[PatchFacts, ...]
@@ -181,20 +195,20 @@ def choose_mode(requested: str, patches: Sequence[PatchLike]) -> tuple[str, str]
     )
 
 
-def workspace_of(package_path: str | None, default: str) -> tuple[str, str]:
+def workspace_of(package_path: str | None, default: str) -> tuple[str, WorkspaceSource]:
     """Where the sglang checkout lives in the image: from the package path, else ``default``."""
     if package_path:
         p = PurePosixPath(package_path)
         if p.parts[-2:] == ("python", "sglang"):
-            return str(p.parent.parent), "inspected"
+            return str(p.parent.parent), WorkspaceSource.INSPECTED
         # A regular (non-editable) install: only python/sglang/... has a place.
-        return str(p.parent), "inspected-site-packages"
-    return default, "assumed"
+        return str(p.parent), WorkspaceSource.SITE_PACKAGES
+    return default, WorkspaceSource.ASSUMED
 
 
-def dest_for(repo_path: str, workspace: str, workspace_source: str) -> str | None:
+def dest_for(repo_path: str, workspace: str, workspace_source: WorkspaceSource) -> str | None:
     """Image path of repository path ``repo_path``; None when it has no place in the image."""
-    if workspace_source == "inspected-site-packages":
+    if workspace_source == WorkspaceSource.SITE_PACKAGES:
         if repo_path.startswith("python/sglang/"):
             return f"{workspace}/{repo_path.removeprefix('python/')}"
         return None
@@ -208,7 +222,7 @@ def version_of(ref: str) -> str | None:
 
 
 def scan_files(
-    worktree: Path, changed: Iterable[str], workspace: str, workspace_source: str
+    worktree: Path, changed: Iterable[str], workspace: str, workspace_source: WorkspaceSource
 ) -> tuple[tuple[ContextFile, ...], tuple[str, ...], tuple[str, ...]]:
     """The changed files as they are in the patched tree: (files, deleted dests, skipped)."""
     files: list[ContextFile] = []
@@ -359,7 +373,7 @@ def plan_build(
                 "pass --upstream with a git clone of sglang, or use --mode overlay",
             )
         upstream_dockerfile = dockerfile_path.read_text()
-        workspace, ws_source = target.workspace, "assumed"
+        workspace, ws_source = target.workspace, WorkspaceSource.ASSUMED
         files, deleted, _ = scan_files(worktree, changed_files, workspace, ws_source)
         skipped = ()
         base = Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})")
