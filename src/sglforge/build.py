@@ -1,4 +1,4 @@
-"""Image builds from the patched tree: plan, overlay build, source build, provenance.
+"""Image builds from the patched tree: plan, build context, overlay build, source build.
 
 Owns ``sglforge build``. The public API, also used by ``publish`` and ``upgrade``::
 
@@ -25,7 +25,8 @@ The image reference is immutable and content-derived:
 manifest and changed files); when the tag already exists locally with the same key, nothing
 is built and ``up_to_date`` is True. Every image carries OCI labels, ``io.sglforge.*``
 labels and ``/opt/sglforge/manifest.json`` (patch names and sha256s, files, base, upstream):
-the contract ``sglforge.provenance`` defines and reads back.
+the contract ``sglforge.provenance`` defines (with the inputs key) and reads back. The
+overlay's base image is found, pinned and inspected by ``sglforge.bases``.
 
 Raises ConfigError (targets, mode), BuildError (missing base, wrong sglang version, failed
 step, no buildx) and EngineUnavailable (no engine; never for ``dry_run``).
