@@ -694,9 +694,7 @@ def _release(run: _Run) -> Release:
     statuses = {p.sha256: p.upstream_status for p in queue.patches if p.upstream_status}
     prov = provenance_from(published, labels, manifest, statuses)
     # an image without a manifest: the queue this run built from
-    patches = prov.patches or tuple(
-        PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
-    )
+    patches = prov.patches or tuple(PatchFacts.of(p) for p in queue.patches)
     now = _dt.datetime.now(_dt.UTC)
     return Release(
         version=run.immutable.rpartition(":")[2],

@@ -129,7 +129,9 @@ def tune(
     facts = json.loads(
         next(
             ln.removeprefix("SGLFORGE-TUNE ")
-            for ln in eng.run_python(image, _FACTS, labels=labels, working_dir="/").splitlines()
+            for ln in containers.run_python(
+                image, _FACTS, labels=labels, working_dir="/"
+            ).splitlines()
             if ln.startswith("SGLFORGE-TUNE ")
         )
     )

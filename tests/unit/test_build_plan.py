@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sglforge import build
+from sglforge import bases
+from sglforge.bases import closest_tags
 from sglforge.build import (
     MTIME,
     buildx_command,
     choose_mode,
-    closest_tags,
     context_tar,
     plan_build,
     render_overlay_dockerfile,
@@ -333,9 +333,9 @@ def test_offline_flag_is_a_bool_read_once_at_the_command_line(
         seen.append(offline)
 
     if env is None:
-        monkeypatch.delenv(build.OFFLINE_ENV, raising=False)
+        monkeypatch.delenv(bases.OFFLINE_ENV, raising=False)
     else:
-        monkeypatch.setenv(build.OFFLINE_ENV, env)
+        monkeypatch.setenv(bases.OFFLINE_ENV, env)
     res = CliRunner().invoke(cmd, args)
     assert res.exit_code == 0, res.output
     assert seen == [want] and type(seen[0]) is bool

@@ -124,7 +124,7 @@ def render_plan(r: BuildResult) -> str:
     if p.tags:
         lines.append("tags      " + ", ".join(one_line(t) for t in p.tags))
     if p.mode == "overlay":
-        note = "" if p.workspace_source.startswith("inspected") else " (assumed until inspected)"
+        note = "" if p.workspace_source.inspected else " (assumed until inspected)"
         lines.append(f"workspace {p.workspace}{note}")
         lines += ["", "files that go in:"]
         rows = [(f.path, f.dest, f.size) for f in p.files]
