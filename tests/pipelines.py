@@ -54,6 +54,32 @@ def build_at(
     return build_image(project, req, progress)
 
 
+def plan_at(mode: str, **kwargs: Any) -> Any:
+    """``plan_build`` from keyword facts, as the tests write them: the image's facts
+    (``target``, ``version``, ``upstream``, ``queue_hash``, ``patches``, ``base``) and the
+    plan's inputs (``worktree``, ``changed_files``, ``mode_reason``, ``template``, ``tags``,
+    ``extra_labels``, ``created``)."""
+    from sglforge.build import PlanInputs, choose_mode, plan_build
+    from sglforge.provenance import ImageFacts
+
+    if mode not in ("overlay", "source"):
+        choose_mode(mode, ())  # the ConfigError naming the known modes
+    base = kwargs.pop("base", None)
+    facts = ImageFacts(
+        version=kwargs.pop("version"),
+        target=kwargs.pop("target"),
+        mode=mode,
+        base=base if mode == "overlay" else None,
+        upstream=kwargs.pop("upstream"),
+        queue_hash=kwargs.pop("queue_hash"),
+        patches=tuple(kwargs.pop("patches")),
+    )
+    kwargs["changed_files"] = tuple(kwargs["changed_files"])
+    kwargs["tags"] = tuple(kwargs.get("tags", ()))
+    kwargs["extra_labels"] = dict(kwargs.get("extra_labels") or {})
+    return plan_build(facts, PlanInputs(**kwargs))
+
+
 def smoke_request(
     scenario: Path | str,
     model: Path | str | None = None,

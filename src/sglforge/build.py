@@ -327,23 +327,20 @@ def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
     return source_labels(configured_source or (str(url) if url else None), commit)
 
 
-def plan_build(
-    mode: str,
-    *,
-    target: BuildTarget,
-    version: str,
-    mode_reason: str,
-    upstream: UpstreamFacts,
-    queue_hash: str,
-    patches: Sequence[PatchFacts],
-    worktree: Path,
-    changed_files: Sequence[str],
-    base: Base | None = None,
-    template: str = "",
-    tags: Sequence[str] = (),
-    extra_labels: Mapping[str, str] | None = None,
-    created: str | None = None,
-) -> BuildPlan:
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is made from besides the image's facts: the patched tree and the asks."""
+
+    worktree: Path  # the patched tree (the queue's worktree)
+    changed_files: tuple[str, ...]  # repository paths the queue changes
+    mode_reason: str = ""
+    template: str = ""  # the overlay Dockerfile template (overlay mode)
+    tags: tuple[str, ...] = ()
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+    created: str | None = None  # the creation label (None: now)
+
+
+def plan_build(facts: ImageFacts, given: PlanInputs) -> BuildPlan:
     """The plan of a build, computed without the engine; ``mode`` is overlay or source.
 
     Overlay: the release image ``base`` plus the changed files, placed where the base's
@@ -351,6 +348,9 @@ def plan_build(
     ``docker/rocm.Dockerfile`` on the patched tree, told to copy it (``BRANCH_TYPE=local``).
     Both share the image name, the manifest, the labels and the inputs key.
     """
+    mode, target, version, upstream = facts.mode, facts.target, facts.version, facts.upstream
+    worktree, changed_files = given.worktree, given.changed_files
+    base = facts.base
     if mode == "overlay":
         assert base is not None, "an overlay needs its base"
         from_ref = bases.from_reference(base)
@@ -360,7 +360,7 @@ def plan_build(
 
         def render(labels: Mapping[str, str] | None) -> str:
             return render_overlay_dockerfile(
-                template, from_ref, target, deleted, labels, entrypoint, cmd
+                given.template, from_ref, target, deleted, labels, entrypoint, cmd
             )
 
         key_dockerfile, build_args, context_dir = render(None), {}, None
@@ -394,40 +394,31 @@ def plan_build(
     else:
         choose_mode(mode, ())  # raises the ConfigError naming the known modes
         raise AssertionError(mode)
-    facts = ImageFacts(
-        version=version,
-        target=target,
-        mode=mode,
-        base=base if mode == "overlay" else None,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=tuple(patches),
-    )
     image, manifest, key, labels = describe(
         facts,
         files=files,
         deleted=deleted,
         key_dockerfile=key_dockerfile,
-        created=created or _now(),
-        extra_labels=extra_labels,
+        created=given.created or _now(),
+        extra_labels=given.extra_labels,
     )
     return BuildPlan(
         target=target,
         version=version,
         mode=mode,
-        mode_reason=mode_reason,
+        mode_reason=given.mode_reason,
         base=base,
         workspace=workspace,
         workspace_source=ws_source,
         upstream=upstream,
-        queue_hash=queue_hash,
-        patches=tuple(patches),
+        queue_hash=facts.queue_hash,
+        patches=facts.patches,
         changed_files=tuple(changed_files),
         files=files,
         deleted=deleted,
         skipped=skipped,
         image=image,
-        tags=tuple(tags),
+        tags=given.tags,
         labels=labels,
         dockerfile=render(labels),
         manifest=manifest,
@@ -565,20 +556,25 @@ def build_image(
     # Image labels only (containers of the build keep ``req.labels``): --label wins over these.
     image_labels = {**fork_labels(root, bt.source), **req.labels}
 
+    facts = ImageFacts(
+        version=version,
+        target=bt,
+        mode=chosen,
+        base=None,  # an overlay's comes below, once inspected
+        upstream=up,
+        queue_hash=queue.hash,
+        patches=patches,
+    )
+    given = PlanInputs(
+        worktree=applied.worktree,
+        changed_files=tuple(applied.changed_files),
+        mode_reason=reason,
+        template=template,
+        tags=req.tags,
+        extra_labels=image_labels,
+    )
     if chosen == "source":
-        plan = plan_build(
-            "source",
-            target=bt,
-            version=version,
-            mode_reason=reason,
-            upstream=up,
-            queue_hash=queue.hash,
-            patches=patches,
-            worktree=applied.worktree,
-            changed_files=applied.changed_files,
-            tags=req.tags,
-            extra_labels=image_labels,
-        )
+        plan = plan_build(facts, given)
         if dry_run:
             return _result(plan, None, False, None, True, started)
         return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
@@ -599,21 +595,7 @@ def build_image(
         )
         image_labels = {**staged.labels, **image_labels}
 
-    plan = plan_build(
-        "overlay",
-        target=bt,
-        version=version,
-        mode_reason=reason,
-        base=base,
-        upstream=up,
-        queue_hash=queue.hash,
-        patches=patches,
-        worktree=applied.worktree,
-        changed_files=applied.changed_files,
-        template=template,
-        tags=req.tags,
-        extra_labels=image_labels,
-    )
+    plan = plan_build(replace(facts, base=base), replace(given, extra_labels=image_labels))
     if staged is not None and staged.files:
         # The staged files join the context and the items the manifest.
         manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines import plan_at
 from sglforge import bases
 from sglforge.bases import closest_tags
 from sglforge.build import (
@@ -16,7 +17,6 @@ from sglforge.build import (
     buildx_command,
     choose_mode,
     context_tar,
-    plan_build,
     render_overlay_dockerfile,
     version_of,
 )
@@ -87,7 +87,7 @@ def overlay(target, worktree: Path, base: Base | None = None, **kw):
         created="2026-01-01T00:00:00Z",
     )
     args.update(kw)
-    return plan_build("overlay", **args)
+    return plan_at("overlay", **args)
 
 
 def test_auto_mode_overlays_python_and_jit_patches_only() -> None:
@@ -264,7 +264,7 @@ def test_closest_tags_prefer_the_target(target) -> None:
 def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) -> None:
     t720 = load_targets(REPO_ROOT).resolve("mi300x-rocm720")
     with pytest.raises(BuildError, match="docker/rocm.Dockerfile"):
-        plan_build(
+        plan_at(
             "source",
             target=t720,
             version="0.5.14",
@@ -277,7 +277,7 @@ def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) 
         )
     (worktree / "docker").mkdir()
     (worktree / "docker/rocm.Dockerfile").write_text("FROM scratch\n")
-    plan = plan_build(
+    plan = plan_at(
         "source",
         target=t720,
         version="0.5.14",
