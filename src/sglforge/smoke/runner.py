@@ -29,6 +29,7 @@ from sglforge.smoke.checks import (
 from sglforge.smoke.constants import EXIT_GRACE_S, HTTP_FAILED, LOG_TAIL_LINES, Value
 from sglforge.smoke.preflight import (
     GpuInventory,
+    Host,
     detect_gpus,
     expected_arch,
     preflight,
@@ -187,8 +188,8 @@ def _preflight(root: Path, run: _Run, gpus: GpuInventory | None) -> _Run:
             image_found=info is not None,
             model_path=run.model_path,
             port=run.port,
-            gpus=gpus,
             arch=arch,
+            host=Host(gpus),
         )
     )
     if gpus is not None and gpus.archs:
