@@ -42,6 +42,7 @@ from sglforge.provenance import LABEL_INPUTS, OCI_VERSION, PatchFacts, Smoke, pr
 from sglforge.release import Recorded, Release, push_release_record, record_release
 from sglforge.reports import FAILED, SKIPPED, Case, Suite
 from sglforge.requests import PublishRequest
+from sglforge.smoke.report import Check
 from sglforge.smoke.scenario import run_line
 from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
@@ -64,17 +65,6 @@ class Step:
 
 
 @dataclass(frozen=True)
-class SmokeCheck:
-    """One smoke check as reported (for JUnit and the summary); ``passed`` None: skipped."""
-
-    name: str
-    passed: bool | None
-    detail: str = ""
-    value: float | int | str | None = None
-    threshold: float | int | str | None = None
-
-
-@dataclass(frozen=True)
 class PublishResult:
     """What a publish did (or, with ``dry_run``, would do)."""
 
@@ -91,7 +81,7 @@ class PublishResult:
     smoke_passed: bool | None = None
     smoke_verdict: str = ""
     smoke_figures: Mapping[str, Any] = field(default_factory=dict)
-    smoke_checks: tuple[SmokeCheck, ...] = ()
+    smoke_checks: tuple[Check, ...] = ()
     tested: bool = False
     build_reused: bool | None = None
     steps: tuple[Step, ...] = ()
@@ -138,7 +128,8 @@ def references(
     repo, sep, tag = image.rpartition(":")
     if not sep or "/" in tag:
         raise PublishError(f"{image}: built image reference has no tag", "rebuild: sglforge build")
-    repo = repo.split("/", 1)[1] if _has_registry(repo) else repo
+    first, sep, rest = repo.partition("/")
+    repo = rest if sep and engine_ref.is_host(first) else repo
     immutable = f"{prefix}/{repo}:{tag}"
     friendly_tag = _QUEUE_SUFFIX.sub("", tag)
     latest = f"latest-{target}"
@@ -149,11 +140,6 @@ def references(
         f"{prefix}/{repo}:{t}" for t in dict.fromkeys((friendly_tag, latest)) if t != tag
     )
     return immutable, friendly
-
-
-def _has_registry(repo: str) -> bool:
-    first = repo.split("/", 1)[0]
-    return "/" in repo and ("." in first or ":" in first or first == "localhost")
 
 
 # --- the publish flow -----------------------------------------------------------------------
@@ -422,7 +408,7 @@ def _smoke_gate(run: _Run, result: PublishResult) -> PublishResult:
     run.say(f"smoke {run.candidate} with {run.scenario}")
     run.clock.reset()
     report = run_smoke(run.root, run.candidate, run.req.smoke, progress=run.say)
-    checks = tuple(_checks(report))
+    checks = tuple(report.checks)
     figures = dict(report.figures)
     gpus: dict[str, Any] = {}
     if not run.standin:
@@ -450,7 +436,7 @@ def _smoke_gate(run: _Run, result: PublishResult) -> PublishResult:
     )
     if run.smoke.passed:
         return result
-    failed = [c.name for c in checks if c.passed is False]
+    failed = [c.name for c in checks if c.outcome is False]
     why = report.reason or (f"failed checks: {', '.join(failed)}" if failed else report.verdict)
     next_step = (
         f"\n  next: read the smoke reports in {report.report_dir}" if report.report_dir else ""
@@ -760,17 +746,6 @@ def _labels_of(image: str) -> dict[str, str]:
     return dict(engine_images.require(image).labels)
 
 
-def _checks(report: Any) -> list[SmokeCheck]:
-    from sglforge.smoke import SmokeReport
-
-    if not isinstance(report, SmokeReport):
-        return []
-    return [
-        SmokeCheck(c.name, None if c.skipped else c.passed, c.detail, c.value, c.threshold)
-        for c in report.checks
-    ]
-
-
 # --- reports --------------------------------------------------------------------------------
 
 
@@ -794,7 +769,7 @@ def summary(result: PublishResult) -> dict[str, Any]:
             "verdict": result.smoke_verdict,
             "figures": dict(result.smoke_figures),
             "checks": [
-                {"name": c.name, "passed": c.passed, "detail": c.detail}
+                {"name": c.name, "passed": c.outcome, "detail": c.detail}
                 for c in result.smoke_checks
             ],
         },
@@ -905,9 +880,9 @@ def junit_suite(result: PublishResult | None, target: str, error: str | None = N
     )
 
 
-def _check_case(check: SmokeCheck) -> Case:
+def _check_case(check: Check) -> Case:
     name = f"smoke.{check.name}"
-    if check.passed is None:
+    if check.skipped:
         return Case(name, SKIPPED, check.detail or "not run")
     if check.passed:
         return Case(name)
@@ -954,7 +929,7 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
     if result.bench_markdown:
         lines += ["", result.bench_markdown.rstrip()]
     elif result.smoke_checks:
-        rows = [(c.name, _word(c.passed), c.detail) for c in result.smoke_checks]
+        rows = [(c.name, _word(c.outcome), c.detail) for c in result.smoke_checks]
         lines += ["", *reports.md_table(["check", "result", "detail"], rows)]
     return "\n".join(lines) + "\n"
 

@@ -291,7 +291,7 @@ def render(r: PublishResult) -> str:
                 [
                     (
                         c.name,
-                        {True: "ok", False: "FAILED", None: "skipped"}[c.passed],
+                        {True: "ok", False: "FAILED", None: "skipped"}[c.outcome],
                         "" if c.value is None else c.value,
                         "" if c.threshold is None else c.threshold,
                         c.detail,
