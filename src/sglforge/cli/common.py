@@ -500,7 +500,3 @@ def pass_state(f: F) -> F:
         return ctx.invoke(f, state(ctx), *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
-
-
-def is_tty() -> bool:
-    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"

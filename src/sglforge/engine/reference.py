@@ -68,9 +68,6 @@ class ImageRef:
         """``http://`` for loopback registries, ``https://`` for every other one."""
         return f"{'http' if self.is_loopback else 'https'}://{self.api_host}"
 
-    def with_tag(self, tag: str) -> ImageRef:
-        return ImageRef(self.registry, self.repository, tag)
-
     def __str__(self) -> str:
         at = f"@{self.digest}" if self.digest else ""
         return f"{self.name}:{self.tag}{at}"

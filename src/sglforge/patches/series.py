@@ -44,7 +44,6 @@ TRAILERS = (
     "Fixes-Scan",  # KIND WHERE: a scan finding this patch fixes (sglforge.scan.findings)
 )
 NEEDS_DETAIL = ("Submitted", "Backport", "Inappropriate")  # Status [detail]
-KINDS = ("python", "jit-kernel", "aot-kernel", "build", "other")
 PIN_KEYS = {"url", "ref", "commit", "sources"}
 
 _TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z-]*):\s*(?P<value>.*\S)?\s*$")
