@@ -227,12 +227,15 @@ def publish(
     Smoke failures and push errors come back as a result with ``error`` set and nothing moved;
     errors that stop the flow before anything ran (configuration, engine) are raised. The
     steps, each over one ``_Run``: ``_open`` (registry login, stand-in rule), the scan gate,
-    ``_build`` (or ``built``, an image the caller built from the same request), ``_candidate``,
-    the coverage, smoke and bench gates, ``_push`` (immutable tag, digest check, friendly
-    tags) and ``_record`` (release record and CHANGELOG entry, pushed next to the image).
+    ``_build``, ``_candidate``, the coverage, smoke and bench gates, ``_push`` (immutable
+    tag, digest check, friendly tags) and ``_record`` (release record and CHANGELOG entry,
+    pushed next to the image).
+
+    ``built``: the image the caller built from ``req.build`` after running the scan gate
+    itself (``upgrade --publish``); neither is done again.
     """
     run = _open(project, req, progress)
-    if not req.dry_run:
+    if not req.dry_run and built is None:
         from sglforge.scan import gate
 
         # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md).

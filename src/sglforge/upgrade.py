@@ -352,10 +352,11 @@ def _prove_target(run: _Upgrade, stage: Project, bt: BuildTarget) -> TargetOutco
     try:
         retired = _retire_upstreamed_configs(stage.root, base, req.labels, say) if base else ()
         smoke = _smoke_request(run, stage, bt) if req.smoke else None
-        if smoke is not None and not req.publish:  # publish runs the same gate itself
+        if smoke is not None:
             from sglforge.scan import gate
 
-            # The staged queue at the new pin, before the build (issue 24, docs/scan.md).
+            # The staged queue at the new pin, before the build (issue 24, docs/scan.md);
+            # publish, handed this build, does not scan again.
             gate(stage, smoke.scenario, smoke.model, say=say)
         t = time.monotonic()
         say(f"{bt.spec}: building for {run.new_ref}")
