@@ -11,7 +11,7 @@ import click
 from sglforge.bench import report as core_report
 from sglforge.bench.runner import ensure_local, run_bench
 from sglforge.cli.common import State, json_option, main, pass_state, print_json
-from sglforge.cli.options import key_values
+from sglforge.cli.options import env_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
 from sglforge.progress import current
 from sglforge.requests import SmokeRequest
@@ -36,14 +36,7 @@ from sglforge.util import check_output_file
     "--model", type=click.Path(), help="Model folder on this host (overrides the scenario)."
 )
 @click.option("--port", type=click.IntRange(1, 65535), help="Server port (overrides the scenario).")
-@click.option(
-    "--env",
-    "envs",
-    multiple=True,
-    callback=key_values,
-    metavar="KEY=VALUE",
-    help="Extra container environment (repeatable).",
-)
+@env_option
 @click.option(
     "--report-dir", type=click.Path(file_okay=False), help="Where the JSONL, table and chart go."
 )

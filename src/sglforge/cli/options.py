@@ -94,16 +94,21 @@ def key_values(
     return out
 
 
-def label_option(f: F) -> F:
-    """``--label KEY=VALUE``, repeatable, into ``labels`` (a mapping)."""
-    return click.option(
-        "--label",
-        "labels",
-        multiple=True,
-        callback=key_values,
-        metavar="KEY=VALUE",
-        help="Extra image label (repeatable); wins over sglforge's own.",
-    )(f)
+def key_value_option(name: str, dest: str, help: str) -> Callable[[F], F]:
+    """A repeatable ``NAME KEY=VALUE`` option, into ``dest`` as a mapping."""
+
+    def deco(f: F) -> F:
+        return click.option(
+            name, dest, multiple=True, callback=key_values, metavar="KEY=VALUE", help=help
+        )(f)
+
+    return deco
+
+
+label_option = key_value_option(
+    "--label", "labels", "Extra image label (repeatable); wins over sglforge's own."
+)
+env_option = key_value_option("--env", "envs", "Extra container environment (repeatable).")
 
 
 def base_image_option(f: F) -> F:

@@ -11,7 +11,7 @@ import click
 from sglforge import smoke as core
 from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
-from sglforge.cli.options import key_values
+from sglforge.cli.options import env_option, key_value_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
 from sglforge.progress import current
 from sglforge.requests import SmokeRequest
@@ -49,22 +49,8 @@ def _target_scenario(state: State, image: str) -> Path:
 )
 @click.option("--port", type=click.IntRange(1, 65535), help="Server port (overrides the scenario).")
 @click.option("--load-timeout", type=float, help="Seconds to wait for readiness (overrides).")
-@click.option(
-    "--env",
-    "envs",
-    multiple=True,
-    callback=key_values,
-    metavar="KEY=VALUE",
-    help="Extra container environment (repeatable).",
-)
-@click.option(
-    "--label",
-    "labels",
-    multiple=True,
-    callback=key_values,
-    metavar="KEY=VALUE",
-    help="Extra container label (repeatable).",
-)
+@env_option
+@key_value_option("--label", "labels", "Extra container label (repeatable).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Where the log and reports go.")
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write JUnit XML here.")
 @json_option
