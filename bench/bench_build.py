@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from helpers_build import STANDIN_OWNED, make_build_project  # noqa: E402
+from pipelines import build_at as build_image  # noqa: E402
 from real_project import copy_real_project  # noqa: E402
-from sglforge.build import build_image  # noqa: E402
 from sglforge.engine import client  # noqa: E402
 from sglforge.engine import images as eng  # noqa: E402
 from standin.base import ensure_sglang_base  # noqa: E402

@@ -110,14 +110,15 @@ def main() -> int:
             f"({time.perf_counter() - t0:.1f} s)"
         )
         tags = [f"v0.1.{t}" for t in range(args.tags)]
+        from pipelines import open_project
         from sglforge.patches.check import check_refs
 
         # first run includes the one-time clone into the shared cache; report both
         start = time.perf_counter()
-        report = check_refs(root, tags)
+        report = check_refs(open_project(root), tags)
         cold = time.perf_counter() - start
         start = time.perf_counter()
-        report = check_refs(root, tags)
+        report = check_refs(open_project(root), tags)
         warm = time.perf_counter() - start
         statuses = {p.status for r in report.refs for p in r.patches}
         baseline = naive(upstream, base, tags, patch_files)

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from pipelines import smoke_at  # noqa: E402
 from sglforge import smoke  # noqa: E402
 from sglforge.engine import containers  # noqa: E402
 from standin.base import ensure_sglang_base  # noqa: E402
@@ -51,7 +52,7 @@ def run(image: str, work: Path, n: int, **env: str) -> tuple[smoke.SmokeReport, 
         if message.startswith("starting"):
             marks["starting"] = time.monotonic()
 
-    report = smoke.run_smoke(
+    report = smoke_at(
         ROOT,
         image,
         SCENARIO,

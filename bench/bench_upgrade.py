@@ -27,8 +27,10 @@ def project(base: Path) -> Path:
 
 
 def main() -> int:
+    from pipelines import open_project
+    from pipelines import upgrade_at as upgrade
     from sglforge.patches.series import ref_version
-    from sglforge.upgrade import latest_release, upgrade
+    from sglforge.upgrade import latest_release
     from standin.base import ensure_sglang_base
 
     upstream = "pypi:sglang>=0.5.10"
@@ -36,7 +38,7 @@ def main() -> int:
     try:
         root = project(base / "a")
         t = time.perf_counter()
-        newest = latest_release(root, upstream)
+        newest = latest_release(open_project(root, upstream))
         print(f"newest release: {newest} (history ready in {time.perf_counter() - t:.1f} s)")
         ensure_sglang_base(str(ref_version(newest)))
         labels = {"io.sglforge.managed": "1", "io.sglforge.test": "1"}

@@ -1,4 +1,4 @@
-"""Image builds from the patched tree: plan, overlay build, source build, provenance.
+"""Image builds from the patched tree: plan, build context, overlay build, source build.
 
 Owns ``sglforge build``. The public API, also used by ``publish`` and ``upgrade``::
 
@@ -25,7 +25,8 @@ The image reference is immutable and content-derived:
 manifest and changed files); when the tag already exists locally with the same key, nothing
 is built and ``up_to_date`` is True. Every image carries OCI labels, ``io.sglforge.*``
 labels and ``/opt/sglforge/manifest.json`` (patch names and sha256s, files, base, upstream):
-the contract ``sglforge.provenance`` defines and reads back.
+the contract ``sglforge.provenance`` defines (with the inputs key) and reads back. The
+overlay's base image is found, pinned and inspected by ``sglforge.bases``.
 
 Raises ConfigError (targets, mode), BuildError (missing base, wrong sglang version, failed
 step, no buildx) and EngineUnavailable (no engine; never for ``dry_run``).
@@ -43,41 +44,36 @@ import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sglforge.errors import (
-    BaseImageMissing,
-    BaseImageUnreachable,
-    BuildError,
-    ConfigError,
-    SglforgeError,
-)
-from sglforge.project import Project, ProjectLike
+from sglforge import bases
+from sglforge.errors import BuildError, ConfigError
+from sglforge.project import Project
 from sglforge.provenance import (
     LABEL_ENTRYPOINT_RESET,
     LABEL_INPUTS,
     MANIFEST_PATH,
     Base,
     ContextFile,
+    ImageFacts,
     PatchFacts,
     UpstreamFacts,
-    make_labels,
-    make_manifest,
+    describe,
     manifest_bytes,
     source_labels,
 )
+from sglforge.requests import MODES, BuildRequest
 from sglforge.targets import BuildTarget
 from sglforge.util import plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep
 
-MODES = ("auto", "overlay", "source")
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
 UPSTREAM_DOCKERFILE = "docker/rocm.Dockerfile"
-OFFLINE_ENV = "SGLFORGE_OFFLINE"
 # Fixed file times in the build context (2000-01-01, the date sglforge's own commits carry):
 # the same inputs give the same layer bytes. The base's stale .pyc files are not used: they
 # record the original source's mtime and size (or hash), which the patched file does not match.
@@ -91,6 +87,19 @@ class PatchLike(Protocol):
     def name(self) -> str: ...
     @property
     def kind(self) -> str: ...
+
+
+class WorkspaceSource(StrEnum):
+    """How a plan knows where the sglang checkout lives in the image."""
+
+    INSPECTED = "inspected"  # the base's editable checkout: the repository's layout
+    SITE_PACKAGES = "inspected-site-packages"  # a regular install: python/sglang/... only
+    ASSUMED = "assumed"  # targets.toml's workspace, before inspection (dry run, source mode)
+
+    @property
+    def inspected(self) -> bool:
+        """True when the base was inspected (not assumed from targets.toml)."""
+        return self is not WorkspaceSource.ASSUMED
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,7 @@ class BuildPlan:
     mode_reason: str
     base: Base
     workspace: str
-    workspace_source: str  # "inspected" or "assumed" (targets.toml, before inspection)
+    workspace_source: WorkspaceSource
     upstream: UpstreamFacts
     queue_hash: str
     patches: tuple[PatchFacts, ...]
@@ -186,20 +195,20 @@ def choose_mode(requested: str, patches: Sequence[PatchLike]) -> tuple[str, str]
     )
 
 
-def workspace_of(package_path: str | None, default: str) -> tuple[str, str]:
+def workspace_of(package_path: str | None, default: str) -> tuple[str, WorkspaceSource]:
     """Where the sglang checkout lives in the image: from the package path, else ``default``."""
     if package_path:
         p = PurePosixPath(package_path)
         if p.parts[-2:] == ("python", "sglang"):
-            return str(p.parent.parent), "inspected"
+            return str(p.parent.parent), WorkspaceSource.INSPECTED
         # A regular (non-editable) install: only python/sglang/... has a place.
-        return str(p.parent), "inspected-site-packages"
-    return default, "assumed"
+        return str(p.parent), WorkspaceSource.SITE_PACKAGES
+    return default, WorkspaceSource.ASSUMED
 
 
-def dest_for(repo_path: str, workspace: str, workspace_source: str) -> str | None:
+def dest_for(repo_path: str, workspace: str, workspace_source: WorkspaceSource) -> str | None:
     """Image path of repository path ``repo_path``; None when it has no place in the image."""
-    if workspace_source == "inspected-site-packages":
+    if workspace_source == WorkspaceSource.SITE_PACKAGES:
         if repo_path.startswith("python/sglang/"):
             return f"{workspace}/{repo_path.removeprefix('python/')}"
         return None
@@ -213,7 +222,7 @@ def version_of(ref: str) -> str | None:
 
 
 def scan_files(
-    worktree: Path, changed: Iterable[str], workspace: str, workspace_source: str
+    worktree: Path, changed: Iterable[str], workspace: str, workspace_source: WorkspaceSource
 ) -> tuple[tuple[ContextFile, ...], tuple[str, ...], tuple[str, ...]]:
     """The changed files as they are in the patched tree: (files, deleted dests, skipped)."""
     files: list[ContextFile] = []
@@ -309,31 +318,6 @@ def _label_instruction(labels: Mapping[str, str]) -> str:
     return "LABEL " + " \\\n      ".join(f"{q(k)}={q(v)}" for k, v in sorted(labels.items()))
 
 
-def inputs_key(
-    *,
-    base_pinned: str | None,
-    queue_hash: str,
-    commit: str,
-    dockerfile: str,
-    target: BuildTarget,
-    mode: str,
-    manifest: Mapping[str, Any],
-) -> str | None:
-    """The hash of everything that decides the image's content; None without a base."""
-    if mode == "overlay" and not base_pinned:
-        return None
-    doc = {
-        "base": base_pinned,
-        "queue": queue_hash,
-        "commit": commit,
-        "dockerfile": sha256_bytes(dockerfile.encode()),
-        "target": target.key,
-        "mode": mode,
-        "manifest": sha256_bytes(manifest_bytes(manifest)),
-    }
-    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
-
-
 def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
     """``org.opencontainers.image.source``/``.revision`` naming the project's own repository
     (``[image] source``, else the checkout's git remote) and its HEAD commit, when known."""
@@ -343,95 +327,20 @@ def fork_labels(root: Path, configured_source: str = "") -> dict[str, str]:
     return source_labels(configured_source or (str(url) if url else None), commit)
 
 
-def from_reference(base: Base) -> str:
-    """The overlay's FROM: ``repo:tag@sha256:...`` when a registry digest is known (the build
-    then starts from exactly the base the labels record), else the tag (an image ID is no
-    valid FROM reference)."""
-    if base.digest and base.digest.startswith("sha256:") and "@" not in base.ref:
-        return f"{base.ref}@{base.digest}"
-    return base.ref
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is made from besides the image's facts: the patched tree and the asks."""
+
+    worktree: Path  # the patched tree (the queue's worktree)
+    changed_files: tuple[str, ...]  # repository paths the queue changes
+    mode_reason: str = ""
+    template: str = ""  # the overlay Dockerfile template (overlay mode)
+    tags: tuple[str, ...] = ()
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+    created: str | None = None  # the creation label (None: now)
 
 
-def _provenance(
-    *,
-    version: str,
-    target: BuildTarget,
-    mode: str,
-    base: Base | None,
-    upstream: UpstreamFacts,
-    queue_hash: str,
-    patches: Sequence[PatchFacts],
-    files: Any,
-    deleted: Any,
-    key_dockerfile: str,
-    created: str | None,
-    extra_labels: Mapping[str, str] | None,
-) -> tuple[str, dict[str, Any], str | None, dict[str, str]]:
-    """Image name, manifest, inputs key and labels of a plan: the same facts, said four ways.
-
-    The key is taken over the manifest naming the queue-only reference (a key cannot hash a
-    name it is part of); the image is then named with both (``targets.image_tag``).
-    """
-
-    def manifest_for(image: str) -> dict[str, Any]:
-        return make_manifest(
-            image=image,
-            version=version,
-            target=target,
-            mode=mode,
-            base=base,
-            upstream=upstream,
-            queue_hash=queue_hash,
-            patches=patches,
-            files=files,
-            deleted=deleted,
-        )
-
-    manifest = manifest_for(target.image_ref(version, queue_hash))
-    key = inputs_key(
-        base_pinned=base.pinned if base else None,
-        queue_hash=queue_hash,
-        commit=upstream.commit,
-        dockerfile=key_dockerfile,
-        target=target,
-        mode=mode,
-        manifest=manifest,
-    )
-    image = target.image_ref(version, queue_hash, key)
-    manifest = manifest_for(image)
-    labels = make_labels(
-        image=image,
-        version=version,
-        target=target,
-        mode=mode,
-        base=base,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
-        inputs=key,
-        created=created or _now(),
-        extra=extra_labels,
-    )
-    return image, manifest, key, dict(labels)
-
-
-def plan_build(
-    mode: str,
-    *,
-    target: BuildTarget,
-    version: str,
-    mode_reason: str,
-    upstream: UpstreamFacts,
-    queue_hash: str,
-    patches: Sequence[PatchFacts],
-    worktree: Path,
-    changed_files: Sequence[str],
-    base: Base | None = None,
-    template: str = "",
-    tags: Sequence[str] = (),
-    extra_labels: Mapping[str, str] | None = None,
-    created: str | None = None,
-) -> BuildPlan:
+def plan_build(facts: ImageFacts, given: PlanInputs) -> BuildPlan:
     """The plan of a build, computed without the engine; ``mode`` is overlay or source.
 
     Overlay: the release image ``base`` plus the changed files, placed where the base's
@@ -439,16 +348,19 @@ def plan_build(
     ``docker/rocm.Dockerfile`` on the patched tree, told to copy it (``BRANCH_TYPE=local``).
     Both share the image name, the manifest, the labels and the inputs key.
     """
+    mode, target, version, upstream = facts.mode, facts.target, facts.version, facts.upstream
+    worktree, changed_files = given.worktree, given.changed_files
+    base = facts.base
     if mode == "overlay":
         assert base is not None, "an overlay needs its base"
-        from_ref = from_reference(base)
+        from_ref = bases.from_reference(base)
         workspace, ws_source = workspace_of(base.package_path, target.workspace)
         files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
         entrypoint, cmd = base.entrypoint, base.cmd
 
         def render(labels: Mapping[str, str] | None) -> str:
             return render_overlay_dockerfile(
-                template, from_ref, target, deleted, labels, entrypoint, cmd
+                given.template, from_ref, target, deleted, labels, entrypoint, cmd
             )
 
         key_dockerfile, build_args, context_dir = render(None), {}, None
@@ -461,7 +373,7 @@ def plan_build(
                 "pass --upstream with a git clone of sglang, or use --mode overlay",
             )
         upstream_dockerfile = dockerfile_path.read_text()
-        workspace, ws_source = target.workspace, "assumed"
+        workspace, ws_source = target.workspace, WorkspaceSource.ASSUMED
         files, deleted, _ = scan_files(worktree, changed_files, workspace, ws_source)
         skipped = ()
         base = Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})")
@@ -482,37 +394,31 @@ def plan_build(
     else:
         choose_mode(mode, ())  # raises the ConfigError naming the known modes
         raise AssertionError(mode)
-    image, manifest, key, labels = _provenance(
-        version=version,
-        target=target,
-        mode=mode,
-        base=base if mode == "overlay" else None,
-        upstream=upstream,
-        queue_hash=queue_hash,
-        patches=patches,
+    image, manifest, key, labels = describe(
+        facts,
         files=files,
         deleted=deleted,
         key_dockerfile=key_dockerfile,
-        created=created,
-        extra_labels=extra_labels,
+        created=given.created or _now(),
+        extra_labels=given.extra_labels,
     )
     return BuildPlan(
         target=target,
         version=version,
         mode=mode,
-        mode_reason=mode_reason,
+        mode_reason=given.mode_reason,
         base=base,
         workspace=workspace,
         workspace_source=ws_source,
         upstream=upstream,
-        queue_hash=queue_hash,
-        patches=tuple(patches),
+        queue_hash=facts.queue_hash,
+        patches=facts.patches,
         changed_files=tuple(changed_files),
         files=files,
         deleted=deleted,
         skipped=skipped,
         image=image,
-        tags=tuple(tags),
+        tags=given.tags,
         labels=labels,
         dockerfile=render(labels),
         manifest=manifest,
@@ -604,57 +510,39 @@ def buildx_command(plan: BuildPlan, docker: str = "docker") -> list[str]:
 
 
 def build_image(
-    root: ProjectLike,
-    target: str = "mi355x",
-    mode: str = "auto",
-    base_image: str | None = None,
-    upstream: str | None = None,
-    tags: Sequence[str] = (),
-    dry_run: bool = False,
-    progress: BuildProgress | None = None,
-    *,
-    ref: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    offline: bool | None = None,
+    project: Project, req: BuildRequest, progress: BuildProgress | None = None
 ) -> BuildResult:
-    """Apply the queue and build (or, with ``dry_run``, plan) the image for ``target``."""
+    """Apply the queue and build (or, with ``req.dry_run``, plan) the image ``req`` asks for.
+
+    The queue is read once (``project.queue``), the target comes resolved in the request.
+    """
     from sglforge.patches.apply import apply_queue
     from sglforge.patches.upstream import upstream_source
 
     started = time.monotonic()
     say = _sayer(progress)
-    project = Project.of(root)
-    root = project.root
-    bt = project.target(target)
-    if mode not in MODES:
-        choose_mode(mode, ())  # raises the ConfigError naming the known modes
-    offline = _offline(offline)
+    root, bt, dry_run = project.root, req.target, req.dry_run
     queue = project.queue
-    chosen, reason = choose_mode(mode, queue.patches)
-    patches = tuple(
-        PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status) for p in queue.patches
-    )
-    the_ref = ref or queue.pin.ref
+    chosen, reason = choose_mode(req.mode, queue.patches)
+    patches = tuple(PatchFacts.of(p) for p in queue.patches)
+    the_ref = req.ref or queue.pin.ref
     version = version_of(the_ref)
     template = _overlay_template(root) if chosen == "overlay" else ""
 
     base: Base | None = None
     if chosen == "overlay" and version is not None:
-        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
-        if not dry_run:
-            # Before any work: a base tag that was never published is a lost day.
-            say(f"checking base image {base.ref}")
-            base = _check_base(base, bt, offline, say)
+        # Before any work: a base tag that was never published is a lost day.
+        base = _base_for(req, version, say)
 
     say(f"applying the patch queue at {the_ref}")
-    applied = apply_queue(project, ref=ref, upstream=upstream)
+    applied = apply_queue(project, ref=req.ref)
     version = version or applied.version
     if version is None:
         raise ConfigError(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
             'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
         )
-    source = upstream_source(queue.pin, upstream)
+    source = upstream_source(queue.pin, project.upstream_option)
     wheel, wheel_sha = _wheel_facts(source, version) if applied.python_only else ("", "")
     up = UpstreamFacts(
         url=queue.pin.url,
@@ -665,69 +553,66 @@ def build_image(
         wheel=wheel,
         wheel_sha256=wheel_sha,
     )
-    # Image labels only (containers of the build keep ``labels``): --label wins over these.
-    image_labels = {**fork_labels(root, bt.source), **(labels or {})}
+    # Image labels only (containers of the build keep ``req.labels``): --label wins over these.
+    image_labels = {**fork_labels(root, bt.source), **req.labels}
 
+    facts = ImageFacts(
+        version=version,
+        target=bt,
+        mode=chosen,
+        base=None,  # an overlay's comes below, once inspected
+        upstream=up,
+        queue_hash=queue.hash,
+        patches=patches,
+    )
+    given = PlanInputs(
+        worktree=applied.worktree,
+        changed_files=tuple(applied.changed_files),
+        mode_reason=reason,
+        template=template,
+        tags=req.tags,
+        extra_labels=image_labels,
+    )
     if chosen == "source":
-        plan = plan_build(
-            "source",
-            target=bt,
-            version=version,
-            mode_reason=reason,
-            upstream=up,
-            queue_hash=queue.hash,
-            patches=patches,
-            worktree=applied.worktree,
-            changed_files=applied.changed_files,
-            tags=tags,
-            extra_labels=image_labels,
-        )
+        plan = plan_build(facts, given)
         if dry_run:
             return _result(plan, None, False, None, True, started)
-        return _build_source(root, plan, applied.worktree, say, progress, started, labels)
+        return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
 
     if base is None:
-        base = Base(ref=given_base(base_image, version) or bt.base_image(version))
-        if not dry_run:
-            say(f"checking base image {base.ref}")
-            base = _check_base(base, bt, offline, say)
+        base = _base_for(req, version, say)
     if not dry_run:
-        base = _inspect_base(root, base, version, labels)
+        base = bases.inspect_base(root, base, version, req.labels)
     else:
-        base = _dry_run_base(root, base, version, labels)
+        base = bases.dry_run_base(root, base, version, req.labels)
     staged = None
     if queue.configs and not dry_run:
         # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
         from sglforge import overlay_configs
 
-        staged = overlay_configs.stage(root, queue.configs, base.ref, version, bt.name, labels, say)
+        staged = overlay_configs.stage(
+            root, queue.configs, base.ref, version, bt.name, req.labels, say
+        )
         image_labels = {**staged.labels, **image_labels}
 
-    def make_plan(b: Base) -> BuildPlan:
-        return plan_build(
-            "overlay",
-            target=bt,
-            version=version,
-            mode_reason=reason,
-            base=b,
-            upstream=up,
-            queue_hash=queue.hash,
-            patches=patches,
-            worktree=applied.worktree,
-            changed_files=applied.changed_files,
-            template=template,
-            tags=tags,
-            extra_labels=image_labels,
-        )
-
-    plan = make_plan(base)
+    plan = plan_build(replace(facts, base=base), replace(given, extra_labels=image_labels))
     if staged is not None and staged.files:
         # The staged files join the context and the items the manifest.
         manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
         plan = replace(plan, files=plan.files + staged.files, manifest=manifest)
     if dry_run:
         return _result(plan, None, False, None, True, started)
-    return _build_overlay(root, plan, applied.worktree, say, progress, started, labels)
+    return _build_overlay(root, plan, applied.worktree, say, progress, started, req.labels)
+
+
+def _base_for(req: BuildRequest, version: str, say: Callable[[str], None]) -> Base:
+    """The base the request names (or the target's), checked against the registry unless this
+    is a dry run."""
+    base = Base(ref=given_base(req.base_image, version) or req.target.base_image(version))
+    if req.dry_run:
+        return base
+    say(f"checking base image {base.ref}")
+    return bases.check_base(base, req.target, req.offline, say)
 
 
 def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
@@ -837,183 +722,6 @@ def given_base(base_image: str | None, version: object) -> str | None:
     return base_image.replace("{version}", str(version)) if base_image else None
 
 
-def _check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> Base:
-    """The base with its ID/digest; BuildError naming the closest existing tags if missing.
-
-    A ``{date}`` in the reference is first resolved to the newest dated tag, so the exact tag
-    is what the labels and manifest record.
-    """
-    from sglforge.engine import images as eng
-    from sglforge.engine import reference, registry
-    from sglforge.targets import is_dated
-
-    if is_dated(base.ref):
-        base = replace(base, ref=_resolve_dated(base.ref, bt, offline, say))
-    info = eng.inspect(base.ref)
-    if info is not None:
-        return replace(base, id=info.id, digest=info.digest)
-    answer = None if offline else registry.remote_tag(base.ref)
-    if answer is not None and answer.exists:
-        say(f"pulling {base.ref} (not on the engine yet)")
-        eng.pull(base.ref)
-        info = eng.inspect(base.ref)
-        if info is None:
-            raise BuildError(f"pulled {base.ref} but the engine does not list it")
-        return replace(base, id=info.id, digest=info.digest or answer.digest)
-    ref = reference.parse(base.ref)
-    known = set(eng.local_tags(ref.name))
-    remote = None if offline else registry.remote_tags(ref.name)
-    known |= set(remote or ())
-    close = closest_tags(ref.tag, known, bt)
-    listed = "on the engine" if remote is None else "on the engine or in its registry"
-    found = (
-        f"closest existing tags for {bt.key} {listed}: {', '.join(close)}"
-        if close
-        else f"no tags of {ref.name} for {bt.key} {listed}"
-    )
-    if answer is not None and answer.exists is None:
-        # Unknown is not "missing": say so rather than send someone hunting for a typo.
-        raise BaseImageUnreachable(
-            f"base image {base.ref} is not on the engine and its registry did not answer "
-            f"({answer.error}); {found}",
-            f"docker pull {base.ref} once the registry is reachable, or pass --base-image",
-        )
-    where = (
-        f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
-        if offline
-        else "on the engine or in its registry"
-    )
-    raise BaseImageMissing(
-        f"base image {base.ref} does not exist {where}; {found}",
-        "pass --base-image with an existing tag, or pin an upstream release that has one",
-    )
-
-
-def _resolve_dated(pattern: str, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> str:
-    """``repo:...-{date}`` as the tag with the newest date its registry (offline: engine) lists."""
-    from sglforge.engine import images as eng
-    from sglforge.engine import reference, registry
-    from sglforge.targets import newest_dated_tag
-
-    ref = reference.parse(pattern)
-    local = eng.local_tags(ref.name)
-    remote = None if offline else registry.remote_tags(ref.name)
-    if remote is None and not offline:
-        say(f"the registry of {ref.name} did not list its tags; using the engine's")
-    tags = local if remote is None else remote
-    chosen = newest_dated_tag(ref.tag, tags)
-    if chosen is not None:
-        say(f"{pattern}: newest published tag is {chosen}")
-        return f"{ref.name}:{chosen}"
-    if offline:
-        where = f"on the engine (offline, by --offline or ${OFFLINE_ENV}: registries not asked)"
-    elif remote is None:
-        where = "on the engine (its registry did not list tags)"
-    else:
-        where = "in its registry"
-    close = closest_tags(ref.tag, set(local) | set(remote or ()), bt)
-    found = f"closest tags: {', '.join(close)}" if close else f"{ref.name} has no tags"
-    raise BaseImageMissing(
-        f"no tag of {ref.name} matches {ref.tag} (any YYYYMMDD date) {where}; {found}",
-        "pass --base-image with an existing tag, or pin an upstream release that has one",
-    )
-
-
-def closest_tags(wanted: str, known: Iterable[str], bt: BuildTarget, n: int = 5) -> list[str]:
-    """The ``n`` known tags most like ``wanted``, preferring those of target ``bt``.
-
-    Tags of the target's shape (the base pattern ``wanted`` follows; ``{date}`` is any date)
-    rank by version distance first (0.5.13 is nearer to 0.5.14 than 0.5.4 is, which plain
-    string similarity gets wrong), then by difflib similarity.
-    """
-    import difflib
-
-    from sglforge.targets import DATE_FIELD, tag_regex
-
-    known = sorted(set(known))
-    fields = {
-        "rocm": "(?:" + "|".join(map(re.escape, bt.target.rocm)) + ")",
-        "gpu_arch": re.escape(bt.gpu_arch),
-        "target": re.escape(bt.name),
-    }
-    shapes = [tag_regex(b.template.rpartition(":")[2], fields) for b in bt.target.bases]
-    probe = wanted.replace(DATE_FIELD, "0" * 8)
-    pattern = next((rx for rx in shapes if rx.match(probe)), shapes[0])
-    want = pattern.match(probe)
-    want_v = _numbers(want.groupdict().get("version") if want else None)
-    mine = [t for t in known if pattern.match(t)] or known
-
-    def rank(tag: str) -> tuple[tuple[int, ...], float, int]:
-        m = pattern.match(tag)
-        v = _numbers(m.groupdict().get("version") if m else None)
-        if want_v and v:
-            width = max(len(want_v), len(v))
-            a, b = want_v + (0,) * (width - len(want_v)), v + (0,) * (width - len(v))
-            dist = tuple(abs(x - y) for x, y in zip(a, b, strict=True))
-        else:
-            dist = (1 << 30,)
-        newest_first = -int((m.groupdict().get("date") if m else None) or 0)
-        return dist, -difflib.SequenceMatcher(None, wanted, tag).ratio(), newest_first
-
-    return sorted(mine, key=rank)[:n]
-
-
-def _numbers(version: str | None) -> tuple[int, ...]:
-    if not version:
-        return ()
-    m = re.match(r"v?(\d+(?:\.\d+)*)", version)
-    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
-
-
-def _dry_run_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
-    """In a dry run, the base inspected as a real build would, when the engine has it
-    locally (nothing pulled, nothing written): the plan then shows the real immutable tag,
-    which names the base's digest. Otherwise the base stays unpinned (a tag without -i)."""
-    from sglforge.engine import images as eng
-
-    try:
-        info = eng.inspect(base.ref)
-        if info is None:
-            return base
-        return _inspect_base(root, replace(base, id=info.id, digest=info.digest), version, labels)
-    except SglforgeError:
-        return base
-
-
-def _inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
-    """Read the sglang version and package path of the base; refuse a version mismatch."""
-    from sglforge.engine import images as eng
-
-    info = eng.sglang_info(base.ref, work_dir(root, "cache"), labels=labels)
-    if info.version is None and info.fallback_only:
-        raise BuildError(
-            f"base image {base.ref}: its sglang reports only setuptools-scm's fallback version "
-            "0.0.0.dev0 (no _version.py, no distribution metadata), so which release it holds "
-            "is unknown",
-            "pass --base-image with an sglang release image (pip install -e python in a git "
-            "checkout at the release tag writes sglang/_version.py)",
-        )
-    if info.path is None:
-        raise BuildError(
-            f"base image {base.ref} holds no importable sglang package",
-            "pass --base-image with an sglang release image",
-        )
-    if not _same_version(info.version, version):
-        raise BuildError(
-            f"base image {base.ref} holds sglang {info.version}, but the queue is pinned to "
-            f"{version}",
-            "pass --base-image with the release image of the pinned version, or re-pin",
-        )
-    image = eng.require(base.ref)
-    return replace(
-        base,
-        sglang_version=info.version,
-        package_path=info.path,
-        entrypoint=image.entrypoint,
-        cmd=image.cmd,
-    )
-
-
 def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:
     """(file name, sha256) of the released wheel a pypi: tree was taken from: it is cached
     already (the history was built from it), and checked against the index's sha256."""
@@ -1040,17 +748,6 @@ def _revision(pin: Any, applied: Any) -> str:
     if getattr(applied, "python_only", False):
         return str(applied.ref)
     return str(applied.commit)
-
-
-def _same_version(a: str | None, b: str) -> bool:
-    if a is None:
-        return False
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a.removeprefix("v") == b.removeprefix("v")
 
 
 def _retag(image_id: str, tags: Iterable[str]) -> None:
@@ -1106,12 +803,6 @@ def _overlay_template(root: Path) -> str:
             f"{path}: the overlay Dockerfile is missing (and none ships with this install)",
             "sglforge init (lays out images/), or reinstall sglforge",
         ) from None
-
-
-def _offline(given: bool | None) -> bool:
-    if given is not None:
-        return given
-    return os.environ.get(OFFLINE_ENV, "").lower() not in ("", "0", "false", "no")
 
 
 def _sayer(progress: BuildProgress | None) -> Callable[[str], None]:

@@ -38,7 +38,20 @@ class SglforgeError(Exception):
 
 
 class ConfigError(SglforgeError):
+    """Bad input. When it sits at a line of a file (``at``), ``file``, ``line`` and ``reason``
+    say where and what, for callers that list findings (``patches lint``)."""
+
     exit_code = EXIT_USAGE
+    file: str | None = None
+    line: int | None = None
+    reason: str = ""
+
+    @classmethod
+    def at(cls, file: str, line: int, reason: str, hint: str | None = None) -> ConfigError:
+        """``FILE:LINE: REASON``, with the three kept apart."""
+        err = cls(f"{file}:{line}: {reason}", hint)
+        err.file, err.line, err.reason = file, line, reason
+        return err
 
 
 class UpstreamError(SglforgeError):

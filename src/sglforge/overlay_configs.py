@@ -1,6 +1,6 @@
 """Config items in the overlay image: where the base's aiter merges them, checked against it.
 
-The base is inspected (engine.images.aiter_configs) for where its aiter keeps its tables; each
+The base is inspected (bases.aiter_configs) for where its aiter keeps its tables; each
 item is rendered in the base's columns and installed as
 ``<aiter>/configs/model_configs/sglforge_<name>_tuned_fmoe.csv``, beside aiter's own files
 (never replacing one). A key the base's tables already hold is refused before building: aiter
@@ -42,9 +42,9 @@ class Staged:
 
 def base_aiter(ref: str, labels: Mapping[str, str] | None = None) -> BaseTables | None:
     """The base image's own tuned_fmoe table, or None when the image has no aiter."""
-    from sglforge.engine import images as eng
+    from sglforge.bases import aiter_configs
 
-    info = eng.aiter_configs(ref, labels)
+    info = aiter_configs(ref, labels)
     if not info.get("root") or info.get("tuned_fmoe") is None:
         return None
     return base_tables(

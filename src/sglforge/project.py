@@ -1,81 +1,99 @@
 """A sglforge project, opened once: its root, queue, targets and upstream, each read on first use.
 
-The command line opens one ``Project`` per run and passes it down; core functions accept a
-``Project`` or a plain root path (``Project.of``), so library callers and tests keep working
-with paths. Reading is cached for the life of the object; a command that rewrites the queue
-(refresh, export, upgrade) calls ``reload()`` so later reads see the new files.
+The command line opens one ``Project`` per run, with the upstream the command was given
+(``--upstream`` / ``$SGLFORGE_UPSTREAM``), and passes it down; core functions take the
+``Project`` and never open a second one. Reading is cached for the life of the object; a
+command that rewrites the queue (refresh, export, upgrade) calls ``reload()`` so later reads
+see the new files.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sglforge.patches.series import Queue
     from sglforge.patches.upstream import Upstream
     from sglforge.targets import BuildTarget, Targets
 
+# the lazily read parts, forgotten by reload()
+_READ = ("queue", "targets", "upstream", "_pin_commit")
 
-@dataclass(eq=False)
+
 class Project:
-    """One project folder (the one holding ``patches/``)."""
+    """One project folder (the one holding ``patches/``), opened with its upstream."""
 
-    root: Path
-    upstream_option: str | None = None  # --upstream / $SGLFORGE_UPSTREAM, when given
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    def __init__(self, root: Path | str, upstream: str | None = None) -> None:
+        self.root = Path(root)
+        self.upstream_option = upstream  # --upstream / $SGLFORGE_UPSTREAM, when given
+        self._targets: dict[str, BuildTarget] = {}
 
-    @classmethod
-    def of(cls, where: ProjectLike, upstream: str | None = None) -> Project:
-        """``where`` itself when it is a Project (``upstream`` given here wins), else a new one."""
-        if isinstance(where, Project):
-            if upstream and upstream != where.upstream_option:
-                return cls(where.root, upstream)
-            return where
-        return cls(Path(where), upstream)
+    def __repr__(self) -> str:
+        return f"Project({str(self.root)!r}, upstream={self.upstream_option!r})"
 
-    @property
+    @cached_property
     def queue(self) -> Queue:
         """The queue (series, patches, pin), loaded and validated once."""
-        if "queue" not in self._cache:
-            from sglforge.patches.series import load_queue
+        from sglforge.patches.series import load_queue
 
-            self._cache["queue"] = load_queue(self.root)
-        return self._cache["queue"]  # type: ignore[no-any-return]
+        return load_queue(self.root)
 
-    @property
+    @cached_property
     def targets(self) -> Targets:
         """``images/targets.toml`` (or the shipped defaults), loaded once."""
-        if "targets" not in self._cache:
-            from sglforge.targets import load_targets
+        from sglforge.targets import load_targets
 
-            self._cache["targets"] = load_targets(self.root)
-        return self._cache["targets"]  # type: ignore[no-any-return]
+        return load_targets(self.root)
 
     def target(self, spec: str) -> BuildTarget:
         """The build target ``spec`` names (``mi355x``, ``mi355x-rocm720``), resolved once."""
-        key = f"target:{spec}"
-        if key not in self._cache:
-            self._cache[key] = self.targets.resolve(spec)
-        return self._cache[key]  # type: ignore[no-any-return]
+        if spec not in self._targets:
+            self._targets[spec] = self.targets.resolve(spec)
+        return self._targets[spec]
 
+    @cached_property
     def upstream(self) -> Upstream:
         """The upstream source (fetched into the shared cache on first use)."""
-        if "upstream" not in self._cache:
-            from sglforge.patches.upstream import open_upstream
+        from sglforge.patches.upstream import open_upstream
 
-            self._cache["upstream"] = open_upstream(self.root, self.queue.pin, self.upstream_option)
-        return self._cache["upstream"]  # type: ignore[no-any-return]
+        return open_upstream(self.root, self.queue.pin, self.upstream_option)
+
+    def pin_commit(self, record: bool = False) -> str:
+        """The commit the pinned tag resolves to, refused if the tag moved (checked once).
+
+        ``record`` writes what was resolved into the pin (``patches pin``, refresh, upgrade);
+        it always checks again.
+        """
+        from sglforge.patches.upstream import pinned_commit
+
+        if record:
+            self.__dict__.pop("_pin_commit", None)
+            commit = pinned_commit(self.root, self.queue.pin, self.upstream, record=True)
+            self.__dict__["_pin_commit"] = commit
+            return commit
+        return self._pin_commit
+
+    @cached_property
+    def _pin_commit(self) -> str:
+        from sglforge.patches.upstream import pinned_commit
+
+        return pinned_commit(self.root, self.queue.pin, self.upstream)
+
+    def scenario_for(self, target: str, target_key: str | None = None) -> Path:
+        """The smoke scenario (``smoke/*.toml``) whose ``target`` names this target."""
+        from sglforge.smoke.scenario import find_scenario
+
+        return find_scenario(self.root, target, target_key)
 
     def fresh_queue(self) -> Queue:
         """The queue read again from disk (under a lock, another command may have changed it)."""
-        self._cache.pop("queue", None)
+        self.__dict__.pop("queue", None)
         return self.queue
 
     def reload(self) -> None:
         """Forget what was read: the next access reads the files again."""
-        self._cache.clear()
-
-
-ProjectLike = Union[Project, Path, str]  # noqa: UP007 (a runtime alias, also for Python 3.10)
+        for name in _READ:
+            self.__dict__.pop(name, None)
+        self._targets.clear()

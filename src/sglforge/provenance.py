@@ -2,9 +2,10 @@
 
 Owns every label key (OCI ``org.opencontainers.image.*`` and our ``io.sglforge.*``), the
 manifest at ``/opt/sglforge/manifest.json`` and its schema, the facts both are made from
-(upstream, patches, base, added files) and reading them back into a ``Provenance``. ``build``
-writes the contract, ``inspect``, ``publish``, ``release`` and ``smoke`` read it; images
-already published must stay readable, so the readers also accept the keys older images carry.
+(``ImageFacts``: upstream, patches, base; and the added files), the inputs key that hashes
+them, and reading them back into a ``Provenance``. ``build`` writes the contract,
+``inspect``, ``publish``, ``release`` and ``smoke`` read it; images already published must
+stay readable, so the readers also accept the keys older images carry.
 
 Pure: no engine, no git, no files (``inspect`` fetches labels and the manifest from images).
 """
@@ -15,12 +16,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sglforge import __version__
 from sglforge.targets import BuildTarget
 from sglforge.urls import scrub, scrub_text
-from sglforge.util import plural
+from sglforge.util import plural, sha256_bytes
 
 MANIFEST_PATH = "/opt/sglforge/manifest.json"
 MANIFEST_SCHEMA = "sglforge.manifest/1"
@@ -89,6 +90,21 @@ class UpstreamFacts:
         object.__setattr__(self, "source", scrub_text(self.source, record=True))
 
 
+class PatchLike(Protocol):
+    """What :meth:`PatchFacts.of` reads of a patch (this module imports no queue code)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def upstream_status(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class PatchFacts:
     """A patch as an image and its release record name it: name, subject, checksum, status.
@@ -101,6 +117,11 @@ class PatchFacts:
     sha256: str = ""
     kind: str = ""
     upstream_status: str = ""
+
+    @classmethod
+    def of(cls, patch: PatchLike) -> PatchFacts:
+        """The facts of a queue's patch (``patches.series.Patch``)."""
+        return cls(patch.name, patch.subject, patch.sha256, patch.kind, patch.upstream_status)
 
     @property
     def slug(self) -> str:
@@ -141,6 +162,27 @@ class ContextFile:
 
 
 @dataclass(frozen=True)
+class ImageFacts:
+    """What an image is made of: the facts its labels, manifest and inputs key all state.
+
+    The image's own name is not among them: it is derived from them and the inputs key
+    (:meth:`image_ref`), and the key hashes a manifest that names the image.
+    """
+
+    version: str
+    target: BuildTarget
+    mode: str
+    base: Base | None  # the overlay's base; None for a source build
+    upstream: UpstreamFacts
+    queue_hash: str
+    patches: tuple[PatchFacts, ...]
+
+    def image_ref(self, inputs: str | None = None) -> str:
+        """``<repository>:v<version>-<rocm>-<target>-q<queue>[-i<inputs>]``."""
+        return self.target.image_ref(self.version, self.queue_hash, inputs)
+
+
+@dataclass(frozen=True)
 class Smoke:
     """What the smoke run (and the bench, when the scenario has one) measured before publishing.
 
@@ -166,27 +208,18 @@ class Smoke:
 
 
 def make_manifest(
-    *,
-    image: str,
-    version: str,
-    target: BuildTarget,
-    mode: str,
-    base: Base | None,
-    upstream: UpstreamFacts,
-    queue_hash: str,
-    patches: Sequence[PatchFacts],
-    files: Sequence[ContextFile],
-    deleted: Sequence[str],
+    facts: ImageFacts, *, image: str, files: Sequence[ContextFile], deleted: Sequence[str]
 ) -> dict[str, Any]:
     """The provenance manifest written to ``/opt/sglforge/manifest.json`` (no timestamps)."""
+    target, base, upstream = facts.target, facts.base, facts.upstream
     return {
         "schema": MANIFEST_SCHEMA,
         "image": image,
-        "sglang_version": version,
+        "sglang_version": facts.version,
         "target": target.name,
         "rocm": target.rocm.name,
         "gpu_arch": target.gpu_arch,
-        "mode": mode,
+        "mode": facts.mode,
         "base": (
             {
                 "name": base.ref,
@@ -210,7 +243,7 @@ def make_manifest(
             ),
         },
         "queue": {
-            "hash": queue_hash,
+            "hash": facts.queue_hash,
             "patches": [
                 {
                     "name": p.name,
@@ -219,7 +252,7 @@ def make_manifest(
                     "subject": p.subject,
                     "upstream_status": p.upstream_status,
                 }
-                for p in patches
+                for p in facts.patches
             ],
         },
         "files": [
@@ -236,21 +269,17 @@ def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
 
 
 def make_labels(
+    facts: ImageFacts,
     *,
     image: str,
-    version: str,
-    target: BuildTarget,
-    mode: str,
-    base: Base | None,
-    upstream: UpstreamFacts,
-    queue_hash: str,
-    patches: Sequence[PatchFacts],
     inputs: str | None,
     created: str,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """OCI labels plus sglforge's own (queue hash, patches, target, GPU arch, mode, inputs)."""
-    names = [p.name for p in patches]
+    version, target, mode = facts.version, facts.target, facts.mode
+    base, upstream, queue_hash = facts.base, facts.upstream, facts.queue_hash
+    names = [p.name for p in facts.patches]
     described = ", ".join(names) if names else "no patches"
     labels = {
         OCI_VERSION: version,
@@ -296,6 +325,45 @@ def make_labels(
     # Given labels (--label, the project's source and revision) win over the defaults.
     labels.update(extra or {})
     return labels
+
+
+def inputs_key(facts: ImageFacts, *, dockerfile: str, manifest: Mapping[str, Any]) -> str | None:
+    """The hash of everything that decides the image's content; None without a base."""
+    pinned = facts.base.pinned if facts.base else None
+    if facts.mode == "overlay" and not pinned:
+        return None
+    doc = {
+        "base": pinned,
+        "queue": facts.queue_hash,
+        "commit": facts.upstream.commit,
+        "dockerfile": sha256_bytes(dockerfile.encode()),
+        "target": facts.target.key,
+        "mode": facts.mode,
+        "manifest": sha256_bytes(manifest_bytes(manifest)),
+    }
+    return sha256_bytes(json.dumps(doc, sort_keys=True).encode())
+
+
+def describe(
+    facts: ImageFacts,
+    *,
+    files: Sequence[ContextFile],
+    deleted: Sequence[str],
+    key_dockerfile: str,
+    created: str,
+    extra_labels: Mapping[str, str] | None = None,
+) -> tuple[str, dict[str, Any], str | None, dict[str, str]]:
+    """Image name, manifest, inputs key and labels of a build: the same facts, said four ways.
+
+    The key is taken over the manifest naming the queue-only reference (a key cannot hash a
+    name it is part of); the image is then named with both (``targets.image_tag``).
+    """
+    manifest = make_manifest(facts, image=facts.image_ref(), files=files, deleted=deleted)
+    key = inputs_key(facts, dockerfile=key_dockerfile, manifest=manifest)
+    image = facts.image_ref(key)
+    manifest = make_manifest(facts, image=image, files=files, deleted=deleted)
+    labels = make_labels(facts, image=image, inputs=key, created=created, extra=extra_labels)
+    return image, manifest, key, labels
 
 
 def source_labels(url: str | None, commit: str | None) -> dict[str, str]:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
-import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge import reports
 from sglforge.engine import images as engine_images
@@ -35,17 +34,22 @@ from sglforge.errors import (
     PublishError,
     SglforgeError,
 )
-from sglforge.inspect import image_manifest, queue_statuses
+from sglforge.inspect import image_manifest
 from sglforge.progress import current as current_progress
 from sglforge.progress import layer_bar
-from sglforge.project import Project, ProjectLike
+from sglforge.project import Project
 from sglforge.provenance import LABEL_INPUTS, OCI_VERSION, PatchFacts, Smoke, provenance_from
 from sglforge.release import Recorded, Release, push_release_record, record_release
 from sglforge.reports import FAILED, SKIPPED, Case, Suite
+from sglforge.requests import PublishRequest
+from sglforge.smoke.report import Check
+from sglforge.smoke.scenario import run_line
 from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
 
-SMOKE_DIR = "smoke"
+if TYPE_CHECKING:
+    from sglforge.build import BuildResult
+
 STANDIN_HARDWARE = "standin-cpu"  # what a scenario with accelerator = "none" records
 _QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}(?:-i[0-9a-f]{6,64})?$")
 
@@ -58,17 +62,6 @@ class Step:
     ok: bool | None
     seconds: float = 0.0
     detail: str = ""
-
-
-@dataclass(frozen=True)
-class SmokeCheck:
-    """One smoke check as reported (for JUnit and the summary); ``passed`` None: skipped."""
-
-    name: str
-    passed: bool | None
-    detail: str = ""
-    value: float | int | str | None = None
-    threshold: float | int | str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +81,7 @@ class PublishResult:
     smoke_passed: bool | None = None
     smoke_verdict: str = ""
     smoke_figures: Mapping[str, Any] = field(default_factory=dict)
-    smoke_checks: tuple[SmokeCheck, ...] = ()
+    smoke_checks: tuple[Check, ...] = ()
     tested: bool = False
     build_reused: bool | None = None
     steps: tuple[Step, ...] = ()
@@ -113,48 +106,6 @@ class PublishResult:
 # --- scenarios and references ---------------------------------------------------------------
 
 
-def find_scenario(root: Path, target: str, target_key: str | None = None) -> Path:
-    """The ``smoke/*.toml`` whose ``target`` names this target; ConfigError if none or many."""
-    from sglforge.defaults import smoke_dir
-
-    folder = smoke_dir(root)  # the project's smoke/, else the scenarios sglforge ships
-    names = {target, target_key} - {None}
-    found: list[Path] = []
-    from sglforge.config import read_toml
-
-    for path in sorted(folder.glob("*.toml")):
-        data = read_toml(path, "smoke scenario")
-        table = data.get("scenario")
-        wanted = table.get("target") if isinstance(table, dict) else data.get("target")
-        wanted_list = wanted if isinstance(wanted, list) else [wanted]
-        if any(w in names for w in wanted_list):
-            found.append(path)
-    if not found:
-        raise ConfigError(
-            f"no smoke scenario in {folder} has target = {target!r}",
-            "add one, or pass --scenario FILE (or --skip-smoke in an emergency)",
-        )
-    if len(found) > 1:
-        exact = [p for p in found if target_key and _target_of(p) == target_key]
-        if len(exact) == 1:
-            return exact[0]
-        listed = ", ".join(p.name for p in found)
-        raise ConfigError(
-            f"several smoke scenarios name target {target!r}: {listed}",
-            "pick one with --scenario FILE",
-        )
-    return found[0]
-
-
-def _target_of(path: Path) -> object:
-    try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
-    table = data.get("scenario")
-    return table.get("target") if isinstance(table, dict) else data.get("target")
-
-
 def registry_prefix(registry: str) -> str:
     """``127.0.0.1:5000`` or ``ghcr.io/org`` with scheme and trailing slashes removed.
 
@@ -177,7 +128,8 @@ def references(
     repo, sep, tag = image.rpartition(":")
     if not sep or "/" in tag:
         raise PublishError(f"{image}: built image reference has no tag", "rebuild: sglforge build")
-    repo = repo.split("/", 1)[1] if _has_registry(repo) else repo
+    first, sep, rest = repo.partition("/")
+    repo = rest if sep and engine_ref.is_host(first) else repo
     immutable = f"{prefix}/{repo}:{tag}"
     friendly_tag = _QUEUE_SUFFIX.sub("", tag)
     latest = f"latest-{target}"
@@ -188,11 +140,6 @@ def references(
         f"{prefix}/{repo}:{t}" for t in dict.fromkeys((friendly_tag, latest)) if t != tag
     )
     return immutable, friendly
-
-
-def _has_registry(repo: str) -> bool:
-    first = repo.split("/", 1)[0]
-    return "/" in repo and ("." in first or ":" in first or first == "localhost")
 
 
 # --- the publish flow -----------------------------------------------------------------------
@@ -213,285 +160,240 @@ class _Clock:
 
 
 @dataclass
-class _Plan:
-    """What a publish will do, settled before anything long runs."""
+class _Run:
+    """One publish as its steps build it up: what was asked, and what each step found.
 
-    root: Path
-    build_target: BuildTarget
-    default_rocm: bool
-    scenario_path: Path | None
+    Settled before anything long runs (``_open``): the registry prefix and its login, the
+    stand-in rule. Then ``_build`` sets ``built`` and the references, ``_candidate`` the image
+    to test and push, the gates ``smoke``, the push ``pushed``/``digest``/``source``.
+    """
+
+    project: Project
+    req: PublishRequest
     prefix: str
     creds: Credentials | None
     say: Callable[[str], None]
-    clock: _Clock
+    clock: _Clock = field(default_factory=_Clock)
     standin: bool = False
-    accept_regression: str | None = None
     coverage: dict[str, Any] | None = None  # the coverage gate's result, for the release record
+    built: BuildResult | None = None
+    immutable: str = ""
+    moving: tuple[str, ...] = ()  # the friendly references that move (none with --skip-smoke)
+    candidate: str = ""  # the local image tested and pushed (built here, or pulled)
+    smoke: Smoke | None = None
+    pushed: list[str] = field(default_factory=list)
+    digest: str = ""
+    source: str = ""  # the image the friendly tags are made from
+
+    @property
+    def root(self) -> Path:
+        return self.project.root
+
+    @property
+    def target(self) -> BuildTarget:
+        return self.req.target
+
+    @property
+    def scenario(self) -> Path | None:
+        return self.req.smoke.scenario if self.req.smoke else None
+
+    @property
+    def image(self) -> BuildResult:
+        assert self.built is not None, "the build step runs first"
+        return self.built
+
+    def failed(
+        self, result: PublishResult, step: str, exc: SglforgeError | EngineError
+    ) -> PublishResult:
+        """``result`` stopped at ``step`` by ``exc``: nothing (more) pushed, no tag moved."""
+        self.clock.done(step, False, exc.message)
+        return replace(
+            result,
+            pushed=tuple(self.pushed),
+            steps=tuple(self.clock.steps),
+            error=str(exc),
+            exit_code=exc.exit_code,
+        )
 
 
 def publish(
-    root: ProjectLike,
-    target: str,
-    registry: str,
-    *,
-    model: str | None = None,
-    port: int | None = None,
-    scenario: Path | None = None,
-    skip_smoke: bool = False,
-    allow_standin: bool = False,
-    accept_regression: str | None = None,
-    dry_run: bool = False,
-    mode: str = "auto",
-    base_image: str | None = None,
-    upstream: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    offline: bool | None = None,
-    attempts: int = 4,
-    backoff: float = 2.0,
-    date: str | None = None,
-    changelog: Path | None = None,
+    project: Project,
+    req: PublishRequest,
     progress: Progress | None = None,
+    built: BuildResult | None = None,
 ) -> PublishResult:
     """Build or reuse, smoke, push the immutable tag, verify, move friendly tags, record.
 
     Smoke failures and push errors come back as a result with ``error`` set and nothing moved;
     errors that stop the flow before anything ran (configuration, engine) are raised. The
-    steps: ``_plan`` (target, scenario, registry login), ``_build``, ``_smoke_gate``,
-    ``_push`` (immutable tag, digest check, friendly tags), ``_record`` (release record and
-    CHANGELOG entry, pushed next to the image).
-    """
-    from sglforge.build import build_image
+    steps, each over one ``_Run``: ``_open`` (registry login, stand-in rule), the scan gate,
+    ``_build``, ``_candidate``, the coverage, smoke and bench gates, ``_push`` (immutable
+    tag, digest check, friendly tags) and ``_record`` (release record and CHANGELOG entry,
+    pushed next to the image).
 
-    project = Project.of(root)
-    plan = _plan(project, target, registry, scenario, skip_smoke, dry_run, progress)
-    plan = _standin_rule(plan, allow_standin, accept_regression)
-    if not dry_run:
+    ``built``: the image the caller built from ``req.build`` after running the scan gate
+    itself (``upgrade --publish``); neither is done again.
+    """
+    run = _open(project, req, progress)
+    if not req.dry_run and built is None:
         from sglforge.scan import gate
 
         # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md).
-        gate(project, plan.scenario_path, model, say=plan.say, upstream=upstream)
-    plan.say(f"build {plan.build_target.key} ({'plan' if dry_run else 'or reuse'})")
-    built = build_image(
-        project,
-        target,
-        mode=mode,
-        base_image=base_image,
-        upstream=upstream,
-        dry_run=dry_run,
-        progress=lambda event: plan.say(_event_text(event)),
-        labels=dict(labels or {}),
-        offline=offline,
-    )
-    bt = plan.build_target
-    immutable, friendly = references(plan.prefix, built.image, bt.name, plan.default_rocm)
-    moving = () if skip_smoke else friendly
-    detail = "up to date, reused" if built.up_to_date else "built"
-    plan.clock.done("build", None if dry_run else True, detail)
-    result = PublishResult(
+        gate(project, run.scenario, _model(req), say=run.say)
+    result = _build(run, built)
+    if req.dry_run:
+        return _dry_run(run, result)
+    try:
+        run.candidate = _candidate(run)
+    except (PublishError, EngineError) as exc:
+        return run.failed(result, "push", exc)
+    if run.scenario is None:
+        run.clock.done("smoke", None, "skipped (--skip-smoke): the release is recorded as untested")
+    else:
+        for gate_step in (_coverage_gate, _smoke_gate, _bench_gate):
+            result = gate_step(run, result)
+            if result.error:
+                return result
+    return _push_and_record(run, result)
+
+
+def _model(req: PublishRequest) -> Path | None:
+    return req.smoke.model if req.smoke else None
+
+
+def _open(project: Project, req: PublishRequest, progress: Progress | None) -> _Run:
+    """The registry login and the stand-in rule, checked before the build."""
+    prefix = registry_prefix(req.registry)
+    creds: Credentials | None = None
+    if not req.dry_run:
+        # Before the build and the smoke run, which can take an hour on real hardware.
+        host = prefix.split("/", 1)[0]
+        creds = reg.credentials(host)
+        reg.check_login(host, creds)
+    run = _Run(project, req, prefix, creds, progress or (lambda _msg: None))
+    run.standin = _standin_rule(run)
+    return run
+
+
+def _build(run: _Run, built: BuildResult | None) -> PublishResult:
+    """The image (built, reused, or handed in by the caller) and the references it gets."""
+    from sglforge.build import build_image
+
+    bt, req = run.target, run.req
+    if built is None:
+        run.say(f"build {bt.key} ({'plan' if req.dry_run else 'or reuse'})")
+        built = build_image(run.project, req.build, lambda event: run.say(_event_text(event)))
+        detail = "up to date, reused" if built.up_to_date else "built"
+    else:
+        detail = "built by the caller from the same request, reused"
+    run.built = built
+    run.immutable, friendly = references(run.prefix, built.image, bt.name, bt.default_rocm)
+    run.moving = () if req.skip_smoke else friendly
+    run.clock.done("build", None if req.dry_run else True, detail)
+    return PublishResult(
         target=bt.key,
-        registry=plan.prefix,
+        registry=run.prefix,
         image=built.image,
-        immutable=immutable,
-        friendly=moving,
-        scenario=str(plan.scenario_path) if plan.scenario_path else None,
-        dry_run=dry_run,
-        skip_smoke=skip_smoke,
+        immutable=run.immutable,
+        friendly=run.moving,
+        scenario=str(run.scenario) if run.scenario else None,
+        dry_run=req.dry_run,
+        skip_smoke=req.skip_smoke,
         build_reused=bool(built.up_to_date),
     )
-    if dry_run:
-        return _dry_run(result, plan, immutable, moving, skip_smoke)
 
-    try:
-        candidate = _candidate(built.image, immutable, plan, skip_smoke)
-    except (PublishError, EngineError) as exc:
-        plan.clock.done("push", False, exc.message)
-        return replace(
-            result, steps=tuple(plan.clock.steps), error=str(exc), exit_code=exc.exit_code
-        )
-    smoke: Smoke | None = None
-    if plan.scenario_path is not None:
-        result = _coverage_gate(plan, built, result, model)
-        if result.error:
-            return result
-        smoke, result = _smoke_gate(plan, candidate, result, model, port, labels)
-        if result.error:
-            return result
-        smoke, result = _bench_gate(
-            plan, built.image, immutable, smoke, result, model, port, labels
-        )
-        if result.error:
-            return result
-    else:
-        plan.clock.done(
-            "smoke", None, "skipped (--skip-smoke): the release is recorded as untested"
-        )
 
-    pushed: list[str] = []
-    digest, source = "", candidate
+def _dry_run(run: _Run, result: PublishResult) -> PublishResult:
+    """The steps a real run would take, none of them run."""
+    steps = [*run.clock.steps]
+    smoke_detail = "skipped (--skip-smoke)" if run.req.skip_smoke else str(run.scenario)
+    steps.append(Step("smoke", None, detail=smoke_detail))
+    steps.append(Step("push", None, detail=run.immutable))
+    steps += [Step("tag", None, detail=ref) for ref in run.moving]
+    return replace(result, steps=tuple(steps))
+
+
+def _push_and_record(run: _Run, result: PublishResult) -> PublishResult:
+    """Push the tested image, move the friendly tags, then record the release."""
     try:
-        plan.clock.reset()
-        digest, source = _push_immutable(
-            candidate, immutable, plan.creds, attempts, backoff, plan.say
-        )
-        pushed.append(immutable)
-        plan.clock.done("push", True, f"{immutable}@{digest}")
-        _move_friendly(
-            moving,
-            source,
-            digest,
-            built,
-            plan.creds,
-            attempts,
-            backoff,
-            plan.say,
-            pushed,
-            plan.clock,
-        )
+        _push(run)
     except (PublishError, EngineError) as exc:
-        plan.clock.done("push" if not pushed else "tag", False, exc.message)
-        return replace(
-            result,
-            pushed=tuple(pushed),
-            steps=tuple(plan.clock.steps),
-            error=str(exc),
-            exit_code=exc.exit_code,
-        )
+        return run.failed(result, "push" if not run.pushed else "tag", exc)
     except KeyboardInterrupt:
         # Ctrl-C or SIGTERM after the image is in the registry: what was pushed still gets
         # its release record (local and next to the image), then the interrupt goes on.
-        if pushed:
+        if run.pushed:
             with signals_held():
-                plan.say("interrupted after the push: recording the release before stopping")
-                _record(
-                    plan,
-                    built,
-                    source,
-                    immutable,
-                    pushed,
-                    digest,
-                    smoke,
-                    date,
-                    changelog,
-                    labels,
-                    attempts,
-                    backoff,
-                )
+                run.say("interrupted after the push: recording the release before stopping")
+                _record(run)
         raise
-
     # The image is in the registry: its record is written and pushed whole, an interrupt
     # arriving meanwhile is held and raised after it (exit 130/143, record in place).
     with signals_held() as arrived:
-        release, recorded = _record(
-            plan,
-            built,
-            source,
-            immutable,
-            pushed,
-            digest,
-            smoke,
-            date,
-            changelog,
-            labels,
-            attempts,
-            backoff,
-        )
+        release, recorded = _record(run)
     raise_held(arrived)
-    runnable = pushed[1] if len(pushed) > 1 else pushed[0]  # the versioned friendly tag
     return replace(
         result,
-        run=run_line(plan.scenario_path, runnable, model) if plan.scenario_path else None,
-        pushed=tuple(pushed),
-        digest=digest,
+        run=run_line(run.scenario, _runnable(run), _model(run.req)) if run.scenario else None,
+        pushed=tuple(run.pushed),
+        digest=run.digest,
         tested=release.tested,
-        steps=tuple(plan.clock.steps),
+        steps=tuple(run.clock.steps),
         release_record=str(recorded.record),
         changelog_written=recorded.changelog_written,
     )
 
 
-def _plan(
-    project: Project,
-    target: str,
-    registry: str,
-    scenario: Path | None,
-    skip_smoke: bool,
-    dry_run: bool,
-    progress: Progress | None,
-) -> _Plan:
-    """The target, the smoke scenario and the registry login, checked before the build."""
-    root = project.root
-    build_target = project.target(target)
-    scenario_path: Path | None = None
-    if not skip_smoke:
-        scenario_path = (
-            Path(scenario) if scenario else find_scenario(root, build_target.name, build_target.key)
-        )
-        if not scenario_path.is_file():
-            raise ConfigError(f"{scenario_path}: no such smoke scenario", "pass --scenario FILE")
-    prefix = registry_prefix(registry)
-    creds: Credentials | None = None
-    if not dry_run:
-        # Before the build and the smoke run, which can take an hour on real hardware.
-        host = prefix.split("/", 1)[0]
-        creds = reg.credentials(host)
-        reg.check_login(host, creds)
-    return _Plan(
-        root=root,
-        build_target=build_target,
-        default_rocm=build_target.rocm.name == build_target.target.rocm[0],
-        scenario_path=scenario_path,
-        prefix=prefix,
-        creds=creds,
-        say=progress or (lambda _msg: None),
-        clock=_Clock(),
+def _runnable(run: _Run) -> str:
+    """The reference a person pulls: the first friendly tag that moved (the versioned one),
+    else the immutable one."""
+    moved = [ref for ref in run.pushed if ref != run.immutable]
+    return moved[0] if moved else run.immutable
+
+
+def _push(run: _Run) -> None:
+    """The immutable tag pushed and verified, then each friendly tag moved to its digest."""
+    req = run.req
+    run.clock.reset()
+    run.digest, run.source = _push_immutable(
+        run.candidate, run.immutable, run.creds, req.attempts, req.backoff, run.say
     )
+    run.pushed.append(run.immutable)
+    run.clock.done("push", True, f"{run.immutable}@{run.digest}")
+    _move_friendly(run)
 
 
-def _dry_run(
-    result: PublishResult, plan: _Plan, immutable: str, moving: Sequence[str], skip_smoke: bool
-) -> PublishResult:
-    """The steps a real run would take, none of them run."""
-    steps = [*plan.clock.steps]
-    smoke_detail = "skipped (--skip-smoke)" if skip_smoke else str(plan.scenario_path)
-    steps.append(Step("smoke", None, detail=smoke_detail))
-    steps.append(Step("push", None, detail=immutable))
-    steps += [Step("tag", None, detail=ref) for ref in moving]
-    return replace(result, steps=tuple(steps))
-
-
-def _coverage_gate(
-    plan: _Plan, built: Any, result: PublishResult, model: str | None
-) -> PublishResult:
+def _coverage_gate(run: _Run, result: PublishResult) -> PublishResult:
     """``configs coverage`` of the scenario's launch on the base's aiter tables plus the queue's
     items (issue 21): a hot shape (the main model's MoE) with no tuned row stops the publish
     unless the scenario's ``[[coverage.accept]]`` names it. Recorded as the "coverage" step."""
     from sglforge import coverage
     from sglforge.overlay_configs import base_aiter
 
-    assert plan.scenario_path is not None
-    plan.clock.reset()
-    labels = dict(getattr(built, "labels", {}) or {})
+    assert run.scenario is not None
+    run.clock.reset()
+    built = run.image
     gate, why = coverage.publish_gate(
-        plan.root,
-        plan.scenario_path,
-        Path(model) if model else None,
-        lambda: base_aiter(built.base, labels) if built.base else None,
+        run.root,
+        run.scenario,
+        _model(run.req),
+        lambda: base_aiter(built.base, built.labels) if built.base else None,
     )
     if gate is None:
-        plan.coverage = {"not_run": why}
-        plan.clock.done("coverage", None, f"not run: {why}")
+        run.coverage = {"not_run": why}
+        run.clock.done("coverage", None, f"not run: {why}")
         return result
-    plan.coverage = gate.to_dict()
+    run.coverage = gate.to_dict()
     accepted = f", {len(gate.accepted)} accepted" if gate.accepted else ""
     if gate.passed:
         detail = f"{len(gate.coverage.lookups)} lookup group(s), no hot miss{accepted}"
-        plan.clock.done("coverage", True, detail)
+        run.clock.done("coverage", True, detail)
         return result
-    plan.clock.done("coverage", False, f"hot misses: {gate.summary()}")
+    run.clock.done("coverage", False, f"hot misses: {gate.summary()}")
     return replace(
         result,
-        steps=tuple(plan.clock.steps),
-        error=f"coverage: no tuned aiter row for hot shape(s) of {plan.scenario_path.name}: "
+        steps=tuple(run.clock.steps),
+        error=f"coverage: no tuned aiter row for hot shape(s) of {run.scenario.name}: "
         f"{gate.summary()}; nothing was pushed and no tag moved\n  next: sglforge configs "
         "coverage --model DIR --scenario FILE --base-image BASE, then add a config item "
         "(or accept the miss with [[coverage.accept]] and a reason)",
@@ -499,154 +401,107 @@ def _coverage_gate(
     )
 
 
-def _smoke_gate(
-    plan: _Plan,
-    image: str,
-    result: PublishResult,
-    model: str | None,
-    port: int | None,
-    labels: Mapping[str, str] | None,
-) -> tuple[Smoke, PublishResult]:
-    """Run the scenario; a result with ``error`` set when the image may not be pushed."""
-    from sglforge.smoke import SmokeReport, run_smoke
+def _smoke_gate(run: _Run, result: PublishResult) -> PublishResult:
+    """Run the scenario on the candidate; a result with ``error`` set when the image may not
+    be pushed."""
     from sglforge.smoke import markdown as smoke_markdown
+    from sglforge.smoke import run_smoke
 
-    assert plan.scenario_path is not None
-    plan.say(f"smoke {image} with {plan.scenario_path}")
-    plan.clock.reset()
-    report: SmokeReport = run_smoke(
-        plan.root,
-        image,
-        plan.scenario_path,
-        model=model,
-        port=port,
-        labels=dict(labels or {}),
-        progress=plan.say,
-    )
-    checks = tuple(_checks(report))
+    assert run.req.smoke is not None and run.scenario is not None
+    run.say(f"smoke {run.candidate} with {run.scenario}")
+    run.clock.reset()
+    report = run_smoke(run.root, run.candidate, run.req.smoke, progress=run.say)
+    checks = tuple(report.checks)
     figures = dict(report.figures)
     gpus: dict[str, Any] = {}
-    if not plan.standin:
+    if not run.standin:
         from sglforge.smoke.preflight import detect_gpus, node_facts
 
         gpus = node_facts(detect_gpus())
-    smoke = Smoke(
+    run.smoke = Smoke(
         report.passed,
-        report.scenario or plan.scenario_path.stem,
+        report.scenario or run.scenario.stem,
         report.verdict,
         figures,
-        hardware=STANDIN_HARDWARE if plan.standin else "gpu",
+        hardware=STANDIN_HARDWARE if run.standin else "gpu",
         gpus=gpus,
     )
-    plan.clock.done("smoke", smoke.passed, report.verdict)
+    run.clock.done("smoke", run.smoke.passed, report.verdict)
     result = replace(
         result,
         smoke_markdown=smoke_markdown(report),
         smoke_reports=str(report.report_dir) if report.report_dir else None,
-        smoke_passed=smoke.passed,
+        smoke_passed=run.smoke.passed,
         smoke_verdict=report.verdict,
         smoke_figures=figures,
         smoke_checks=checks,
-        standin=plan.standin,
+        standin=run.standin,
     )
-    if smoke.passed:
-        return smoke, result
-    failed = [c.name for c in checks if c.passed is False]
+    if run.smoke.passed:
+        return result
+    failed = [c.name for c in checks if c.outcome is False]
     why = report.reason or (f"failed checks: {', '.join(failed)}" if failed else report.verdict)
     next_step = (
         f"\n  next: read the smoke reports in {report.report_dir}" if report.report_dir else ""
     )
-    return smoke, replace(
+    return replace(
         result,
-        steps=tuple(plan.clock.steps),
-        error=f"smoke {report.verdict}: {plan.scenario_path.name} on {image}: {why}; nothing "
+        steps=tuple(run.clock.steps),
+        error=f"smoke {report.verdict}: {run.scenario.name} on {run.candidate}: {why}; nothing "
         f"was pushed and no tag moved{next_step}",
         exit_code=EXIT_SMOKE if report.verdict == "cannot-run" else EXIT_PROBLEMS,
     )
 
 
-def _standin_rule(plan: _Plan, allow_standin: bool, accept_regression: str | None) -> _Plan:
+def _standin_rule(run: _Run) -> bool:
     """A stand-in scenario (``accelerator = "none"``) never passes as a GPU target's smoke:
     refused before the build unless ``--allow-standin``, which records it as a stand-in."""
     from sglforge.smoke import load_scenario
 
-    plan = replace(plan, accept_regression=accept_regression)
-    if plan.scenario_path is None:
-        return plan
-    scenario = load_scenario(plan.scenario_path)
-    if not scenario.standin:
-        return plan
-    if not allow_standin:
+    if run.scenario is None or not load_scenario(run.scenario).standin:
+        return False
+    if not run.req.allow_standin:
         raise ConfigError(
-            f'{plan.scenario_path}: a stand-in scenario (accelerator = "none") cannot be '
-            f"the smoke and bench of GPU target {plan.build_target.key}",
+            f'{run.scenario}: a stand-in scenario (accelerator = "none") cannot be '
+            f"the smoke and bench of GPU target {run.target.key}",
             "pass the target's GPU scenario with --scenario, or --allow-standin to publish with "
             "the run recorded as a stand-in",
         )
-    plan.say(f"{plan.scenario_path.name} is a STAND-IN: the release is recorded as one")
-    return replace(plan, standin=True)
+    run.say(f"{run.scenario.name} is a STAND-IN: the release is recorded as one")
+    return True
 
 
-def _bench_gate(
-    plan: _Plan,
-    image: str,
-    immutable: str,
-    smoke: Smoke,
-    result: PublishResult,
-    model: str | None,
-    port: int | None,
-    labels: Mapping[str, str] | None = None,
-) -> tuple[Smoke, PublishResult]:
+def _bench_gate(run: _Run, result: PublishResult) -> PublishResult:
     """The scenario's [bench] paired with the previous release of the target; a significant
     regression beyond the tolerance stops the publish (exit 1) unless accepted."""
     from sglforge.bench import report as bench_report
-    from sglforge.bench.runner import ensure_local, run_bench
-    from sglforge.release import previous_release
+    from sglforge.bench.runner import run_bench
     from sglforge.smoke import load_scenario
 
-    assert plan.scenario_path is not None
-    if load_scenario(plan.scenario_path).bench is None:
-        plan.clock.done("bench", None, "the scenario has no [bench] table")
-        return smoke, result
-    plan.clock.reset()
-    version = immutable.rpartition(":")[2]
-    previous = previous_release(
-        plan.root, plan.build_target.name, version, _repository(immutable), plan.creds
-    )
-    against = None
-    if previous is not None:
-        against = f"{previous.image.rpartition(':')[0]}@{previous.digest}"
-        plan.say(f"bench against the last release {previous.version} ({against})")
-        try:
-            ensure_local(against, plan.say)
-        except (SglforgeError, EngineError) as exc:
-            plan.say(f"the last release's image cannot be pulled ({exc}); no comparison")
-            against = None
+    assert run.req.smoke is not None and run.scenario is not None and run.smoke is not None
+    if load_scenario(run.scenario).bench is None:
+        run.clock.done("bench", None, "the scenario has no [bench] table")
+        return result
+    run.clock.reset()
+    against = _last_release_image(run)
     try:
         report = run_bench(
-            plan.root,
-            image,
-            plan.scenario_path,
-            against=against,
-            model=model,
-            port=port,
-            labels=dict(labels or {}),
-            progress=plan.say,
+            run.root, run.image.image, run.req.smoke, against=against, progress=run.say
         )
     except SglforgeError as exc:
-        plan.clock.done("bench", False, exc.message)
-        return smoke, replace(
+        run.clock.done("bench", False, exc.message)
+        return replace(
             result,
-            steps=tuple(plan.clock.steps),
+            steps=tuple(run.clock.steps),
             error=f"bench could not run: {exc}; nothing was pushed and no tag moved",
             exit_code=exc.exit_code,
         )
-    if report.regressed and plan.accept_regression:
-        report = replace(report, accepted_regression=plan.accept_regression)
+    if report.regressed and run.req.accept_regression:
+        report = replace(report, accepted_regression=run.req.accept_regression)
     figures = bench_report.record_figures(report)
-    smoke = replace(smoke, bench=figures)
+    run.smoke = replace(run.smoke, bench=figures)
     verdict = "passed" if report.ok else f"FAILED: {report.reason}"
-    plan.clock.done("bench", report.ok, verdict)
+    run.clock.done("bench", report.ok, verdict)
     result = replace(
         result,
         bench=figures,
@@ -654,51 +509,59 @@ def _bench_gate(
         bench_markdown=bench_report.markdown(report),
     )
     if report.ok:
-        return smoke, result
+        return result
     hint = (
         "rerun after fixing it, or pass --accept-regression REASON to publish anyway"
         if report.regressed
         else f"read the bench reports in {report.report_dir}"
     )
-    return smoke, replace(
+    return replace(
         result,
-        steps=tuple(plan.clock.steps),
+        steps=tuple(run.clock.steps),
         error=f"bench failed: {report.reason}; nothing was pushed and no tag moved\n  next: {hint}",
         exit_code=EXIT_PROBLEMS,
     )
 
 
-def _record(
-    plan: _Plan,
-    built: Any,
-    published: str,
-    immutable: str,
-    pushed: Sequence[str],
-    digest: str,
-    smoke: Smoke | None,
-    date: str | None,
-    changelog: Path | None,
-    labels: Mapping[str, str] | None,
-    attempts: int,
-    backoff: float,
-) -> tuple[Release, Recorded]:
-    """The release record and CHANGELOG entry, then the record pushed next to the image."""
-    release = _release(
-        plan.root, built, published, plan.build_target, immutable, pushed, digest, smoke, date
+def _last_release_image(run: _Run) -> str | None:
+    """The previous release of the target, by digest and pulled, to bench against (or None)."""
+    from sglforge.bench.runner import ensure_local
+    from sglforge.release import previous_release
+
+    version = run.immutable.rpartition(":")[2]
+    previous = previous_release(
+        run.root, run.target.name, version, _repository(run.immutable), run.creds
     )
-    release = replace(release, coverage=plan.coverage)
-    recorded = record_release(plan.root, release, changelog, _repository(immutable), plan.creds)
-    plan.clock.done("record", True, str(recorded.record))
-    plan.clock.reset()
+    if previous is None:
+        return None
+    against = f"{previous.image.rpartition(':')[0]}@{previous.digest}"
+    run.say(f"bench against the last release {previous.version} ({against})")
+    try:
+        ensure_local(against, run.say)
+    except (SglforgeError, EngineError) as exc:
+        run.say(f"the last release's image cannot be pulled ({exc}); no comparison")
+        return None
+    return against
+
+
+def _record(run: _Run) -> tuple[Release, Recorded]:
+    """The release record and CHANGELOG entry, then the record pushed next to the image."""
+    req = run.req
+    release = replace(_release(run), coverage=run.coverage)
+    recorded = record_release(
+        run.root, release, req.changelog, _repository(run.immutable), run.creds
+    )
+    run.clock.done("record", True, str(recorded.record))
+    run.clock.reset()
     try:
         record_ref = push_release_record(
-            plan.root, release, immutable, plan.creds, labels, attempts, backoff
+            run.root, release, run.immutable, run.creds, req.build.labels, req.attempts, req.backoff
         )
-        plan.clock.done("record-push", True, record_ref)
+        run.clock.done("record-push", True, record_ref)
     except SglforgeError as exc:
         # The image is published; only `inspect` on other machines loses the smoke figures.
-        plan.clock.done("record-push", False, f"release record not pushed: {exc.message}")
-        plan.say(f"release record not pushed: {exc.message}")
+        run.clock.done("record-push", False, f"release record not pushed: {exc.message}")
+        run.say(f"release record not pushed: {exc.message}")
     return release, recorded
 
 
@@ -707,40 +570,32 @@ def _repository(ref: str) -> str:
     return ref.rpartition(":")[0]
 
 
-def _move_friendly(
-    moving: Sequence[str],
-    source: str,
-    digest: str,
-    built: Any,
-    creds: Credentials | None,
-    attempts: int,
-    backoff: float,
-    say: Progress,
-    pushed: list[str],
-    clock: _Clock,
-) -> None:
-    """Move each friendly tag to the pushed digest (appending to ``pushed`` as they land)."""
-    for ref in moving:
-        clock.reset()
-        newer = _newer_release_at(ref, built.labels, creds)
+def _move_friendly(run: _Run) -> None:
+    """Move each friendly tag to the pushed digest (appending to ``run.pushed`` as they land)."""
+    req = run.req
+    for ref in run.moving:
+        run.clock.reset()
+        newer = _newer_release_at(ref, run.image.labels, run.creds)
         if newer:
             # `latest-<target>` never moves back to an older upstream version.
-            clock.done("tag", True, f"{ref} kept: it names {newer}, newer than this image")
+            run.clock.done("tag", True, f"{ref} kept: it names {newer}, newer than this image")
             continue
-        say(f"move {ref}")
-        engine_images.tag(source, ref)
-        moved = reg.push(ref, creds, attempts=attempts, backoff=backoff, progress=say)
-        remote = reg.registry_digest(ref, creds)
-        if not (moved.digest == remote == digest):
+        run.say(f"move {ref}")
+        engine_images.tag(run.source, ref)
+        moved = reg.push(
+            ref, run.creds, attempts=req.attempts, backoff=req.backoff, progress=run.say
+        )
+        remote = reg.registry_digest(ref, run.creds)
+        if not (moved.digest == remote == run.digest):
             raise PublishError(
-                f"{ref}: after the move the registry serves {remote}, expected {digest}",
+                f"{ref}: after the move the registry serves {remote}, expected {run.digest}",
                 "rerun sglforge publish",
             )
-        pushed.append(ref)
-        clock.done("tag", True, ref)
+        run.pushed.append(ref)
+        run.clock.done("tag", True, ref)
 
 
-def _newer_release_at(ref: str, labels: Mapping[str, str], creds: Any) -> str | None:
+def _newer_release_at(ref: str, labels: Mapping[str, str], creds: Credentials | None) -> str | None:
     """The version a ``latest-*`` ref names when it is newer than ``labels``' version."""
     from packaging.version import InvalidVersion, Version
 
@@ -756,7 +611,7 @@ def _newer_release_at(ref: str, labels: Mapping[str, str], creds: Any) -> str | 
     return theirs_text if theirs > ours else None
 
 
-def _event_text(event: Any) -> str:
+def _event_text(event: object) -> str:
     message = getattr(event, "message", None)
     if message is not None:
         return f"build: {message}"
@@ -766,8 +621,8 @@ def _event_text(event: Any) -> str:
     return f"build: {event}"
 
 
-def _candidate(image: str, immutable: str, plan: _Plan, skip_smoke: bool) -> str:
-    """The local image this run will smoke-test and publish under ``immutable``.
+def _candidate(run: _Run) -> str:
+    """The local image this run will smoke-test and publish under the immutable reference.
 
     The image just built, unless the registry already holds the tag with another digest. The
     engine's classic builder stamps a creation time into every image, so a rebuild of the
@@ -776,7 +631,8 @@ def _candidate(image: str, immutable: str, plan: _Plan, skip_smoke: bool) -> str
     inherits it), so that image is pulled and it is what gets smoke-tested; with
     ``--skip-smoke`` nothing would test it, and publish refuses.
     """
-    existing = reg.registry_digest_or_none(immutable, plan.creds)
+    image, immutable = run.image.image, run.immutable
+    existing = reg.registry_digest_or_none(immutable, run.creds)
     published = engine_images.repo_digests(image, immutable)
     if existing is None or existing in published:
         return image
@@ -786,7 +642,7 @@ def _candidate(image: str, immutable: str, plan: _Plan, skip_smoke: bool) -> str
             f"registry now serves {existing}: an immutable tag is never re-pointed",
             "find out who pushed it; delete the tag in the registry and rerun sglforge publish",
         )
-    theirs = reg.registry_labels(immutable, plan.creds).get(LABEL_INPUTS)
+    theirs = reg.registry_labels(immutable, run.creds).get(LABEL_INPUTS)
     ours = _labels_of(image).get(LABEL_INPUTS)
     if not (theirs and theirs == ours):
         raise PublishError(
@@ -794,23 +650,60 @@ def _candidate(image: str, immutable: str, plan: _Plan, skip_smoke: bool) -> str
             f"inputs than {image}: an immutable tag is never overwritten",
             "delete the tag in the registry if it is wrong, or change the patch queue",
         )
-    if skip_smoke:
+    if run.req.skip_smoke:
         raise PublishError(
             f"{immutable} already names {existing} in the registry, an image this run neither "
             f"built nor smoke-tested (a label is no evidence of its content)",
             "publish without --skip-smoke to smoke-test the registry's image, or delete the tag",
         )
-    pulled = engine_images.pull(immutable, plan.creds)
+    pulled = engine_images.pull(immutable, run.creds)
     if existing not in engine_images.repo_digests(pulled.id, immutable):
         raise PublishError(
             f"{immutable} moved while it was pulled (the registry named {existing})",
             "someone else is pushing the same tag; rerun sglforge publish",
         )
-    plan.say(
+    run.say(
         f"{immutable} is already in the registry as {existing}, not the image built here: "
         f"smoke-testing that image ({pulled.id}), which is what would be published"
     )
     return pulled.id
+
+
+def _release(run: _Run) -> Release:
+    """The release record of what was published: the image built here (its plan holds the
+    manifest and labels), or the registry's image that was pulled and smoke-tested in its
+    place (read from that image)."""
+    built, published = run.image, run.source
+    manifest: Mapping[str, Any] | None
+    if published == built.image:
+        labels, manifest = dict(built.labels), built.plan.manifest
+    else:
+        labels, manifest = _labels_of(published), image_manifest(published)
+    queue = run.project.queue
+    statuses = {p.sha256: p.upstream_status for p in queue.patches if p.upstream_status}
+    prov = provenance_from(published, labels, manifest, statuses)
+    # an image without a manifest: the queue this run built from
+    patches = prov.patches or tuple(PatchFacts.of(p) for p in queue.patches)
+    now = _dt.datetime.now(_dt.UTC)
+    return Release(
+        version=run.immutable.rpartition(":")[2],
+        date=run.req.date or now.strftime("%Y-%m-%d"),
+        target=run.target.name,
+        image=run.immutable,
+        digest=run.digest,
+        references=tuple(run.pushed),
+        upstream_url=prov.upstream_url,
+        upstream_ref=prov.upstream_ref,
+        upstream_commit=prov.upstream_commit,
+        upstream_version=prov.upstream_version,
+        queue_hash=prov.queue_hash,
+        patches=patches,
+        smoke=run.smoke,
+        gpu_arch=prov.gpu_arch or run.target.gpu_arch,
+        base=prov.base or built.base or "",
+        base_digest=prov.base_digest or built.base_digest or "",
+        published_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
 
 
 def _push_immutable(
@@ -856,96 +749,6 @@ def _labels_of(image: str) -> dict[str, str]:
     return dict(engine_images.require(image).labels)
 
 
-def _checks(report: Any) -> list[SmokeCheck]:
-    from sglforge.smoke import SmokeReport
-
-    if not isinstance(report, SmokeReport):
-        return []
-    return [
-        SmokeCheck(c.name, None if c.skipped else c.passed, c.detail, c.value, c.threshold)
-        for c in report.checks
-    ]
-
-
-def _release(
-    root: Path,
-    built: Any,
-    published: str,
-    build_target: Any,
-    immutable: str,
-    pushed: Sequence[str],
-    digest: str,
-    smoke: Smoke | None,
-    date: str | None,
-) -> Release:
-    # The provenance of what was published (the image built here, or the registry's image
-    # that was pulled and smoke-tested in its place).
-    labels = _labels_of(published) if published != built.image else dict(built.labels or {})
-    prov = provenance_from(published, labels, image_manifest(published), queue_statuses(root))
-    patches = prov.patches
-    if not patches:  # an image without a manifest: fall back to the queue on disk
-        from sglforge.patches.series import load_queue
-
-        queue = load_queue(root)
-        patches = tuple(
-            PatchFacts(p.name, p.subject, p.sha256, p.kind, p.upstream_status)
-            for p in queue.patches
-        )
-    now = _dt.datetime.now(_dt.UTC)
-    return Release(
-        version=immutable.rpartition(":")[2],
-        date=date or now.strftime("%Y-%m-%d"),
-        target=build_target.name,
-        image=immutable,
-        digest=digest,
-        references=tuple(pushed),
-        upstream_url=prov.upstream_url,
-        upstream_ref=prov.upstream_ref,
-        upstream_commit=prov.upstream_commit,
-        upstream_version=prov.upstream_version,
-        queue_hash=prov.queue_hash,
-        patches=patches,
-        smoke=smoke,
-        gpu_arch=prov.gpu_arch or build_target.gpu_arch,
-        base=prov.base or str(getattr(built, "base", "") or ""),
-        base_digest=prov.base_digest or str(getattr(built, "base_digest", "") or ""),
-        published_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
-
-
-def run_line(scenario_path: Path, image: str, model: str | None = None) -> str:
-    """The one ``docker run`` line serving ``image`` the way the smoke scenario launched it."""
-    import shlex
-
-    from sglforge.smoke import load_scenario
-
-    sc = load_scenario(scenario_path)
-    c = sc.container
-    words = ["docker", "run", "--rm", "-it"]
-    for dev in c.devices:
-        words += ["--device", dev]
-    for group in c.group_add:
-        words += ["--group-add", group]
-    if c.ipc_mode:
-        words += ["--ipc", c.ipc_mode]
-    if c.shm_size:
-        words += ["--shm-size", c.shm_size]
-    for opt in c.security_opt:
-        words += ["--security-opt", opt]
-    for cap in c.cap_add:
-        words += ["--cap-add", cap]
-    if c.nofile:
-        words += ["--ulimit", f"nofile={c.nofile}:{c.nofile}"]
-    if c.network_mode:
-        words += ["--network", c.network_mode]
-    host_model = str(model or sc.model_path or "/path/to/model")
-    words += ["-v", f"{host_model}:{sc.model_mount}:ro"]
-    words.append(image)
-    # No entrypoint (the release images' run contract): the command names the server.
-    words += ["python3", "-m", "sglang.launch_server", *sc.launch_args(sc.port)]
-    return " ".join(shlex.quote(w) for w in words)
-
-
 # --- reports --------------------------------------------------------------------------------
 
 
@@ -969,7 +772,7 @@ def summary(result: PublishResult) -> dict[str, Any]:
             "verdict": result.smoke_verdict,
             "figures": dict(result.smoke_figures),
             "checks": [
-                {"name": c.name, "passed": c.passed, "detail": c.detail}
+                {"name": c.name, "passed": c.outcome, "detail": c.detail}
                 for c in result.smoke_checks
             ],
         },
@@ -1080,9 +883,9 @@ def junit_suite(result: PublishResult | None, target: str, error: str | None = N
     )
 
 
-def _check_case(check: SmokeCheck) -> Case:
+def _check_case(check: Check) -> Case:
     name = f"smoke.{check.name}"
-    if check.passed is None:
+    if check.skipped:
         return Case(name, SKIPPED, check.detail or "not run")
     if check.passed:
         return Case(name)
@@ -1129,7 +932,7 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
     if result.bench_markdown:
         lines += ["", result.bench_markdown.rstrip()]
     elif result.smoke_checks:
-        rows = [(c.name, _word(c.passed), c.detail) for c in result.smoke_checks]
+        rows = [(c.name, _word(c.outcome), c.detail) for c in result.smoke_checks]
         lines += ["", *reports.md_table(["check", "result", "detail"], rows)]
     return "\n".join(lines) + "\n"
 

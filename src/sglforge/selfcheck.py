@@ -188,12 +188,12 @@ def run(
     labels: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """Run the check in ``image`` from its WORKDIR and from ``/``; every finding."""
-    from sglforge.engine import images as eng
+    from sglforge.engine import containers
 
     request = json.dumps([e.request() for e in expected])
     out: list[Finding] = []
     for cwd in (None, "/"):
-        text = eng.run_python(image, _SCRIPT, labels=labels, args=[request], working_dir=cwd)
+        text = containers.run_python(image, _SCRIPT, labels=labels, args=[request], working_dir=cwd)
         line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-SELFCHECK ")), "")
         if not line:
             raise BuildError(

@@ -121,6 +121,16 @@ class BuildTarget:
         return self.target.gpu_arch
 
     @property
+    def spec(self) -> str:
+        """How a person names it: ``mi355x`` on the target's default ROCm, else the key."""
+        return self.name if self.default_rocm else self.key
+
+    @property
+    def default_rocm(self) -> bool:
+        """True on the target's first (default) ROCm flavour."""
+        return self.rocm.name == self.target.rocm[0]
+
+    @property
     def key(self) -> str:
         """``mi355x-rocm700``: the unambiguous spelling of this target."""
         return f"{self.target.name}-{self.rocm.name}"

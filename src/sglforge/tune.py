@@ -26,13 +26,18 @@ import hashlib
 import io
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sglforge import coverage
 from sglforge.errors import ConfigError, SmokeError
 from sglforge.patches.configs import CONFIGS_DIR, key_of
 from sglforge.util import atomic_write
+
+if TYPE_CHECKING:
+    from sglforge.coverage import Coverage
+    from sglforge.smoke.scenario import Scenario
 
 TUNER = "csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py"
 WORK = "/sglforge-tune"
@@ -78,37 +83,66 @@ class Tuned:
     work: str  # the folder with the tuner's input, output and log
 
 
-def tune(
-    root: Path,
-    image: str,
-    model_dir: Path,
-    scenario_path: Path,
-    name: str,
-    *,
-    tree: Path | None = None,
-    tuner_args: Sequence[str] = (),
-    labels: Mapping[str, str] | None = None,
-    say: Callable[[str], None] = lambda _: None,
-) -> Tuned:
-    """Tune the misses of ``scenario_path``'s launch inside ``image``; write item ``name``."""
-    from sglforge.engine import containers
-    from sglforge.engine import images as eng
-    from sglforge.overlay_configs import base_aiter
-    from sglforge.smoke.scenario import load_scenario
+@dataclass(frozen=True)
+class TuneRequest:
+    """One ``configs tune`` run: the launch of ``scenario`` (for ``model_dir``) in ``image``."""
 
+    image: str
+    model_dir: Path
+    scenario: Path
+    name: str  # the config item to write: patches/configs/<name>.{csv,toml}
+    tree: Path | None = None  # a release's python/ (None: the pin's worktree)
+    tuner_args: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)  # on the tuner's containers
+
+
+@dataclass
+class _Tuning:
+    """One tune run as its steps build it up."""
+
+    root: Path
+    req: TuneRequest
+    say: Callable[[str], None]
+    scenario: Scenario
+    cov: Coverage
+    untuned: bytes  # aiter's untuned CSV: exactly the missing keys
+    asked: list[str]  # its data lines
+    work: Path  # build/tune/<name>: the tuner's input, output and logs
+    facts: dict[str, Any] = field(default_factory=dict)  # aiter's root, version and commit
+    tuner_line: str = ""  # the tuner's command line as run
+
+
+def tune(root: Path, req: TuneRequest, say: Callable[[str], None] = lambda _: None) -> Tuned:
+    """Tune the misses of ``req``'s launch inside its image; write config item ``req.name``.
+
+    The steps: ``_misses`` (the coverage of the launch on the image's own tables),
+    ``_run_tuner`` (aiter's tuner in a container with the scenario's profile), ``_write_item``
+    (the tuner's rows for exactly the missing keys, copied, and their stamp).
+    """
+    name = req.name
     if not name.replace("-", "").isalnum() or name != name.lower():
         raise ConfigError(f"item name {name!r}: lowercase letters, digits and dashes only")
     meta_rel = f"{CONFIGS_DIR}/{name}.toml"
     if (root / meta_rel).exists():
         raise ConfigError(f"{meta_rel} exists already", "pick another --name, or remove it first")
-    scenario = load_scenario(scenario_path)
-    base = base_aiter(image, labels)
+    run = _misses(root, req, say)
+    data = _run_tuner(run)
+    return _write_item(run, data)
+
+
+def _misses(root: Path, req: TuneRequest, say: Callable[[str], None]) -> _Tuning:
+    """The launch's lookups the image's aiter tables do not answer, as aiter's untuned CSV."""
+    from sglforge.overlay_configs import base_aiter
+    from sglforge.smoke.scenario import load_scenario
+
+    scenario = load_scenario(req.scenario)
+    base = base_aiter(req.image, req.labels)
     if base is None:
-        raise ConfigError(f"image {image} has no aiter: nothing to tune with")
+        raise ConfigError(f"image {req.image} has no aiter: nothing to tune with")
     gfx = scenario.target and _gfx(root, scenario.target) or "gfx950"
     cov = coverage.coverage(
-        tree or coverage.default_tree(root),
-        model_dir,
+        req.tree or coverage.default_tree(root),
+        req.model_dir,
         scenario.args,
         base,
         (),
@@ -119,27 +153,37 @@ def tune(
     asked = untuned.decode().strip().splitlines()[1:]
     if not asked:
         raise ConfigError(
-            f"{scenario_path.name} on {image}: no tuned-table miss, nothing to tune",
+            f"{req.scenario.name} on {req.image}: no tuned-table miss, nothing to tune",
             "sglforge configs coverage --base-image IMAGE ... lists the lookups",
         )
-    work = root / "build" / "tune" / name
+    work = root / "build" / "tune" / req.name
     work.mkdir(parents=True, exist_ok=True)
     atomic_write(work / "untuned_fmoe.csv", untuned)
     (work / "tuned_fmoe.csv").unlink(missing_ok=True)
-    facts = json.loads(
+    return _Tuning(root, req, say, scenario, cov, untuned, asked, work)
+
+
+def _run_tuner(run: _Tuning) -> bytes:
+    """aiter's own tuner on the untuned CSV, inside the image: its output file's bytes."""
+    from sglforge.engine import containers
+
+    image, work = run.req.image, run.work
+    run.facts = json.loads(
         next(
             ln.removeprefix("SGLFORGE-TUNE ")
-            for ln in eng.run_python(image, _FACTS, labels=labels, working_dir="/").splitlines()
+            for ln in containers.run_python(
+                image, _FACTS, labels=run.req.labels, working_dir="/"
+            ).splitlines()
             if ln.startswith("SGLFORGE-TUNE ")
         )
     )
-    tuner = f"{facts['root']}/{TUNER}"
+    tuner = f"{run.facts['root']}/{TUNER}"
     profile = replace(
-        scenario.container,
-        mounts=(*scenario.container.mounts, containers.Mount(str(work), WORK, read_only=False)),
+        run.scenario.container,
+        mounts=(*run.scenario.container.mounts, containers.Mount(str(work), WORK, read_only=False)),
     )
 
-    def run(args: Sequence[str], log: str, timeout: float) -> int:
+    def call(args: Sequence[str], log: str, timeout: float) -> int:
         with containers.running(
             image,
             entrypoint=["python3", tuner],
@@ -147,31 +191,38 @@ def tune(
             profile=profile,
             log_path=work / log,
             role="tune",
-            labels=labels,
+            labels=run.req.labels,
         ) as c:
             if not c.wait_exit(timeout):
                 raise SmokeError(f"aiter's tuner did not finish within {timeout:g} s: {work / log}")
             c.drain_logs()
             return c.exit_code if c.exit_code is not None else -1
 
-    run(["--help"], "tuner-help.log", 600)
+    call(["--help"], "tuner-help.log", 600)
     helptext = (work / "tuner-help.log").read_text(errors="replace")
     extra = [f for f in ("--compare", "--update_improved") if f in helptext]
     args = ["-i", f"{WORK}/untuned_fmoe.csv", "-o", f"{WORK}/tuned_fmoe.csv", *extra]
-    args += list(tuner_args)
-    say(f"tune: {len(asked)} missing key(s) -> python3 {tuner} {' '.join(args)}")
-    code = run(args, "tuner.log", TUNE_TIMEOUT)
+    args += list(run.req.tuner_args)
+    run.tuner_line = f"python3 {tuner} {' '.join(args)}"
+    run.say(f"tune: {len(run.asked)} missing key(s) -> {run.tuner_line}")
+    code = call(args, "tuner.log", TUNE_TIMEOUT)
     out = work / "tuned_fmoe.csv"
     if code != 0 or not out.is_file():
         raise SmokeError(
             f"aiter's tuner exited {code} in {image} without {out.name}",
             f"read {work / 'tuner.log'}",
         )
-    data = out.read_bytes()
-    text = data.decode()
-    lines = text.splitlines()
+    return out.read_bytes()
+
+
+def _write_item(run: _Tuning, data: bytes) -> Tuned:
+    """The tuner's lines for exactly the asked keys (as written, never edited) and the item's
+    metadata, written as patches/configs/<name>.{csv,toml}."""
+    from sglforge.engine import images as eng
+
+    lines = data.decode().splitlines()
     header = next(csv.reader([lines[0]]))
-    wanted = {key_of(dict(zip(KEY, ln.split(","), strict=True)), KEY) for ln in asked}
+    wanted = {key_of(dict(zip(KEY, ln.split(","), strict=True)), KEY) for ln in run.asked}
     kept, found = [lines[0]], set()
     for line in lines[1:]:
         row = dict(zip(header, next(csv.reader([line])), strict=False))
@@ -181,26 +232,27 @@ def tune(
             found.add(key)
     item_csv = ("\n".join(kept) + "\n").encode()
     rows = list(csv.DictReader(io.StringIO(item_csv.decode())))
-    csv_rel = f"{CONFIGS_DIR}/{name}.csv"
+    name, image = run.req.name, run.req.image
+    csv_rel, meta_rel = f"{CONFIGS_DIR}/{name}.csv", f"{CONFIGS_DIR}/{name}.toml"
     info = eng.inspect(image)
     digest = (info.digest if info else None) or (info.id if info else "")
-    meta = _meta(
+    stamp = _Stamp(
         name=name,
         image=image,
         digest=digest or "",
-        facts=facts,
-        gfx=cov.gfx,
-        cu_num=cov.cu_num,
-        tuner=f"python3 {tuner} {' '.join(args)}",
-        untuned_sha=hashlib.sha256(untuned).hexdigest(),
+        facts=run.facts,
+        gfx=run.cov.gfx,
+        cu_num=run.cov.cu_num,
+        tuner=run.tuner_line,
+        untuned_sha=hashlib.sha256(run.untuned).hexdigest(),
         output_sha=hashlib.sha256(data).hexdigest(),
-        rows=rows,
-        target=scenario.target or "mi355x",
-        scenario=scenario_path.name,
+        target=run.scenario.target or "mi355x",
+        scenario=run.req.scenario.name,
     )
-    atomic_write(root / csv_rel, item_csv)
-    atomic_write(root / meta_rel, meta)
-    return Tuned(name, csv_rel, meta_rel, len(rows), len(asked), len(asked) - len(found), str(work))
+    atomic_write(run.root / csv_rel, item_csv)
+    atomic_write(run.root / meta_rel, _meta(stamp, rows))
+    not_tuned = len(run.asked) - len(found)
+    return Tuned(name, csv_rel, meta_rel, len(rows), len(run.asked), not_tuned, str(run.work))
 
 
 def _gfx(root: Path, target: str) -> str | None:
@@ -216,21 +268,24 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)  # a TOML basic string is a JSON string for these characters
 
 
-def _meta(
-    *,
-    name: str,
-    image: str,
-    digest: str,
-    facts: Mapping[str, str | None],
-    gfx: str,
-    cu_num: int,
-    tuner: str,
-    untuned_sha: str,
-    output_sha: str,
-    rows: Sequence[Mapping[str, str]],
-    target: str,
-    scenario: str,
-) -> str:
+@dataclass(frozen=True)
+class _Stamp:
+    """Where a tuned item came from, as its metadata states it."""
+
+    name: str
+    image: str
+    digest: str
+    facts: Mapping[str, str | None]  # aiter's version and commit in the image
+    gfx: str
+    cu_num: int
+    tuner: str  # the tuner's command line
+    untuned_sha: str
+    output_sha: str
+    target: str
+    scenario: str
+
+
+def _meta(stamp: _Stamp, rows: Sequence[Mapping[str, str]]) -> str:
     times = []
     for r in rows:
         t, i, e, k, us = (r.get(c) for c in ("token", "inter_dim", "expert", "topk", "us"))
@@ -240,28 +295,29 @@ def _meta(
         "[config]",
         'tool = "aiter"',
         'table = "tuned_fmoe"',
-        f"target = {_toml_str(target)}",
-        f"gfx = {_toml_str(gfx)}",
+        f"target = {_toml_str(stamp.target)}",
+        f"gfx = {_toml_str(stamp.gfx)}",
         'upstream-status = "Pending"',
         "origin = "
         + _toml_str(
-            f"tuned by sglforge configs tune in {image} ({digest}) for {scenario}: aiter "
-            f"{facts.get('version')} at {facts.get('commit') or 'unknown commit'}"
+            f"tuned by sglforge configs tune in {stamp.image} ({stamp.digest}) for "
+            f"{stamp.scenario}: aiter {stamp.facts.get('version')} at "
+            f"{stamp.facts.get('commit') or 'unknown commit'}"
         ),
         "description = "
         + _toml_str(
-            f"aiter tuned fused-MoE rows for the lookups {scenario} missed on {image}, as "
-            "aiter's own tuner wrote them (rows copied, never edited)."
+            f"aiter tuned fused-MoE rows for the lookups {stamp.scenario} missed on "
+            f"{stamp.image}, as aiter's own tuner wrote them (rows copied, never edited)."
         ),
-        f"tuned-image = {_toml_str(image)}",
-        f"tuned-image-digest = {_toml_str(digest)}",
-        f"tuned-aiter-version = {_toml_str(str(facts.get('version')))}",
-        f"tuned-aiter-commit = {_toml_str(str(facts.get('commit')))}",
-        f"tuned-gfx = {_toml_str(gfx)}",
-        f"tuned-cu-num = {cu_num}",
-        f"tuned-args = {_toml_str(tuner)}",
-        f"tuned-input-sha256 = {_toml_str(untuned_sha)}",
-        f"tuned-output-sha256 = {_toml_str(output_sha)}",
+        f"tuned-image = {_toml_str(stamp.image)}",
+        f"tuned-image-digest = {_toml_str(stamp.digest)}",
+        f"tuned-aiter-version = {_toml_str(str(stamp.facts.get('version')))}",
+        f"tuned-aiter-commit = {_toml_str(str(stamp.facts.get('commit')))}",
+        f"tuned-gfx = {_toml_str(stamp.gfx)}",
+        f"tuned-cu-num = {stamp.cu_num}",
+        f"tuned-args = {_toml_str(stamp.tuner)}",
+        f"tuned-input-sha256 = {_toml_str(stamp.untuned_sha)}",
+        f"tuned-output-sha256 = {_toml_str(stamp.output_sha)}",
         'time-before = "not measured (the heuristic kernels are not timed by aiter\'s tuner)"',
         "time-after = [",
         *times,

@@ -15,25 +15,25 @@ import datetime as _dt
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import ConfigError, SglforgeError
 from sglforge.patches.apply import safe_ref
 from sglforge.patches.check import select_tags
 from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
-from sglforge.patches.series import load_queue, ref_version
-from sglforge.patches.upstream import (
-    Upstream,
-    hint_upstream,
-    open_upstream,
-    pinned_commit,
-    with_upstream,
-)
+from sglforge.patches.series import ref_version
+from sglforge.patches.upstream import Upstream, hint_upstream, with_upstream
+from sglforge.project import Project
 from sglforge.provenance import LABEL_CONFIG_PREFIX
+from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest, UpgradeRequest
 from sglforge.util import atomic_write, commit_files, confined, project_lock
+
+if TYPE_CHECKING:
+    from sglforge.build import BuildResult
+    from sglforge.targets import BuildTarget
 
 STAGED = ("patches", "images", "smoke")
 
@@ -74,10 +74,9 @@ class UpgradeResult:
     report_md: Path | None = None
 
 
-def latest_release(root: Path, upstream: str | None = None, pre: bool = False) -> str:
+def latest_release(project: Project, pre: bool = False) -> str:
     """The newest upstream tag that parses as a version (pre-releases only with ``pre``)."""
-    queue = load_queue(root)
-    return _newest(open_upstream(root, queue.pin, upstream), pre)
+    return _newest(project.upstream, pre)
 
 
 def _newest(up: Upstream, pre: bool) -> str:
@@ -90,60 +89,167 @@ def _newest(up: Upstream, pre: bool) -> str:
     return tags[-1]
 
 
-def upgrade(
-    root: Path,
-    to: str = "latest",
-    *,
-    upstream: str | None = None,
-    pre: bool = False,
-    targets: Sequence[str] = ("mi355x",),
-    build: bool = True,
-    smoke: bool = True,
-    publish: bool = False,
-    allow_standin: bool = False,
-    registry: str | None = None,
-    base_image: str | None = None,
-    model: str | None = None,
-    scenario: Path | None = None,
-    port: int | None = None,
-    labels: dict[str, str] | None = None,
-    offline: bool | None = None,
-    report_dir: Path | None = None,
-    progress: Callable[[str], None] | None = None,
-    dry_run: bool = False,
-    branch: str | None = None,
-) -> UpgradeResult:
-    """Upgrade the queue to ``to`` (a ref, or ``latest``); see the module docstring.
+@dataclass
+class _Upgrade:
+    """One upgrade as its steps build it up: what was asked, the refs, the time by stage."""
 
-    ``dry_run``: the plan and each patch's action, nothing written (no report either).
-    ``branch``: the upgrade lands on that new git branch as one commit (as the CI job does);
-    the current branch is left as it was.
-    """
-    if branch is not None:
-        _check_branch(root, branch)
-    with project_lock(root):
-        return _upgrade(
-            root,
-            to,
-            upstream=upstream,
-            pre=pre,
-            targets=targets,
-            build=build,
-            smoke=smoke,
-            publish=publish,
-            allow_standin=allow_standin,
-            registry=registry,
-            base_image=base_image,
-            model=model,
-            scenario=scenario,
-            port=port,
-            labels=labels,
-            offline=offline,
-            report_dir=report_dir,
-            progress=progress,
-            dry_run=dry_run,
-            branch=branch,
+    project: Project
+    req: UpgradeRequest
+    say: Callable[[str], None]
+    old_ref: str = ""
+    new_ref: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+
+    def report(
+        self,
+        refreshed: RefreshResult | None,
+        ok: bool,
+        reason: str,
+        outcomes: Sequence[TargetOutcome] = (),
+    ) -> UpgradeResult:
+        """The result written out; a ready upgrade is the only one applied to the project."""
+        result = UpgradeResult(
+            old_ref=self.old_ref,
+            new_ref=self.new_ref,
+            new_commit=refreshed.new_commit if refreshed else None,
+            ready=ok,
+            applied=ok and refreshed is not None,
+            reason=reason,
+            patches=refreshed.patches if refreshed else (),
+            targets=tuple(outcomes),
+            changelog=refreshed.changelog if refreshed else (),
+            stages=self.stages,
         )
+        return _write_report(self.project.root, result, self.req.report_dir)
+
+    def timed(self, stage: str, since: float) -> None:
+        self.stages[stage] = time.monotonic() - since
+
+
+def upgrade(
+    project: Project, req: UpgradeRequest, progress: Callable[[str], None] | None = None
+) -> UpgradeResult:
+    """Upgrade the queue to ``req.to`` (a ref, or ``latest``); see the module docstring.
+
+    ``req.dry_run``: the plan and each patch's action, nothing written (no report either).
+    ``req.branch``: the upgrade lands on that new git branch as one commit (as the CI job
+    does); the current branch is left as it was.
+    """
+    if req.branch is not None:
+        _check_branch(project.root, req.branch)
+    run = _Upgrade(project, req, progress or (lambda _m: None))
+    with project_lock(project.root):
+        up = project.upstream
+        project.pin_commit()  # a moved pin stops here
+        run.old_ref = project.queue.pin.ref
+        run.new_ref = _newest(up, req.pre) if req.to == "latest" else up.tag(req.to)
+        up.resolve(run.new_ref)  # an unknown ref stops here, before any staging folder
+        if _nothing_to_do(run):
+            run.timed("check", run.t0)
+            return run.report(None, True, f"already at {run.old_ref}; nothing to upgrade")
+        run.say(f"upgrade: {run.old_ref} -> {run.new_ref}")
+        if req.dry_run:
+            return _dry_run(run)
+        stage_root = _stage(project.root, run.new_ref)
+        try:
+            return _upgrade_staged(run, Project(stage_root, project.upstream_option))
+        finally:
+            shutil.rmtree(stage_root.parent, ignore_errors=True)
+
+
+def _nothing_to_do(run: _Upgrade) -> bool:
+    new_version, old_version = ref_version(run.new_ref), ref_version(run.old_ref)
+    if run.new_ref == run.old_ref:
+        return True
+    return (
+        new_version is not None
+        and old_version is not None
+        and new_version <= old_version
+        and run.req.to == "latest"
+    )
+
+
+def _dry_run(run: _Upgrade) -> UpgradeResult:
+    """The plan and each patch's action; nothing written, no report."""
+    req = run.req
+    planned = refresh_queue(
+        run.project, run.new_ref, drop_upstreamed=True, retire_excluded=True, dry_run=True
+    )
+    names = ", ".join(t.spec for t in req.targets)
+    steps = ["refresh the queue"] + (
+        [f"build {'and smoke ' if req.smoke else ''}{names}"] if req.build else []
+    )
+    if req.publish:
+        steps.append(f"publish to {req.registry}")
+    if req.branch:
+        steps.append(f"commit on a new branch {req.branch}")
+    plan = "dry run, nothing written: would " + ", ".join(steps)
+    if not planned.ok:
+        plan += "; stops at the refresh (conflicts)"
+    run.timed("check", run.t0)
+    return UpgradeResult(
+        old_ref=run.old_ref,
+        new_ref=run.new_ref,
+        new_commit=planned.new_commit,
+        ready=planned.ok,
+        applied=False,
+        reason=plan,
+        patches=planned.patches,
+        targets=(),
+        changelog=planned.changelog,
+        stages=run.stages,
+    )
+
+
+def _upgrade_staged(run: _Upgrade, stage: Project) -> UpgradeResult:
+    """Refresh, retire and prove in the staging copy; write back only when all passed."""
+    req, new_ref = run.req, run.new_ref
+    # 1. queue: check + refresh (3-way) + retire, in the staging copy
+    t = time.monotonic()
+    refreshed = refresh_queue(stage, new_ref, drop_upstreamed=True, retire_excluded=True)
+    run.timed("check+refresh", t)
+    if not refreshed.ok:
+        return run.report(refreshed, False, _conflict_reason(run, refreshed))
+    outcomes = [_prove_target(run, stage, bt) for bt in req.targets] if req.build else []
+    failed = [o for o in outcomes if o.error or (req.smoke and o.smoke_passed is False)]
+    if failed:
+        reason = "; ".join(f"{o.target}: {o.error or 'smoke failed'}" for o in failed)
+        return run.report(refreshed, False, reason, outcomes)
+    # 2. everything passed: the staged queue replaces the project's, all or nothing
+    t = time.monotonic()
+    what = "queue refreshed" + (", images built and smoke-tested" if req.build else "")
+    root = run.project.root
+    if req.branch:
+        from sglforge import git
+
+        head = git.run(root, "symbolic-ref", "--short", "-q", "HEAD", check=False).stdout
+        start = head or git.out(root, "rev-parse", "HEAD")
+        git.run(root, "checkout", "-q", "-b", req.branch, identity=False)
+        _write_back(root, stage.root)
+        run.timed("write", t)
+        run.timed("total", run.t0)
+        done = run.report(refreshed, True, f"{what}; committed on branch {req.branch}", outcomes)
+        _commit_on_branch(root, req.branch, done)
+        git.run(root, "checkout", "-q", start, identity=False)
+        return done
+    _write_back(root, stage.root)
+    run.timed("write", t)
+    run.timed("total", run.t0)
+    return run.report(refreshed, True, what, outcomes)
+
+
+def _conflict_reason(run: _Upgrade, refreshed: RefreshResult) -> str:
+    hint = hint_upstream(run.project.upstream, run.project.queue.pin)
+    new_ref = run.new_ref
+    conflicts = [p for p in refreshed.patches if p.action == "conflict"]
+    hunks = "; ".join(h for p in conflicts for h in (p.hunks or (p.detail,)))
+    return (
+        f"{', '.join(p.name for p in conflicts)} conflict at {new_ref} ({hunks}); "
+        f"resolve with `{with_upstream(f'sglforge patches apply --ref {new_ref}', hint)}`"
+        f", edit, `git am --continue`, `sglforge patches export --ref {new_ref}`, then "
+        f"rerun `{with_upstream(f'sglforge upgrade --to {new_ref}', hint)}`"
+    )
 
 
 def _check_branch(root: Path, branch: str) -> None:
@@ -204,186 +310,6 @@ def _commit_on_branch(root: Path, branch: str, result: UpgradeResult) -> None:
         )
 
 
-def _upgrade(
-    root: Path,
-    to: str,
-    *,
-    upstream: str | None,
-    pre: bool,
-    targets: Sequence[str],
-    build: bool,
-    smoke: bool,
-    publish: bool,
-    allow_standin: bool = False,
-    registry: str | None,
-    base_image: str | None,
-    model: str | None,
-    scenario: Path | None,
-    port: int | None,
-    labels: dict[str, str] | None,
-    offline: bool | None,
-    report_dir: Path | None,
-    progress: Callable[[str], None] | None,
-    dry_run: bool = False,
-    branch: str | None = None,
-) -> UpgradeResult:
-    say = progress or (lambda _m: None)
-    if publish and not registry:
-        raise ConfigError(
-            "--publish needs --registry REG", "sglforge upgrade --publish --registry REG"
-        )
-    stages: dict[str, float] = {}
-    t0 = time.monotonic()
-    queue = load_queue(root)
-    up = open_upstream(root, queue.pin, upstream)
-    pinned_commit(root, queue.pin, up)
-    new_ref = _newest(up, pre) if to == "latest" else up.tag(to)
-    up.resolve(new_ref)  # an unknown ref stops here, before any staging folder is touched
-    old_ref = queue.pin.ref
-    new_version = ref_version(new_ref)
-    old_version = ref_version(old_ref)
-    if new_ref == old_ref or (
-        new_version is not None
-        and old_version is not None
-        and new_version <= old_version
-        and to == "latest"
-    ):
-        stages["check"] = time.monotonic() - t0
-        result = UpgradeResult(
-            old_ref,
-            new_ref,
-            None,
-            True,
-            False,
-            f"already at {old_ref}; nothing to upgrade",
-            (),
-            (),
-            (),
-            stages,
-        )
-        return _write_report(root, result, report_dir)
-    say(f"upgrade: {old_ref} -> {new_ref}")
-    if dry_run:
-        planned = refresh_queue(
-            root,
-            new_ref,
-            upstream=upstream,
-            drop_upstreamed=True,
-            retire_excluded=True,
-            dry_run=True,
-        )
-        steps = ["refresh the queue"] + (
-            [f"build {'and smoke ' if smoke else ''}{', '.join(targets)}"] if build else []
-        )
-        if publish:
-            steps.append(f"publish to {registry}")
-        if branch:
-            steps.append(f"commit on a new branch {branch}")
-        plan = "dry run, nothing written: would " + ", ".join(steps)
-        if not planned.ok:
-            plan += "; stops at the refresh (conflicts)"
-        stages["check"] = time.monotonic() - t0
-        return UpgradeResult(
-            old_ref,
-            new_ref,
-            planned.new_commit,
-            planned.ok,
-            False,
-            plan,
-            planned.patches,
-            (),
-            planned.changelog,
-            stages,
-        )
-
-    def report(
-        refreshed: RefreshResult, ok: bool, reason: str, outcomes: Sequence[TargetOutcome] = ()
-    ) -> UpgradeResult:
-        """The result written out; a ready upgrade is the only one applied to the project."""
-        result = UpgradeResult(
-            old_ref,
-            new_ref,
-            refreshed.new_commit,
-            ok,
-            ok,
-            reason,
-            refreshed.patches,
-            tuple(outcomes),
-            refreshed.changelog,
-            stages,
-        )
-        return _write_report(root, result, report_dir)
-
-    stage = _stage(root, new_ref)
-    try:
-        # 1. queue: check + refresh (3-way) + retire, in the staging copy
-        t = time.monotonic()
-        refreshed = refresh_queue(
-            stage, new_ref, upstream=upstream, drop_upstreamed=True, retire_excluded=True
-        )
-        stages["check+refresh"] = time.monotonic() - t
-        if not refreshed.ok:
-            hint = hint_upstream(up, queue.pin)
-            conflicts = [p for p in refreshed.patches if p.action == "conflict"]
-            hunks = "; ".join(h for p in conflicts for h in (p.hunks or (p.detail,)))
-            reason = (
-                f"{', '.join(p.name for p in conflicts)} conflict at {new_ref} ({hunks}); "
-                f"resolve with `{with_upstream(f'sglforge patches apply --ref {new_ref}', hint)}`"
-                f", edit, `git am --continue`, `sglforge patches export --ref {new_ref}`, then "
-                f"rerun `{with_upstream(f'sglforge upgrade --to {new_ref}', hint)}`"
-            )
-            return report(refreshed, False, reason)
-        outcomes: list[TargetOutcome] = []
-        if build:
-            for target in targets:
-                outcomes.append(
-                    _prove_target(
-                        stage,
-                        target,
-                        new_ref,
-                        upstream=upstream,
-                        smoke=smoke,
-                        publish=publish,
-                        allow_standin=allow_standin,
-                        registry=registry,
-                        base_image=base_image,
-                        model=model,
-                        scenario=scenario,
-                        port=port,
-                        labels=labels,
-                        offline=offline,
-                        stages=stages,
-                        say=say,
-                    )
-                )
-        failed = [o for o in outcomes if o.error or (smoke and o.smoke_passed is False)]
-        if failed:
-            reason = "; ".join(f"{o.target}: {o.error or 'smoke failed'}" for o in failed)
-            return report(refreshed, False, reason, outcomes)
-        # 2. everything passed: the staged queue replaces the project's, all or nothing
-        t = time.monotonic()
-        what = "queue refreshed" + (", images built and smoke-tested" if build else "")
-        if branch:
-            from sglforge import git
-
-            head = git.run(root, "symbolic-ref", "--short", "-q", "HEAD", check=False).stdout
-            start = head or git.out(root, "rev-parse", "HEAD")
-            git.run(root, "checkout", "-q", "-b", branch, identity=False)
-            _write_back(root, stage)
-            stages["write"] = time.monotonic() - t
-            stages["total"] = time.monotonic() - t0
-            done = report(refreshed, True, f"{what}; committed on branch {branch}", outcomes)
-            _commit_on_branch(root, branch, done)
-            git.run(root, "checkout", "-q", start, identity=False)
-            return done
-        _write_back(root, stage)
-        stages["write"] = time.monotonic() - t
-        stages["total"] = time.monotonic() - t0
-        return report(refreshed, True, what, outcomes)
-    finally:
-        shutil.rmtree(stage.parent, ignore_errors=True)
-
-
 def _stage(root: Path, new_ref: str) -> Path:
     """A staging copy of the project's data, sharing the real build/ caches."""
     base = confined(root / "build" / "upgrade", safe_ref(new_ref), "staging folder", "--to")
@@ -415,117 +341,113 @@ def _write_back(root: Path, stage: Path) -> None:
     commit_files(root / "patches", files)
 
 
-def _prove_target(
-    stage: Path,
-    target: str,
-    new_ref: str,
-    *,
-    upstream: str | None,
-    smoke: bool,
-    publish: bool,
-    allow_standin: bool = False,
-    registry: str | None,
-    base_image: str | None,
-    model: str | None,
-    scenario: Path | None,
-    port: int | None,
-    labels: dict[str, str] | None,
-    offline: bool | None,
-    stages: dict[str, float],
-    say: Callable[[str], None],
-) -> TargetOutcome:
+def _prove_target(run: _Upgrade, stage: Project, bt: BuildTarget) -> TargetOutcome:
+    """Build the staged queue for ``bt`` once, then smoke it, or hand that build to publish."""
     from sglforge.build import build_image
 
-    version = str(ref_version(new_ref) or new_ref.lstrip("v"))
-    base = base_image.format(version=version, date="{date}") if base_image else None
+    req, say = run.req, run.say
+    version = str(ref_version(run.new_ref) or run.new_ref.lstrip("v"))
+    base = req.base_image.format(version=version, date="{date}") if req.base_image else None
+    build = BuildRequest(target=bt, base_image=base, labels=req.labels, offline=req.offline)
     try:
-        retired = _retire_upstreamed_configs(stage, base, labels, say) if base else ()
-        if smoke and not publish:  # publish runs the same gate itself
-            from sglforge.publish import find_scenario
+        retired = _retire_upstreamed_configs(stage.root, base, req.labels, say) if base else ()
+        smoke = _smoke_request(run, stage, bt) if req.smoke else None
+        if smoke is not None:
             from sglforge.scan import gate
 
-            # The staged queue at the new pin, before the build (issue 24, docs/scan.md).
-            gate(stage, scenario or find_scenario(stage, target), model, say=say, upstream=upstream)
+            # The staged queue at the new pin, before the build (issue 24, docs/scan.md);
+            # publish, handed this build, does not scan again.
+            gate(stage, smoke.scenario, smoke.model, say=say)
         t = time.monotonic()
-        say(f"{target}: building for {new_ref}")
-        built = build_image(
-            stage, target, base_image=base, upstream=upstream, labels=labels, offline=offline
-        )
-        stages[f"build {target}"] = time.monotonic() - t
+        say(f"{bt.spec}: building for {run.new_ref}")
+        built = build_image(stage, build)
+        run.timed(f"build {bt.spec}", t)
         installed = tuple(
             (k.removeprefix(LABEL_CONFIG_PREFIX), "installed")
             for k in sorted(built.labels)
             if k.startswith(LABEL_CONFIG_PREFIX)
         )
         out = TargetOutcome(
-            target,
-            built.image,
-            built.mode,
-            built.up_to_date,
-            round(time.monotonic() - t, 2),
-            built.changed_files,
+            bt.spec,
+            image=built.image,
+            build_mode=built.mode,
+            up_to_date=built.up_to_date,
+            build_seconds=round(time.monotonic() - t, 2),
+            changed_files=built.changed_files,
             configs=tuple((n, "upstreamed") for n in retired) + installed,
         )
-        if publish:
-            from sglforge.publish import publish as do_publish
-
-            t = time.monotonic()
-            say(f"{target}: publishing to {registry}")
-            res = do_publish(
+        if req.publish:
+            return _publish_target(
+                run,
                 stage,
-                target,
-                str(registry),
-                model=model,
-                port=port,
-                scenario=scenario,
-                base_image=base,
-                upstream=upstream,
-                labels=labels,
-                offline=offline,
-                skip_smoke=not smoke,
-                allow_standin=allow_standin,
-            )
-            stages[f"smoke+publish {target}"] = time.monotonic() - t
-            return replace(
+                PublishRequest(
+                    build=build,
+                    registry=str(req.registry),
+                    smoke=smoke,
+                    allow_standin=req.allow_standin,
+                ),
+                built,
                 out,
-                smoke_passed=res.smoke_passed,
-                smoke_verdict=res.smoke_verdict,
-                smoke_figures=dict(res.smoke_figures),
-                bench=dict(res.bench) if res.bench is not None else None,
-                published=tuple(res.pushed),
-                error=res.error or "",
             )
-        if smoke:
-            from sglforge.publish import find_scenario
-            from sglforge.smoke import run_smoke
-
-            t = time.monotonic()
-            say(f"{target}: smoke test of {built.image}")
-            path = scenario or find_scenario(stage, target)
-            missed = _coverage_gate(stage, built, path, model, labels, say)
-            if missed:
-                return replace(out, error=missed)
-            report = run_smoke(stage, built.image, path, model=model, port=port, labels=labels)
-            stages[f"smoke {target}"] = time.monotonic() - t
-            return replace(
-                out,
-                smoke_passed=report.passed,
-                smoke_verdict=report.verdict,
-                smoke_figures=dict(report.figures),
-                error="" if report.passed else (report.reason or "smoke failed"),
-            )
+        if smoke is not None:
+            return _smoke_target(run, stage, smoke, built, out)
         return out
     except SglforgeError as exc:
-        return TargetOutcome(target, error=str(exc).splitlines()[0])
+        return TargetOutcome(bt.spec, error=str(exc).splitlines()[0])
+
+
+def _smoke_request(run: _Upgrade, stage: Project, bt: BuildTarget) -> SmokeRequest:
+    """The smoke of ``bt``: the scenario asked for, else the target's own (staged copy)."""
+    req = run.req
+    scenario = req.scenario or stage.scenario_for(bt.name, bt.spec)
+    return SmokeRequest(scenario=scenario, model=req.model, port=req.port, labels=req.labels)
+
+
+def _publish_target(
+    run: _Upgrade, stage: Project, pub: PublishRequest, built: BuildResult, out: TargetOutcome
+) -> TargetOutcome:
+    """Publish the image just built (publish's own gates run; the build is not repeated)."""
+    from sglforge.publish import publish
+
+    t = time.monotonic()
+    run.say(f"{pub.target.spec}: publishing to {pub.registry}")
+    res = publish(stage, pub, run.say, built=built)
+    run.timed(f"smoke+publish {pub.target.spec}", t)
+    return replace(
+        out,
+        smoke_passed=res.smoke_passed,
+        smoke_verdict=res.smoke_verdict,
+        smoke_figures=dict(res.smoke_figures),
+        bench=dict(res.bench) if res.bench is not None else None,
+        published=tuple(res.pushed),
+        error=res.error or "",
+    )
+
+
+def _smoke_target(
+    run: _Upgrade, stage: Project, smoke: SmokeRequest, built: BuildResult, out: TargetOutcome
+) -> TargetOutcome:
+    """publish's coverage gate, then the smoke run, for an upgrade that does not publish."""
+    from sglforge.smoke import run_smoke
+
+    t = time.monotonic()
+    run.say(f"{out.target}: smoke test of {built.image}")
+    missed = _coverage_gate(stage.root, built, smoke, run.say)
+    if missed:
+        return replace(out, error=missed)
+    report = run_smoke(stage.root, built.image, smoke)
+    run.timed(f"smoke {out.target}", t)
+    return replace(
+        out,
+        smoke_passed=report.passed,
+        smoke_verdict=report.verdict,
+        smoke_figures=dict(report.figures),
+        error="" if report.passed else (report.reason or "smoke failed"),
+    )
 
 
 def _coverage_gate(
-    stage: Path,
-    built: Any,
-    scenario: Path,
-    model: str | None,
-    labels: dict[str, str] | None,
-    say: Callable[[str], None],
+    stage: Path, built: BuildResult, smoke: SmokeRequest, say: Callable[[str], None]
 ) -> str:
     """publish's coverage gate for an upgrade that smokes without publishing: "" or the error."""
     from sglforge import coverage
@@ -533,9 +455,9 @@ def _coverage_gate(
 
     gate, why = coverage.publish_gate(
         stage,
-        scenario,
-        Path(model) if model else None,
-        lambda: base_aiter(built.base, labels) if built.base else None,
+        smoke.scenario,
+        smoke.model,
+        lambda: base_aiter(built.base, smoke.labels) if built.base else None,
     )
     if gate is None:
         say(f"coverage: not run ({why})")
@@ -547,7 +469,7 @@ def _coverage_gate(
 
 
 def _retire_upstreamed_configs(
-    stage: Path, base: str, labels: dict[str, str] | None, say: Callable[[str], None]
+    stage: Path, base: str, labels: Mapping[str, str] | None, say: Callable[[str], None]
 ) -> tuple[str, ...]:
     """Move the staged config items ``base``'s aiter already carries to patches/retired/configs/.
 

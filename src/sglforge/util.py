@@ -29,7 +29,9 @@ def file_mode(path: Path) -> int:
         return 0o666 & ~umask
 
 
-def confined(base: Path, relative: str | os.PathLike[str], what: str, file: str) -> Path:
+def confined(
+    base: Path, relative: str | os.PathLike[str], what: str, file: str, line: int | None = None
+) -> Path:
     """``base / relative``, refused (ConfigError, exit 2) unless it stays inside ``base``.
 
     Every path sglforge derives from data (a journal entry, a series entry, a path inside a
@@ -55,10 +57,11 @@ def confined(base: Path, relative: str | os.PathLike[str], what: str, file: str)
                 problem = f"resolves outside {base_abs} (through a symbolic link)"
             else:
                 return target
-    raise ConfigError(
-        f"{file}: {what} {text!r} {problem}; refused before writing anything",
-        f"fix {file} (paths it names must stay inside {base_abs})",
-    )
+    reason = f"{what} {text!r} {problem}; refused before writing anything"
+    hint = f"fix {file} (paths it names must stay inside {base_abs})"
+    if line is not None:
+        raise ConfigError.at(file, line, reason, hint)
+    raise ConfigError(f"{file}: {reason}", hint)
 
 
 def decode_exact(raw: bytes) -> str:

@@ -26,9 +26,11 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
+from pipelines import build_at as build_image
+from pipelines import smoke_at
 from real_project import copy_real_project
 from sglforge import smoke
-from sglforge.build import MANIFEST_PATH, BuildResult, build_image
+from sglforge.build import MANIFEST_PATH, BuildResult
 from sglforge.cli import main
 from sglforge.patches.configs import load_items
 from standin.base import aiter_wheel, ensure_sglang_base
@@ -200,7 +202,7 @@ def test_a_key_the_base_already_has_is_refused(
 def test_the_standin_smoke_passes_with_the_item_and_fails_without(
     tmp_path: Path, built: BuildResult, replica: str, project: Path, docker_labels
 ) -> None:
-    ours = smoke.run_smoke(
+    ours = smoke_at(
         project,
         built.image,
         SCENARIO,

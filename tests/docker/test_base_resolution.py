@@ -21,8 +21,9 @@ import docker
 import docker.errors
 import pytest
 
-from sglforge.build import Base, _check_base
+from sglforge.bases import check_base
 from sglforge.errors import BuildError
+from sglforge.provenance import Base
 from sglforge.targets import BuildTarget, load_targets
 from standin.registry import Registry
 
@@ -131,7 +132,7 @@ def target(root: Path, spec: str) -> BuildTarget:
 
 def check(bt: BuildTarget, version: str, offline: bool = False) -> tuple[Base, list[str]]:
     said: list[str] = []
-    base = _check_base(Base(ref=bt.base_image(version)), bt, offline, said.append)
+    base = check_base(Base(ref=bt.base_image(version)), bt, offline, said.append)
     return base, said
 
 

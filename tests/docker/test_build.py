@@ -39,8 +39,9 @@ from helpers_build import (
     make_build_project,
     upstream_files,
 )
+from pipelines import build_at as build_image
 from sglforge import selfcheck
-from sglforge.build import BuildResult, build_image, fork_labels
+from sglforge.build import BuildResult, fork_labels
 from sglforge.cli import main
 from sglforge.errors import BuildError
 from standin.base import ensure_sglang_base

@@ -26,10 +26,11 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
+from pipelines import build_at as build_image
 from real_project import copy_real_project
 from sglang_release import release_history
 from sglforge import selfcheck
-from sglforge.build import BuildResult, build_image
+from sglforge.build import BuildResult
 from sglforge.cli import main
 from sglforge.patches.series import read_series
 from standin.base import ensure_sglang_base

@@ -25,6 +25,7 @@ import docker
 import pytest
 
 from junit_schema import assert_valid_junit
+from pipelines import smoke_at
 from sglforge import smoke
 from sglforge.engine import containers
 
@@ -73,7 +74,7 @@ def run(
         )
         args.update(kw)
         image = str(args.pop("image", standin_sglang_base))
-        report = smoke.run_smoke(ROOT, image, CPU, **args)  # type: ignore[arg-type]
+        report = smoke_at(ROOT, image, CPU, **args)  # type: ignore[arg-type]
         assert containers_of(docker_client, labels) == [], "a smoke container was left behind"
         return report
 
@@ -102,7 +103,7 @@ def test_passing_run_with_the_full_container_profile(
             (c,) = containers_of(docker_client, labels)
             seen["attrs"] = docker_client.api.inspect_container(c["id"])
 
-    report = smoke.run_smoke(
+    report = smoke_at(
         ROOT,
         standin_sglang_base,
         CPU,
@@ -420,7 +421,7 @@ def test_orphan_of_a_killed_runner_is_reaped_by_the_next_run(
 def test_reports_default_to_build_smoke_under_the_root(
     standin_sglang_base: str, tmp_path: Path
 ) -> None:
-    report = smoke.run_smoke(tmp_path, standin_sglang_base, CPU, model=tmp_path / "absent")
+    report = smoke_at(tmp_path, standin_sglang_base, CPU, model=tmp_path / "absent")
     assert report.verdict == "cannot-run"
     assert report.report_dir is not None
     assert report.report_dir.parent == tmp_path / "build" / "smoke"
@@ -428,7 +429,7 @@ def test_reports_default_to_build_smoke_under_the_root(
     assert report.report_dir.name.endswith(f"-{report.run_id}")
     assert json.loads((report.report_dir / "report.json").read_text())["verdict"] == "cannot-run"
     # A second run in the same second gets its own folder: nothing is shared or overwritten.
-    again = smoke.run_smoke(tmp_path, standin_sglang_base, CPU, model=tmp_path / "absent")
+    again = smoke_at(tmp_path, standin_sglang_base, CPU, model=tmp_path / "absent")
     assert again.report_dir != report.report_dir and again.run_id != report.run_id
     assert (report.report_dir / "report.json").is_file()
     assert (again.report_dir / "report.json").is_file()  # type: ignore[operator]

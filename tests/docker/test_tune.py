@@ -24,7 +24,7 @@ import pytest
 from real_project import copy_real_project
 from sglforge import coverage
 from sglforge.patches.configs import base_tables_from_dir, load_items, upstream_findings
-from sglforge.tune import tune
+from sglforge.tune import TuneRequest, tune
 from standin.base import ensure_sglang_base
 
 pytestmark = [pytest.mark.docker, pytest.mark.pypi]
@@ -64,7 +64,8 @@ def test_tune_turns_the_standin_tuner_s_rows_into_a_pending_item(
     tree = release_tree(tmp_path / "sglang", "0.5.14", patched=True) / "python"
     scenario = root / "smoke" / "standin-cpu-aiter.toml"
     model = REPO / "tests" / "standin" / "model-mxfp4"
-    out = tune(root, image, model, scenario, "glm52-tp4-standin", tree=tree, labels=docker_labels)
+    req = TuneRequest(image, model, scenario, "glm52-tp4-standin", tree=tree, labels=docker_labels)
+    out = tune(root, req)
     # The tuner's containers (role "tune", this session's labels) are gone (the engine is shared:
     # only ours are looked at).
     ours = [f"{k}={v}" for k, v in docker_labels.items()] + ["io.sglforge.role=tune"]

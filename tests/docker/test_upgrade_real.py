@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pipelines import upgrade_at as upgrade
 from real_project import copy_real_project
 from sglforge.patches.series import load_queue
-from sglforge.upgrade import upgrade
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = "pypi:sglang>=0.5.10,<=0.5.16"
@@ -78,10 +79,31 @@ def test_upgrade_0_5_14_to_0_5_16_retires_both_and_still_builds(
 
 @pytest.mark.registry
 def test_upgrade_with_publish_pushes_only_after_smoke(
-    tmp_path: Path, docker_client, docker_labels, standin_base
+    tmp_path: Path, docker_client, docker_labels, standin_base, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from sglforge import build, inspect
     from standin.base import ensure_sglang_base
     from standin.registry import free_port, start_registry
+
+    # Counting wrappers around the real functions: an upgrade with --publish builds each
+    # target once (publish takes the upgrade's build) and reads no manifest back out of the
+    # image it built (the build's plan holds it).
+    counted: dict[str, int] = {"build_image": 0, "image_manifest": 0}
+
+    def counting(name: str, real: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counted[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(build, "build_image", counting("build_image", build.build_image))
+    monkeypatch.setattr(
+        inspect, "image_manifest", counting("image_manifest", inspect.image_manifest)
+    )
+    from sglforge import publish as publish_module
+
+    monkeypatch.setattr(publish_module, "image_manifest", inspect.image_manifest)
 
     ensure_sglang_base("0.5.16", client=docker_client)
     root = copy_project(tmp_path)
@@ -102,6 +124,7 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
             offline=True,
         )
         assert r.ready and r.applied, r.reason
+        assert counted == {"build_image": 1, "image_manifest": 0}, counted
         (target,) = r.targets
         assert target.smoke_passed is True
         pushed = set(target.published)
@@ -116,8 +139,8 @@ def test_upgrade_with_publish_pushes_only_after_smoke(
         assert "v0.5.16-rocm700-mi355x-q" in (root / "CHANGELOG.md").read_text()
         # Publishing the older 0.5.14 queue afterwards moves its own friendly tag, never
         # latest-mi355x back to an older version.
+        from pipelines import publish_at as publish
         from sglforge.engine import registry as reg
-        from sglforge.publish import publish
 
         latest = f"{prefix}latest-mi355x"
         before = reg.registry_digest(latest)

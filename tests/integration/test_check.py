@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pipelines import open_project
 from sglforge.cache import upstream_mirrors
 from sglforge.cli import main
 from sglforge.patches.check import check_refs
@@ -25,7 +26,7 @@ def statuses(report, ref: str) -> dict[str, str]:
 
 
 def test_every_status_at_the_next_release(project: Path) -> None:
-    report = check_refs(project, ["v1.0", "v1.1"])
+    report = check_refs(open_project(project), ["v1.0", "v1.1"])
     assert set(statuses(report, "v1.0").values()) == {"clean"}
     assert statuses(report, "v1.1") == {
         "0001-fix-a.patch": "clean",
@@ -49,7 +50,7 @@ def test_every_status_at_the_next_release(project: Path) -> None:
 
 
 def test_check_touches_no_worktree(project: Path) -> None:
-    check_refs(project, ["v1.1"])
+    check_refs(open_project(project), ["v1.1"])
     assert not (project / "build" / "worktrees").exists()
     assert not list((project / "build" / "tmp").glob("index-*"))
 
@@ -66,7 +67,7 @@ def test_patch_id_finds_a_change_merged_then_edited(tmp_path: Path) -> None:
     edit(upstream, "python/pkg/a.py", 6, "a line 6 reworded")
     commit(upstream, "reword")
     git(upstream, "tag", "v1.2")
-    report = check_refs(root, ["v1.2"])
+    report = check_refs(open_project(root), ["v1.2"])
     (st,) = report.refs[0].patches
     assert st.status == "upstreamed"
     assert sha[:12] in st.detail and "patch-id" in st.detail
@@ -77,7 +78,7 @@ def test_fixed_in_is_the_last_resort(tmp_path: Path) -> None:
     root = make_project(
         tmp_path, upstream, [("fix-d", "python/pkg/d.py", 10, "d fix", "Upstream-Fixed-In: 1.1\n")]
     )
-    (st,) = check_refs(root, ["v1.1"]).refs[0].patches
+    (st,) = check_refs(open_project(root), ["v1.1"]).refs[0].patches
     assert st.status == "upstreamed"
     assert "Upstream-Fixed-In 1.1" in st.detail
 
@@ -114,7 +115,7 @@ def test_whole_series_fast_path_reports_offsets_per_patch(tmp_path: Path) -> Non
     keep = [p for p in PATCHES if p[0] in ("fix-a", "fix-b", "fix-c")][:2]
     keep.append(("fix-b-again", "python/pkg/b.py", 25, "b line 25 FIXED", ""))
     root = make_project(tmp_path, upstream, keep)
-    report = check_refs(root, ["v1.1"])
+    report = check_refs(open_project(root), ["v1.1"])
     got = {p.name: (p.status, p.detail) for p in report.refs[0].patches}
     assert got == {
         "0001-fix-a.patch": ("clean", ""),
@@ -131,7 +132,7 @@ def test_remote_upstream_is_a_partial_clone(tmp_path: Path) -> None:
     root = make_project(tmp_path, upstream)
     toml = root / "patches" / "upstream.toml"
     toml.write_text(toml.read_text().replace(f'"{upstream}"', f'"file://{upstream}"'))
-    report = check_refs(root, ["v1.1"])
+    report = check_refs(open_project(root), ["v1.1"])
     assert statuses(report, "v1.1")["0002-fix-b.patch"] == "offset"
     (cache,) = upstream_mirrors().glob("*.git")
     missing = git(cache, "rev-list", "--objects", "--all", "--missing=print")
@@ -139,5 +140,5 @@ def test_remote_upstream_is_a_partial_clone(tmp_path: Path) -> None:
 
 
 def test_without_refs_the_pin_is_checked(project: Path) -> None:
-    report = check_refs(project, [])
+    report = check_refs(open_project(project), [])
     assert [r.ref for r in report.refs] == ["v1.0"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.engine.images import _SGLANG_PROBE
+from sglforge.bases import _SGLANG_PROBE
 from standin.base import TRIMMED_INIT, _pyproject, build_tool_wheels, release_wheel
 
 pytestmark = pytest.mark.pypi

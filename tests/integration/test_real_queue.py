@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from pipelines import open_project
 from sglang_release import REPO_ROOT, adopt_checkout_wheels
 from sglforge.patches.apply import apply_queue
 from sglforge.patches.check import check_refs
@@ -77,7 +78,7 @@ def test_queue_metadata(root: Path) -> None:
 
 def test_both_patches_apply_clean_at_the_pin(root: Path) -> None:
     recorded = load_pin(root).sources.get("pypi:sglang", {}).get("tree")
-    applied = apply_queue(root, upstream=UPSTREAM)
+    applied = apply_queue(open_project(root, UPSTREAM))
     assert applied.ref == "v0.5.14" and applied.version == "0.5.14"
     assert [(p.name, p.status) for p in applied.patches] == [(P1, "clean"), (P2, "clean")]
     assert set(applied.changed_files) == {
@@ -91,7 +92,7 @@ def test_both_patches_apply_clean_at_the_pin(root: Path) -> None:
 
 
 def test_sweep_over_every_release(root: Path) -> None:
-    report = check_refs(root, [], upstream=UPSTREAM, tags=">=0.5.10,<=0.5.23")
+    report = check_refs(open_project(root, UPSTREAM), [], tags=">=0.5.10,<=0.5.23")
     assert report.python_only
     table = {r.ref: tuple(p.status for p in r.patches) for r in report.refs}
     assert table == EXPECTED

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from crash import CRASH_EXIT, crash_code
+from pipelines import open_project
 from sglforge.errors import PatchError, UpstreamError
 from sglforge.patches.apply import apply_queue
 from sglforge.patches.export import export_queue, new_patch
@@ -29,7 +30,7 @@ from synthetic import (
 
 def test_apply_makes_one_commit_per_patch_and_reuses(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path))
-    a = apply_queue(root)
+    a = apply_queue(open_project(root))
     assert a.ref == "v1.0" and not a.reused
     assert a.branch == "sglforge/v1.0"
     assert a.worktree == root / "build" / "worktrees" / "v1.0"
@@ -38,63 +39,63 @@ def test_apply_makes_one_commit_per_patch_and_reuses(tmp_path: Path) -> None:
     assert (a.worktree / "python/pkg/a.py").read_text().splitlines()[4] == "a line 5 FIXED"
     assert "python/pkg/jit_kernel/f.cuh" in a.changed_files
     assert load_pin(root).commit is None  # apply reads the pin; it never records it
-    again = apply_queue(root)
+    again = apply_queue(open_project(root))
     assert again.reused and again.head == a.head
 
 
 def test_apply_refuses_when_the_pinned_tag_moved(tmp_path: Path) -> None:
     upstream = make_upstream(tmp_path)
     root = make_project(tmp_path, upstream)
-    apply_queue(root)
+    apply_queue(open_project(root))
     git(upstream, "checkout", "-q", "v1.0")
     edit(upstream, "python/pkg/a.py", 1, "retagged")
     commit(upstream, "retag")
     git(upstream, "tag", "-f", "v1.0")
     with pytest.raises(UpstreamError, match=r"pinned tag v1.0 now resolves to .*\(the tag moved\)"):
-        apply_queue(root)
+        apply_queue(open_project(root))
 
 
 def test_unknown_ref_and_unreachable_upstream(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path))
     with pytest.raises(UpstreamError, match="ref 'v9.9' not found"):
-        apply_queue(root, ref="v9.9")
+        apply_queue(open_project(root), ref="v9.9")
     with pytest.raises(UpstreamError, match="no such folder"):
-        apply_queue(root, upstream=str(tmp_path / "nowhere"))
+        apply_queue(open_project(root, str(tmp_path / "nowhere")))
     with pytest.raises(UpstreamError, match="unreachable"):
-        apply_queue(root, upstream="http://127.0.0.1:9/sglang.git")
+        apply_queue(open_project(root, "http://127.0.0.1:9/sglang.git"))
 
 
 def test_dirty_worktree_is_never_thrown_away(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
-    a = apply_queue(root)
+    a = apply_queue(open_project(root))
     (a.worktree / "python/pkg/a.py").write_text("my edit\n")
     with pytest.raises(PatchError, match="uncommitted changes .*python/pkg/a.py") as err:
-        apply_queue(root)
+        apply_queue(open_project(root))
     assert "sglforge patches new" in str(err.value)
     assert (a.worktree / "python/pkg/a.py").read_text() == "my edit\n"
-    forced = apply_queue(root, force=True)
+    forced = apply_queue(open_project(root), force=True)
     assert "my edit" not in (forced.worktree / "python/pkg/a.py").read_text()
 
 
 def test_unexported_commits_are_refused(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
-    a = apply_queue(root)
+    a = apply_queue(open_project(root))
     edit(a.worktree, "python/pkg/a.py", 20, "committed, not exported")
     commit(a.worktree, "extra")
     with pytest.raises(PatchError, match="not yet exported"):
-        apply_queue(root)
+        apply_queue(open_project(root))
 
 
 def test_stale_am_session_is_aborted(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
-    a = apply_queue(root)
+    a = apply_queue(open_project(root))
     # Leave a `git am` session behind, as a run killed in the middle of it would.
     rebase = a.worktree / git(a.worktree, "rev-parse", "--git-path", "rebase-apply")
     assert not rebase.exists()
     git(a.worktree, "checkout", "-q", "-f", "sglforge/v1.0")
     (rebase).mkdir(parents=True, exist_ok=True)
     (rebase / "applying").write_text("")
-    again = apply_queue(root)
+    again = apply_queue(open_project(root))
     assert not rebase.exists()
     assert again.head == a.head
 
@@ -102,7 +103,7 @@ def test_stale_am_session_is_aborted(tmp_path: Path) -> None:
 def test_conflict_at_a_ref_leaves_am_session_and_names_the_hunk(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path))
     with pytest.raises(PatchError, match=r"0004-fix-d.patch does not apply at v1.1") as err:
-        apply_queue(root, ref="v1.1")
+        apply_queue(open_project(root), ref="v1.1")
     assert "python/pkg/d.py hunk 1" in str(err.value)
     assert "sglforge patches export --ref v1.1" in str(err.value)
 
@@ -110,7 +111,7 @@ def test_conflict_at_a_ref_leaves_am_session_and_names_the_hunk(tmp_path: Path) 
 def test_refresh_all_or_nothing_on_conflict(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path))
     before = snapshot(root)
-    r = refresh_queue(root, "v1.1", drop_upstreamed=True)
+    r = refresh_queue(open_project(root), "v1.1", drop_upstreamed=True)
     assert not r.ok and not r.written
     assert {p.name: p.action for p in r.patches}["0004-fix-d.patch"] == "conflict"
     after = snapshot(root)
@@ -123,7 +124,7 @@ def test_refresh_all_or_nothing_on_conflict(tmp_path: Path) -> None:
 def test_refresh_rebases_retires_and_notes_changelog(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
     old = load_queue(root)
-    r = refresh_queue(root, "v1.1", drop_upstreamed=True)
+    r = refresh_queue(open_project(root), "v1.1", drop_upstreamed=True)
     assert r.ok and r.written
     actions = {p.name: p.action for p in r.patches}
     assert actions == {
@@ -154,18 +155,19 @@ def test_refresh_rebases_retires_and_notes_changelog(tmp_path: Path) -> None:
     assert "Upstream pin moved from v1.0 to v1.1." in changelog
     assert "Retired `0005-fix-f.patch`" in changelog
     # the refreshed queue applies clean at the new pin
-    a = apply_queue(root)
+    a = apply_queue(open_project(root))
     assert [p.status for p in a.patches] == ["clean", "clean", "clean", "skipped"]
 
 
 def test_interrupted_refresh_is_all_old_or_all_new(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
-    apply_queue(root)  # records the pin commit first
+    apply_queue(open_project(root))  # records the pin commit first
     before = snapshot(root)
     code = (
         "import sys; from pathlib import Path;"
         "from sglforge.patches.refresh import refresh_queue;"
-        f"refresh_queue(Path({str(root)!r}), 'v1.1', drop_upstreamed=True)"
+        "from sglforge.project import Project;"
+        f"refresh_queue(Project(Path({str(root)!r})), 'v1.1', drop_upstreamed=True)"
     )
     res = subprocess.run(crash_code(2, code), capture_output=True)
     assert res.returncode == CRASH_EXIT, res.stderr  # killed in the middle of the renames
@@ -186,7 +188,7 @@ def test_interrupted_refresh_is_all_old_or_all_new(tmp_path: Path) -> None:
 
 def test_interrupt_before_the_journal_leaves_everything_old(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
-    apply_queue(root)
+    apply_queue(open_project(root))
     before = snapshot(root)
     # A crash after temp files were written but before the journal: stray temps only.
     (root / "patches" / ".0001-fix-a.patch.x.sglforge-tmp").write_text("half")
@@ -196,30 +198,30 @@ def test_interrupt_before_the_journal_leaves_everything_old(tmp_path: Path) -> N
 
 def test_export_round_trip_and_new_patch(tmp_path: Path) -> None:
     root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
-    a = apply_queue(root)
+    a = apply_queue(open_project(root))
     before = (root / "patches/0001-fix-a.patch").read_text()
-    r = export_queue(root)
+    r = export_queue(open_project(root))
     assert r.written == () and len(r.unchanged) == len(NO_CONFLICT)
     assert (root / "patches/0001-fix-a.patch").read_text() == before
     # amend the first patch's commit by rewriting history on the branch
     git(a.worktree, "rebase", "-q", "--exec", "true", a.commit)
     edit(a.worktree, "python/pkg/g.py", 20, "new work")
-    made = new_patch(root, "tune-g", message="Tune g for ROCm")
+    made = new_patch(open_project(root), "tune-g", message="Tune g for ROCm")
     assert made.added == ("0007-tune-g.patch",)
     text = (root / "patches/0007-tune-g.patch").read_text()
     assert "Subject: [PATCH] Tune g for ROCm" in text and "Upstream-Status: Pending" in text
     assert load_queue(root).patches[-1].name == "0007-tune-g.patch"
-    assert apply_queue(root).reused
+    assert apply_queue(open_project(root)).reused
     edit(a.worktree, "python/pkg/g.py", 21, "more")
     with pytest.raises(PatchError, match="already has a patch named 'tune-g'"):
-        new_patch(root, "tune-g")
+        new_patch(open_project(root), "tune-g")
 
 
 def test_resolving_a_conflict_apply_edit_export(tmp_path: Path) -> None:
     """The documented flow: `apply --ref NEW` stops, the user resolves, `export` rewrites."""
     root = make_project(tmp_path, make_upstream(tmp_path), PATCHES[:4])  # a, b, c, d
     with pytest.raises(PatchError, match="0004-fix-d.patch does not apply at v1.1"):
-        apply_queue(root, ref="v1.1")
+        apply_queue(open_project(root), ref="v1.1")
     wt = root / "build" / "worktrees" / "v1.1"
     # resolve: keep upstream's line 10 and add ours below it
     d = (wt / "python/pkg/d.py").read_text().splitlines()
@@ -230,13 +232,13 @@ def test_resolving_a_conflict_apply_edit_export(tmp_path: Path) -> None:
     git(wt, "am", "--continue")
     # an unexported resolution is never thrown away by the next apply
     with pytest.raises(PatchError, match="not yet exported"):
-        apply_queue(root, ref="v1.1")
-    r = export_queue(root, ref="v1.1")
+        apply_queue(open_project(root), ref="v1.1")
+    r = export_queue(open_project(root), ref="v1.1")
     assert "0004-fix-d.patch" in r.written and r.added == ()
     text = (root / "patches/0004-fix-d.patch").read_text()
     assert "Why: tests." in text and "+d line 10 FIXED (after upstream's change)" in text
     # the export rebased every patch onto v1.1: the queue is ready for `refresh --ref v1.1`
-    a = apply_queue(root, ref="v1.1")
+    a = apply_queue(open_project(root), ref="v1.1")
     assert [p.status for p in a.patches] == ["clean"] * 4
 
 
@@ -291,7 +293,7 @@ def test_refresh_follows_a_moved_file_and_rewrites_the_stat(tmp_path: Path) -> N
     git(upstream, "mv", "python/pkg/a.py", "python/pkg/core/a.py")
     commit(upstream, "move a.py")
     git(upstream, "tag", "v1.2")
-    r = refresh_queue(root, "v1.2")
+    r = refresh_queue(open_project(root), "v1.2")
     assert r.ok and r.patches[0].action == "refreshed"
     assert "moved path" in r.patches[0].detail
     text = (root / "patches/0001-fix-a.patch").read_text()

@@ -17,7 +17,7 @@ import docker
 import pytest
 
 from helpers_build import STANDIN_REPO, make_build_project
-from sglforge.build import build_image
+from pipelines import build_at as build_image
 from sglforge.provenance import LABEL_ENTRYPOINT_RESET
 from standin.base import ensure_sglang_base
 

@@ -25,7 +25,8 @@ from helpers_build import (
     make_build_project,
     upstream_files,
 )
-from sglforge.build import build_image, render_overlay_dockerfile, scan_files
+from pipelines import build_at as build_image
+from sglforge.build import WorkspaceSource, render_overlay_dockerfile, scan_files
 from sglforge.targets import load_targets
 from standin.base import ensure_sglang_base
 
@@ -55,7 +56,9 @@ def test_scan_files_reads_every_name(tmp_path: Path) -> None:
     for n, name in enumerate(NAMES):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(f"X = {n}\n")
-    files, deleted, skipped = scan_files(tmp_path, [*NAMES, f"{SRT}/gone_é.py"], WS, "assumed")
+    files, deleted, skipped = scan_files(
+        tmp_path, [*NAMES, f"{SRT}/gone_é.py"], WS, WorkspaceSource.ASSUMED
+    )
     assert sorted(f.path for f in files) == sorted(NAMES)
     assert deleted == (f"{WS}/{SRT}/gone_é.py",) and skipped == ()
 

@@ -16,7 +16,8 @@ import docker
 import pytest
 
 from helpers_build import STANDIN_REPO, make_build_project
-from sglforge.build import build_image, plan_build
+from pipelines import build_at as build_image
+from pipelines import plan_at
 from sglforge.errors import BuildError
 from sglforge.provenance import Base, PatchFacts, UpstreamFacts
 from sglforge.targets import load_targets
@@ -50,7 +51,7 @@ def plan(tmp: Path, mode: str = "overlay", **kw: object) -> str:
         created="2026-01-01T00:00:00Z",
     )
     args.update(kw)
-    return plan_build(mode, **args).image  # type: ignore[arg-type]
+    return plan_at(mode, **args).image
 
 
 def test_every_input_changes_the_tag_and_the_queue_hash_stays_readable(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_the_good_shape_is_kept() -> None:
 @pytest.mark.parametrize("entrypoint", [(), ("/bin/sh", "-c", "x")])
 def test_what_the_build_writes_is_read_back(tmp_path: Path, entrypoint: tuple[str, ...]) -> None:
     """The writer (make_manifest, through plan_build) and the reader agree on the shape."""
-    from sglforge.build import plan_build
+    from pipelines import plan_at
     from sglforge.provenance import Base, PatchFacts, UpstreamFacts, manifest_bytes
     from sglforge.targets import load_targets
 
@@ -61,7 +61,7 @@ def test_what_the_build_writes_is_read_back(tmp_path: Path, entrypoint: tuple[st
     wt = tmp_path / "wt"
     (wt / "python/sglang").mkdir(parents=True)
     (wt / "python/sglang/a.py").write_text("a = 1\n")
-    plan = plan_build(
+    plan = plan_at(
         "overlay",
         target=load_targets(repo).resolve("mi355x"),
         version="0.5.14",

@@ -420,7 +420,7 @@ def test_a_stand_in_release_is_recorded_as_one(tmp_path: Path) -> None:
 def test_simulated_acceptance_is_refused_for_smoke_and_bench(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglforge.smoke import run_smoke
+    from pipelines import smoke_at as run_smoke
     from sglforge.smoke.preflight import refuse_simulated_acceptance
 
     refuse_simulated_acceptance({"SGLANG_USE_AITER": "1"}, CPU)

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sglforge import build
+from pipelines import plan_at
+from sglforge import bases
+from sglforge.bases import closest_tags
 from sglforge.build import (
     MTIME,
     buildx_command,
     choose_mode,
-    closest_tags,
     context_tar,
-    plan_build,
     render_overlay_dockerfile,
     version_of,
 )
@@ -87,7 +87,7 @@ def overlay(target, worktree: Path, base: Base | None = None, **kw):
         created="2026-01-01T00:00:00Z",
     )
     args.update(kw)
-    return plan_build("overlay", **args)
+    return plan_at("overlay", **args)
 
 
 def test_auto_mode_overlays_python_and_jit_patches_only() -> None:
@@ -264,7 +264,7 @@ def test_closest_tags_prefer_the_target(target) -> None:
 def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) -> None:
     t720 = load_targets(REPO_ROOT).resolve("mi300x-rocm720")
     with pytest.raises(BuildError, match="docker/rocm.Dockerfile"):
-        plan_build(
+        plan_at(
             "source",
             target=t720,
             version="0.5.14",
@@ -277,7 +277,7 @@ def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) 
         )
     (worktree / "docker").mkdir()
     (worktree / "docker/rocm.Dockerfile").write_text("FROM scratch\n")
-    plan = plan_build(
+    plan = plan_at(
         "source",
         target=t720,
         version="0.5.14",
@@ -303,12 +303,42 @@ def test_source_plan_drives_upstream_dockerfile(tmp_path: Path, worktree: Path) 
     assert plan.inputs_key and plan.labels["io.sglforge.inputs"] == plan.inputs_key
 
 
-def test_offline_flag_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(build.OFFLINE_ENV, raising=False)
-    assert build._offline(None) is False
-    monkeypatch.setenv(build.OFFLINE_ENV, "1")
-    assert build._offline(None) is True
-    assert build._offline(False) is False
+@pytest.mark.parametrize(
+    ("env", "args", "want"),
+    [
+        (None, [], False),
+        ("1", [], True),
+        ("true", [], True),
+        ("0", [], False),
+        ("false", [], False),
+        (None, ["--offline"], True),
+        ("0", ["--offline"], True),
+    ],
+)
+def test_offline_flag_is_a_bool_read_once_at_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, args: list[str], want: bool
+) -> None:
+    """``--offline`` / ``$SGLFORGE_OFFLINE`` is read by the option alone, into a plain bool
+    (the core never reads the environment again: a request carries it)."""
+    import click
+    from click.testing import CliRunner
+
+    from sglforge.cli.options import offline_option
+
+    seen: list[object] = []
+
+    @click.command()
+    @offline_option
+    def cmd(offline: object) -> None:
+        seen.append(offline)
+
+    if env is None:
+        monkeypatch.delenv(bases.OFFLINE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(bases.OFFLINE_ENV, env)
+    res = CliRunner().invoke(cmd, args)
+    assert res.exit_code == 0, res.output
+    assert seen == [want] and type(seen[0]) is bool
 
 
 def test_buildx_progress_lines() -> None:

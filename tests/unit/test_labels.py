@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglforge.build import from_reference
+from sglforge.bases import from_reference
 from sglforge.git import public_url
-from sglforge.provenance import OCI, Base, PatchFacts, UpstreamFacts, make_labels, provenance_from
+from sglforge.provenance import (
+    OCI,
+    Base,
+    ImageFacts,
+    PatchFacts,
+    UpstreamFacts,
+    make_labels,
+    provenance_from,
+)
 from sglforge.targets import load_targets, parse_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -22,8 +30,7 @@ DIGEST = "sha256:" + "1" * 64
 
 
 def labels(**extra: str) -> dict[str, str]:
-    return make_labels(
-        image="acme/sglang:v0.5.14-rocm700-mi355x-q01234567",
+    facts = ImageFacts(
         version="0.5.14",
         target=load_targets(REPO_ROOT).resolve("mi355x"),
         mode="overlay",
@@ -31,6 +38,10 @@ def labels(**extra: str) -> dict[str, str]:
         upstream=UP,
         queue_hash="0123456789abcdef" * 4,
         patches=(PatchFacts("0001-x.patch", "x", "a" * 64, "python"),),
+    )
+    return make_labels(
+        facts,
+        image="acme/sglang:v0.5.14-rocm700-mi355x-q01234567",
         inputs="f" * 64,
         created="2026-01-01T00:00:00Z",
         extra=extra,
@@ -129,8 +140,7 @@ def test_inspect_shows_a_commit_and_the_wheel_for_pypi_sources() -> None:
         wheel="sglang-0.5.14-py3-none-any.whl",
         wheel_sha256="c" * 64,
     )
-    lab = make_labels(
-        image="acme/sglang:v0.5.14-rocm700-mi355x-q01234567",
+    facts = ImageFacts(
         version="0.5.14",
         target=load_targets(REPO_ROOT).resolve("mi355x"),
         mode="overlay",
@@ -138,22 +148,15 @@ def test_inspect_shows_a_commit_and_the_wheel_for_pypi_sources() -> None:
         upstream=up,
         queue_hash="0" * 64,
         patches=(),
+    )
+    lab = make_labels(
+        facts,
+        image="acme/sglang:v0.5.14-rocm700-mi355x-q01234567",
         inputs="f" * 64,
         created="2026-01-01T00:00:00Z",
     )
     assert lab["io.sglforge.upstream.wheel"] == f"{up.wheel} sha256:{'c' * 64}"
-    manifest = make_manifest(
-        image="acme/sglang:x",
-        version="0.5.14",
-        target=load_targets(REPO_ROOT).resolve("mi355x"),
-        mode="overlay",
-        base=None,
-        upstream=up,
-        queue_hash="0" * 64,
-        patches=(),
-        files=(),
-        deleted=(),
-    )
+    manifest = make_manifest(facts, image="acme/sglang:x", files=(), deleted=())
     assert manifest["upstream"]["wheel"] == up.wheel
     assert manifest["upstream"]["wheel_sha256"] == "c" * 64
     for m in (manifest, None):  # from the manifest, and from the labels alone

@@ -85,6 +85,32 @@ def test_series_problems_name_file_and_line(tmp_path: Path) -> None:
         load_queue(root)
 
 
+def test_an_unreadable_series_is_one_finding_at_its_line(tmp_path: Path) -> None:
+    """The reader's error carries its file, line and reason apart (ConfigError.at): lint
+    lists it where it is, without parsing the message back."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    cases = {
+        "../up.patch": ("# q\n0001-guard.patch\n../up.patch\n", 3, "is not a file name"),
+        "/abs.patch": ("/abs.patch\n", 1, "is not a file name"),
+        "a symlink out": ("0001-guard.patch\n\nout.patch\n", 3, "through a symbolic link"),
+    }
+    for name, (series, line, why) in cases.items():
+        root = project(tmp_path / name.replace("/", "_"), {"0001-guard.patch": GOOD}, series)
+        (root / "patches" / "out.patch").symlink_to(outside / "x.patch")
+        (found,) = lint_queue(root)
+        assert (found.file, found.line, found.code) == ("patches/series", line, "bad-series"), name
+        assert why in found.message and "patches/series:" not in found.message, found.message
+        with pytest.raises(ConfigError, match=rf"^patches/series:{line}: "):
+            load_queue(root)
+    # no line to point at: the whole file
+    root = project(tmp_path / "latin1", {"0001-guard.patch": GOOD})
+    (root / "patches" / "series").write_bytes(b"0001-guard.patch \xe9\n")
+    (found,) = lint_queue(root)
+    assert (found.file, found.line, found.code) == ("patches/series", 0, "bad-series")
+    assert "not UTF-8" in found.message
+
+
 def test_metadata_problems(tmp_path: Path) -> None:
     bad = (
         GOOD.replace("Subject: [PATCH] Guard the include\n", "")

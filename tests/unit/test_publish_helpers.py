@@ -13,15 +13,15 @@ from sglforge.provenance import provenance_from
 from sglforge.publish import (
     STAGES,
     PublishResult,
-    SmokeCheck,
     Step,
-    find_scenario,
     junit_xml,
     markdown,
     references,
     registry_prefix,
     summary,
 )
+from sglforge.smoke.report import Check
+from sglforge.smoke.scenario import find_scenario
 
 IMAGE = "sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d"
 
@@ -92,8 +92,8 @@ def test_json_document_has_the_promised_keys_and_reports_parse() -> None:
     failed = result(
         smoke_passed=False,
         smoke_checks=(
-            SmokeCheck("serves", True),
-            SmokeCheck("decode-speed", False, "12 < 50", 12.0, 50),
+            Check("serves", True),
+            Check("decode-speed", False, 12.0, 50, "12 < 50"),
         ),
         steps=(Step("build", True, 1.0, "built"), Step("smoke", False, 3.0, "failed")),
         error="smoke failed: decode-speed; nothing was pushed",
@@ -226,9 +226,9 @@ def test_the_text_view_pins_the_digest_and_shows_failed_checks() -> None:
     cannot = result(
         smoke_passed=None,
         smoke_checks=(
-            SmokeCheck("preflight.devices", False, "/dev/kfd missing"),
-            SmokeCheck("preflight.gpu-arch", False, "no GPU", "none", "gfx950"),
-            SmokeCheck("serves", None, "not run"),
+            Check("preflight.devices", False, detail="/dev/kfd missing"),
+            Check("preflight.gpu-arch", False, "none", "gfx950", "no GPU"),
+            Check("serves", False, detail="not run", skipped=True),
         ),
         steps=(Step("smoke", False, 0.0, "cannot-run"),),
         error="smoke cannot-run",

@@ -98,7 +98,7 @@ def test_in_image_scripts_parse_as_the_release_images_python(script: str) -> Non
     3.12). The scripts sglforge runs inside them must be valid Python 3.10."""
     import ast
 
-    from sglforge.engine.images import _SGLANG_PROBE
+    from sglforge.bases import _SGLANG_PROBE
 
     code = _SGLANG_PROBE if script == "probe" else selfcheck._SCRIPT
     ast.parse(code, feature_version=(3, 10))

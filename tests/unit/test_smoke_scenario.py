@@ -341,7 +341,14 @@ def _preflight(scenario: smoke.Scenario, **kw: object) -> dict[str, smoke.Check]
         port_busy=lambda _p: False,
     )
     args.update(kw)
-    return {c.name: c for c in smoke.preflight(scenario, **args)}  # type: ignore[arg-type]
+    from sglforge.smoke.preflight import Host
+
+    host = Host(
+        gpus=args.pop("gpus"),  # type: ignore[arg-type]
+        exists=args.pop("exists"),  # type: ignore[arg-type]
+        port_busy=args.pop("port_busy"),  # type: ignore[arg-type]
+    )
+    return {c.name: c for c in smoke.preflight(scenario, host=host, **args)}  # type: ignore[arg-type]
 
 
 def test_preflight_passes_on_a_matching_host() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.build import closest_tags
+from sglforge.bases import closest_tags
 from sglforge.errors import ConfigError
 from sglforge.targets import load_targets, newest_dated_tag, tag_regex
 

@@ -14,7 +14,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +38,7 @@ from sglforge.bench.stats import (
     point_from_result,
 )
 from sglforge.errors import BenchError, ConfigError
+from sglforge.requests import SmokeRequest
 from sglforge.smoke.checks import HttpError, _request
 from sglforge.smoke.preflight import port_in_use, refuse_simulated_acceptance
 from sglforge.smoke.scenario import Scenario, load_scenario
@@ -71,24 +72,20 @@ class _Ctx:
 def run_bench(
     root: Path,
     image: str,
-    scenario_path: Path | str,
+    req: SmokeRequest,
     *,
     against: str | None = None,
-    model: Path | str | None = None,
-    port: int | None = None,
-    report_dir: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
     point_timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
 ) -> BenchReport:
-    """Benchmark ``image`` with the scenario's ``[bench]`` workload (paired with ``against``).
+    """Benchmark ``image`` with ``req``'s scenario's ``[bench]`` workload (paired with
+    ``against``); ``req.log_dir`` is the report folder (default: a new one under build/bench/).
 
     Raises ConfigError for a scenario without ``[bench]`` or simulated acceptance in the
     environment, BenchError when the server or bench_serving cannot run. A regression is a
     report (``ok`` False), not an exception.
     """
-    ctx = _prepare(root, scenario_path, model, port, report_dir, env, labels, point_timeout)
+    ctx = _prepare(root, req, point_timeout)
     ctx.say = progress or (lambda _m: None)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
@@ -106,17 +103,9 @@ def run_bench(
     return report
 
 
-def _prepare(
-    root: Path,
-    scenario_path: Path | str,
-    model: Path | str | None,
-    port: int | None,
-    report_dir: Path | None,
-    env: Mapping[str, str] | None,
-    labels: Mapping[str, str] | None,
-    point_timeout: float,
-) -> _Ctx:
-    scenario = load_scenario(scenario_path)
+def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
+    scenario = load_scenario(req.scenario)
+    model, port, report_dir, env, labels = req.model, req.port, req.log_dir, req.env, req.labels
     if scenario.bench is None:
         raise ConfigError(
             f"{scenario.path}: the scenario has no [bench] table",

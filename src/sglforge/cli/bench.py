@@ -11,9 +11,10 @@ import click
 from sglforge.bench import report as core_report
 from sglforge.bench.runner import ensure_local, run_bench
 from sglforge.cli.common import State, json_option, main, pass_state, print_json
-from sglforge.cli.smoke import _pairs
+from sglforge.cli.options import env_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
 from sglforge.progress import current
+from sglforge.requests import SmokeRequest
 from sglforge.util import check_output_file
 
 
@@ -35,7 +36,7 @@ from sglforge.util import check_output_file
     "--model", type=click.Path(), help="Model folder on this host (overrides the scenario)."
 )
 @click.option("--port", type=click.IntRange(1, 65535), help="Server port (overrides the scenario).")
-@click.option("--env", "env", multiple=True, help="Extra container environment KEY=VALUE.")
+@env_option
 @click.option(
     "--report-dir", type=click.Path(file_okay=False), help="Where the JSONL, table and chart go."
 )
@@ -49,7 +50,7 @@ def bench_cmd(
     against: str | None,
     model: str | None,
     port: int | None,
-    env: tuple[str, ...],
+    envs: dict[str, str],
     report_dir: str | None,
     junit: str | None,
     as_json: bool,
@@ -88,16 +89,15 @@ def bench_cmd(
     say = current().info
     if against:
         ensure_local(against, lambda m: say(f"bench: {m}"))
-    report = run_bench(
-        state.root,
-        image,
-        Path(scenario),
-        against=against,
-        model=model,
+    req = SmokeRequest(
+        scenario=Path(scenario),
+        model=Path(model) if model else None,
         port=port,
-        report_dir=Path(report_dir) if report_dir else None,
-        env=_pairs(env, "--env"),
-        progress=lambda message: say(f"bench: {message}"),
+        log_dir=Path(report_dir) if report_dir else None,
+        env=envs,
+    )
+    report = run_bench(
+        state.root, image, req, against=against, progress=lambda message: say(f"bench: {message}")
     )
     if junit:
         core_report.write_junit(report, Path(junit))

@@ -17,8 +17,8 @@ from sglforge.cli.options import (
     upstream_option,
 )
 from sglforge.cli.progress import build_events
-from sglforge.errors import ConfigError
 from sglforge.progress import current
+from sglforge.requests import BuildRequest
 from sglforge.util import one_line, plural, printable
 
 
@@ -42,7 +42,7 @@ def build_cmd(
     upstream: str | None,
     ref: str | None,
     tags: tuple[str, ...],
-    labels: tuple[str, ...],
+    labels: dict[str, str],
     offline: bool,
     dry_run: bool,
     as_json: bool,
@@ -60,25 +60,18 @@ def build_cmd(
       sglforge build --target mi300x-rocm720 --tag registry.example.com/sglang:glm5
       sglforge build --json
     """
-    extra = {}
-    for item in labels:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--label {item!r}: expected KEY=VALUE", "--label team=infra")
-        extra[key] = value
-    result = build_image(
-        state.project,
-        target=target,
+    project = state.project
+    req = BuildRequest(
+        target=project.target(target),
         mode=mode,
         base_image=base_image,
-        upstream=upstream,
-        tags=tags,
-        dry_run=dry_run,
-        progress=build_events(current()),
         ref=ref,
-        labels=extra,
-        offline=True if offline else None,
+        tags=tags,
+        labels=labels,
+        offline=offline,
+        dry_run=dry_run,
     )
+    result = build_image(project, req, build_events(current()))
     if as_json:
         print_json(to_json(result))
     elif dry_run:
@@ -131,7 +124,7 @@ def render_plan(r: BuildResult) -> str:
     if p.tags:
         lines.append("tags      " + ", ".join(one_line(t) for t in p.tags))
     if p.mode == "overlay":
-        note = "" if p.workspace_source.startswith("inspected") else " (assumed until inspected)"
+        note = "" if p.workspace_source.inspected else " (assumed until inspected)"
         lines.append(f"workspace {p.workspace}{note}")
         lines += ["", "files that go in:"]
         rows = [(f.path, f.dest, f.size) for f in p.files]

@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -31,6 +31,9 @@ from sglforge.errors import (
 from sglforge.urls import scrub_text
 from sglforge.util import find_root, one_line, printable, set_command
 
+if TYPE_CHECKING:
+    from sglforge.project import Project
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -47,7 +50,8 @@ class State:
     def level(self) -> int:
         return -1 if self.as_json and self.verbosity == 0 else self.verbosity
 
-    _project: Any = None
+    _project: Project | None = None
+    _upstream: str | None = None
 
     @property
     def root(self) -> Path:
@@ -55,13 +59,19 @@ class State:
             self._root = find_root(self.root_option)
         return self._root
 
+    def open_with(self, upstream: str | None) -> None:
+        """The upstream (``--upstream``) the project is to be opened with."""
+        if self._project is not None and upstream != self._upstream:
+            raise RuntimeError("the project was opened before --upstream was read")
+        self._upstream = upstream
+
     @property
-    def project(self) -> Any:
-        """The project, opened once for the whole command (``sglforge.project.Project``)."""
+    def project(self) -> Project:
+        """The project, opened once for the whole command, with its upstream."""
         if self._project is None:
             from sglforge.project import Project
 
-            self._project = Project(self.root)
+            self._project = Project(self.root, self._upstream)
         return self._project
 
 
@@ -490,7 +500,3 @@ def pass_state(f: F) -> F:
         return ctx.invoke(f, state(ctx), *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
-
-
-def is_tty() -> bool:
-    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"

@@ -195,18 +195,10 @@ def tune_cmd(
           --model /data/GLM-5.2-MXFP4 --scenario smoke/glm5-mxfp4-mtp-mi355x.toml \\
           --name glm52-mxfp4-moe-gfx950-tp8
     """
-    from sglforge.tune import tune
+    from sglforge.tune import TuneRequest, tune
 
-    out = tune(
-        st.root,
-        image,
-        model_dir,
-        scenario,
-        name,
-        tree=tree,
-        tuner_args=tuner_args,
-        say=lambda m: click.echo(m, err=True),
-    )
+    req = TuneRequest(image, model_dir, scenario, name, tree=tree, tuner_args=tuner_args)
+    out = tune(st.root, req, say=lambda m: click.echo(m, err=True))
     if as_json:
         print_json(
             {

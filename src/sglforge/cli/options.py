@@ -44,11 +44,23 @@ def targets_option(f: F) -> F:
     )(f)
 
 
+def _upstream(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """The project this command opens is opened with this upstream (``State.project``)."""
+    from sglforge.cli.common import State
+
+    state = ctx.find_object(State)
+    if state is not None:
+        state.open_with(value)
+    return value
+
+
 def upstream_option(f: F) -> F:
-    """``--upstream`` (also ``$SGLFORGE_UPSTREAM``)."""
+    """``--upstream`` (also ``$SGLFORGE_UPSTREAM``): the upstream the command's project opens
+    with; the value is also passed on, for the hints a command prints."""
     return click.option(
         "--upstream",
         envvar="SGLFORGE_UPSTREAM",
+        callback=_upstream,
         metavar="URL|PATH|pypi:PROJECT[SPEC]",
         help="Upstream to fetch instead of the pin's URL: a git URL, a local clone, or "
         "`pypi:sglang[SPEC]` (a python/-only history built from released wheels). "
@@ -57,26 +69,46 @@ def upstream_option(f: F) -> F:
 
 
 def offline_option(f: F) -> F:
-    """``--offline`` (also ``$SGLFORGE_OFFLINE``)."""
+    """``--offline`` (also ``$SGLFORGE_OFFLINE``), a plain bool: read here, and only here."""
     return click.option(
         "--offline",
         is_flag=True,
-        default=None,
+        default=False,
         envvar="SGLFORGE_OFFLINE",
         help="Never ask a registry for base images; only images on the engine count. "
         "Also $SGLFORGE_OFFLINE.",
     )(f)
 
 
-def label_option(f: F) -> F:
-    """``--label KEY=VALUE``, repeatable, into ``labels``."""
-    return click.option(
-        "--label",
-        "labels",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="Extra image label (repeatable); wins over sglforge's own.",
-    )(f)
+def key_values(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    """``KEY=VALUE`` items of a repeatable option as a mapping (the one parser of them)."""
+    out: dict[str, str] = {}
+    option = f"--{(param.name or '').removesuffix('s')}"
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. {option} team=infra")
+        out[key] = value
+    return out
+
+
+def key_value_option(name: str, dest: str, help: str) -> Callable[[F], F]:
+    """A repeatable ``NAME KEY=VALUE`` option, into ``dest`` as a mapping."""
+
+    def deco(f: F) -> F:
+        return click.option(
+            name, dest, multiple=True, callback=key_values, metavar="KEY=VALUE", help=help
+        )(f)
+
+    return deco
+
+
+label_option = key_value_option(
+    "--label", "labels", "Extra image label (repeatable); wins over sglforge's own."
+)
+env_option = key_value_option("--env", "envs", "Extra container environment (repeatable).")
 
 
 def base_image_option(f: F) -> F:

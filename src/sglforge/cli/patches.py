@@ -188,7 +188,7 @@ def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_
     """
     from sglforge.patches.apply import apply_queue
 
-    a = apply_queue(st.project, ref=ref, upstream=upstream, force=force)
+    a = apply_queue(st.project, ref=ref, force=force)
     if as_json:
         print_json(a)
         return
@@ -238,7 +238,7 @@ def check_cmd(
     """
     from sglforge.patches.check import check_items, check_refs
 
-    report = check_refs(st.project, list(refs), upstream=upstream, tags=tags, jobs=jobs)
+    report = check_refs(st.project, list(refs), tags=tags, jobs=jobs)
     config_rows = check_items(st.root, [r.ref for r in report.refs], aiter_configs)
     if as_json:
         print_json(
@@ -298,9 +298,7 @@ def refresh_cmd(
     from sglforge.patches.refresh import refresh_queue
     from sglforge.patches.upstream import with_upstream
 
-    r = refresh_queue(
-        st.project, new_ref, upstream=upstream, drop_upstreamed=drop_upstreamed, dry_run=dry_run
-    )
+    r = refresh_queue(st.project, new_ref, drop_upstreamed=drop_upstreamed, dry_run=dry_run)
     if as_json:
         print_json(r)
     else:
@@ -445,9 +443,7 @@ def import_cmd(
     """
     from sglforge.patches.edit import import_patches
 
-    r = import_patches(
-        st.project, source, name, _trailers(status, origin, applies_to), upstream=upstream
-    )
+    r = import_patches(st.project, source, name, _trailers(status, origin, applies_to))
     _render_edit(r, as_json)
 
 

@@ -38,6 +38,7 @@ from sglforge.publish import (
     summary,
 )
 from sglforge.release import bench_line
+from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest
 from sglforge.smoke.scenario import scenario_path
 from sglforge.util import atomic_write, check_output_file, one_line, plural, printable
 
@@ -50,16 +51,6 @@ def _image_argument(_ctx: click.Context, _param: click.Parameter, value: str) ->
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from None
     return value
-
-
-def _labels(items: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--label {item!r}: expected KEY=VALUE", "--label team=infra")
-        out[key] = value
-    return out
 
 
 @main.command("publish")
@@ -144,7 +135,7 @@ def publish_cmd(
     mode: str,
     base_image: str | None,
     upstream: str | None,
-    labels: tuple[str, ...],
+    labels: dict[str, str],
     offline: bool,
     retries: int,
     backoff: float,
@@ -184,27 +175,36 @@ def publish_cmd(
         if path is not None:
             check_output_file(path, option)
     try:
-        result = publish(
-            state.project,
-            target,
-            registry,
-            model=model,
-            port=port,
-            scenario=scenario_path(state.root, scenario) if scenario else None,
-            skip_smoke=skip_smoke,
-            allow_standin=allow_standin,
-            accept_regression=accept_regression,
-            dry_run=dry_run,
+        project = state.project
+        build = BuildRequest(
+            target=project.target(target),
             mode=mode,
             base_image=base_image,
-            upstream=upstream,
-            labels=_labels(labels),
-            offline=True if offline else None,
+            labels=labels,
+            offline=offline,
+            dry_run=dry_run,
+        )
+        smoke = None
+        if not skip_smoke:
+            chosen = (
+                scenario_path(state.root, scenario)
+                if scenario
+                else project.scenario_for(build.target.name, build.target.key)
+            )
+            smoke = SmokeRequest(
+                scenario=chosen, model=Path(model) if model else None, port=port, labels=labels
+            )
+        req = PublishRequest(
+            build=build,
+            registry=registry,
+            smoke=smoke,
+            allow_standin=allow_standin,
+            accept_regression=accept_regression,
             attempts=retries + 1,
             backoff=backoff,
             changelog=changelog,
-            progress=current(),
         )
+        result = publish(project, req, current())
     except SglforgeError as exc:
         # Reports still get written: CI shows why nothing was published.
         _reports(None, target, junit, summary_path, str(exc))
@@ -291,7 +291,7 @@ def render(r: PublishResult) -> str:
                 [
                     (
                         c.name,
-                        {True: "ok", False: "FAILED", None: "skipped"}[c.passed],
+                        {True: "ok", False: "FAILED", None: "skipped"}[c.outcome],
                         "" if c.value is None else c.value,
                         "" if c.threshold is None else c.threshold,
                         c.detail,

@@ -57,10 +57,6 @@ def scan_cmd(
     from sglforge import scan as core
 
     project = st.project
-    if upstream:
-        from sglforge.project import Project
-
-        project = Project.of(project, upstream)
     current().info(f"scan: {model} at {ref or 'the pin'}" + (" (no queue)" if no_queue else ""))
     report = core.run_scan(project, model, ref=ref, queue=not no_queue, scenario=scenario)
     if as_json:

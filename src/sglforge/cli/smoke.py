@@ -11,19 +11,11 @@ import click
 from sglforge import smoke as core
 from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.options import env_option, key_value_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
 from sglforge.progress import current
+from sglforge.requests import SmokeRequest
 from sglforge.util import check_output_file
-
-
-def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for v in values:
-        key, sep, val = v.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{v!r} is not KEY=VALUE", param_hint=what)
-        out[key] = val
-    return out
 
 
 def _target_scenario(state: State, image: str) -> Path:
@@ -31,7 +23,6 @@ def _target_scenario(state: State, image: str) -> Path:
     from sglforge.engine import images
     from sglforge.errors import ConfigError
     from sglforge.provenance import LABEL_ROCM, LABEL_TARGET
-    from sglforge.publish import find_scenario
 
     labels = images.require(image).labels
     target = labels.get(LABEL_TARGET)
@@ -41,7 +32,7 @@ def _target_scenario(state: State, image: str) -> Path:
             "pass --scenario NAME (sglforge smoke --scenario standin-cpu ...)",
         )
     rocm = labels.get(LABEL_ROCM)
-    return find_scenario(state.root, target, f"{target}-{rocm}" if rocm else None)
+    return state.project.scenario_for(target, f"{target}-{rocm}" if rocm else None)
 
 
 @main.command("smoke")
@@ -58,8 +49,8 @@ def _target_scenario(state: State, image: str) -> Path:
 )
 @click.option("--port", type=click.IntRange(1, 65535), help="Server port (overrides the scenario).")
 @click.option("--load-timeout", type=float, help="Seconds to wait for readiness (overrides).")
-@click.option("--env", "env", multiple=True, help="Extra container environment KEY=VALUE.")
-@click.option("--label", "label", multiple=True, help="Extra container label KEY=VALUE.")
+@env_option
+@key_value_option("--label", "labels", "Extra container label (repeatable).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Where the log and reports go.")
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write JUnit XML here.")
 @json_option
@@ -71,8 +62,8 @@ def smoke_cmd(
     model: str | None,
     port: int | None,
     load_timeout: float | None,
-    env: tuple[str, ...],
-    label: tuple[str, ...],
+    envs: dict[str, str],
+    labels: dict[str, str],
     log_dir: str | None,
     junit: str | None,
     as_json: bool,
@@ -108,17 +99,17 @@ def smoke_cmd(
     from sglforge.smoke.scenario import scenario_path
 
     chosen = scenario_path(state.root, scenario) if scenario else _target_scenario(state, image)
-    report = core.run_smoke(
-        state.root,
-        image,
-        chosen,
-        model=model,
+    req = SmokeRequest(
+        scenario=chosen,
+        model=Path(model) if model else None,
         port=port,
         log_dir=Path(log_dir) if log_dir else None,
-        env=_pairs(env, "--env"),
+        env=envs,
+        labels=labels,
         load_timeout=load_timeout,
-        labels=_pairs(label, "--label"),
-        progress=lambda message: current().info(f"smoke: {message}"),
+    )
+    report = core.run_smoke(
+        state.root, image, req, progress=lambda message: current().info(f"smoke: {message}")
     )
     if junit:
         core.write_junit(report, Path(junit))

@@ -17,6 +17,7 @@ from sglforge.cli.options import (
 )
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.progress import current
+from sglforge.requests import UpgradeRequest
 from sglforge.smoke.scenario import scenario_path
 
 
@@ -106,27 +107,26 @@ def upgrade_cmd(
     """
     from sglforge.upgrade import to_dict, upgrade
 
-    r = upgrade(
-        st.root,
-        to,
-        upstream=upstream,
+    project = st.project
+    req = UpgradeRequest(
+        to=to,
+        targets=tuple(project.target(t) for t in targets),
         pre=pre,
-        targets=targets,
         build=not no_build,
         smoke=not no_build,
         publish=do_publish,
-        allow_standin=allow_standin,
         registry=registry,
+        allow_standin=allow_standin,
         base_image=base_image,
-        model=model,
+        model=Path(model) if model else None,
         scenario=scenario_path(st.root, scenario) if scenario else None,
         port=port,
-        offline=offline or None,
+        offline=offline,
         report_dir=report_dir,
-        progress=current(),
         dry_run=dry_run,
         branch=branch,
     )
+    r = upgrade(project, req, current())
     if as_json:
         print_json(to_dict(r), ok=r.ready)
     else:

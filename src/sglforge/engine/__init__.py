@@ -1,7 +1,7 @@
 """The Docker engine boundary: the only package that imports the Docker SDK.
 
 Split by what the code talks to: ``images`` (local images: inspect, build, buildx, pull,
-tag, remove, probes), ``containers`` (running and reading), ``registry`` (the remote API:
+tag, remove), ``containers`` (running and reading), ``registry`` (the remote API:
 push, digests, labels, tag lists). ``reference`` holds the one image-reference type and
 parser, ``credentials`` the registry logins and auth handshake, and ``errors`` the engine's
 own error kinds: ``docker.errors.*`` are translated into them, naming the image.

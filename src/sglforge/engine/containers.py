@@ -9,7 +9,8 @@ happens -- success, failure, timeout, Ctrl-C or SIGTERM -- through :func:`runnin
 ``docker.errors.*`` are translated here into
 :class:`~sglforge.engine.errors.ContainerFailed` naming the image (a container that cannot
 start means the smoke run cannot run). :func:`read_file` reads one file out of an image
-through a created, never started container.
+through a created, never started container; :func:`run_python` runs ``python3 -c`` in a
+throwaway container with no network (the probes and the self-check core modules run).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ import docker.types
 import requests
 
 from sglforge.engine import LABEL, client
-from sglforge.engine.errors import ContainerFailed, EngineError
+from sglforge.engine.errors import BuildFailed, ContainerFailed, EngineError
 from sglforge.errors import Terminated
-from sglforge.util import printable, raise_held, signals_held
+from sglforge.util import env_seconds, printable, raise_held, signals_held
 
 # Labels on every smoke container: which runner (host + pid) owns it, so an orphan left by a
 # runner that was SIGKILLed can be recognised and removed by the next run.
@@ -343,6 +344,68 @@ def running(
             raise_held(arrived)
 
 
+PROBE_TIMEOUT_ENV = "SGLFORGE_PROBE_TIMEOUT"
+
+
+def run_python(
+    ref: str,
+    code: str,
+    labels: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    *,
+    args: Sequence[str] = (),
+    working_dir: str | None = None,
+) -> str:
+    """Run ``python3 -c CODE ARGS`` in a throwaway container (no network); its output.
+
+    ``working_dir`` overrides the image's WORKDIR (None keeps it). The run has one overall
+    deadline, ``timeout`` (default ``$SGLFORGE_PROBE_TIMEOUT``, 120 s): a python3 that hangs
+    is a BuildFailed naming the image, and its container is removed.
+    """
+    if timeout is None:
+        timeout = env_seconds(PROBE_TIMEOUT_ENV, 120.0)
+    c = client()
+    all_labels = {LABEL: "1", ROLE_LABEL: "probe", **(labels or {})}
+    # Named up front: a Ctrl-C between the engine creating it and `create` returning still
+    # leaves a name to remove it by.
+    name = f"sglforge-probe-{uuid.uuid4().hex[:12]}"
+    container = None
+    try:
+        container = c.containers.create(
+            ref,
+            entrypoint=["python3", "-c", code],
+            command=list(args),
+            name=name,
+            working_dir=working_dir,
+            network_mode="none",
+            labels=all_labels,
+            detach=True,
+        )
+        container.start()
+        try:
+            result = container.wait(timeout=timeout)
+        except requests.exceptions.RequestException:  # the engine's wait timed out
+            raise BuildFailed(
+                f"image {ref}: python3 did not finish within {timeout:g} s (a probe sglforge "
+                "runs in it: python3 -c ...); its container was removed",
+                f"check the image: docker run --rm --entrypoint python3 {ref} -c 'print(1)'; "
+                f"or set {PROBE_TIMEOUT_ENV}=SECONDS",
+            ) from None
+        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+    except docker.errors.DockerException as exc:
+        raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
+    finally:
+        with signals_held() as arrived:
+            remove_named(container.id if container is not None else name, name)
+        raise_held(arrived)
+    if int(result.get("StatusCode", 1)) != 0:
+        raise BuildFailed(
+            f"image {ref}: python3 exited with {result.get('StatusCode')}: {_last_line(output)}",
+            f"docker run --rm --entrypoint python3 {ref} --version",
+        )
+    return output
+
+
 def read_file(image: str, path: str, limit: int = 16 << 20) -> bytes | None:
     """The bytes of ``path`` inside ``image`` (a created, never started container), or None
     (also when the archive the engine sends is larger than ``limit`` bytes)."""
@@ -382,3 +445,8 @@ def read_file(image: str, path: str, limit: int = 16 << 20) -> bytes | None:
                 fh = tar.extractfile(member)
                 return fh.read() if fh else None
     return None
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "(no output)"

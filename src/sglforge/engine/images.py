@@ -1,22 +1,20 @@
-"""Local images on the Docker engine: inspect, build, pull, tag, remove, probe.
+"""Local images on the Docker engine: inspect, build, pull, tag, remove.
 
 Owns every image-level call sglforge makes: inspecting (one :class:`ImageInfo`, or
 ImageMissing), building from an in-memory context with the engine's classic builder or from
 a folder with ``docker buildx`` (the one Docker call made through the CLI: upstream's
-``rocm.Dockerfile`` needs BuildKit), pulling and tagging, and running a throwaway container
-in an image to read which sglang and aiter it holds (cached by image ID). Asking a registry
-is :mod:`sglforge.engine.registry`'s job.
+``rocm.Dockerfile`` needs BuildKit), pulling and tagging. Running a throwaway container in an
+image is :mod:`sglforge.engine.containers`'s job, asking a registry
+:mod:`sglforge.engine.registry`'s.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import re
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +22,8 @@ from typing import Any
 
 import docker
 import docker.errors
-import requests
 
-from sglforge.engine import LABEL, client, containers
+from sglforge.engine import LABEL, client
 from sglforge.engine.credentials import Credentials, auth_config, scrub
 from sglforge.engine.errors import (
     BadReference,
@@ -37,7 +34,6 @@ from sglforge.engine.errors import (
     RegistryError,
 )
 from sglforge.engine.reference import parse, refuse_controls
-from sglforge.util import atomic_write, env_seconds, raise_held, signals_held
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # BuildKit's plain progress: "#12 [gfx950  3/41] RUN ..." (stage name optional).
@@ -64,19 +60,6 @@ class ImageInfo:
         for rd in self.repo_digests:
             return rd.partition("@")[2] or None
         return None
-
-
-@dataclass(frozen=True)
-class SglangInfo:
-    """Which sglang an image holds and where its package lives."""
-
-    image_id: str
-    version: str | None
-    path: str | None
-    python: str | None
-    install: str | None = None  # editable-finder, editable-pth, site-packages
-    version_source: str | None = None  # _version.py, metadata, version.py
-    fallback_only: bool = False  # only setuptools-scm's fallback 0.0.0.dev0 was found
 
 
 @dataclass(frozen=True)
@@ -165,183 +148,6 @@ def repo_digests(image: str, ref: str) -> tuple[str, ...]:
     if info is None:
         return ()
     return tuple(d for repo, _, d in (e.partition("@") for e in info.repo_digests) if repo == name)
-
-
-# Runs inside the image as `python3 -c`, from a neutral working directory and with the
-# current directory taken off sys.path: in the release images' WORKDIR (/sgl-workspace) the
-# repository folder `sglang` would otherwise be found first, as a namespace package.
-_SGLANG_PROBE = r"""
-import json, os, re, sys
-sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
-import importlib.metadata as md, importlib.util
-FALLBACK = "0.0.0.dev0"
-out = {"python": sys.version.split()[0], "version": None, "version_source": None,
-       "path": None, "install": None, "dist_version": None, "fallback_only": False}
-
-def literal(path, pattern):
-    try:
-        m = re.search(pattern, open(path, encoding="utf-8").read(), re.M)
-    except OSError:
-        return None
-    return m.group(1) if m else None
-
-dist = None
-try:
-    dist = md.distribution("sglang")
-except md.PackageNotFoundError:
-    pass
-mapped = None
-if dist is not None:
-    out["dist_version"] = dist.version
-    for f in dist.files or ():
-        name = os.path.basename(str(f))
-        if name.startswith("__editable__") and name.endswith("_finder.py"):
-            text = open(dist.locate_file(f), encoding="utf-8").read()
-            m = re.search(r"MAPPING[^=]*=\s*(\{[^}]*\})", text)
-            if m:
-                import ast
-                mapped = ast.literal_eval(m.group(1)).get("sglang")
-                out["install"] = "editable-finder"
-        elif name.startswith("__editable__") and name.endswith(".pth") and mapped is None:
-            out["install"] = "editable-pth"
-    direct = dist.read_text("direct_url.json")
-    if direct and out["install"] is None:
-        info = json.loads(direct)
-        if (info.get("dir_info") or {}).get("editable"):
-            out["install"] = "editable-pth"
-    if out["install"] is None:
-        out["install"] = "site-packages"
-
-spec = importlib.util.find_spec("sglang")
-if spec is not None and spec.origin and spec.origin.endswith("__init__.py"):
-    out["path"] = os.path.dirname(os.path.realpath(spec.origin))
-elif mapped:
-    out["path"] = os.path.realpath(mapped)
-elif spec is not None and spec.submodule_search_locations:
-    out["path"] = os.path.realpath(list(spec.submodule_search_locations)[0])
-    out["install"] = (out["install"] or "") + "+namespace"
-
-candidates = []
-if out["path"]:
-    candidates.append(("_version.py", literal(os.path.join(out["path"], "_version.py"),
-        r"^(?:__version__|version)\s*=\s*(?:\w+\s*=\s*)*[\"']([^\"']+)[\"']")))
-candidates.append(("metadata", out["dist_version"]))
-if out["path"]:
-    candidates.append(("version.py", literal(os.path.join(out["path"], "version.py"),
-        r"^__version__\s*=\s*[\"']([^\"']+)[\"']")))
-for source, value in candidates:
-    if value and value != FALLBACK:
-        out["version"], out["version_source"] = value, source
-        break
-else:
-    out["fallback_only"] = any(v == FALLBACK for _, v in candidates)
-print("SGLFORGE-PROBE " + json.dumps(out))
-"""
-
-
-def sglang_info(ref: str, cache_dir: Path, labels: Mapping[str, str] | None = None) -> SglangInfo:
-    """The sglang version and package path inside image ``ref`` (cached by image ID).
-
-    Finds the distribution through ``importlib.metadata`` (editable finder, editable path
-    ``.pth`` or site-packages) and the package where Python imports it from a neutral
-    directory; the version comes from ``_version.py``, then the distribution metadata, and
-    setuptools-scm's fallback ``0.0.0.dev0`` is never taken for a release.
-    """
-    info = inspect(ref)
-    if info is None:
-        raise ImageMissing(f"image {ref} is not present on the engine", f"docker pull {ref}")
-    cache = Path(cache_dir) / f"sglang-probe2-{info.id.removeprefix('sha256:')}.json"
-    if cache.is_file():
-        try:
-            return _sglang_info(info.id, json.loads(cache.read_text()))
-        except (ValueError, OSError, TypeError):
-            pass  # a damaged cache entry is simply recomputed
-    # Reading files rather than importing sglang: the import pulls in torch and needs far
-    # longer, and _version.py is what the running server reports anyway.
-    text = run_python(ref, _SGLANG_PROBE, labels=labels, working_dir="/")
-    line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-PROBE ")), None)
-    if line is None:
-        raise BuildFailed(
-            f"image {ref}: could not read sglang's version: {_first_line(text)}",
-            f"docker run --rm -w / {ref} python3 -c 'import sglang.version'",
-        )
-    data = json.loads(line.removeprefix("SGLFORGE-PROBE "))
-    atomic_write(cache, json.dumps(data, indent=2) + "\n")
-    return _sglang_info(info.id, data)
-
-
-def _sglang_info(image_id: str, data: Mapping[str, Any]) -> SglangInfo:
-    return SglangInfo(
-        image_id,
-        data.get("version"),
-        data.get("path"),
-        data.get("python"),
-        install=data.get("install"),
-        version_source=data.get("version_source"),
-        fallback_only=bool(data.get("fallback_only")),
-    )
-
-
-PROBE_TIMEOUT_ENV = "SGLFORGE_PROBE_TIMEOUT"
-
-
-def run_python(
-    ref: str,
-    code: str,
-    labels: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    *,
-    args: Sequence[str] = (),
-    working_dir: str | None = None,
-) -> str:
-    """Run ``python3 -c CODE ARGS`` in a throwaway container (no network); its output.
-
-    ``working_dir`` overrides the image's WORKDIR (None keeps it). The run has one overall
-    deadline, ``timeout`` (default ``$SGLFORGE_PROBE_TIMEOUT``, 120 s): a python3 that hangs
-    is a BuildFailed naming the image, and its container is removed.
-    """
-    if timeout is None:
-        timeout = env_seconds(PROBE_TIMEOUT_ENV, 120.0)
-    c = client()
-    all_labels = {LABEL: "1", "io.sglforge.role": "probe", **(labels or {})}
-    # Named up front: a Ctrl-C between the engine creating it and `create` returning still
-    # leaves a name to remove it by.
-    name = f"sglforge-probe-{uuid.uuid4().hex[:12]}"
-    container = None
-    try:
-        container = c.containers.create(
-            ref,
-            entrypoint=["python3", "-c", code],
-            command=list(args),
-            name=name,
-            working_dir=working_dir,
-            network_mode="none",
-            labels=all_labels,
-            detach=True,
-        )
-        container.start()
-        try:
-            result = container.wait(timeout=timeout)
-        except requests.exceptions.RequestException:  # the engine's wait timed out
-            raise BuildFailed(
-                f"image {ref}: python3 did not finish within {timeout:g} s (a probe sglforge "
-                "runs in it: python3 -c ...); its container was removed",
-                f"check the image: docker run --rm --entrypoint python3 {ref} -c 'print(1)'; "
-                f"or set {PROBE_TIMEOUT_ENV}=SECONDS",
-            ) from None
-        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
-    except docker.errors.DockerException as exc:
-        raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
-    finally:
-        with signals_held() as arrived:
-            containers.remove_named(container.id if container is not None else name, name)
-        raise_held(arrived)
-    if int(result.get("StatusCode", 1)) != 0:
-        raise BuildFailed(
-            f"image {ref}: python3 exited with {result.get('StatusCode')}: {_last_line(output)}",
-            f"docker run --rm --entrypoint python3 {ref} --version",
-        )
-    return output
 
 
 def build(
@@ -552,18 +358,11 @@ def _first_line(text: str) -> str:
     return lines[0].strip() if lines else "(no output)"
 
 
-def _last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else "(no output)"
-
-
 __all__ = [
     "BUILDX_STEP",
     "BuildStep",
     "ImageInfo",
     "Layer",
-    "SglangInfo",
-    "aiter_configs",
     "build",
     "buildx",
     "history",
@@ -574,57 +373,5 @@ __all__ = [
     "remove",
     "repo_digests",
     "require",
-    "run_python",
-    "sglang_info",
     "tag",
 ]
-
-
-# Finds aiter the way aiter finds its own tables (AITER_ROOT_DIR = two folders above aiter/jit/,
-# amd-aiter aiter/jit/core.py:67) without importing it (the import needs torch and a GPU).
-_AITER_PROBE = r"""
-import json, os, sys
-sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
-import importlib.util
-out = {"root": None}
-spec = importlib.util.find_spec("aiter")
-if spec is not None and spec.submodule_search_locations:
-    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
-    out["root"] = os.path.dirname(pkg)
-    configs = os.path.join(pkg, "configs")
-    out["configs_dir"] = configs
-    def read(path):
-        try:
-            return open(path, encoding="utf-8").read()
-        except OSError:
-            return None
-    out["tuned_fmoe"] = read(os.path.join(configs, "tuned_fmoe.csv"))
-    untuned = read(os.path.join(configs, "untuned_fmoe.csv"))
-    out["untuned_fmoe_header"] = untuned.splitlines()[0] if untuned else None
-    model = os.path.join(configs, "model_configs")
-    out["model_configs"] = {}
-    if os.path.isdir(model):
-        for name in sorted(os.listdir(model)):
-            if name.endswith(".csv") and "tuned_fmoe" in name and "untuned" not in name:
-                out["model_configs"][name] = read(os.path.join(model, name))
-print("SGLFORGE-AITER " + json.dumps(out))
-"""
-
-
-def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Where image ``ref``'s aiter keeps its tuned tables, and their contents.
-
-    ``{"root": None}`` when the image has no aiter. Keys otherwise: ``root``, ``configs_dir``,
-    ``tuned_fmoe`` (text), ``untuned_fmoe_header``, ``model_configs`` ({name: text} of the
-    ``*tuned_fmoe*`` files aiter merges).
-    """
-    text = run_python(ref, _AITER_PROBE, labels=labels, working_dir="/")
-    line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-AITER ")), None)
-    if line is None:
-        raise BuildFailed(
-            f"image {ref}: could not look for aiter: {_first_line(text)}",
-            f"docker run --rm -w / {ref} python3 -c 'import importlib.util as u; "
-            'print(u.find_spec("aiter"))\'',
-        )
-    data: dict[str, Any] = json.loads(line.removeprefix("SGLFORGE-AITER "))
-    return data

@@ -68,9 +68,6 @@ class ImageRef:
         """``http://`` for loopback registries, ``https://`` for every other one."""
         return f"{'http' if self.is_loopback else 'https'}://{self.api_host}"
 
-    def with_tag(self, tag: str) -> ImageRef:
-        return ImageRef(self.registry, self.repository, tag)
-
     def __str__(self) -> str:
         at = f"@{self.digest}" if self.digest else ""
         return f"{self.name}:{self.tag}{at}"
@@ -104,7 +101,9 @@ def refuse_credentials(text: str, what: str) -> None:
         )
 
 
-def _is_host(first: str) -> bool:
+def is_host(first: str) -> bool:
+    """Whether a reference's first path component names a registry host (the docker CLI's
+    rule: a dot, a port, or ``localhost``)."""
     return "." in first or ":" in first or first == "localhost"
 
 
@@ -127,7 +126,7 @@ def check_registry(text: str, what: str = "--registry") -> str:
 
 def _check_host(host: str, where: str, hint: str) -> None:
     m = _HOST.match(host)
-    if not m or not _is_host(host):
+    if not m or not is_host(host):
         raise BadReference(f"{where}: {host!r} is not a registry host", hint)
     if m.group(1) is not None and not 0 < int(m.group(1)) < 65536:
         raise BadReference(f"{where}: port {m.group(1)} is not a TCP port", hint)
@@ -173,7 +172,7 @@ def parse(
         if not tag:
             raise BadReference(f"{ref}: empty tag", hint)
     first, sep, path = name.partition("/")
-    if sep and _is_host(first):
+    if sep and is_host(first):
         _check_host(first, ref, hint)
         registry = first
     elif require_registry:

@@ -27,8 +27,8 @@ from sglforge.patches.check import (
     git_reason,
 )
 from sglforge.patches.series import Queue, ref_version
-from sglforge.patches.upstream import Upstream, hint_upstream, pinned_commit, with_upstream
-from sglforge.project import Project, ProjectLike
+from sglforge.patches.upstream import Upstream, hint_upstream, with_upstream
+from sglforge.project import Project
 from sglforge.util import atomic_write, confined, project_lock
 
 
@@ -150,19 +150,12 @@ def write_record(root: Path, record: WorktreeRecord) -> WorktreeRecord:
     return record
 
 
-def apply_queue(
-    root: ProjectLike,
-    ref: str | None = None,
-    upstream: str | None = None,
-    force: bool = False,
-) -> Applied:
+def apply_queue(project: Project, ref: str | None = None, force: bool = False) -> Applied:
     """Apply the queue at ``ref`` (default: the pin) in its worktree, one commit per patch."""
-    project = Project.of(root, upstream)
-    root = project.root
-    with project_lock(root):
-        queue = project.fresh_queue()
-        up = project.upstream()
-        pin_commit = pinned_commit(root, queue.pin, up)
+    with project_lock(project.root):
+        queue = project.queue  # read once per opened project: a build reads it before this
+        up = project.upstream
+        pin_commit = project.pin_commit()
         ref = up.tag(ref) if ref else queue.pin.ref
         commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
         return apply_at(queue, up, ref, commit, pin_commit, force=force)
@@ -408,12 +401,11 @@ class Pruned:
     why: str
 
 
-def prune_worktrees(root: ProjectLike, dry_run: bool = False) -> list[Pruned]:
+def prune_worktrees(project: Project, dry_run: bool = False) -> list[Pruned]:
     """Remove ``build/worktrees/<ref>`` for every ref but the pin's, unless it holds work not
     saved to patches/ (uncommitted edits, unexported commits, a `git am` stopped midway)."""
     from sglforge.errors import SglforgeError
 
-    project = Project.of(root)
     base = project.root / "build" / "worktrees"
     out: list[Pruned] = []
     with project_lock(project.root):

@@ -27,7 +27,7 @@ from sglforge.errors import ConfigError
 from sglforge.patches.configs import base_tables_from_dir, load_items, upstreamed
 from sglforge.patches.series import Patch, Queue, ref_version
 from sglforge.patches.upstream import Upstream
-from sglforge.project import Project, ProjectLike
+from sglforge.project import Project
 from sglforge.util import scratch_dir
 
 CLEAN, OFFSET, THREE_WAY, CONFLICT, UPSTREAMED, SKIPPED = (
@@ -505,19 +505,11 @@ def select_tags(up: Upstream, spec: str, pre: bool = False) -> list[str]:
 
 
 def check_refs(
-    root: ProjectLike,
-    refs: list[str],
-    upstream: str | None = None,
-    tags: str | None = None,
-    jobs: int | None = None,
+    project: Project, refs: list[str], tags: str | None = None, jobs: int | None = None
 ) -> CheckReport:
-    """Load the queue, open upstream, and check it at ``refs`` (plus tags matching ``tags``)."""
-    from sglforge.patches.upstream import pinned_commit
-
-    project = Project.of(root, upstream)
-    root = project.root
-    up = project.upstream()
-    pin_commit = pinned_commit(root, project.queue.pin, up)
+    """Check the project's queue at ``refs`` (plus upstream tags matching ``tags``)."""
+    up = project.upstream
+    pin_commit = project.pin_commit()
     queue = project.queue
     wanted = list(refs)
     if tags and "pin" in tags:

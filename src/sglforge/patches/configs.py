@@ -18,7 +18,7 @@ import hashlib
 import io
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -545,8 +545,3 @@ def base_tables_from_dir(path: Path, table: str = "tuned_fmoe") -> BaseTables:
     model = path / "model_configs"
     files = {p.name: p.read_text() for p in model.glob("*.csv")} if model.is_dir() else {}
     return base_tables(str(path), table, tuned.read_text(), header, files)
-
-
-def items_digest(items: Iterable[ConfigItem]) -> list[tuple[str, str]]:
-    """(installed file, sha256) per item, for labels and the manifest."""
-    return [(i.installed_name, i.sha256) for i in items]

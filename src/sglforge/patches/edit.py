@@ -27,7 +27,7 @@ from sglforge.patches.series import (
     split_patch,
     validate_patch,
 )
-from sglforge.project import Project, ProjectLike
+from sglforge.project import Project
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 # git format-patch's mbox separator: one per commit in a file (a pull request's .patch).
@@ -127,11 +127,10 @@ def _names(queue: Queue) -> list[str]:
 
 
 def import_patches(
-    project: ProjectLike,
+    project: Project,
     source: str,
     name: str | None = None,
     trailers: dict[str, str] | None = None,
-    upstream: str | None = None,
 ) -> Edited:
     """Add the patch(es) ``source`` names to the end of the queue: a file, an http(s) URL (an
     upstream pull request's ``.patch``, a commit's), or a commit of the upstream repository.
@@ -140,7 +139,6 @@ def import_patches(
     (a commit of upstream: ``Backport [first release holding it]``, Applies-To below it; a
     URL: ``Submitted [URL]``; a file: Pending), and ``trailers`` win over them.
     """
-    project = Project.of(project, upstream)
     given = check_trailers(dict(trailers or {}))
     with project_lock(project.root):
         queue = project.fresh_queue()
@@ -270,7 +268,7 @@ def _mail_from_diff(root: Path, stem: str, diff: str) -> str:
 def _from_commit(project: Project, commit: str) -> tuple[list[str], dict[str, str]]:
     from sglforge.patches.export import format_commit
 
-    up = project.upstream()
+    up = project.upstream
     sha = up.resolve(commit)
     text = format_commit(up.cache, sha)
     released = _first_release(up.cache, sha)
@@ -299,10 +297,9 @@ def _first_release(cache: Path, sha: str) -> Version | None:
 # ---- drop, rename, reorder
 
 
-def drop_patch(project: ProjectLike, name: str, reason: str) -> Edited:
+def drop_patch(project: Project, name: str, reason: str) -> Edited:
     """Move patch ``name`` out of the series into ``patches/retired/`` with a ``Retired:``
     line giving ``reason``; refused when another patch says it depends on it."""
-    project = Project.of(project)
     if not reason.strip() or "\n" in reason:
         raise ConfigError("--reason: one line saying why the patch goes", "--reason 'why'")
     with project_lock(project.root):
@@ -334,12 +331,11 @@ def drop_patch(project: ProjectLike, name: str, reason: str) -> Edited:
     return Edited("drop", (entry.name,), tuple(order), f"patches/retired/{entry.name}")
 
 
-def rename_patch(project: ProjectLike, name: str, new: str) -> Edited:
+def rename_patch(project: Project, name: str, new: str) -> Edited:
     """Rename patch ``name`` to ``new`` (its number kept unless ``new`` has one), in the
     series and in every ``Depends-On:`` naming it."""
     from sglforge.patches.export import slug
 
-    project = Project.of(project)
     with project_lock(project.root):
         queue = project.fresh_queue()
         entry = find_entry(queue, name)
@@ -376,7 +372,7 @@ def rename_patch(project: ProjectLike, name: str, new: str) -> Edited:
 
 
 def reorder_patch(
-    project: ProjectLike,
+    project: Project,
     name: str,
     before: str | None = None,
     after: str | None = None,
@@ -390,7 +386,6 @@ def reorder_patch(
             "say where: one of --before NAME, --after NAME, --first, --last",
             "sglforge patches reorder NAME --before OTHER",
         )
-    project = Project.of(project)
     with project_lock(project.root):
         queue = project.fresh_queue()
         moving = find_entry(queue, name).name

@@ -18,7 +18,7 @@ from sglforge.patches.apply import (
 )
 from sglforge.patches.check import git_reason
 from sglforge.patches.series import Queue, check_trailers, load_queue, split_patch
-from sglforge.project import Project, ProjectLike
+from sglforge.project import Project
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 
@@ -65,17 +65,14 @@ def same_effect(wt: Path, patch_text: str, commit: str) -> bool:
     return made is not None and made == git.tree(wt, commit)
 
 
-def export_queue(
-    root: ProjectLike, ref: str | None = None, new_slug: str | None = None
-) -> Exported:
+def export_queue(project: Project, ref: str | None = None, new_slug: str | None = None) -> Exported:
     """Write the commits on the ref's worktree branch back to the queue, keeping series order.
 
     Only patches whose content changed are rewritten (``same_effect``); the others keep
     every byte.
     """
-    root = Project.of(root).root
-    with project_lock(root):
-        return _export(root, ref, new_slug)
+    with project_lock(project.root):
+        return _export(project.root, ref, new_slug)
 
 
 def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
@@ -233,7 +230,7 @@ def _with_status(text: str) -> str:
 
 
 def new_patch(
-    root: ProjectLike,
+    project: Project,
     name: str,
     ref: str | None = None,
     message: str | None = None,
@@ -247,9 +244,8 @@ def new_patch(
     into its description.
     """
     given = check_trailers(dict(trailers or {}))
-    root = Project.of(root).root
-    with project_lock(root):
-        return _new_patch(root, name, ref, message, given)
+    with project_lock(project.root):
+        return _new_patch(project.root, name, ref, message, given)
 
 
 def author_ident(cwd: Path) -> tuple[str, str, str]:
@@ -300,4 +296,4 @@ def _new_patch(
             "patch to make",
             f"edit files under {wt} first (`git -C {wt} status` shows what git sees)",
         )
-    return export_queue(root, ref, new_slug=name)
+    return _export(root, ref, name)

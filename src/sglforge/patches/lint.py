@@ -54,9 +54,9 @@ def lint_queue(
     try:
         entries = read_series(root)
     except ConfigError as exc:
-        m = re.match(r"patches/series:(\d+): (.*)", exc.message)
-        line = int(m.group(1)) if m else 0
-        return [Finding("patches/series", line, "bad-series", m.group(2) if m else exc.message)]
+        if exc.line is not None:
+            return [Finding(exc.file or series_rel, exc.line, "bad-series", exc.reason)]
+        return [Finding(series_rel, 0, "bad-series", exc.message)]
     if not (pdir / "series").exists():
         findings.append(Finding(series_rel, 0, "series-missing", "patches/series does not exist"))
     seen: dict[str, int] = {}

@@ -33,11 +33,10 @@ from sglforge.patches.upstream import (
     Upstream,
     hint_upstream,
     machine_local,
-    pinned_commit,
     pins_commit,
     with_upstream,
 )
-from sglforge.project import Project, ProjectLike
+from sglforge.project import Project
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 
@@ -63,9 +62,8 @@ class RefreshResult:
 
 
 def refresh_queue(
-    root: ProjectLike,
+    project: Project,
     new_ref: str,
-    upstream: str | None = None,
     drop_upstreamed: bool = False,
     retire_excluded: bool = False,
     dry_run: bool = False,
@@ -76,7 +74,6 @@ def refresh_queue(
     A patch that still applies exactly (clean: no offset, no fuzz, same path) keeps every
     byte; only the patches whose diff had to change are rewritten.
     """
-    project = Project.of(root, upstream)
     with project_lock(project.root):
         result = _refresh(project, new_ref, drop_upstreamed, retire_excluded, dry_run, changelog)
     project.reload()  # the queue and the pin may have been rewritten
@@ -93,8 +90,8 @@ def _refresh(
 ) -> RefreshResult:
     root = project.root
     queue = project.fresh_queue()
-    up = project.upstream()
-    pin_commit = pinned_commit(root, queue.pin, up)
+    up = project.upstream
+    pin_commit = project.pin_commit()
     new_ref = up.tag(new_ref)
     new_commit = up.resolve(new_ref)
     report = check_ref(queue, up, new_ref, new_commit, pin_commit, root / "build" / "tmp")

@@ -44,7 +44,6 @@ TRAILERS = (
     "Fixes-Scan",  # KIND WHERE: a scan finding this patch fixes (sglforge.scan.findings)
 )
 NEEDS_DETAIL = ("Submitted", "Backport", "Inappropriate")  # Status [detail]
-KINDS = ("python", "jit-kernel", "aot-kernel", "build", "other")
 PIN_KEYS = {"url", "ref", "commit", "sources"}
 
 _TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z-]*):\s*(?P<value>.*\S)?\s*$")
@@ -459,12 +458,14 @@ def read_series(root: Path) -> tuple[SeriesEntry, ...]:
         # quilt allows options after the name (e.g. -p1); the name is the first word.
         name = text.split()[0]
         if not safe_entry(name):
-            raise ConfigError(
-                f"patches/series:{n}: {name!r} is not a file name inside patches/ "
+            raise ConfigError.at(
+                "patches/series",
+                n,
+                f"{name!r} is not a file name inside patches/ "
                 "(no folders, no '..', no absolute paths)",
                 "move the patch into patches/ and list it by its file name",
             )
-        confined(root / "patches", name, "series entry", f"patches/series:{n}")
+        confined(root / "patches", name, "series entry", "patches/series", n)
         entries.append(SeriesEntry(name, n))
     return tuple(entries)
 

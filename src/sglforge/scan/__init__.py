@@ -27,7 +27,7 @@ from typing import Any
 
 from sglforge import git
 from sglforge.errors import ConfigError, PatchError
-from sglforge.project import Project, ProjectLike
+from sglforge.project import Project
 from sglforge.scan.findings import FAIL, WARN, Finding
 
 DEFAULT_MODEL_MOUNT = "/models/model"
@@ -114,12 +114,11 @@ def checkout(
     """A temporary copy of upstream's tree at ``ref`` (default: the pin), the queue applied
     with ``git apply`` unless ``queue`` is False: (folder, ref, commit, patches applied)."""
     q = project.queue
-    up = project.upstream()
+    up = project.upstream
     from sglforge.patches.series import ref_version
-    from sglforge.patches.upstream import pinned_commit
 
     if ref is None:
-        ref, commit = q.pin.ref, pinned_commit(project.root, q.pin, up)
+        ref, commit = q.pin.ref, project.pin_commit()
     else:
         commit = up.resolve(ref)
 
@@ -152,7 +151,7 @@ def checkout(
 
 
 def run_scan(
-    where: ProjectLike,
+    project: Project,
     model_dir: Path,
     ref: str | None = None,
     queue: bool = True,
@@ -160,7 +159,6 @@ def run_scan(
 ) -> ScanReport:
     """Scan the upstream tree at ``ref`` (the pin by default) for ``model_dir`` and the
     scenario's launch."""
-    project = Project.of(where)
     config = read_model_config(model_dir)
     launch, name = launch_of(scenario)
     with checkout(project, ref, queue) as (tree, ref_used, commit, applied):
@@ -176,22 +174,21 @@ def run_scan(
     )
 
 
-def blocking_findings(where: ProjectLike, report: ScanReport) -> list[Finding]:
+def blocking_findings(project: Project, report: ScanReport) -> list[Finding]:
     """The fails of ``report`` that block ``upgrade``/``publish``: those no ``Fixes-Scan:``
     trailer of a queue patch names (``KIND FILE`` or ``KIND ENTRY``, see ``Finding.key``)."""
     from sglforge.scan.findings import blocking
 
-    queue = Project.of(where).queue
+    queue = project.queue
     return blocking(report.findings, [t for p in queue.patches for t in p.trailers])
 
 
 def gate(
-    where: ProjectLike,
+    project: Project,
     scenario: Path | None,
     model: str | Path | None = None,
     ref: str | None = None,
     say: Callable[[str], None] = lambda _msg: None,
-    upstream: str | None = None,
 ) -> ScanReport | None:
     """The scan ``publish`` (and, later, ``upgrade``) runs before a build: ScanBlocked when a
     fail no ``Fixes-Scan:`` trailer waives is found. It applies to ROCm scenarios whose model
@@ -210,7 +207,6 @@ def gate(
     if folder is None or not (folder / "config.json").is_file():
         say(f"scan: skipped (no config.json in {folder} on this host)")
         return None
-    project = Project.of(where, upstream)
     report = run_scan(project, folder, ref=ref, queue=True, scenario=scenario)
     blocked = blocking_findings(project, report)
     if blocked:

@@ -185,6 +185,16 @@ def port_in_use(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+@dataclass(frozen=True)
+class Host:
+    """What preflight reads of this host: the GPUs found (None: not probed), which paths
+    exist (the device files) and which ports are taken. Tests hand in their own answers."""
+
+    gpus: GpuInventory | None = None
+    exists: Callable[[str], bool] = os.path.exists
+    port_busy: Callable[[int], bool] = port_in_use
+
+
 def preflight(
     scenario: Scenario,
     *,
@@ -192,12 +202,11 @@ def preflight(
     image_found: bool,
     model_path: Path | None,
     port: int,
-    gpus: GpuInventory | None,
     arch: tuple[str | None, str],
-    exists: Callable[[str], bool] = os.path.exists,
-    port_busy: Callable[[int], bool] = port_in_use,
+    host: Host = Host(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> list[Check]:
-    """The checks that decide whether this host can run ``scenario`` at all."""
+    """The checks that decide whether ``host`` can run ``scenario`` at all."""
+    gpus, exists, port_busy = host.gpus, host.exists, host.port_busy
     out = [
         Check(
             "preflight.image",

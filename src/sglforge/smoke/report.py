@@ -31,6 +31,11 @@ class Check:
     skipped: bool = False
     seconds: float = 0.0
 
+    @property
+    def outcome(self) -> bool | None:
+        """True passed, False failed, None skipped (as reports and JUnit count it)."""
+        return None if self.skipped else self.passed
+
 
 @dataclass(frozen=True)
 class SmokeReport:

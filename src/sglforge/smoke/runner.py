@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.errors import ConfigError, SmokeError
+from sglforge.requests import SmokeRequest
 from sglforge.smoke.checks import (
     CHECK_ORDER,
     HttpError,
@@ -28,6 +29,7 @@ from sglforge.smoke.checks import (
 from sglforge.smoke.constants import EXIT_GRACE_S, HTTP_FAILED, LOG_TAIL_LINES, Value
 from sglforge.smoke.preflight import (
     GpuInventory,
+    Host,
     detect_gpus,
     expected_arch,
     preflight,
@@ -103,31 +105,24 @@ class _Outcome:
 def run_smoke(
     root: Path,
     image: str,
-    scenario_path: Path | str,
-    model: Path | str | None = None,
-    port: int | None = None,
-    log_dir: Path | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    load_timeout: float | None = None,
-    labels: Mapping[str, str] | None = None,
+    req: SmokeRequest,
     progress: Callable[[str], None] | None = None,
     gpus: GpuInventory | None = None,
 ) -> SmokeReport:
-    """Run the scenario against ``image``; the report says passed, failed or cannot-run.
+    """Run ``req``'s scenario against ``image``; the report says passed, failed or cannot-run.
 
-    A failing or dying server is a report, never an exception; a bad scenario raises
-    ConfigError and a missing engine EngineUnavailable. Ctrl-C/SIGTERM propagate (as
-    KeyboardInterrupt) after the container is removed. ``env`` and ``labels`` add to the
-    container's; ``gpus`` replaces probing the host (for callers that already know).
+    ``root`` is the project folder (its ``build/smoke/`` gets the report folder). A failing
+    or dying server is a report, never an exception; a bad scenario raises ConfigError and a
+    missing engine EngineUnavailable. Ctrl-C/SIGTERM propagate (as KeyboardInterrupt) after
+    the container is removed. ``req.env`` and ``req.labels`` add to the container's; ``gpus``
+    replaces probing the host (for callers that already know).
 
     The steps: ``_prepare`` (scenario, report folder), ``_preflight`` (host and image),
     ``_launch`` (container, readiness, checks, logs), ``_finish`` (verdict, report.json).
     """
-    run = _prepare(root, image, scenario_path, model, port, log_dir, load_timeout, progress)
-    refuse_simulated_acceptance(
-        {**run.scenario.container.env, **dict(env or {})}, run.scenario.path
-    )
+    run = _prepare(root, image, req, progress)
+    env, labels = req.env, req.labels
+    refuse_simulated_acceptance({**run.scenario.container.env, **env}, run.scenario.path)
     run = _preflight(root, run, gpus)
     if any(not c.passed for c in run.preflight):
         bad = [c.name for c in run.preflight if not c.passed]
@@ -142,19 +137,13 @@ def run_smoke(
 
 
 def _prepare(
-    root: Path,
-    image: str,
-    scenario_path: Path | str,
-    model: Path | str | None,
-    port: int | None,
-    log_dir: Path | None,
-    load_timeout: float | None,
-    progress: Callable[[str], None] | None,
+    root: Path, image: str, req: SmokeRequest, progress: Callable[[str], None] | None
 ) -> _Run:
     """The scenario, the effective options, and a fresh report folder."""
     t_start = time.monotonic()
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    scenario = load_scenario(scenario_path)
+    scenario = load_scenario(req.scenario)
+    load_timeout, log_dir, model, port = req.load_timeout, req.log_dir, req.model, req.port
     timeout = float(load_timeout if load_timeout is not None else scenario.load_timeout)
     if not (math.isfinite(timeout) and timeout > 0):
         raise ConfigError(
@@ -199,8 +188,8 @@ def _preflight(root: Path, run: _Run, gpus: GpuInventory | None) -> _Run:
             image_found=info is not None,
             model_path=run.model_path,
             port=run.port,
-            gpus=gpus,
             arch=arch,
+            host=Host(gpus),
         )
     )
     if gpus is not None and gpus.archs:

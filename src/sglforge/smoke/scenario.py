@@ -5,6 +5,7 @@ naming key and file), with the launch line, container profile and checks they de
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -481,3 +482,77 @@ def scenario_path(root: Path, given: str | Path) -> Path:
         + f" (known in {folder}: {', '.join(known) or 'none'})",
         "pass --scenario NAME or a file; copy one of those to serve another model",
     )
+
+
+# --- a target's scenario, and the run line it gives -------------------------------------
+
+
+def find_scenario(root: Path, target: str, target_key: str | None = None) -> Path:
+    """The ``smoke/*.toml`` whose ``target`` names this target; ConfigError if none or many."""
+    from sglforge.defaults import smoke_dir
+
+    folder = smoke_dir(root)  # the project's smoke/, else the scenarios sglforge ships
+    names = {target, target_key} - {None}
+    found: list[Path] = []
+    for path in sorted(folder.glob("*.toml")):
+        data = read_toml(path, "smoke scenario")
+        table = data.get("scenario")
+        wanted = table.get("target") if isinstance(table, dict) else data.get("target")
+        wanted_list = wanted if isinstance(wanted, list) else [wanted]
+        if any(w in names for w in wanted_list):
+            found.append(path)
+    if not found:
+        raise ConfigError(
+            f"no smoke scenario in {folder} has target = {target!r}",
+            "add one, or pass --scenario FILE (or --skip-smoke in an emergency)",
+        )
+    if len(found) > 1:
+        exact = [p for p in found if target_key and _target_of(p) == target_key]
+        if len(exact) == 1:
+            return exact[0]
+        listed = ", ".join(p.name for p in found)
+        raise ConfigError(
+            f"several smoke scenarios name target {target!r}: {listed}",
+            "pick one with --scenario FILE",
+        )
+    return found[0]
+
+
+def _target_of(path: Path) -> object:
+    try:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    table = data.get("scenario")
+    return table.get("target") if isinstance(table, dict) else data.get("target")
+
+
+def run_line(scenario_path: Path, image: str, model: str | Path | None = None) -> str:
+    """The one ``docker run`` line serving ``image`` the way the smoke scenario launched it."""
+    import shlex
+
+    sc = load_scenario(scenario_path)
+    c = sc.container
+    words = ["docker", "run", "--rm", "-it"]
+    for dev in c.devices:
+        words += ["--device", dev]
+    for group in c.group_add:
+        words += ["--group-add", group]
+    if c.ipc_mode:
+        words += ["--ipc", c.ipc_mode]
+    if c.shm_size:
+        words += ["--shm-size", c.shm_size]
+    for opt in c.security_opt:
+        words += ["--security-opt", opt]
+    for cap in c.cap_add:
+        words += ["--cap-add", cap]
+    if c.nofile:
+        words += ["--ulimit", f"nofile={c.nofile}:{c.nofile}"]
+    if c.network_mode:
+        words += ["--network", c.network_mode]
+    host_model = str(model or sc.model_path or "/path/to/model")
+    words += ["-v", f"{host_model}:{sc.model_mount}:ro"]
+    words.append(image)
+    # No entrypoint (the release images' run contract): the command names the server.
+    words += ["python3", "-m", "sglang.launch_server", *sc.launch_args(sc.port)]
+    return " ".join(shlex.quote(w) for w in words)

@@ -1,0 +1,95 @@
+"""Requests in, results out: a pipeline resolves its target once and reads its queue once.
+
+Each test runs the real command line (dry runs: no engine) on a synthetic upstream and
+queue, with counting wrappers around the real ``load_queue`` and ``Targets.resolve`` (they
+call through; nothing is replaced). The upgrade with ``--publish`` that builds each target
+once is counted in tests/docker/test_upgrade_real.py, where it really builds and pushes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from helpers_build import make_build_project
+from sglforge.cli import main
+from sglforge.patches import series
+from sglforge.targets import Targets
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts of the real ``load_queue`` and ``Targets.resolve`` calls (passed through)."""
+    counted: Counter[str] = Counter()
+
+    def counting(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counted[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    real_load = series.load_queue
+    wrapped = counting("load_queue", real_load)
+    # every module that imported it by name reads through the wrapper too
+    import importlib
+    import pkgutil
+
+    import sglforge
+
+    for info in pkgutil.walk_packages(sglforge.__path__, "sglforge."):
+        if info.name.startswith("sglforge.construct") or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        if getattr(module, "load_queue", None) is real_load:
+            monkeypatch.setattr(module, "load_queue", wrapped)
+    monkeypatch.setattr(Targets, "resolve", counting("resolve", Targets.resolve))
+    return counted
+
+
+def run(root: Path, *args: str) -> Any:
+    res = CliRunner().invoke(main, ["--root", str(root), *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("target", ["mi355x", "mi355x-rocm720", "mi300x"])
+def test_a_dry_run_build_resolves_the_target_once_and_reads_the_queue_once(
+    tmp_path: Path, calls: Counter[str], target: str
+) -> None:
+    p = make_build_project(tmp_path)
+    doc = run(
+        p.root, "build", "--upstream", str(p.upstream), "--target", target, "--dry-run", "--json"
+    )
+    assert calls["resolve"] == 1, calls
+    assert calls["load_queue"] == 1, calls
+    # the one resolution is the one on the image's labels
+    name = target.split("-")[0]
+    assert doc["labels"]["io.sglforge.target"] == name
+
+
+@pytest.mark.parametrize("smoke", [["--skip-smoke"], ["--scenario", "smoke/standin-cpu.toml"]])
+def test_a_dry_run_publish_resolves_the_target_once_and_reads_the_queue_once(
+    tmp_path: Path, calls: Counter[str], smoke: list[str]
+) -> None:
+    p = make_build_project(tmp_path)
+    args = ["publish", "--upstream", str(p.upstream), "--registry", "127.0.0.1:9/ns"]
+    if smoke[0] == "--scenario":
+        smoke = ["--scenario", str(REPO / smoke[1]), "--allow-standin"]
+    doc = run(p.root, *args, *smoke, "--dry-run", "--json")
+    assert calls["resolve"] == 1, calls
+    assert calls["load_queue"] == 1, calls
+    assert doc["dry_run"] is True
