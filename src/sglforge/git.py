@@ -169,7 +169,6 @@ def _run(
     env: dict[str, str] | None = None,
     strip: bool = True,
     timeout: float | None = None,
-    waiting_for: str = "",
     identity: bool = True,
 ) -> GitResult:
     """Run ``git ARGS`` in ``cwd`` with a clean non-interactive environment.
@@ -177,8 +176,8 @@ def _run(
     Output is decoded so that it encodes back to git's exact bytes (``util.encode_exact``);
     a ``str`` stdin is encoded the same way. An interrupt (Ctrl-C, SIGTERM) kills git before
     it propagates, so no git process outlives sglforge and keeps writing. With ``timeout``,
-    a git that does not finish in time is killed and reported as an UpstreamError saying what
-    it was waiting for. With ``check``, a failure raises GitFailed naming command and folder.
+    a git that does not finish in time is killed and reported as an UpstreamError. With
+    ``check``, a failure raises GitFailed naming command and folder.
     """
     raw_in = encode_exact(stdin) if isinstance(stdin, str) else stdin
     _progress.current().detail(f"git {' '.join(args)}  (in {cwd})")
@@ -189,7 +188,7 @@ def _run(
         except subprocess.TimeoutExpired as exc:
             proc.kill()
             proc.wait()
-            raise _timed_out(args, timeout, waiting_for) from exc
+            raise _timed_out(args, timeout, "") from exc
         except BaseException:
             proc.kill()
             proc.wait()
