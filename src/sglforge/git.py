@@ -226,9 +226,11 @@ def _repo(path: Path | str) -> Iterator[Repo]:
         raise ConfigError(
             f"{path}: not a git repository", f"git -C {path} status says what git sees there"
         ) from exc
-    # the same clean environment for the commands GitPython runs itself (its cat-file helpers
-    # may fetch a missing blob of a partial clone: never wait on a prompt)
-    repo.git.update_environment(**_env())
+    # The commands GitPython runs itself (its cat-file helpers) get the same clean environment
+    # (they may fetch a missing blob of a partial clone: never wait on a prompt), and the
+    # repository by name: GitPython takes a bare repository with no config file (a plain
+    # mirror) for a work tree's .git and would run them in its parent folder.
+    repo.git.update_environment(GIT_DIR=str(repo.git_dir), **_env())
     try:
         yield repo
     finally:

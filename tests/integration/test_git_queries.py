@@ -205,6 +205,17 @@ def test_a_branch_of_the_users_own(repo: Path) -> None:
     assert git.current_branch(repo) == "main" and git.head(repo) == start
 
 
+def test_a_bare_mirror_without_a_config_file(repo: Path, tmp_path: Path) -> None:
+    # GitPython alone takes such a folder for a work tree's .git (its parent, the work tree)
+    mirror = tmp_path / "mirrors" / "repo"
+    run_git(tmp_path, "clone", "-q", "--bare", str(repo), str(mirror))
+    (mirror / "config").unlink()
+    assert git.blob(mirror, sha(repo, "v1.0"), "b.bin") == LATIN1
+    assert git.tags(mirror) == ["v1.0", "v1.1"]
+    assert git.commit_id(mirror, "v1.1") == sha(repo, "v1.1")
+    assert git.is_ancestor(mirror, "v1.0", "v1.1")
+
+
 def test_init_and_a_fresh_repository(tmp_path: Path) -> None:
     bare = tmp_path / "store.git"
     git.init(bare, bare=True, head="refs/heads/trunk")
