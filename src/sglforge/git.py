@@ -501,9 +501,10 @@ def _fetch(path: Path, url: str) -> None:
 def version() -> str | None:
     """The installed git's version (``2.39.5``); None when git cannot be run."""
     try:
-        return Git().version().removeprefix("git version ").strip()
+        said = str(Git().version())  # `git version`, through GitPython's command object
     except (GitCommandNotFound, GitCommandError, OSError):
         return None
+    return said.removeprefix("git version ").strip()
 
 
 def is_repository(path: Path | str) -> bool:
