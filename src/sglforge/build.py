@@ -70,6 +70,7 @@ from sglforge.util import plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep
+    from sglforge.patches.apply import Applied
 
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
@@ -514,29 +515,46 @@ def build_image(
 ) -> BuildResult:
     """Apply the queue and build (or, with ``req.dry_run``, plan) the image ``req`` asks for.
 
-    The queue is read once (``project.queue``), the target comes resolved in the request.
+    The queue is read once (``project.queue``), the target comes resolved in the request. The
+    steps: the base checked (before any work: a base tag never published is a lost day), the
+    queue applied, ``_facts`` (what the image is made of), then ``plan_build`` and the
+    overlay or source build.
     """
     from sglforge.patches.apply import apply_queue
-    from sglforge.patches.upstream import upstream_source
 
     started = time.monotonic()
     say = _sayer(progress)
-    root, bt, dry_run = project.root, req.target, req.dry_run
-    queue = project.queue
+    root, queue = project.root, project.queue
     chosen, reason = choose_mode(req.mode, queue.patches)
-    patches = tuple(PatchFacts.of(p) for p in queue.patches)
     the_ref = req.ref or queue.pin.ref
     version = version_of(the_ref)
-    template = _overlay_template(root) if chosen == "overlay" else ""
-
     base: Base | None = None
     if chosen == "overlay" and version is not None:
-        # Before any work: a base tag that was never published is a lost day.
         base = _base_for(req, version, say)
-
     say(f"applying the patch queue at {the_ref}")
     applied = apply_queue(project, ref=req.ref)
-    version = version or applied.version
+    facts, given = _facts(project, req, applied, chosen, reason)
+    if chosen == "source":
+        plan = plan_build(facts, given)
+        if req.dry_run:
+            return _result(plan, None, False, None, dry_run=True, started=started)
+        return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
+    base = base or _base_for(req, facts.version, say)
+    plan = _overlay_plan(project, req, facts, given, base, say)
+    if req.dry_run:
+        return _result(plan, None, False, None, dry_run=True, started=started)
+    return _build_overlay(root, plan, applied.worktree, say, progress, started, req.labels)
+
+
+def _facts(
+    project: Project, req: BuildRequest, applied: Applied, mode: str, reason: str
+) -> tuple[ImageFacts, PlanInputs]:
+    """What the image is made of (the queue at the applied ref, on the request's target) and
+    what its plan starts from (the worktree, the tags and labels)."""
+    from sglforge.patches.upstream import upstream_source
+
+    queue = project.queue
+    version = version_of(req.ref or queue.pin.ref) or applied.version
     if version is None:
         raise ConfigError(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
@@ -553,56 +571,55 @@ def build_image(
         wheel=wheel,
         wheel_sha256=wheel_sha,
     )
-    # Image labels only (containers of the build keep ``req.labels``): --label wins over these.
-    image_labels = {**fork_labels(root, bt.source), **req.labels}
-
     facts = ImageFacts(
         version=version,
-        target=bt,
-        mode=chosen,
-        base=None,  # an overlay's comes below, once inspected
+        target=req.target,
+        mode=mode,
+        base=None,  # an overlay's, once inspected (_overlay_plan)
         upstream=up,
         queue_hash=queue.hash,
-        patches=patches,
+        patches=tuple(PatchFacts.of(p) for p in queue.patches),
     )
     given = PlanInputs(
         worktree=applied.worktree,
         changed_files=tuple(applied.changed_files),
         mode_reason=reason,
-        template=template,
+        template=_overlay_template(project.root) if mode == "overlay" else "",
         tags=req.tags,
-        extra_labels=image_labels,
+        # Image labels only (the build's containers get ``req.labels``): --label wins.
+        extra_labels={**fork_labels(project.root, req.target.source), **req.labels},
     )
-    if chosen == "source":
-        plan = plan_build(facts, given)
-        if dry_run:
-            return _result(plan, None, False, None, True, started)
-        return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
+    return facts, given
 
-    if base is None:
-        base = _base_for(req, version, say)
-    if not dry_run:
-        base = bases.inspect_base(root, base, version, req.labels)
+
+def _overlay_plan(
+    project: Project,
+    req: BuildRequest,
+    facts: ImageFacts,
+    given: PlanInputs,
+    base: Base,
+    say: Callable[[str], None],
+) -> BuildPlan:
+    """The overlay's plan on the inspected base, with the queue's config items staged where
+    the base's aiter merges them (``sglforge.overlay_configs``)."""
+    root, version, labels = project.root, facts.version, req.labels
+    if req.dry_run:
+        base = bases.dry_run_base(root, base, version, labels)
     else:
-        base = bases.dry_run_base(root, base, version, req.labels)
-    staged = None
-    if queue.configs and not dry_run:
-        # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
-        from sglforge import overlay_configs
+        base = bases.inspect_base(root, base, version, labels)
+    configs = project.queue.configs
+    if not configs or req.dry_run:
+        return plan_build(replace(facts, base=base), given)
+    from sglforge import overlay_configs
 
-        staged = overlay_configs.stage(
-            root, queue.configs, base.ref, version, bt.name, req.labels, say
-        )
-        image_labels = {**staged.labels, **image_labels}
-
-    plan = plan_build(replace(facts, base=base), replace(given, extra_labels=image_labels))
-    if staged is not None and staged.files:
-        # The staged files join the context and the items the manifest.
-        manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
-        plan = replace(plan, files=plan.files + staged.files, manifest=manifest)
-    if dry_run:
-        return _result(plan, None, False, None, True, started)
-    return _build_overlay(root, plan, applied.worktree, say, progress, started, req.labels)
+    staged = overlay_configs.stage(root, configs, base.ref, version, req.target.name, labels, say)
+    extra = {**staged.labels, **given.extra_labels}
+    plan = plan_build(replace(facts, base=base), replace(given, extra_labels=extra))
+    if not staged.files:
+        return plan
+    # The staged files join the context and the items the manifest.
+    manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
+    return replace(plan, files=plan.files + staged.files, manifest=manifest)
 
 
 def _base_for(req: BuildRequest, version: str, say: Callable[[str], None]) -> Base:
