@@ -341,91 +341,117 @@ class PlanInputs:
     created: str | None = None  # the creation label (None: now)
 
 
-def plan_build(facts: ImageFacts, given: PlanInputs) -> BuildPlan:
-    """The plan of a build, computed without the engine; ``mode`` is overlay or source.
+@dataclass(frozen=True)
+class _Layout:
+    """Where a build's files go and what builds them: one overlay or source layout."""
 
-    Overlay: the release image ``base`` plus the changed files, placed where the base's
+    base: Base
+    workspace: str
+    workspace_source: WorkspaceSource
+    files: tuple[ContextFile, ...]
+    deleted: tuple[str, ...]
+    skipped: tuple[str, ...]
+    render: Callable[[Mapping[str, str] | None], str]  # the Dockerfile, given its labels
+    key_dockerfile: str  # what the inputs key hashes of the Dockerfile (and build arguments)
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    context_dir: Path | None = None
+
+
+def plan_build(facts: ImageFacts, given: PlanInputs) -> BuildPlan:
+    """The plan of a build, computed without the engine; ``facts.mode`` is overlay or source.
+
+    Overlay: the release image ``facts.base`` plus the changed files, placed where the base's
     sglang lives (``base.package_path`` once inspected). Source: upstream's
     ``docker/rocm.Dockerfile`` on the patched tree, told to copy it (``BRANCH_TYPE=local``).
     Both share the image name, the manifest, the labels and the inputs key.
     """
-    mode, target, version, upstream = facts.mode, facts.target, facts.version, facts.upstream
-    worktree, changed_files = given.worktree, given.changed_files
-    base = facts.base
-    if mode == "overlay":
-        assert base is not None, "an overlay needs its base"
-        from_ref = bases.from_reference(base)
-        workspace, ws_source = workspace_of(base.package_path, target.workspace)
-        files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
-        entrypoint, cmd = base.entrypoint, base.cmd
-
-        def render(labels: Mapping[str, str] | None) -> str:
-            return render_overlay_dockerfile(
-                given.template, from_ref, target, deleted, labels, entrypoint, cmd
-            )
-
-        key_dockerfile, build_args, context_dir = render(None), {}, None
-    elif mode == "source":
-        dockerfile_path = worktree / UPSTREAM_DOCKERFILE
-        if not dockerfile_path.is_file():
-            raise BuildError(
-                f"{dockerfile_path}: upstream's ROCm Dockerfile is not in the patched tree "
-                "(a PyPI-built upstream holds python/ only)",
-                "pass --upstream with a git clone of sglang, or use --mode overlay",
-            )
-        upstream_dockerfile = dockerfile_path.read_text()
-        workspace, ws_source = target.workspace, WorkspaceSource.ASSUMED
-        files, deleted, _ = scan_files(worktree, changed_files, workspace, ws_source)
-        skipped = ()
-        base = Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})")
-        build_args = {
-            # The Dockerfile's local-source path copies the build context instead of cloning.
-            "BRANCH_TYPE": "local",
-            "GPU_ARCH": target.source_gpu_arch,
-            "SGL_BRANCH": upstream.ref,
-            # The context's .git points outside it; setuptools_scm needs the version given.
-            "SETUPTOOLS_SCM_PRETEND_VERSION": version,
-        }
-
-        def render(labels: Mapping[str, str] | None) -> str:
-            return upstream_dockerfile
-
-        key_dockerfile = upstream_dockerfile + json.dumps(build_args, sort_keys=True)
-        context_dir = worktree
+    if facts.mode == "overlay":
+        layout = _overlay_layout(facts, given)
+    elif facts.mode == "source":
+        layout = _source_layout(facts, given)
     else:
-        choose_mode(mode, ())  # raises the ConfigError naming the known modes
-        raise AssertionError(mode)
+        choose_mode(facts.mode, ())  # raises the ConfigError naming the known modes
+        raise AssertionError(facts.mode)
     image, manifest, key, labels = describe(
         facts,
-        files=files,
-        deleted=deleted,
-        key_dockerfile=key_dockerfile,
+        files=layout.files,
+        deleted=layout.deleted,
+        key_dockerfile=layout.key_dockerfile,
         created=given.created or _now(),
         extra_labels=given.extra_labels,
     )
     return BuildPlan(
-        target=target,
-        version=version,
-        mode=mode,
+        target=facts.target,
+        version=facts.version,
+        mode=facts.mode,
         mode_reason=given.mode_reason,
-        base=base,
-        workspace=workspace,
-        workspace_source=ws_source,
-        upstream=upstream,
+        base=layout.base,
+        workspace=layout.workspace,
+        workspace_source=layout.workspace_source,
+        upstream=facts.upstream,
         queue_hash=facts.queue_hash,
         patches=facts.patches,
-        changed_files=tuple(changed_files),
-        files=files,
-        deleted=deleted,
-        skipped=skipped,
+        changed_files=given.changed_files,
+        files=layout.files,
+        deleted=layout.deleted,
+        skipped=layout.skipped,
         image=image,
         tags=given.tags,
         labels=labels,
-        dockerfile=render(labels),
+        dockerfile=layout.render(labels),
         manifest=manifest,
         inputs_key=key,
+        build_args=layout.build_args,
+        context_dir=layout.context_dir,
+    )
+
+
+def _overlay_layout(facts: ImageFacts, given: PlanInputs) -> _Layout:
+    base, target = facts.base, facts.target
+    assert base is not None, "an overlay needs its base"
+    from_ref = bases.from_reference(base)
+    workspace, ws_source = workspace_of(base.package_path, target.workspace)
+    files, deleted, skipped = scan_files(given.worktree, given.changed_files, workspace, ws_source)
+
+    def render(labels: Mapping[str, str] | None) -> str:
+        return render_overlay_dockerfile(
+            given.template, from_ref, target, deleted, labels, base.entrypoint, base.cmd
+        )
+
+    return _Layout(base, workspace, ws_source, files, deleted, skipped, render, render(None))
+
+
+def _source_layout(facts: ImageFacts, given: PlanInputs) -> _Layout:
+    target, worktree = facts.target, given.worktree
+    dockerfile_path = worktree / UPSTREAM_DOCKERFILE
+    if not dockerfile_path.is_file():
+        raise BuildError(
+            f"{dockerfile_path}: upstream's ROCm Dockerfile is not in the patched tree "
+            "(a PyPI-built upstream holds python/ only)",
+            "pass --upstream with a git clone of sglang, or use --mode overlay",
+        )
+    upstream_dockerfile = dockerfile_path.read_text()
+    workspace, ws_source = target.workspace, WorkspaceSource.ASSUMED
+    files, deleted, _ = scan_files(worktree, given.changed_files, workspace, ws_source)
+    build_args = {
+        # The Dockerfile's local-source path copies the build context instead of cloning.
+        "BRANCH_TYPE": "local",
+        "GPU_ARCH": target.source_gpu_arch,
+        "SGL_BRANCH": facts.upstream.ref,
+        # The context's .git points outside it; setuptools_scm needs the version given.
+        "SETUPTOOLS_SCM_PRETEND_VERSION": facts.version,
+    }
+    return _Layout(
+        base=Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})"),
+        workspace=workspace,
+        workspace_source=ws_source,
+        files=files,
+        deleted=deleted,
+        skipped=(),
+        render=lambda _labels: upstream_dockerfile,
+        key_dockerfile=upstream_dockerfile + json.dumps(build_args, sort_keys=True),
         build_args=build_args,
-        context_dir=context_dir,
+        context_dir=worktree,
     )
 
 
