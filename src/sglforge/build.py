@@ -70,6 +70,7 @@ from sglforge.util import plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep
+    from sglforge.patches.apply import Applied
 
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
@@ -340,91 +341,117 @@ class PlanInputs:
     created: str | None = None  # the creation label (None: now)
 
 
-def plan_build(facts: ImageFacts, given: PlanInputs) -> BuildPlan:
-    """The plan of a build, computed without the engine; ``mode`` is overlay or source.
+@dataclass(frozen=True)
+class _Layout:
+    """Where a build's files go and what builds them: one overlay or source layout."""
 
-    Overlay: the release image ``base`` plus the changed files, placed where the base's
+    base: Base
+    workspace: str
+    workspace_source: WorkspaceSource
+    files: tuple[ContextFile, ...]
+    deleted: tuple[str, ...]
+    skipped: tuple[str, ...]
+    render: Callable[[Mapping[str, str] | None], str]  # the Dockerfile, given its labels
+    key_dockerfile: str  # what the inputs key hashes of the Dockerfile (and build arguments)
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    context_dir: Path | None = None
+
+
+def plan_build(facts: ImageFacts, given: PlanInputs) -> BuildPlan:
+    """The plan of a build, computed without the engine; ``facts.mode`` is overlay or source.
+
+    Overlay: the release image ``facts.base`` plus the changed files, placed where the base's
     sglang lives (``base.package_path`` once inspected). Source: upstream's
     ``docker/rocm.Dockerfile`` on the patched tree, told to copy it (``BRANCH_TYPE=local``).
     Both share the image name, the manifest, the labels and the inputs key.
     """
-    mode, target, version, upstream = facts.mode, facts.target, facts.version, facts.upstream
-    worktree, changed_files = given.worktree, given.changed_files
-    base = facts.base
-    if mode == "overlay":
-        assert base is not None, "an overlay needs its base"
-        from_ref = bases.from_reference(base)
-        workspace, ws_source = workspace_of(base.package_path, target.workspace)
-        files, deleted, skipped = scan_files(worktree, changed_files, workspace, ws_source)
-        entrypoint, cmd = base.entrypoint, base.cmd
-
-        def render(labels: Mapping[str, str] | None) -> str:
-            return render_overlay_dockerfile(
-                given.template, from_ref, target, deleted, labels, entrypoint, cmd
-            )
-
-        key_dockerfile, build_args, context_dir = render(None), {}, None
-    elif mode == "source":
-        dockerfile_path = worktree / UPSTREAM_DOCKERFILE
-        if not dockerfile_path.is_file():
-            raise BuildError(
-                f"{dockerfile_path}: upstream's ROCm Dockerfile is not in the patched tree "
-                "(a PyPI-built upstream holds python/ only)",
-                "pass --upstream with a git clone of sglang, or use --mode overlay",
-            )
-        upstream_dockerfile = dockerfile_path.read_text()
-        workspace, ws_source = target.workspace, WorkspaceSource.ASSUMED
-        files, deleted, _ = scan_files(worktree, changed_files, workspace, ws_source)
-        skipped = ()
-        base = Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})")
-        build_args = {
-            # The Dockerfile's local-source path copies the build context instead of cloning.
-            "BRANCH_TYPE": "local",
-            "GPU_ARCH": target.source_gpu_arch,
-            "SGL_BRANCH": upstream.ref,
-            # The context's .git points outside it; setuptools_scm needs the version given.
-            "SETUPTOOLS_SCM_PRETEND_VERSION": version,
-        }
-
-        def render(labels: Mapping[str, str] | None) -> str:
-            return upstream_dockerfile
-
-        key_dockerfile = upstream_dockerfile + json.dumps(build_args, sort_keys=True)
-        context_dir = worktree
+    if facts.mode == "overlay":
+        layout = _overlay_layout(facts, given)
+    elif facts.mode == "source":
+        layout = _source_layout(facts, given)
     else:
-        choose_mode(mode, ())  # raises the ConfigError naming the known modes
-        raise AssertionError(mode)
+        choose_mode(facts.mode, ())  # raises the ConfigError naming the known modes
+        raise AssertionError(facts.mode)
     image, manifest, key, labels = describe(
         facts,
-        files=files,
-        deleted=deleted,
-        key_dockerfile=key_dockerfile,
+        files=layout.files,
+        deleted=layout.deleted,
+        key_dockerfile=layout.key_dockerfile,
         created=given.created or _now(),
         extra_labels=given.extra_labels,
     )
     return BuildPlan(
-        target=target,
-        version=version,
-        mode=mode,
+        target=facts.target,
+        version=facts.version,
+        mode=facts.mode,
         mode_reason=given.mode_reason,
-        base=base,
-        workspace=workspace,
-        workspace_source=ws_source,
-        upstream=upstream,
+        base=layout.base,
+        workspace=layout.workspace,
+        workspace_source=layout.workspace_source,
+        upstream=facts.upstream,
         queue_hash=facts.queue_hash,
         patches=facts.patches,
-        changed_files=tuple(changed_files),
-        files=files,
-        deleted=deleted,
-        skipped=skipped,
+        changed_files=given.changed_files,
+        files=layout.files,
+        deleted=layout.deleted,
+        skipped=layout.skipped,
         image=image,
         tags=given.tags,
         labels=labels,
-        dockerfile=render(labels),
+        dockerfile=layout.render(labels),
         manifest=manifest,
         inputs_key=key,
+        build_args=layout.build_args,
+        context_dir=layout.context_dir,
+    )
+
+
+def _overlay_layout(facts: ImageFacts, given: PlanInputs) -> _Layout:
+    base, target = facts.base, facts.target
+    assert base is not None, "an overlay needs its base"
+    from_ref = bases.from_reference(base)
+    workspace, ws_source = workspace_of(base.package_path, target.workspace)
+    files, deleted, skipped = scan_files(given.worktree, given.changed_files, workspace, ws_source)
+
+    def render(labels: Mapping[str, str] | None) -> str:
+        return render_overlay_dockerfile(
+            given.template, from_ref, target, deleted, labels, base.entrypoint, base.cmd
+        )
+
+    return _Layout(base, workspace, ws_source, files, deleted, skipped, render, render(None))
+
+
+def _source_layout(facts: ImageFacts, given: PlanInputs) -> _Layout:
+    target, worktree = facts.target, given.worktree
+    dockerfile_path = worktree / UPSTREAM_DOCKERFILE
+    if not dockerfile_path.is_file():
+        raise BuildError(
+            f"{dockerfile_path}: upstream's ROCm Dockerfile is not in the patched tree "
+            "(a PyPI-built upstream holds python/ only)",
+            "pass --upstream with a git clone of sglang, or use --mode overlay",
+        )
+    upstream_dockerfile = dockerfile_path.read_text()
+    workspace, ws_source = target.workspace, WorkspaceSource.ASSUMED
+    files, deleted, _ = scan_files(worktree, given.changed_files, workspace, ws_source)
+    build_args = {
+        # The Dockerfile's local-source path copies the build context instead of cloning.
+        "BRANCH_TYPE": "local",
+        "GPU_ARCH": target.source_gpu_arch,
+        "SGL_BRANCH": facts.upstream.ref,
+        # The context's .git points outside it; setuptools_scm needs the version given.
+        "SETUPTOOLS_SCM_PRETEND_VERSION": facts.version,
+    }
+    return _Layout(
+        base=Base(ref=f"{UPSTREAM_DOCKERFILE} (GPU_ARCH={target.source_gpu_arch})"),
+        workspace=workspace,
+        workspace_source=ws_source,
+        files=files,
+        deleted=deleted,
+        skipped=(),
+        render=lambda _labels: upstream_dockerfile,
+        key_dockerfile=upstream_dockerfile + json.dumps(build_args, sort_keys=True),
         build_args=build_args,
-        context_dir=context_dir,
+        context_dir=worktree,
     )
 
 
@@ -514,29 +541,46 @@ def build_image(
 ) -> BuildResult:
     """Apply the queue and build (or, with ``req.dry_run``, plan) the image ``req`` asks for.
 
-    The queue is read once (``project.queue``), the target comes resolved in the request.
+    The queue is read once (``project.queue``), the target comes resolved in the request. The
+    steps: the base checked (before any work: a base tag never published is a lost day), the
+    queue applied, ``_facts`` (what the image is made of), then ``plan_build`` and the
+    overlay or source build.
     """
     from sglforge.patches.apply import apply_queue
-    from sglforge.patches.upstream import upstream_source
 
     started = time.monotonic()
     say = _sayer(progress)
-    root, bt, dry_run = project.root, req.target, req.dry_run
-    queue = project.queue
+    root, queue = project.root, project.queue
     chosen, reason = choose_mode(req.mode, queue.patches)
-    patches = tuple(PatchFacts.of(p) for p in queue.patches)
     the_ref = req.ref or queue.pin.ref
     version = version_of(the_ref)
-    template = _overlay_template(root) if chosen == "overlay" else ""
-
     base: Base | None = None
     if chosen == "overlay" and version is not None:
-        # Before any work: a base tag that was never published is a lost day.
         base = _base_for(req, version, say)
-
     say(f"applying the patch queue at {the_ref}")
     applied = apply_queue(project, ref=req.ref)
-    version = version or applied.version
+    facts, given = _facts(project, req, applied, chosen, reason)
+    if chosen == "source":
+        plan = plan_build(facts, given)
+        if req.dry_run:
+            return _result(plan, None, False, None, dry_run=True, started=started)
+        return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
+    base = base or _base_for(req, facts.version, say)
+    plan = _overlay_plan(project, req, facts, given, base, say)
+    if req.dry_run:
+        return _result(plan, None, False, None, dry_run=True, started=started)
+    return _build_overlay(root, plan, applied.worktree, say, progress, started, req.labels)
+
+
+def _facts(
+    project: Project, req: BuildRequest, applied: Applied, mode: str, reason: str
+) -> tuple[ImageFacts, PlanInputs]:
+    """What the image is made of (the queue at the applied ref, on the request's target) and
+    what its plan starts from (the worktree, the tags and labels)."""
+    from sglforge.patches.upstream import upstream_source
+
+    queue = project.queue
+    version = version_of(req.ref or queue.pin.ref) or applied.version
     if version is None:
         raise ConfigError(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
@@ -553,56 +597,55 @@ def build_image(
         wheel=wheel,
         wheel_sha256=wheel_sha,
     )
-    # Image labels only (containers of the build keep ``req.labels``): --label wins over these.
-    image_labels = {**fork_labels(root, bt.source), **req.labels}
-
     facts = ImageFacts(
         version=version,
-        target=bt,
-        mode=chosen,
-        base=None,  # an overlay's comes below, once inspected
+        target=req.target,
+        mode=mode,
+        base=None,  # an overlay's, once inspected (_overlay_plan)
         upstream=up,
         queue_hash=queue.hash,
-        patches=patches,
+        patches=tuple(PatchFacts.of(p) for p in queue.patches),
     )
     given = PlanInputs(
         worktree=applied.worktree,
         changed_files=tuple(applied.changed_files),
         mode_reason=reason,
-        template=template,
+        template=_overlay_template(project.root) if mode == "overlay" else "",
         tags=req.tags,
-        extra_labels=image_labels,
+        # Image labels only (the build's containers get ``req.labels``): --label wins.
+        extra_labels={**fork_labels(project.root, req.target.source), **req.labels},
     )
-    if chosen == "source":
-        plan = plan_build(facts, given)
-        if dry_run:
-            return _result(plan, None, False, None, True, started)
-        return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
+    return facts, given
 
-    if base is None:
-        base = _base_for(req, version, say)
-    if not dry_run:
-        base = bases.inspect_base(root, base, version, req.labels)
+
+def _overlay_plan(
+    project: Project,
+    req: BuildRequest,
+    facts: ImageFacts,
+    given: PlanInputs,
+    base: Base,
+    say: Callable[[str], None],
+) -> BuildPlan:
+    """The overlay's plan on the inspected base, with the queue's config items staged where
+    the base's aiter merges them (``sglforge.overlay_configs``)."""
+    root, version, labels = project.root, facts.version, req.labels
+    if req.dry_run:
+        base = bases.dry_run_base(root, base, version, labels)
     else:
-        base = bases.dry_run_base(root, base, version, req.labels)
-    staged = None
-    if queue.configs and not dry_run:
-        # Tuned-table items go where the base's aiter merges them (sglforge.overlay_configs).
-        from sglforge import overlay_configs
+        base = bases.inspect_base(root, base, version, labels)
+    configs = project.queue.configs
+    if not configs or req.dry_run:
+        return plan_build(replace(facts, base=base), given)
+    from sglforge import overlay_configs
 
-        staged = overlay_configs.stage(
-            root, queue.configs, base.ref, version, bt.name, req.labels, say
-        )
-        image_labels = {**staged.labels, **image_labels}
-
-    plan = plan_build(replace(facts, base=base), replace(given, extra_labels=image_labels))
-    if staged is not None and staged.files:
-        # The staged files join the context and the items the manifest.
-        manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
-        plan = replace(plan, files=plan.files + staged.files, manifest=manifest)
-    if dry_run:
-        return _result(plan, None, False, None, True, started)
-    return _build_overlay(root, plan, applied.worktree, say, progress, started, req.labels)
+    staged = overlay_configs.stage(root, configs, base.ref, version, req.target.name, labels, say)
+    extra = {**staged.labels, **given.extra_labels}
+    plan = plan_build(replace(facts, base=base), replace(given, extra_labels=extra))
+    if not staged.files:
+        return plan
+    # The staged files join the context and the items the manifest.
+    manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
+    return replace(plan, files=plan.files + staged.files, manifest=manifest)
 
 
 def _base_for(req: BuildRequest, version: str, say: Callable[[str], None]) -> Base:

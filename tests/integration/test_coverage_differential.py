@@ -54,6 +54,33 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+# Without an aiter clone: the headers (first lines, verbatim) of the AITER_COMMIT files that
+# decide which columns its aiter reads. Its aiter merges the union of the columns of its tables
+# (aiter/jit/core.py:235-254), and model_configs/minimax_m3_fp4_tuned_fmoe.csv adds xbf16 and
+# flat, so the base reads the GLM item's FLAT rows. Checked against the commit by
+# test_the_fallback_headers_are_the_commit_s when a clone is present.
+FALLBACK_HEADERS = {
+    "aiter/configs/tuned_fmoe.csv": "cu_num,token,model_dim,inter_dim,expert,topk,act_type,"
+    "dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,us1,kernelName1,"
+    "err1,us2,kernelName2,err2,us,run_1stage,tflops,bw,_tag",
+    "aiter/configs/untuned_fmoe.csv": "token,model_dim,inter_dim,expert,topk,act_type,dtype,"
+    "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1",
+    "aiter/configs/model_configs/minimax_m3_fp4_tuned_fmoe.csv": "gfx,cu_num,token,model_dim,"
+    "inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,"
+    "block_m,ksplit,us1,kernelName1,err1,us2,kernelName2,err2,us,run_1stage,xbf16,flat,tflops,"
+    "bw,_tag",
+}
+
+
+def test_the_fallback_headers_are_the_commit_s() -> None:
+    mirror = Path(os.environ.get("SGLFORGE_AITER_REPO") or "/work/.mirror/ROCm+aiter/repo")
+    if not mirror.is_dir():
+        pytest.skip("no ROCm/aiter clone (set SGLFORGE_AITER_REPO): headers not re-read")
+    for name, header in FALLBACK_HEADERS.items():
+        data = git.blob(mirror, AITER_COMMIT, name)
+        assert data is not None and data.decode().splitlines()[0] == header, name
+
+
 @pytest.fixture(scope="module")
 def aiter_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("aiter") / "configs"
@@ -70,16 +97,9 @@ def aiter_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 dest = out / name.removeprefix("aiter/configs/")
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(data)
-    else:  # that commit's columns (aiter/configs/tuned_fmoe.csv header), no rows
-        (out / "tuned_fmoe.csv").write_text(
-            "cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,"
-            "q_type,use_g1u1,doweight_stage1,block_m,ksplit,us1,kernelName1,err1,us2,"
-            "kernelName2,err2,us,run_1stage,tflops,bw,_tag\n"
-        )
-        (out / "untuned_fmoe.csv").write_text(
-            "token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,"
-            "use_g1u1,doweight_stage1\n"
-        )
+    else:  # that commit's columns, no rows (FALLBACK_HEADERS)
+        for name, header in FALLBACK_HEADERS.items():
+            (out / name.removeprefix("aiter/configs/")).write_text(header + "\n")
     return out
 
 

@@ -290,6 +290,7 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
 ) -> None:
     from sglforge.errors import ScanBlocked
     from sglforge.patches.upstream import UPSTREAM_ENV
+    from sglforge.project import Project
     from sglforge.scan import gate
 
     project = tmp_path / "project"
@@ -299,11 +300,16 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
     (model / "config.json").write_text(json.dumps(glm_config()))
     scenario = REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
     said: list[str] = []
+    # each call opens the project anew (the queue changes between them)
     # a CPU scenario is not scanned (the scan models a ROCm build)
-    assert gate(project, REPO / "smoke" / "standin-cpu.toml", model, say=said.append) is None
+    assert (
+        gate(Project(project), REPO / "smoke" / "standin-cpu.toml", model, say=said.append) is None
+    )
     assert "not a ROCm scenario" in said[-1]
     monkeypatch.setenv(UPSTREAM_ENV, "pypi:sglang==0.5.14")
-    assert gate(project, scenario, model, say=said.append) is not None  # the queue fixes both
+    assert (
+        gate(Project(project), scenario, model, say=said.append) is not None
+    )  # the queue fixes both
     # Without 0001 the fused metadata kernel blocks ...
     series = project / "patches" / "series"
     series.write_text(
@@ -312,14 +318,14 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
         )
     )
     with pytest.raises(ScanBlocked, match="cuda-only-jit .*fused_metadata_copy.cuh:38"):
-        gate(project, scenario, model)
+        gate(Project(project), scenario, model)
     # ... until a patch of the queue says it fixes it.
     p2 = next((project / "patches").glob("0002-*.patch"))
     text = p2.read_text()
     marker = "Upstream-Status: Backport [0.5.16]\n"
     waiver = f"Fixes-Scan: cuda-only-jit python/sglang/jit_kernel/{FUSED_METADATA}\n"
     p2.write_text(text.replace(marker, marker + waiver, 1))
-    assert gate(project, scenario, model) is not None
+    assert gate(Project(project), scenario, model) is not None
 
 
 def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Path]) -> None:

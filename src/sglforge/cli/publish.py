@@ -27,8 +27,9 @@ from sglforge.cli.options import (
     upstream_option,
 )
 from sglforge.errors import ConfigError, SglforgeError
-from sglforge.inspect import Provenance, inspect_image
+from sglforge.inspect import inspect_image
 from sglforge.progress import current
+from sglforge.provenance import Provenance
 from sglforge.publish import (
     PublishResult,
     failure_summary,

@@ -391,7 +391,7 @@ def run_python(
                 f"check the image: docker run --rm --entrypoint python3 {ref} -c 'print(1)'; "
                 f"or set {PROBE_TIMEOUT_ENV}=SECONDS",
             ) from None
-        output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+        output: str = container.logs(stdout=True, stderr=True).decode(errors="replace")
     except docker.errors.DockerException as exc:
         raise BuildFailed(f"image {ref}: could not run python3 in it: {exc}") from exc
     finally:

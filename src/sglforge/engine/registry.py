@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urljoin
 
 import docker.errors
 import requests
@@ -440,5 +441,5 @@ def _tag_pages(session: RegistrySession, url: str) -> list[str] | None:
         nxt = resp.links.get("next", {}).get("url")
         if not nxt:
             break
-        url = requests.compat.urljoin(url, nxt)
+        url = urljoin(url, nxt)
     return sorted(set(tags))

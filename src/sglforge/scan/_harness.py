@@ -281,7 +281,7 @@ def _checkpoint_names(
     def ckpt(name: str) -> str:
         if nextn is None:
             return name
-        prefix = nextn["layer_prefix"]
+        prefix = str(nextn["layer_prefix"])
         if name.startswith("model.decoder"):
             return prefix + name[len("model.decoder") :]
         if name.startswith("model.") and any(s in name for s in nextn["spec_weight_names"]):

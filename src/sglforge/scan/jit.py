@@ -117,8 +117,8 @@ class CudaInclude:
 
 
 def _preprocessor_class() -> type:
-    from pcpp import Preprocessor  # type: ignore[import-untyped]
-    from pcpp.parser import Action, OutputDirective  # type: ignore[import-untyped]
+    from pcpp import Preprocessor
+    from pcpp.parser import Action, OutputDirective
 
     class _Pass(Preprocessor):  # type: ignore[misc]
         """A pcpp pass that records active includes of CUDA-only headers and opens only the

@@ -305,9 +305,8 @@ class _Session:
             "text": prompt,
             "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens},
         }
-        out = _json(f"{self.base}/generate", body, self.c.request_timeout)
-        if isinstance(out, list):
-            out = out[0]
+        got = _json(f"{self.base}/generate", body, self.c.request_timeout)
+        out: dict[str, Any] = got[0] if isinstance(got, list) else got
         self.metas.append(out.get("meta_info") or {})
         return out
 

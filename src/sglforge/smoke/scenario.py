@@ -340,14 +340,14 @@ _SIZE = re.compile(r"^[0-9]+(?:\.[0-9]+)?\s*[bkmgBKMG]?[bB]?$")
 
 def _shm_size(ct: _Table, path: Path) -> str | None:
     """``shm_size`` as Docker reads it (``64g``, ``512m``, bytes): checked before any run."""
-    value = ct.get("shm_size", "str", None)
+    value: str | None = ct.get("shm_size", "str", None)
     if value is not None and not (_SIZE.match(value) and float(re.sub(r"[^0-9.]", "", value)) > 0):
         raise ct._bad("shm_size", 'a size such as "64g", "512m" or "1073741824"')
     return value
 
 
 def _ipc_mode(ct: _Table, path: Path) -> str | None:
-    value = ct.get("ipc_mode", "str", None)
+    value: str | None = ct.get("ipc_mode", "str", None)
     if value is not None and not (
         value in ("host", "private", "shareable", "none", "") or value.startswith("container:")
     ):
