@@ -205,16 +205,6 @@ def _run(
     return result
 
 
-# Only `upgrade.py` still runs raw commands, until its owner switches it to the named queries
-# below (`is_repository`, `valid_branch_name`, `branch_exists`, `has_head`, `uncommitted`,
-# `commit_all`, `current_branch`, `head`, `checkout`). Delete these two aliases then.
-run = _run
-
-
-def out(cwd: Path | str, *args: str) -> str:
-    return _run(cwd, *args).stdout
-
-
 @contextlib.contextmanager
 def _repo(path: Path | str) -> Iterator[Repo]:
     """``path`` opened with GitPython, closed (its cat-file helpers ended) on the way out."""

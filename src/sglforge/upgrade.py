@@ -223,15 +223,14 @@ def _upgrade_staged(run: _Upgrade, stage: Project) -> UpgradeResult:
     if req.branch:
         from sglforge import git
 
-        head = git.run(root, "symbolic-ref", "--short", "-q", "HEAD", check=False).stdout
-        start = head or git.out(root, "rev-parse", "HEAD")
-        git.run(root, "checkout", "-q", "-b", req.branch, identity=False)
+        start = git.current_branch(root) or git.head(root)
+        git.checkout(root, new_branch=req.branch)
         _write_back(root, stage.root)
         run.timed("write", t)
         run.timed("total", run.t0)
         done = run.report(refreshed, True, f"{what}; committed on branch {req.branch}", outcomes)
         _commit_on_branch(root, req.branch, done)
-        git.run(root, "checkout", "-q", start, identity=False)
+        git.checkout(root, start)
         return done
     _write_back(root, stage.root)
     run.timed("write", t)
@@ -257,32 +256,28 @@ def _check_branch(root: Path, branch: str) -> None:
     uncommitted changes under patches/ or CHANGELOG.md (they would ride along)."""
     from sglforge import git
 
-    if git.run(root, "rev-parse", "--git-dir", check=False, identity=False).status != 0:
+    if not git.is_repository(root):
         raise ConfigError(
             f"--branch {branch}: {root} is not a git repository", f"git -C {root} init"
         )
-    if git.run(root, "check-ref-format", "--branch", branch, check=False).status != 0:
+    if not git.valid_branch_name(root, branch):
         raise ConfigError(
             f"--branch {branch!r}: not a valid branch name", "--branch upgrade/v0.5.16"
         )
-    if (
-        git.run(root, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False).status
-        == 0
-    ):
+    if git.branch_exists(root, branch):
         raise ConfigError(
             f"--branch {branch}: the branch exists already; nothing was changed",
             f"pick another name, or `git -C {root} branch -D {branch}`",
         )
-    if git.run(root, "rev-parse", "--verify", "-q", "HEAD", check=False).status != 0:
+    if not git.has_head(root):
         raise ConfigError(
             f"--branch {branch}: the repository has no commit to branch from",
             'commit the project first: git add -A && git commit -m "sglforge project"',
         )
-    dirty = git.out(root, "status", "--porcelain", "--", "patches", "CHANGELOG.md")
+    dirty = git.uncommitted(root, "patches", "CHANGELOG.md")
     if dirty:
         raise ConfigError(
-            f"--branch {branch}: uncommitted changes under patches/ or CHANGELOG.md "
-            f"({dirty.splitlines()[0][3:]})",
+            f"--branch {branch}: uncommitted changes under patches/ or CHANGELOG.md ({dirty[0]})",
             "commit or stash them first",
         )
 
@@ -290,23 +285,25 @@ def _check_branch(root: Path, branch: str) -> None:
 def _commit_on_branch(root: Path, branch: str, result: UpgradeResult) -> None:
     from sglforge import git
 
-    git.run(root, "add", "-A", "--", "patches", "CHANGELOG.md", identity=False)
-    res = git.run(
-        root,
-        "commit",
-        "-q",
-        "-m",
-        f"Upgrade the queue to sglang {result.new_ref}",
-        "-m",
-        f"{result.old_ref} -> {result.new_ref}: {result.reason}",
-        check=False,
-        identity=False,
+    message = (
+        f"Upgrade the queue to sglang {result.new_ref}\n\n"
+        f"{result.old_ref} -> {result.new_ref}: {result.reason}"
     )
-    if res.status != 0:
+    try:
+        committed = git.commit_all(
+            root, message, paths=("patches", "CHANGELOG.md"), own_identity=True
+        )
+    except git.GitFailed as exc:
+        said = (exc.result.stderr or exc.result.stdout).strip().splitlines() or ["no output"]
         raise ConfigError(
-            f"upgrade written, but `git commit` on {branch} failed: "
-            + (res.stderr or res.stdout).strip().splitlines()[-1],
+            f"upgrade written, but `git commit` on {branch} failed: {said[-1]}",
             'set your identity: git config user.name "..."; git config user.email ...',
+        ) from None
+    if not committed:
+        raise ConfigError(
+            f"upgrade written, but nothing changed under patches/ or CHANGELOG.md to commit "
+            f"on {branch}",
+            f"git -C {root} status; git -C {root} checkout - to go back",
         )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
-from unidiff import PatchSet
+from unidiff.patch import PatchSet
 
 from sglforge import git, progress
 from sglforge.errors import ConfigError

@@ -27,8 +27,8 @@ from sglforge.patches.check import (
     check_ref,
     retarget,
 )
-from sglforge.patches.export import diff_body, format_commit, merge_header, split_patch
-from sglforge.patches.series import Patch, Queue, render_pin
+from sglforge.patches.export import diff_body, format_commit, merge_header
+from sglforge.patches.series import Patch, Queue, render_pin, split_patch
 from sglforge.patches.upstream import (
     Upstream,
     hint_upstream,
