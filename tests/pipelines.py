@@ -18,6 +18,19 @@ from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest, Upgrad
 Where = Project | Path | str
 
 
+def offline_of(given: bool | None) -> bool:
+    """``given``, else ``$SGLFORGE_OFFLINE`` read as the command line's ``--offline`` reads it
+    (click's flag envvar), so a test that sets the variable runs as a user who set it would."""
+    if given is not None:
+        return given
+    import os
+
+    import click
+
+    value = os.environ.get("SGLFORGE_OFFLINE", "")
+    return bool(click.BOOL.convert(value, None, None)) if value else False
+
+
 def open_project(where: Where, upstream: str | Path | None = None) -> Project:
     """``where`` itself when it is a Project (and no other upstream is asked), else opened."""
     if isinstance(where, Project) and (upstream is None or str(upstream) == where.upstream_option):
@@ -38,7 +51,7 @@ def build_at(
     *,
     ref: str | None = None,
     labels: Mapping[str, str] | None = None,
-    offline: bool = False,
+    offline: bool | None = None,
 ) -> BuildResult:
     project = open_project(where, upstream)
     req = BuildRequest(
@@ -48,7 +61,7 @@ def build_at(
         ref=ref,
         tags=tuple(tags),
         labels=dict(labels or {}),
-        offline=bool(offline),
+        offline=offline_of(offline),
         dry_run=dry_run,
     )
     return build_image(project, req, progress)
@@ -136,7 +149,7 @@ def publish_at(
     base_image: str | None = None,
     upstream: str | Path | None = None,
     labels: Mapping[str, str] | None = None,
-    offline: bool = False,
+    offline: bool | None = None,
     attempts: int = 4,
     backoff: float = 2.0,
     date: str | None = None,
@@ -153,7 +166,7 @@ def publish_at(
         mode=mode,
         base_image=base_image,
         labels=dict(labels or {}),
-        offline=bool(offline),
+        offline=offline_of(offline),
         dry_run=dry_run,
     )
     smoke = None
@@ -183,7 +196,7 @@ def upgrade_at(
     model: str | Path | None = None,
     scenario: Path | None = None,
     labels: Mapping[str, str] | None = None,
-    offline: bool = False,
+    offline: bool | None = None,
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Any:
@@ -196,7 +209,7 @@ def upgrade_at(
         model=Path(model) if model else None,
         scenario=Path(scenario) if scenario else None,
         labels=dict(labels or {}),
-        offline=bool(offline),
+        offline=offline_of(offline),
         **options,
     )
     return upgrade(project, req, progress)
