@@ -245,7 +245,7 @@ def test_inspect_shows_the_newest_local_smoke_run_as_unpublished(tmp_path: Path)
     this very image ID, marked as not published."""
     import json
 
-    from sglforge.cli.publish import prov_json, render_provenance
+    from sglforge.cli.inspect import prov_json, render_provenance
     from sglforge.inspect import local_smoke
     from sglforge.provenance import Provenance
 

@@ -102,7 +102,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Lay out a new fork-packaging project in DIRECTORY (default: here).",
     ),
     "inspect": (
-        "sglforge.cli.publish",
+        "sglforge.cli.inspect",
         "Show where an image came from: upstream, patches, queue hash, base, smoke figures.",
     ),
     "patches": ("sglforge.cli.patches", "Inspect, check and maintain the patch queue in patches/."),
