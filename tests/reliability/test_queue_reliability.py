@@ -548,11 +548,11 @@ class TestFaults:
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
-        if "init_import_site" in err:
-            # The signal landed while CPython itself was still importing `site`, before any
-            # code of ours could run (the faster start-up makes that window a larger share of
-            # 0.05 s): CPython's own fatal-error report, which names no sglforge frame.
-            assert "sglforge" not in err.split("Traceback", 1)[-1], err
+        if "Traceback" in err and "sglforge" not in err.split("Traceback", 1)[-1]:
+            # The signal landed before any code of ours could run: while CPython imported
+            # `site` or runpy looked for the module (the faster start-up makes that window a
+            # larger share of 0.05 s). CPython's own report, naming no sglforge frame; from
+            # sglforge's first statement on (__main__.py), a signal ends it quietly.
             return
         assert "Traceback" not in err, err
         # 130: our handler; -SIGINT: the signal came before Python itself was up (a loaded

@@ -9,27 +9,36 @@ after Ctrl-C cleans up after them too; the CLI's error handler then exits 130 or
 
 from __future__ import annotations
 
+# Only what the interpreter has loaded already, until the startup handler is in place: `signal`
+# itself builds its enums on import (milliseconds, under load tens of them), and a Ctrl-C in
+# that window would print a traceback. `_signal` is the built-in module under it.
+import _signal
 import os
-import signal
-import threading
-from types import FrameType
+from typing import TYPE_CHECKING
 
-_EXIT: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+if TYPE_CHECKING:
+    from types import FrameType
+
+_EXIT: dict[int, int] = {_signal.SIGINT: 130, _signal.SIGTERM: 143, _signal.SIGHUP: 129}
 
 
 def _starting(signum: int, _frame: FrameType | None) -> None:
-    os.write(2, f"{'interrupted' if signum == signal.SIGINT else 'terminated'}\n".encode())
+    os.write(2, f"{'interrupted' if signum == _signal.SIGINT else 'terminated'}\n".encode())
     os._exit(_EXIT.get(signum, 128 + signum))
 
 
 def install_startup() -> None:
     """Until the command runs: any of the signals ends the process quietly."""
-    if threading.current_thread() is threading.main_thread():
+    try:
         for s in _EXIT:
-            signal.signal(s, _starting)
+            _signal.signal(s, _starting)
+    except ValueError:
+        pass  # not the main thread (sglforge run as a library from a thread): leave them
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
+    import signal
+
     from sglforge.errors import Terminated
 
     raise Terminated(f"received {signal.Signals(signum).name}")
@@ -37,6 +46,9 @@ def _terminate(signum: int, _frame: FrameType | None) -> None:
 
 def install_running() -> None:
     """While a command runs: Ctrl-C raises KeyboardInterrupt, SIGTERM/SIGHUP Terminated."""
+    import signal
+    import threading
+
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminate)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
@@ -30,21 +31,26 @@ from sglforge.patches.upstream import Upstream
 from sglforge.project import Project
 from sglforge.util import scratch_dir
 
-CLEAN, OFFSET, THREE_WAY, CONFLICT, UPSTREAMED, SKIPPED = (
-    "clean",
-    "offset",
-    "three-way",
-    "conflict",
-    "upstreamed",
-    "skipped",
-)
+
+class Status(StrEnum):
+    """How a patch fares at a ref (compares and serialises as its string)."""
+
+    CLEAN = "clean"  # applies exactly
+    OFFSET = "offset"  # applies with line offsets or fuzz
+    THREE_WAY = "three-way"  # applies only with a 3-way merge
+    CONFLICT = "conflict"
+    UPSTREAMED = "upstreamed"  # the ref already holds it
+    SKIPPED = "skipped"  # its Applies-To excludes the ref, or a patch it depends on failed
+
+
+CLEAN, OFFSET, THREE_WAY, CONFLICT, UPSTREAMED, SKIPPED = Status
 APPLIED = (CLEAN, OFFSET, THREE_WAY)
 
 
 @dataclass(frozen=True)
 class PatchStatus:
     name: str
-    status: str
+    status: Status
     detail: str = ""
     files: tuple[str, ...] = ()
     hunks: tuple[str, ...] = ()
