@@ -64,7 +64,7 @@ from sglforge.provenance import (
     manifest_bytes,
     source_labels,
 )
-from sglforge.requests import MODES, BuildRequest
+from sglforge.requests import BuildRequest, check_mode
 from sglforge.targets import BuildTarget
 from sglforge.util import plural, sha256_bytes, work_dir
 
@@ -167,11 +167,7 @@ BuildProgress = Callable[["Status | BuildStep"], None]  # phases and engine buil
 
 def choose_mode(requested: str, patches: Sequence[PatchLike]) -> tuple[str, str]:
     """The build mode and why: ``auto`` picks source when a patch needs compiling."""
-    if requested not in MODES:
-        raise ConfigError(
-            f"unknown build mode {requested!r} (known: {', '.join(MODES)})",
-            "sglforge build --mode auto",
-        )
+    check_mode(requested)
     needs_source = [p for p in patches if p.kind in SOURCE_KINDS]
     if requested == "source":
         return "source", "--mode source was given"

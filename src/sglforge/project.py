@@ -60,19 +60,8 @@ class Project:
 
         return open_upstream(self.root, self.queue.pin, self.upstream_option)
 
-    def pin_commit(self, record: bool = False) -> str:
-        """The commit the pinned tag resolves to, refused if the tag moved (checked once).
-
-        ``record`` writes what was resolved into the pin (``patches pin``, refresh, upgrade);
-        it always checks again.
-        """
-        from sglforge.patches.upstream import pinned_commit
-
-        if record:
-            self.__dict__.pop("_pin_commit", None)
-            commit = pinned_commit(self.root, self.queue.pin, self.upstream, record=True)
-            self.__dict__["_pin_commit"] = commit
-            return commit
+    def pin_commit(self) -> str:
+        """The commit the pinned tag resolves to, refused if the tag moved (checked once)."""
         return self._pin_commit
 
     @cached_property

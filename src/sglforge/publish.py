@@ -198,7 +198,7 @@ class _Run:
         return self.req.smoke.scenario if self.req.smoke else None
 
     @property
-    def image(self) -> BuildResult:
+    def build_result(self) -> BuildResult:
         assert self.built is not None, "the build step runs first"
         return self.built
 
@@ -372,7 +372,7 @@ def _coverage_gate(run: _Run, result: PublishResult) -> PublishResult:
 
     assert run.scenario is not None
     run.clock.reset()
-    built = run.image
+    built = run.build_result
     gate, why = coverage.publish_gate(
         run.root,
         run.scenario,
@@ -486,7 +486,7 @@ def _bench_gate(run: _Run, result: PublishResult) -> PublishResult:
     against = _last_release_image(run)
     try:
         report = run_bench(
-            run.root, run.image.image, run.req.smoke, against=against, progress=run.say
+            run.root, run.build_result.image, run.req.smoke, against=against, progress=run.say
         )
     except SglforgeError as exc:
         run.clock.done("bench", False, exc.message)
@@ -575,7 +575,7 @@ def _move_friendly(run: _Run) -> None:
     req = run.req
     for ref in run.moving:
         run.clock.reset()
-        newer = _newer_release_at(ref, run.image.labels, run.creds)
+        newer = _newer_release_at(ref, run.build_result.labels, run.creds)
         if newer:
             # `latest-<target>` never moves back to an older upstream version.
             run.clock.done("tag", True, f"{ref} kept: it names {newer}, newer than this image")
@@ -631,7 +631,7 @@ def _candidate(run: _Run) -> str:
     inherits it), so that image is pulled and it is what gets smoke-tested; with
     ``--skip-smoke`` nothing would test it, and publish refuses.
     """
-    image, immutable = run.image.image, run.immutable
+    image, immutable = run.build_result.image, run.immutable
     existing = reg.registry_digest_or_none(immutable, run.creds)
     published = engine_images.repo_digests(image, immutable)
     if existing is None or existing in published:
@@ -673,7 +673,7 @@ def _release(run: _Run) -> Release:
     """The release record of what was published: the image built here (its plan holds the
     manifest and labels), or the registry's image that was pulled and smoke-tested in its
     place (read from that image)."""
-    built, published = run.image, run.source
+    built, published = run.build_result, run.source
     manifest: Mapping[str, Any] | None
     if published == built.image:
         labels, manifest = dict(built.labels), built.plan.manifest

@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 MODES = ("auto", "overlay", "source")
 
 
+def check_mode(mode: str) -> None:
+    """ConfigError naming the known modes unless ``mode`` is one."""
+    if mode not in MODES:
+        raise ConfigError(
+            f"unknown build mode {mode!r} (known: {', '.join(MODES)})",
+            "sglforge build --mode auto",
+        )
+
+
 def frozen_map(items: Mapping[str, str] | None) -> Mapping[str, str]:
     """A read-only copy of ``items`` (a request never changes under its holder)."""
     return MappingProxyType(dict(items or {}))
@@ -51,11 +60,7 @@ class BuildRequest:
     dry_run: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(
-                f"unknown build mode {self.mode!r} (known: {', '.join(MODES)})",
-                "sglforge build --mode auto",
-            )
+        check_mode(self.mode)
         object.__setattr__(self, "tags", tuple(self.tags))
         _freeze(self, "labels")
 

@@ -10,11 +10,10 @@ from typing import Any, TypeVar
 import click
 
 from sglforge.errors import ConfigError
+from sglforge.requests import MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Kept here (not imported from sglforge.build) so that loading the command line stays light.
-MODES = ("auto", "overlay", "source")
 TARGET_HELP = "Target from images/targets.toml: mi355x, mi300x, or NAME-ROCM (mi355x-rocm720)."
 
 
