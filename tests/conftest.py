@@ -37,6 +37,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # with the tests (downloads happen once per machine).
 USER_CACHE = cache_root()
 
+pytest_plugins = ["timing"]  # the per-folder time table CI prints
+
 ENGINE_HINT = "start the engine (as root): `bash .ci/setup`, or point DOCKER_HOST at one"
 
 
