@@ -19,7 +19,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import BuildError
-from sglforge.patches.configs import (
+from sglforge.provenance import ContextFile, config_label
+from sglforge.queue.configs import (
     BaseTables,
     ConfigItem,
     base_tables,
@@ -27,7 +28,6 @@ from sglforge.patches.configs import (
     render,
     unfit_rows,
 )
-from sglforge.provenance import ContextFile, config_label
 from sglforge.util import atomic_write, plural, sha256_bytes
 
 

@@ -26,9 +26,9 @@ from sglforge.patches.check import (
     check_ref,
     git_reason,
 )
-from sglforge.patches.series import Queue, ref_version
-from sglforge.patches.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.project import Project
+from sglforge.queue.series import Queue, ref_version
+from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.util import atomic_write, confined, project_lock
 
 

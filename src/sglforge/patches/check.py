@@ -25,10 +25,10 @@ from unidiff.patch import PatchSet
 
 from sglforge import git, progress
 from sglforge.errors import ConfigError
-from sglforge.patches.configs import base_tables_from_dir, load_items, upstreamed
-from sglforge.patches.series import Patch, Queue, ref_version
-from sglforge.patches.upstream import Upstream
 from sglforge.project import Project
+from sglforge.queue.configs import base_tables_from_dir, load_items, upstreamed
+from sglforge.queue.series import Patch, Queue, ref_version
+from sglforge.queue.upstream import Upstream
 from sglforge.util import scratch_dir
 
 

@@ -12,7 +12,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import ConfigError
-from sglforge.patches.series import (
+from sglforge.queue.series import (
     NEEDS_DETAIL,
     STATUSES,
     Patch,
@@ -140,7 +140,7 @@ def lint_queue(
 def _config_findings(
     root: Path, aiter_configs: Path | None, aiter_repo: Path | None = None
 ) -> list[Finding]:
-    from sglforge.patches import configs
+    from sglforge.queue import configs
 
     try:
         items = configs.load_items(root)
@@ -343,7 +343,7 @@ def _line_of(patch: Patch, pattern: str) -> int:
 
 
 def _pin_version(root: Path) -> Version | None:
-    from sglforge.patches.series import load_pin, ref_version
+    from sglforge.queue.series import load_pin, ref_version
 
     try:
         return ref_version(load_pin(root).ref)
