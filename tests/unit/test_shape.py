@@ -32,8 +32,6 @@ LONG = {
     "install_torch": "construct/fakes.py",
     "_findings_of": "scan/_harness.py",
     "findings": "scan/quant.py",
-    "lint_patch": "patches/lint.py",
-    "lint_queue": "patches/lint.py",
     "apply_at": "patches/apply.py",
     "parse_scenario": "smoke/scenario.py",
     "provenance_from": "provenance.py",
