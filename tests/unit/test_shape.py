@@ -36,7 +36,6 @@ LONG = {
     "provenance_from": "provenance.py",
     "render_provenance": "cli/inspect.py",
     "preflight": "smoke/preflight.py",
-    "_check_patch": "patches/check.py",
 }
 
 
