@@ -32,8 +32,6 @@ LONG = {
     "install_torch": "construct/fakes.py",
     "_findings_of": "scan/_harness.py",
     "findings": "scan/quant.py",
-    "provenance_from": "provenance.py",
-    "render_provenance": "cli/inspect.py",
     "preflight": "smoke/preflight.py",
 }
 
