@@ -32,7 +32,6 @@ LONG = {
     "install_torch": "construct/fakes.py",
     "_findings_of": "scan/_harness.py",
     "findings": "scan/quant.py",
-    "preflight": "smoke/preflight.py",
 }
 
 
