@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from sglforge import cache, pypi
-from sglforge.patches.series import read_series
+from sglforge.queue.series import read_series
 from synthetic import git as run_git
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -381,13 +381,21 @@ print("SGLFORGE-AITER " + json.dumps(out))
 """
 
 
-def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Where image ``ref``'s aiter keeps its tuned tables, and their contents.
+@dataclass(frozen=True)
+class AiterTables:
+    """Where a base image's aiter keeps its tuned tables, and their text, as the probe read
+    them: ``tuned_fmoe.csv`` (None when absent), the header of ``untuned_fmoe.csv`` and every
+    ``model_configs/*tuned_fmoe*.csv`` aiter merges after it ({file name: text})."""
 
-    ``{"root": None}`` when the image has no aiter. Keys otherwise: ``root``, ``configs_dir``,
-    ``tuned_fmoe`` (text), ``untuned_fmoe_header``, ``model_configs`` ({name: text} of the
-    ``*tuned_fmoe*`` files aiter merges).
-    """
+    root: str
+    configs_dir: str
+    tuned_fmoe: str | None
+    untuned_fmoe_header: str | None
+    model_configs: Mapping[str, str]
+
+
+def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> AiterTables | None:
+    """Image ``ref``'s aiter tables (one probe container); None when the image has no aiter."""
     from sglforge.engine import containers
 
     text = containers.run_python(ref, _AITER_PROBE, labels=labels, working_dir="/")
@@ -398,8 +406,28 @@ def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> dict[str
             f"docker run --rm -w / {ref} python3 -c 'import importlib.util as u; "
             'print(u.find_spec("aiter"))\'',
         )
-    data: dict[str, Any] = json.loads(line.removeprefix("SGLFORGE-AITER "))
-    return data
+    return aiter_tables_from(ref, json.loads(line.removeprefix("SGLFORGE-AITER ")))
+
+
+def aiter_tables_from(ref: str, data: Any) -> AiterTables | None:
+    """The probe's JSON for image ``ref`` as ``AiterTables``; None when it found no aiter."""
+    if not isinstance(data, dict) or not data.get("root"):
+        return None
+    model_configs = data.get("model_configs") or {}
+    unreadable = sorted(name for name, body in model_configs.items() if not isinstance(body, str))
+    if unreadable:
+        raise BuildFailed(
+            f"image {ref}: aiter's {data['configs_dir']}/model_configs/{unreadable[0]} "
+            "could not be read",
+            f"docker run --rm {ref} ls -l {data['configs_dir']}/model_configs",
+        )
+    return AiterTables(
+        root=str(data["root"]),
+        configs_dir=str(data["configs_dir"]),
+        tuned_fmoe=data.get("tuned_fmoe"),
+        untuned_fmoe_header=data.get("untuned_fmoe_header"),
+        model_configs=dict(model_configs),
+    )
 
 
 def _first_line(text: str) -> str:

@@ -573,7 +573,7 @@ def _facts(
 ) -> tuple[ImageFacts, PlanInputs]:
     """What the image is made of (the queue at the applied ref, on the request's target) and
     what its plan starts from (the worktree, the tags and labels)."""
-    from sglforge.patches.upstream import upstream_source
+    from sglforge.queue.upstream import upstream_source
 
     queue = project.queue
     version = version_of(req.ref or queue.pin.ref) or applied.version

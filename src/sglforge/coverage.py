@@ -43,7 +43,7 @@ from typing import Any
 
 from sglforge import construct
 from sglforge.errors import ConfigError
-from sglforge.patches.configs import BaseTables, ConfigItem, render, unfit_rows
+from sglforge.queue.configs import BaseTables, ConfigItem, render, unfit_rows
 
 AITER_RULES = "ROCm/aiter 9127c94a18e4398e1eba91f6639e910f0994ad02"
 TUNED_BASE, TUNED_ITEM, MISS = "tuned-base", "tuned-item", "miss"
@@ -451,7 +451,7 @@ def items_for(
 def default_tree(root: Path) -> Path:
     """The patched tree of the pin, as ``sglforge patches apply`` leaves it."""
     from sglforge.patches.apply import worktree_path
-    from sglforge.patches.series import load_pin
+    from sglforge.queue.series import load_pin
 
     pin = load_pin(root)
     tree = worktree_path(root, pin.ref) / "python"
@@ -472,8 +472,8 @@ def for_scenario(
     gfx: str | None = None,
 ) -> Coverage:
     """The coverage of one smoke scenario's launch on a base, with the queue's items."""
-    from sglforge.patches.configs import load_items
-    from sglforge.patches.series import load_pin
+    from sglforge.queue.configs import load_items
+    from sglforge.queue.series import load_pin
     from sglforge.smoke.scenario import load_scenario
     from sglforge.targets import load_targets
 

@@ -130,7 +130,7 @@ def check_upstream(upstream: str) -> str:
     path absolute; ConfigError for what sglforge cannot open (an unknown scheme)."""
     from sglforge import git
     from sglforge.errors import UpstreamError
-    from sglforge.patches.upstream import check_source
+    from sglforge.queue.upstream import check_source
 
     upstream = upstream.strip()
     try:

@@ -38,7 +38,7 @@ def queue_statuses(root: Path | None) -> dict[str, str]:
     if root is None:
         return {}
     try:
-        from sglforge.patches.series import load_queue
+        from sglforge.queue.series import load_queue
 
         queue = load_queue(root)
     except (SglforgeError, OSError):

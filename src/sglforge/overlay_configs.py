@@ -19,7 +19,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import BuildError
-from sglforge.patches.configs import (
+from sglforge.provenance import ContextFile, config_label
+from sglforge.queue.configs import (
     BaseTables,
     ConfigItem,
     base_tables,
@@ -27,7 +28,6 @@ from sglforge.patches.configs import (
     render,
     unfit_rows,
 )
-from sglforge.provenance import ContextFile, config_label
 from sglforge.util import atomic_write, plural, sha256_bytes
 
 
@@ -44,15 +44,15 @@ def base_aiter(ref: str, labels: Mapping[str, str] | None = None) -> BaseTables 
     """The base image's own tuned_fmoe table, or None when the image has no aiter."""
     from sglforge.bases import aiter_configs
 
-    info = aiter_configs(ref, labels)
-    if not info.get("root") or info.get("tuned_fmoe") is None:
+    tables = aiter_configs(ref, labels)
+    if tables is None or tables.tuned_fmoe is None:
         return None
     return base_tables(
-        info["configs_dir"],
+        tables.configs_dir,
         "tuned_fmoe",
-        info["tuned_fmoe"],
-        info.get("untuned_fmoe_header"),
-        info.get("model_configs") or {},
+        tables.tuned_fmoe,
+        tables.untuned_fmoe_header,
+        tables.model_configs,
     )
 
 

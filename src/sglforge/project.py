@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sglforge.patches.series import Queue
-    from sglforge.patches.upstream import Upstream
+    from sglforge.queue.series import Queue
+    from sglforge.queue.upstream import Upstream
     from sglforge.targets import BuildTarget, Targets
 
 # the lazily read parts, forgotten by reload()
@@ -36,7 +36,7 @@ class Project:
     @cached_property
     def queue(self) -> Queue:
         """The queue (series, patches, pin), loaded and validated once."""
-        from sglforge.patches.series import load_queue
+        from sglforge.queue.series import load_queue
 
         return load_queue(self.root)
 
@@ -56,7 +56,7 @@ class Project:
     @cached_property
     def upstream(self) -> Upstream:
         """The upstream source (fetched into the shared cache on first use)."""
-        from sglforge.patches.upstream import open_upstream
+        from sglforge.queue.upstream import open_upstream
 
         return open_upstream(self.root, self.queue.pin, self.upstream_option)
 
@@ -66,7 +66,7 @@ class Project:
 
     @cached_property
     def _pin_commit(self) -> str:
-        from sglforge.patches.upstream import pinned_commit
+        from sglforge.queue.upstream import pinned_commit
 
         return pinned_commit(self.root, self.queue.pin, self.upstream)
 

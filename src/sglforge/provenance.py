@@ -538,44 +538,13 @@ def provenance_from(
     wheel_label = str(labels.get(LABEL_UPSTREAM_WHEEL, ""))
     queue: Mapping[str, Any] = m.get("queue") or {}
     base: Mapping[str, Any] = m.get("base") or {}
-    statuses = statuses or {}
 
     def label(key: str) -> str:
         return str(labels.get(key, "") or "")
 
-    patches: list[PatchFacts] = []
-    for p in queue.get("patches") or m.get("patches") or ():
-        if not isinstance(p, Mapping) or not p.get("name"):
-            continue
-        sha = str(p.get("sha256", ""))
-        status = str(p.get("upstream_status") or p.get("status") or statuses.get(sha, ""))
-        patches.append(
-            PatchFacts(
-                name=str(p["name"]),
-                subject=str(p.get("subject", "")),
-                sha256=sha,
-                kind=str(p.get("kind", "")),
-                upstream_status=status,
-            )
-        )
-    if not patches and label(LABEL_PATCHES):
-        # No manifest: the label lists names only (no checksums to vouch for them).
-        patches = [PatchFacts(n) for n in label(LABEL_PATCHES).split(",") if n]
     fork_labels = LABEL_UPSTREAM_SOURCE in labels  # OCI source/revision name the fork
-    configs = [dict(c) for c in m.get("configs") or () if isinstance(c, Mapping)]
-    if not configs:  # no manifest: the labels name each item's path and checksum
-        for key, value in sorted(labels.items()):
-            if key.startswith(LABEL_CONFIG_PREFIX):
-                path, _, sha = str(value).partition(" sha256:")
-                configs.append(
-                    {
-                        "name": key.removeprefix(LABEL_CONFIG_PREFIX),
-                        "installed": path,
-                        "sha256": sha,
-                    }
-                )
     return Provenance(
-        configs=tuple(configs),
+        configs=_configs_from(m, labels),
         image=image,
         sglang_version=str(m.get("sglang_version") or label(LABEL_SGLANG_VERSION)),
         # Images from before io.sglforge.upstream.* named upstream in the OCI labels.
@@ -601,7 +570,7 @@ def provenance_from(
         upstream_wheel=str(up.get("wheel") or wheel_label.partition(" sha256:")[0]),
         upstream_wheel_sha256=str(up.get("wheel_sha256") or wheel_label.partition(" sha256:")[2]),
         queue_hash=str(queue.get("hash") or label(LABEL_QUEUE)),
-        patches=tuple(patches),
+        patches=_patches_from(m, labels, statuses or {}),
         target=str(m.get("target") or label(LABEL_TARGET)),
         rocm=str(m.get("rocm") or label(LABEL_ROCM)),
         gpu_arch=str(m.get("gpu_arch") or label(LABEL_GPU_ARCH)),
@@ -617,3 +586,43 @@ def provenance_from(
             if k.startswith(PREFIX) or k.startswith(OCI)
         },
     )
+
+
+def _patches_from(
+    m: Mapping[str, Any], labels: Mapping[str, str], statuses: Mapping[str, str]
+) -> tuple[PatchFacts, ...]:
+    """The manifest's patches (its statuses, else those the queue knows by checksum); without a
+    manifest, the names the label lists (no checksums to vouch for them)."""
+    queue: Mapping[str, Any] = m.get("queue") or {}
+    patches: list[PatchFacts] = []
+    for p in queue.get("patches") or m.get("patches") or ():
+        if not isinstance(p, Mapping) or not p.get("name"):
+            continue
+        sha = str(p.get("sha256", ""))
+        status = str(p.get("upstream_status") or p.get("status") or statuses.get(sha, ""))
+        patches.append(
+            PatchFacts(
+                name=str(p["name"]),
+                subject=str(p.get("subject", "")),
+                sha256=sha,
+                kind=str(p.get("kind", "")),
+                upstream_status=status,
+            )
+        )
+    if not patches and labels.get(LABEL_PATCHES):
+        return tuple(PatchFacts(n) for n in str(labels[LABEL_PATCHES]).split(",") if n)
+    return tuple(patches)
+
+
+def _configs_from(m: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
+    """The manifest's config items; without a manifest, each item's path and checksum as the
+    labels name them."""
+    configs = [dict(c) for c in m.get("configs") or () if isinstance(c, Mapping)]
+    if configs:
+        return tuple(configs)
+    for key, value in sorted(labels.items()):
+        if key.startswith(LABEL_CONFIG_PREFIX):
+            path, _, sha = str(value).partition(" sha256:")
+            name = key.removeprefix(LABEL_CONFIG_PREFIX)
+            configs.append({"name": name, "installed": path, "sha256": sha})
+    return tuple(configs)

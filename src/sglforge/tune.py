@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sglforge import coverage
 from sglforge.errors import ConfigError, SmokeError
-from sglforge.patches.configs import CONFIGS_DIR, key_of
+from sglforge.queue.configs import CONFIGS_DIR, key_of
 from sglforge.util import atomic_write
 
 if TYPE_CHECKING:

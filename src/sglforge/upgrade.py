@@ -24,10 +24,10 @@ from sglforge.errors import ConfigError, SglforgeError
 from sglforge.patches.apply import safe_ref
 from sglforge.patches.check import select_tags
 from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
-from sglforge.patches.series import ref_version
-from sglforge.patches.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.project import Project
 from sglforge.provenance import LABEL_CONFIG_PREFIX
+from sglforge.queue.series import ref_version
+from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest, UpgradeRequest
 from sglforge.util import atomic_write, commit_files, confined, project_lock
 
@@ -474,7 +474,7 @@ def _retire_upstreamed_configs(
     would duplicate keys (the build refuses those) and it has nothing left to add.
     """
     from sglforge.overlay_configs import base_aiter
-    from sglforge.patches.configs import load_items, upstreamed
+    from sglforge.queue.configs import load_items, upstreamed
 
     items = load_items(stage)
     if not items:

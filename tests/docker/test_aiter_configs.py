@@ -32,7 +32,7 @@ from real_project import copy_real_project
 from sglforge import smoke
 from sglforge.build import MANIFEST_PATH, BuildResult
 from sglforge.cli import main
-from sglforge.patches.configs import load_items
+from sglforge.queue.configs import load_items
 from standin.base import aiter_wheel, ensure_sglang_base
 from standin.registry import free_port
 

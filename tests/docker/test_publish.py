@@ -28,7 +28,7 @@ from sglforge.cli import main
 from sglforge.engine import images as engine_images
 from sglforge.engine import registry as reg
 from sglforge.engine.errors import RegistryAuthRefused
-from sglforge.patches.series import load_queue
+from sglforge.queue.series import load_queue
 from standin.base import ensure_sglang_base
 from standin.registry import Registry, free_port, start_registry
 

@@ -32,7 +32,7 @@ from sglang_release import release_history
 from sglforge import selfcheck
 from sglforge.build import BuildResult
 from sglforge.cli import main
-from sglforge.patches.series import read_series
+from sglforge.queue.series import read_series
 from standin.base import ensure_sglang_base
 from standin.registry import free_port
 

@@ -23,7 +23,7 @@ import pytest
 
 from real_project import copy_real_project
 from sglforge import coverage
-from sglforge.patches.configs import base_tables_from_dir, load_items, upstream_findings
+from sglforge.queue.configs import base_tables_from_dir, load_items, upstream_findings
 from sglforge.tune import TuneRequest, tune
 from standin.base import ensure_sglang_base
 

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines import upgrade_at as upgrade
 from real_project import copy_real_project
-from sglforge.patches.series import load_queue
+from sglforge.queue.series import load_queue
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = "pypi:sglang>=0.5.10,<=0.5.16"

@@ -286,7 +286,7 @@ def test_the_publish_gate_fails_on_an_uncovered_hot_shape_and_passes_once_an_ite
     # on the 9127c94a18e4 base's tables; the full publish (build, push) is not run here.
     import shutil
 
-    from sglforge.patches.configs import base_tables_from_dir
+    from sglforge.queue.configs import base_tables_from_dir
 
     base = base_tables_from_dir(aiter_configs)
     root = tmp_path / "project"

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from sglforge.cli import main
-from sglforge.patches.series import load_queue, parse_patch
+from sglforge.queue.series import load_queue, parse_patch
 from synthetic import commit, edit, git, make_project, make_upstream
 
 ONE = [("fix-a", "python/pkg/a.py", 5, "a line 5 FIXED", "")]

@@ -17,7 +17,7 @@ from sglang_release import REPO_ROOT, adopt_checkout_wheels
 from sglforge.patches.apply import apply_queue
 from sglforge.patches.check import check_refs
 from sglforge.patches.lint import lint_queue
-from sglforge.patches.series import load_pin, load_queue
+from sglforge.queue.series import load_pin, load_queue
 
 pytestmark = pytest.mark.pypi
 

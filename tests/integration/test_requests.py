@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from helpers_build import make_build_project
 from sglforge.cli import main
-from sglforge.patches import series
+from sglforge.queue import series
 from sglforge.targets import Targets
 
 REPO = Path(__file__).resolve().parents[2]

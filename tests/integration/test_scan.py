@@ -289,8 +289,8 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sglforge.errors import ScanBlocked
-    from sglforge.patches.upstream import UPSTREAM_ENV
     from sglforge.project import Project
+    from sglforge.queue.upstream import UPSTREAM_ENV
     from sglforge.scan import gate
 
     project = tmp_path / "project"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sglforge import cache, pypi
-from sglforge.patches.series import load_pin
-from sglforge.patches.upstream import open_upstream
+from sglforge.queue.series import load_pin
+from sglforge.queue.upstream import open_upstream
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -72,8 +72,8 @@ def test_two_processes_fill_one_cache(tmp_path: Path) -> None:
     roots = [project(tmp_path / name, up) for name in ("a", "b", "c")]
     env = dict(os.environ, SGLFORGE_CACHE=str(tmp_path / "cache"))
     code = (
-        "import sys; from pathlib import Path; from sglforge.patches.series import load_pin; "
-        "from sglforge.patches.upstream import open_upstream; r = Path(sys.argv[1]); "
+        "import sys; from pathlib import Path; from sglforge.queue.series import load_pin; "
+        "from sglforge.queue.upstream import open_upstream; r = Path(sys.argv[1]); "
         "print(open_upstream(r, load_pin(r)).resolve('v0.1.0'))"
     )
     procs = [

@@ -14,7 +14,7 @@ from crash import CRASH_EXIT, crash_command
 from pipelines import open_project
 from pipelines import upgrade_at as upgrade
 from sglforge.cli import main
-from sglforge.patches.series import load_queue
+from sglforge.queue.series import load_queue
 from sglforge.upgrade import latest_release
 from synthetic import NO_CONFLICT, make_project, make_upstream, snapshot
 

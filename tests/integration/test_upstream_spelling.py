@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from sglforge.cli import main
 from sglforge.errors import UpstreamError
-from sglforge.patches.upstream import Upstream, check_source
+from sglforge.queue.upstream import Upstream, check_source
 from synthetic import make_project, make_upstream
 
 

@@ -13,7 +13,7 @@ from sglforge.errors import PatchError, UpstreamError
 from sglforge.patches.apply import apply_queue
 from sglforge.patches.export import export_queue, new_patch
 from sglforge.patches.refresh import refresh_queue
-from sglforge.patches.series import load_pin, load_queue
+from sglforge.queue.series import load_pin, load_queue
 from synthetic import (
     NO_CONFLICT,
     PATCHES,
@@ -308,7 +308,7 @@ def test_python_only_upstream_skips_files_outside_python(tmp_path: Path) -> None
     from dataclasses import replace
 
     from sglforge.patches.check import check_ref
-    from sglforge.patches.upstream import open_upstream, pinned_commit
+    from sglforge.queue.upstream import open_upstream, pinned_commit
 
     upstream = make_upstream(tmp_path)
     write(upstream, "sgl-kernel/csrc/k.cu", lines("k"))

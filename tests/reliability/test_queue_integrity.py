@@ -242,7 +242,7 @@ class TestDiffScan:
     def test_counts_match_unidiff_on_the_real_queue(self, path: Path) -> None:
         from unidiff import PatchSet
 
-        from sglforge.patches.series import parse_patch, scan_diff
+        from sglforge.queue.series import parse_patch, scan_diff
 
         patch = parse_patch(path)
         scan = scan_diff(patch.diff_lines())
@@ -266,6 +266,6 @@ class TestDiffScan:
         ],
     )
     def test_malformed_hunks_are_found(self, diff: str, error: bool) -> None:
-        from sglforge.patches.series import iter_lines, scan_diff
+        from sglforge.queue.series import iter_lines, scan_diff
 
         assert bool(scan_diff(iter_lines(diff)).error) == error

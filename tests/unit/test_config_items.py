@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from sglforge.patches.check import check_items
-from sglforge.patches.configs import (
+from sglforge.queue.configs import (
     base_duplicates,
     base_tables,
     base_tables_from_dir,
@@ -115,7 +115,7 @@ def test_check_reports_upstreamed_from_the_base_s_configs_folder(tmp_path: Path)
 
 
 def test_rows_a_base_cannot_read_are_left_out_never_edited(tmp_path: Path) -> None:
-    from sglforge.patches.configs import render, unfit_rows
+    from sglforge.queue.configs import render, unfit_rows
 
     root = project(tmp_path)
     (item,) = load_items(root)

@@ -1,6 +1,6 @@
 """Every config item of the queue is upstream's file, byte for byte, at the commit it names.
 
-Two checks, both through ``sglforge.patches.configs.upstream_findings`` (what ``patches lint``
+Two checks, both through ``sglforge.queue.configs.upstream_findings`` (what ``patches lint``
 runs):
 
 - always (CI, no aiter clone): the item's CSV bytes against the ``upstream-sha256`` its TOML
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sglforge import git
-from sglforge.patches.configs import load_items, upstream_findings
+from sglforge.queue.configs import load_items, upstream_findings
 
 REPO = Path(__file__).resolve().parents[2]
 MIRROR = Path("/work/.mirror/ROCm+aiter/repo")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sglforge import coverage, git
-from sglforge.patches.configs import base_tables, load_items
+from sglforge.queue.configs import base_tables, load_items
 from synthetic import git as run_git
 
 REPO = Path(__file__).resolve().parents[2]

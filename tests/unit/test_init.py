@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from sglforge import __version__
 from sglforge.cli import main
 from sglforge.init import init_project, project_files
-from sglforge.patches.series import load_queue
+from sglforge.queue.series import load_queue
 from sglforge.smoke import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 
 from sglforge.errors import ConfigError
 from sglforge.patches.lint import lint_queue
-from sglforge.patches.series import classify, load_pin, load_queue, parse_patch, ref_version
+from sglforge.queue.series import classify, load_pin, load_queue, parse_patch, ref_version
 
 GOOD = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

@@ -82,7 +82,7 @@ def coverage_cmd(
       sglforge configs coverage ... --untuned build/untuned_fmoe.csv
     """
     from sglforge import coverage
-    from sglforge.patches.configs import base_tables_from_dir
+    from sglforge.queue.configs import base_tables_from_dir
 
     if (base_image is None) == (aiter_configs is None):
         raise ConfigError(

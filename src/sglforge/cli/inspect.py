@@ -179,6 +179,15 @@ def render_provenance(p: Provenance) -> str:
         ]
         lines.append(table(["config item", "upstream status", "sha256", "installed"], cfg_rows))
     lines.append("")
+    lines += _release_lines(p)
+    if p.coverage is not None:
+        lines.append(_coverage_line(p.coverage))
+    return "\n".join(lines)
+
+
+def _release_lines(p: Provenance) -> list[str]:
+    """The release record's lines: published or not, and what its smoke run said."""
+    lines: list[str] = []
     if p.release is None and p.local_smoke is not None:
         s = p.local_smoke
         lines.append("release   none: not published (no release record for this image)")
@@ -209,9 +218,7 @@ def render_provenance(p: Provenance) -> str:
             if p.smoke.figures:
                 figures = [[k, v] for k, v in sorted(p.smoke.figures.items())]
                 lines += ["", table(["smoke figure (at publish time)", "value"], figures)]
-    if p.coverage is not None:
-        lines.append(_coverage_line(p.coverage))
-    return "\n".join(lines)
+    return lines
 
 
 def _coverage_line(cov: Mapping[str, Any]) -> str:

@@ -296,7 +296,7 @@ def refresh_cmd(
       sglforge patches refresh --ref v0.5.16 --drop-upstreamed
     """
     from sglforge.patches.refresh import refresh_queue
-    from sglforge.patches.upstream import with_upstream
+    from sglforge.queue.upstream import with_upstream
 
     r = refresh_queue(st.project, new_ref, drop_upstreamed=drop_upstreamed, dry_run=dry_run)
     if as_json:
@@ -594,7 +594,7 @@ def pin_cmd(st: State, upstream: str | None, as_json: bool) -> None:
     Example:
       sglforge patches pin --upstream pypi:sglang
     """
-    from sglforge.patches.upstream import record_pin
+    from sglforge.queue.upstream import record_pin
 
     r = record_pin(st.root, upstream)
     if as_json:

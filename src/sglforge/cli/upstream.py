@@ -32,7 +32,7 @@ def tags_cmd(st: State, spec: str, pre: bool, upstream: str | None, as_json: boo
       sglforge upstream tags '>=0.5.14' --upstream pypi:sglang
     """
     from sglforge.patches.check import select_tags
-    from sglforge.patches.upstream import open_upstream
+    from sglforge.queue.upstream import open_upstream
 
     pin = st.project.queue.pin
     up = open_upstream(st.root, pin, upstream)

@@ -1,5 +1,6 @@
-"""The patch queue: ``patches/series``, the patch files and the upstream pin.
+"""The queue's verbs: what takes a ``Project`` and works on ``patches/``.
 
-Submodules: ``series`` (reading the queue), ``lint``, ``upstream`` (where upstream comes
-from), ``apply`` (worktrees), ``check`` (the per-ref matrix), ``refresh`` and ``export``.
+Submodules: ``apply`` (worktrees), ``check`` (the per-ref matrix), ``edit`` (new, import,
+drop, rename), ``export``, ``lint`` and ``refresh``. The queue's data (series, config items,
+the upstream pin) is read by ``sglforge.queue``, below ``project.py``.
 """

@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sglforge import git, progress
 from sglforge.errors import PatchError
@@ -26,9 +26,9 @@ from sglforge.patches.check import (
     check_ref,
     git_reason,
 )
-from sglforge.patches.series import Queue, ref_version
-from sglforge.patches.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.project import Project
+from sglforge.queue.series import Patch, Queue, ref_version
+from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.util import atomic_write, confined, project_lock
 
 
@@ -168,7 +168,53 @@ def apply_at(
     wt = worktree_path(root, ref)
     with git.cache_lock(up.cache):
         branch = _branch_for(up.cache, wt, ref)
-    record = read_record(root, ref)
+    run = _Run(queue, up, ref, commit, wt, branch)
+    record = _reusable(run, force)
+    if record is not None:
+        return run.applied(record, reused=True)
+    report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
+    with git.cache_lock(up.cache):
+        _ensure_worktree(up.cache, wt, branch, commit)
+    steps = progress.current().start(f"apply at {ref}", len(queue.patches))
+    results = _apply_patches(run, list(zip(queue.patches, report.patches, strict=True)), steps)
+    progress.current().finish(steps)
+    done = WorktreeRecord(ref, commit, queue.hash, git.head(wt), tuple(results), complete=True)
+    return run.applied(write_record(root, done), reused=False)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One ``apply_at``: the queue applied at ``ref`` (``commit``) in worktree ``wt``."""
+
+    queue: Queue
+    up: Upstream
+    ref: str
+    commit: str
+    wt: Path
+    branch: str
+
+    def applied(self, record: WorktreeRecord, reused: bool) -> Applied:
+        version = ref_version(self.ref)
+        return Applied(
+            ref=self.ref,
+            commit=self.commit,
+            version=str(version) if version else None,
+            worktree=self.wt,
+            branch=self.branch,
+            head=record.head,
+            patches=record.patches,
+            changed_files=tuple(git.diff_names(self.wt, self.commit, record.head)),
+            queue_hash=self.queue.hash,
+            reused=reused,
+            python_only=self.up.python_only,
+        )
+
+
+def _reusable(run: _Run, force: bool) -> WorktreeRecord | None:
+    """The worktree's record when it already holds this queue at this commit, untouched; else
+    None (an orphaned worktree is removed first, refused when it holds files and no --force)."""
+    wt = run.wt
+    record = read_record(run.queue.root, run.ref)
     if (wt / ".git").exists() and not _usable(wt):
         # Its repository (the upstream cache) was deleted or replaced: the worktree is an
         # orphan. Its commits went with the cache; uncommitted edits would go with --force.
@@ -179,26 +225,29 @@ def apply_at(
                 f"copy out any edits you need from {wt}, then rerun with --force to make it again",
             )
         shutil.rmtree(wt)
-        record = None
-    if wt.exists() and (wt / ".git").exists():
-        _abort_stale_am(wt)
-        if not force:
-            _refuse_if_unsaved(wt, ref, record)
-        if (
-            record
-            and not (force and git.uncommitted(wt))
-            and record.queue_hash == queue.hash
-            and record.upstream_commit == commit
-            and git.head(wt) == record.head
-            and record.complete
-        ):
-            return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=True)
-    report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
-    with git.cache_lock(up.cache):
-        _ensure_worktree(up.cache, wt, branch, commit)
+        return None
+    if not (wt.exists() and (wt / ".git").exists()):
+        return None
+    _abort_stale_am(wt)
+    if not force:
+        _refuse_if_unsaved(wt, run.ref, record)
+    if (
+        record
+        and not (force and git.uncommitted(wt))
+        and record.queue_hash == run.queue.hash
+        and record.upstream_commit == run.commit
+        and git.head(wt) == record.head
+        and record.complete
+    ):
+        return record
+    return None
+
+
+def _apply_patches(
+    run: _Run, pairs: list[tuple[Patch, PatchStatus]], steps: progress.Task
+) -> list[AppliedPatch]:
+    """Each patch's commit, in order; a conflict stops the run (``_conflict`` raises)."""
     results: list[AppliedPatch] = []
-    steps = progress.current().start(f"apply at {ref}", len(queue.patches))
-    pairs = list(zip(queue.patches, report.patches, strict=True))
     i = 0
     while i < len(pairs):
         patch, st = pairs[i]
@@ -213,10 +262,10 @@ def apply_at(
         j = i
         while j < len(pairs) and pairs[j][1].status not in (UPSTREAMED, SKIPPED):
             j += 1
-        before = git.head(wt)
+        before = git.head(run.wt)
         batch = [p.path.resolve() for p, _ in pairs[i:j]]
-        res = git.am(wt, batch) if j - i > 1 else None
-        made = git.commits_between(wt, before) if res else []
+        res = git.am(run.wt, batch) if j - i > 1 else None
+        made = git.commits_between(run.wt, before) if res else []
         for (patch, st), made_commit in zip(pairs[i:j], made, strict=False):
             steps.advance(note=patch.name)
             results.append(_applied_patch(patch.name, st, made_commit))
@@ -225,53 +274,60 @@ def apply_at(
             continue
         if res is not None:
             # Stopped inside the run: drop the session, keep the commits made.
-            git.am_quit(wt)
+            git.am_quit(run.wt)
         i += len(made)
         patch, st = pairs[i]
         steps.advance(note=patch.name)
-        # A conflicting patch still goes through `git am --3way`: it stops with conflict
-        # markers in the worktree, which is where the user resolves it.
-        res = git.am(wt, [patch.path.resolve()])
-        if res.status == 0 and st.status not in APPLIED:
-            # git's own verdict wins: the commit is made, so the queue goes on from it.
-            said = st.detail.splitlines()[0] if st.detail else st.status
-            st = replace(st, status=THREE_WAY, detail=f"applied by git am --3way ({said})")
-        if res.status != 0 or st.status not in APPLIED:
-            detail = st.detail if st.status not in APPLIED else ""
-            if res.status != 0:
-                said = git_reason(res.stderr) or (res.stderr or res.stdout).strip()
-                detail = f"{detail}; git am: {said}" if detail else f"git am: {said}"
-            in_conflict = res.status != 0 and _conflict_in_progress(wt)
-            if res.status != 0 and not in_conflict:
-                # Nothing to resolve: leave no `git am` session behind to mislead.
-                git.am_abort(wt)
-            # Record how far it got, so `patches export` maps the resolved commit back to
-            # this patch; the record is incomplete, so the next apply starts over.
-            pending = [
-                AppliedPatch(p.name, "pending", None) for p in queue.patches[len(results) + 1 :]
-            ]
-            stopped = AppliedPatch(patch.name, "conflict", None, detail.strip())
-            write_record(
-                root,
-                WorktreeRecord(
-                    ref,
-                    commit,
-                    queue.hash,
-                    git.head(wt),
-                    (*results, stopped, *pending),
-                    complete=False,
-                ),
-            )
-            progress.current().finish(steps, ok=False)
-            _conflict(
-                wt, ref, patch.name, detail.strip(), hint_upstream(up, queue.pin), am=in_conflict
-            )
-        results.append(AppliedPatch(patch.name, st.status, git.head(wt), st.detail))
+        results.append(_apply_one(run, patch, st, results, steps))
         i += 1
-    progress.current().finish(steps)
-    done = WorktreeRecord(ref, commit, queue.hash, git.head(wt), tuple(results), complete=True)
-    record = write_record(root, done)
-    return _applied_from_record(queue, up, ref, commit, wt, branch, record, reused=False)
+    return results
+
+
+def _apply_one(
+    run: _Run,
+    patch: Patch,
+    st: PatchStatus,
+    results: list[AppliedPatch],
+    steps: progress.Task,
+) -> AppliedPatch:
+    """One patch through its own ``git am --3way``; a conflict records how far the queue got
+    and raises, leaving the session (with conflict markers) for the user to resolve."""
+    wt = run.wt
+    res = git.am(wt, [patch.path.resolve()])
+    if res.status == 0 and st.status not in APPLIED:
+        # git's own verdict wins: the commit is made, so the queue goes on from it.
+        said = st.detail.splitlines()[0] if st.detail else st.status
+        st = replace(st, status=THREE_WAY, detail=f"applied by git am --3way ({said})")
+    if res.status == 0 and st.status in APPLIED:
+        return AppliedPatch(patch.name, st.status, git.head(wt), st.detail)
+    detail = st.detail if st.status not in APPLIED else ""
+    if res.status != 0:
+        said = git_reason(res.stderr) or (res.stderr or res.stdout).strip()
+        detail = f"{detail}; git am: {said}" if detail else f"git am: {said}"
+    in_conflict = res.status != 0 and _conflict_in_progress(wt)
+    if res.status != 0 and not in_conflict:
+        # Nothing to resolve: leave no `git am` session behind to mislead.
+        git.am_abort(wt)
+    # Record how far it got, so `patches export` maps the resolved commit back to this patch;
+    # the record is incomplete, so the next apply starts over.
+    queue = run.queue
+    pending = [AppliedPatch(p.name, "pending", None) for p in queue.patches[len(results) + 1 :]]
+    stopped = AppliedPatch(patch.name, "conflict", None, detail.strip())
+    write_record(
+        queue.root,
+        WorktreeRecord(
+            run.ref,
+            run.commit,
+            queue.hash,
+            git.head(wt),
+            (*results, stopped, *pending),
+            complete=False,
+        ),
+    )
+    progress.current().finish(steps, ok=False)
+    _conflict(
+        wt, run.ref, patch.name, detail.strip(), hint_upstream(run.up, queue.pin), am=in_conflict
+    )
 
 
 def _applied_patch(name: str, st: PatchStatus, made: str) -> AppliedPatch:
@@ -280,32 +336,6 @@ def _applied_patch(name: str, st: PatchStatus, made: str) -> AppliedPatch:
         said = st.detail.splitlines()[0] if st.detail else st.status
         return AppliedPatch(name, THREE_WAY, made, f"applied by git am --3way ({said})")
     return AppliedPatch(name, st.status, made, st.detail)
-
-
-def _applied_from_record(
-    queue: Queue,
-    up: Upstream,
-    ref: str,
-    commit: str,
-    wt: Path,
-    branch: str,
-    record: WorktreeRecord,
-    reused: bool,
-) -> Applied:
-    version = ref_version(ref)
-    return Applied(
-        ref=ref,
-        commit=commit,
-        version=str(version) if version else None,
-        worktree=wt,
-        branch=branch,
-        head=record.head,
-        patches=record.patches,
-        changed_files=tuple(git.diff_names(wt, commit, record.head)),
-        queue_hash=queue.hash,
-        reused=reused,
-        python_only=up.python_only,
-    )
 
 
 def _abort_stale_am(wt: Path) -> None:
@@ -371,7 +401,7 @@ def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:
 
 def _conflict(
     wt: Path, ref: str, name: str, detail: str, upstream: str | None, am: bool = False
-) -> None:
+) -> NoReturn:
     refresh = with_upstream(f"sglforge patches refresh --ref {ref}", upstream)
     upgrade = with_upstream(f"sglforge upgrade --to {ref}", upstream)
     check = with_upstream(f"sglforge patches check --ref {ref}", upstream)

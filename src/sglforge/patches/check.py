@@ -25,10 +25,10 @@ from unidiff.patch import PatchSet
 
 from sglforge import git, progress
 from sglforge.errors import ConfigError
-from sglforge.patches.configs import base_tables_from_dir, load_items, upstreamed
-from sglforge.patches.series import Patch, Queue, ref_version
-from sglforge.patches.upstream import Upstream
 from sglforge.project import Project
+from sglforge.queue.configs import base_tables_from_dir, load_items, upstreamed
+from sglforge.queue.series import Patch, Queue, ref_version
+from sglforge.queue.upstream import Upstream
 from sglforge.util import scratch_dir
 
 
@@ -173,7 +173,8 @@ def check_ref(
                 renames = _renames(up.cache, pin_commit, commit, files)
                 if renames:
                     index.read_paths(commit, sorted(set(renames.values())), add=True)
-            st = _check_patch(patch, index, up, pin_commit, commit, version, renames or {})
+            ctx = _RefCheck(index, up, pin_commit, commit, version, renames or {})
+            st = _check_patch(ctx, patch)
             results.append(st)
             if st.status == CONFLICT or (st.status == SKIPPED and "Applies-To" not in st.detail):
                 failed[patch.name] = st.status
@@ -265,19 +266,30 @@ def _renames(cache: Path, a: str, b: str, files: tuple[str, ...] = ()) -> dict[s
     return git.renames(cache, a, b)
 
 
-def _check_patch(
-    patch: Patch,
-    index: _Index,
-    up: Upstream,
-    pin_commit: str,
-    commit: str,
-    version: Version | None,
-    renames: dict[str, str],
-) -> PatchStatus:
+@dataclass(frozen=True)
+class _RefCheck:
+    """What checking one patch at one ref needs: the private index holding the ref's tree,
+    the upstream, the pin's and the ref's commits, the ref's version, and the files renamed
+    between pin and ref."""
+
+    index: _Index
+    up: Upstream
+    pin_commit: str
+    commit: str
+    version: Version | None
+    renames: dict[str, str]
+
+    def moved(self, patch: Patch) -> dict[str, str]:
+        """The patch's files that moved between the pin and this ref (old -> new path)."""
+        return {a: b for a, b in self.renames.items() if a in patch.files}
+
+
+def _check_patch(ctx: _RefCheck, patch: Patch) -> PatchStatus:
     if not patch.has_diff():
         return PatchStatus(patch.name, CONFLICT, "empty patch: no diff", patch.files)
-    allowed = patch.applies_at(version)
+    allowed = patch.applies_at(ctx.version)
     text = patch.text  # the exact bytes `git am` gets in apply: one verdict for both
+    index = ctx.index
     if allowed is not False:
         res = index.apply(text)
         if res.status == 0:
@@ -288,16 +300,17 @@ def _check_patch(
                 _offset_detail(res.stderr) if offset else "",
                 patch.files,
             )
-    evidence = _upstreamed(patch, text, index, up, pin_commit, commit, version, renames)
+    evidence = _upstreamed(ctx, patch, text)
     if evidence:
         note = f" (outside Applies-To {patch.applies_to})" if allowed is False else ""
-        moved = {a: b for a, b in renames.items() if a in patch.files}
-        return PatchStatus(patch.name, UPSTREAMED, evidence + note, patch.files, moved=moved)
+        return PatchStatus(
+            patch.name, UPSTREAMED, evidence + note, patch.files, moved=ctx.moved(patch)
+        )
     if allowed is False:
         return PatchStatus(
             patch.name,
             SKIPPED,
-            f"Applies-To {patch.applies_to} excludes {version}",
+            f"Applies-To {patch.applies_to} excludes {ctx.version}",
             patch.files,
         )
     before = index.write_tree()
@@ -305,23 +318,11 @@ def _check_patch(
     if res.status == 0:
         return PatchStatus(patch.name, THREE_WAY, "merged with git's 3-way fallback", patch.files)
     index.read_tree(before)
-    moved = {a: b for a, b in renames.items() if a in patch.files}
-    if moved:
-        moved_text = retarget(text, moved)
-        res = index.apply(moved_text)
-        where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
-        if res.status == 0:
-            return PatchStatus(
-                patch.name, OFFSET, f"applied at moved path ({where})", patch.files, moved=moved
-            )
-        res = index.apply(moved_text, three_way=True)
-        if res.status == 0:
-            return PatchStatus(
-                patch.name, THREE_WAY, f"3-way at moved path ({where})", patch.files, moved=moved
-            )
-        index.read_tree(before)
+    at_moved = _at_moved_path(ctx, patch, text, before)
+    if at_moved is not None:
+        return at_moved
     outside = [f for f in patch.files if not f.startswith("python/")]
-    if up.python_only and outside:
+    if ctx.up.python_only and outside:
         # A PyPI-built history has python/ only: it cannot say anything about these files.
         return PatchStatus(
             patch.name,
@@ -330,11 +331,36 @@ def _check_patch(
             "check it against a git clone of sglang",
             patch.files,
         )
-    files, hunks, reason = _failing_hunks(index, text, patch)
+    return _conflict_status(ctx, patch, text)
+
+
+def _at_moved_path(ctx: _RefCheck, patch: Patch, text: str, before: str) -> PatchStatus | None:
+    """The patch applied (plainly, then 3-way) at the paths its files moved to; None when
+    none moved or it does not apply there either (the index is then back at ``before``)."""
+    moved = ctx.moved(patch)
+    if not moved:
+        return None
+    moved_text = retarget(text, moved)
+    where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
+    if ctx.index.apply(moved_text).status == 0:
+        return PatchStatus(
+            patch.name, OFFSET, f"applied at moved path ({where})", patch.files, moved=moved
+        )
+    if ctx.index.apply(moved_text, three_way=True).status == 0:
+        return PatchStatus(
+            patch.name, THREE_WAY, f"3-way at moved path ({where})", patch.files, moved=moved
+        )
+    ctx.index.read_tree(before)
+    return None
+
+
+def _conflict_status(ctx: _RefCheck, patch: Patch, text: str) -> PatchStatus:
+    """A conflict, with the hunks that fail, git's reason, and where their context went."""
+    files, hunks, reason = _failing_hunks(ctx.index, text, patch)
     detail = "; ".join(hunks or files)
     if reason and reason not in detail:
         detail = f"{detail} ({reason})" if detail else reason
-    moved_to = context_elsewhere(up.cache, commit, patch, files)
+    moved_to = context_elsewhere(ctx.up.cache, ctx.commit, patch, files)
     if moved_to:
         detail += f" [{moved_to}]"
     if "\r\n" in text and text.count("\r\n") >= text.count("\n") - 1:
@@ -366,38 +392,29 @@ def retarget(text: str, moved: dict[str, str]) -> str:
     return text
 
 
-def _upstreamed(
-    patch: Patch,
-    text: str,
-    index: _Index,
-    up: Upstream,
-    pin_commit: str,
-    commit: str,
-    version: Version | None,
-    renames: dict[str, str],
-) -> str:
+def _upstreamed(ctx: _RefCheck, patch: Patch, text: str) -> str:
     """Evidence that upstream already has this change, strongest first; '' when none."""
-    rev = index.apply(text, reverse=True, check=True)
+    rev = ctx.index.apply(text, reverse=True, check=True)
     if rev.status == 0:
         return "change already present: the patch reverse-applies here"
-    pid = git.patch_id(up.cache, text)
-    if pid and commit != pin_commit:
-        found = _commit_with_patch_id(up.cache, pin_commit, commit, patch.files, pid)
+    pid = git.patch_id(ctx.up.cache, text)
+    if pid and ctx.commit != ctx.pin_commit:
+        found = _commit_with_patch_id(ctx.up.cache, ctx.pin_commit, ctx.commit, patch.files, pid)
         if found:
             return f"same change as upstream commit {found[:12]} (patch-id {pid[:12]})"
-    moved = {a: b for a, b in renames.items() if a in patch.files}
+    moved = ctx.moved(patch)
     if moved:
-        rev = index.apply(retarget(text, moved), reverse=True, check=True)
+        rev = ctx.index.apply(retarget(text, moved), reverse=True, check=True)
         if rev.status == 0:
             where = ", ".join(f"{a} -> {b}" for a, b in moved.items())
             return f"file moved ({where}) and the change is present at the new path"
-    if patch.fixed_in and version is not None:
+    if patch.fixed_in and ctx.version is not None:
         try:
             fixed = Version(patch.fixed_in)
         except InvalidVersion:
             fixed = None
-        if fixed is not None and version >= fixed:
-            return f"Upstream-Fixed-In {fixed} and this ref is {version}"
+        if fixed is not None and ctx.version >= fixed:
+            return f"Upstream-Fixed-In {fixed} and this ref is {ctx.version}"
     return ""
 
 

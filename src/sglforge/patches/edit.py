@@ -16,7 +16,8 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge import git
 from sglforge.errors import ConfigError, PatchError, UpstreamError
-from sglforge.patches.series import (
+from sglforge.project import Project
+from sglforge.queue.series import (
     Patch,
     Queue,
     SeriesEntry,
@@ -27,7 +28,6 @@ from sglforge.patches.series import (
     split_patch,
     validate_patch,
 )
-from sglforge.project import Project
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 # git format-patch's mbox separator: one per commit in a file (a pull request's .patch).

@@ -17,8 +17,8 @@ from sglforge.patches.apply import (
     write_record,
 )
 from sglforge.patches.check import git_reason
-from sglforge.patches.series import Queue, check_trailers, load_queue, split_patch
 from sglforge.project import Project
+from sglforge.queue.series import Queue, check_trailers, load_queue, split_patch
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 

@@ -12,10 +12,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import ConfigError
-from sglforge.patches.series import (
+from sglforge.queue.series import (
     NEEDS_DETAIL,
     STATUSES,
     Patch,
+    SeriesEntry,
     parse_patch,
     read_series,
     scan_diff,
@@ -48,8 +49,6 @@ def lint_queue(
     commit's own file.
     """
     recover_transactions(root / "patches")
-    findings: list[Finding] = []
-    pdir = root / "patches"
     series_rel = "patches/series"
     try:
         entries = read_series(root)
@@ -57,6 +56,34 @@ def lint_queue(
         if exc.line is not None:
             return [Finding(exc.file or series_rel, exc.line, "bad-series", exc.reason)]
         return [Finding(series_rel, 0, "bad-series", exc.message)]
+    findings, seen = _series_findings(root, entries)
+    pin_version = _pin_version(root)
+    changes: dict[str, str] = {}
+    for i, e in enumerate(entries, 1):
+        path = root / "patches" / e.name
+        if not path.is_file() or seen.get(e.name) != e.line:
+            continue
+        patch = parse_patch(path, i)
+        rel = f"patches/{e.name}"
+        findings.extend(lint_patch(patch, rel))
+        findings.extend(_placement_findings(patch, rel, e.line, seen, pin_version))
+        key = _change_key(patch)
+        if key and key in changes:
+            findings.append(Finding(rel, 1, "duplicate-change", f"same change as {changes[key]}"))
+        elif key:
+            changes[key] = e.name
+    findings.extend(_config_findings(root, aiter_configs, aiter_repo))
+    return sorted(findings, key=lambda f: (f.file, f.line, f.code))
+
+
+def _series_findings(
+    root: Path, entries: tuple[SeriesEntry, ...]
+) -> tuple[list[Finding], dict[str, int]]:
+    """The series against the folder: duplicate, missing and orphan patches; and each listed
+    name's first line."""
+    pdir = root / "patches"
+    series_rel = "patches/series"
+    findings: list[Finding] = []
     if not (pdir / "series").exists():
         findings.append(Finding(series_rel, 0, "series-missing", "patches/series does not exist"))
     seen: dict[str, int] = {}
@@ -86,61 +113,43 @@ def lint_queue(
                     "patch file is not listed in patches/series",
                 )
             )
-    pin_version = _pin_version(root)
-    changes: dict[str, str] = {}
-    for i, e in enumerate(entries, 1):
-        path = pdir / e.name
-        if not path.is_file() or seen.get(e.name) != e.line:
+    return findings, seen
+
+
+def _placement_findings(
+    patch: Patch, rel: str, line: int, seen: dict[str, int], pin_version: Version | None
+) -> list[Finding]:
+    """Where the patch sits in the queue: excluded at the pin, or depending on a patch that is
+    missing or comes later."""
+    out: list[Finding] = []
+    if pin_version is not None and patch.applies_at(pin_version) is False:
+        out.append(
+            Finding(
+                rel,
+                1,
+                "excluded-at-pin",
+                f"Applies-To {patch.applies_to} excludes the pinned {pin_version}: the "
+                "patch is never applied (retire it, or fix Applies-To)",
+                "warning",
+            )
+        )
+    for dep in patch.depends_on:
+        if dep not in seen:
+            code, why = "unknown-dependency", "which is not in patches/series"
+        elif seen[dep] > line:
+            code, why = "dependency-order", "which comes later in patches/series"
+        else:
             continue
-        patch = parse_patch(path, i)
-        findings.extend(lint_patch(patch, f"patches/{e.name}"))
-        if pin_version is not None and patch.applies_at(pin_version) is False:
-            findings.append(
-                Finding(
-                    f"patches/{e.name}",
-                    1,
-                    "excluded-at-pin",
-                    f"Applies-To {patch.applies_to} excludes the pinned {pin_version}: the "
-                    "patch is never applied (retire it, or fix Applies-To)",
-                    "warning",
-                )
-            )
-        for dep in patch.depends_on:
-            if dep not in seen:
-                findings.append(
-                    Finding(
-                        f"patches/{e.name}",
-                        _line_of(patch, r"^Depends-On:"),
-                        "unknown-dependency",
-                        f"Depends-On names {dep}, which is not in patches/series",
-                    )
-                )
-            elif seen[dep] > e.line:
-                findings.append(
-                    Finding(
-                        f"patches/{e.name}",
-                        _line_of(patch, r"^Depends-On:"),
-                        "dependency-order",
-                        f"Depends-On names {dep}, which comes later in patches/series",
-                    )
-                )
-        key = _change_key(patch)
-        if key and key in changes:
-            findings.append(
-                Finding(
-                    f"patches/{e.name}", 1, "duplicate-change", f"same change as {changes[key]}"
-                )
-            )
-        elif key:
-            changes[key] = e.name
-    findings.extend(_config_findings(root, aiter_configs, aiter_repo))
-    return sorted(findings, key=lambda f: (f.file, f.line, f.code))
+        out.append(
+            Finding(rel, _line_of(patch, r"^Depends-On:"), code, f"Depends-On names {dep}, {why}")
+        )
+    return out
 
 
 def _config_findings(
     root: Path, aiter_configs: Path | None, aiter_repo: Path | None = None
 ) -> list[Finding]:
-    from sglforge.patches import configs
+    from sglforge.queue import configs
 
     try:
         items = configs.load_items(root)
@@ -163,14 +172,18 @@ def _config_findings(
 
 def lint_patch(patch: Patch, rel: str) -> list[Finding]:
     """Findings for one patch file (metadata and diff)."""
-    out: list[Finding] = []
     # The patch is read once (``parse_patch``) and its diff walked line by line: a 40 MB
     # patch costs its own size in memory, not a list of a million lines.
-    header_lines = patch.header.count("\n")
+    out = _status_findings(patch, rel) + _field_findings(patch, rel)
+    if not patch.has_diff():
+        lines = max(1, len(patch.header.splitlines()))
+        return [*out, Finding(rel, lines, "empty-patch", "no diff in this patch")]
+    return out + _diff_findings(patch, rel)
 
-    def line_of(pattern: str) -> int:
-        return _line_of(patch, pattern)
 
+def _status_findings(patch: Patch, rel: str) -> list[Finding]:
+    """The subject and the ``Upstream-Status:`` trailer."""
+    out: list[Finding] = []
     if not patch.subject:
         out.append(Finding(rel, 1, "missing-subject", "no Subject: header (or first line)"))
     status = patch.upstream_status
@@ -178,46 +191,53 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
         out.append(
             Finding(
                 rel,
-                max(1, header_lines),
+                max(1, patch.header.count("\n")),
                 "missing-status",
                 "no Upstream-Status: trailer (Pending, Submitted [where], Backport [ver], "
                 "Denied, Inactive-Upstream, Inappropriate [reason])",
             )
         )
-    else:
-        m = re.match(r"^([A-Za-z-]+)\s*(\[(.*)\])?\s*$", status)
-        n = line_of(r"^Upstream-Status:")
-        if not m or m.group(1) not in STATUSES:
-            out.append(
-                Finding(
-                    rel,
-                    n,
-                    "invalid-status",
-                    f"Upstream-Status {status!r} is not one of {', '.join(STATUSES)}",
-                )
+        return out
+    m = re.match(r"^([A-Za-z-]+)\s*(\[(.*)\])?\s*$", status)
+    n = _line_of(patch, r"^Upstream-Status:")
+    if not m or m.group(1) not in STATUSES:
+        out.append(
+            Finding(
+                rel,
+                n,
+                "invalid-status",
+                f"Upstream-Status {status!r} is not one of {', '.join(STATUSES)}",
             )
-        elif m.group(1) in NEEDS_DETAIL and not (m.group(3) or "").strip():
-            out.append(
-                Finding(rel, n, "invalid-status", f"Upstream-Status {m.group(1)} needs a [detail]")
-            )
+        )
+    elif m.group(1) in NEEDS_DETAIL and not (m.group(3) or "").strip():
+        out.append(
+            Finding(rel, n, "invalid-status", f"Upstream-Status {m.group(1)} needs a [detail]")
+        )
+    return out
+
+
+def _field_findings(patch: Patch, rel: str) -> list[Finding]:
+    """The description, the forwarding of a Pending patch, ``Applies-To`` and
+    ``Upstream-Fixed-In``."""
+    out: list[Finding] = []
     if patch.subject and not patch.description.strip():
         out.append(
             Finding(
                 rel,
-                line_of(r"^Subject:"),
+                _line_of(patch, r"^Subject:"),
                 "no-description",
                 "the patch says what it changes but not why: add a description under the "
                 "subject (what breaks without it, where it was seen)",
                 "warning",
             )
         )
-    if status.split(" ", 1)[0] == "Pending" and not (
+    if patch.upstream_status.split(" ", 1)[0] == "Pending" and not (
         patch.trailer("Forwarded") or patch.trailer("Bug")
     ):
         out.append(
             Finding(
                 rel,
-                line_of(r"^Upstream-Status:"),
+                _line_of(patch, r"^Upstream-Status:"),
                 "pending-not-forwarded",
                 "Pending with no Forwarded: (or Bug:) trailer: nobody upstream knows of it; "
                 "send it and add `Forwarded: URL`, or say `Forwarded: not-needed` and why",
@@ -231,7 +251,7 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
             out.append(
                 Finding(
                     rel,
-                    line_of(r"^Applies-To:"),
+                    _line_of(patch, r"^Applies-To:"),
                     "invalid-specifier",
                     f"Applies-To {patch.applies_to!r} is not a PEP 440 specifier",
                 )
@@ -243,18 +263,19 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
             out.append(
                 Finding(
                     rel,
-                    line_of(r"^Upstream-Fixed-In:"),
+                    _line_of(patch, r"^Upstream-Fixed-In:"),
                     "invalid-version",
                     f"Upstream-Fixed-In {patch.fixed_in!r} is not a version",
                 )
             )
-    if not patch.has_diff():
-        out.append(
-            Finding(
-                rel, max(1, len(patch.header.splitlines())), "empty-patch", "no diff in this patch"
-            )
-        )
-        return out
+    return out
+
+
+def _diff_findings(patch: Patch, rel: str) -> list[Finding]:
+    """The diff, walked once: parse errors, unsafe paths and symlinks, binary changes git
+    cannot apply, and whitespace on added lines."""
+    out: list[Finding] = []
+    header_lines = patch.header.count("\n")
     scan = scan_diff(patch.diff_lines())
     if scan.error:
         out.append(Finding(rel, header_lines + scan.error_line, "unparsable-diff", scan.error))
@@ -343,7 +364,7 @@ def _line_of(patch: Patch, pattern: str) -> int:
 
 
 def _pin_version(root: Path) -> Version | None:
-    from sglforge.patches.series import load_pin, ref_version
+    from sglforge.queue.series import load_pin, ref_version
 
     try:
         return ref_version(load_pin(root).ref)

@@ -28,15 +28,15 @@ from sglforge.patches.check import (
     retarget,
 )
 from sglforge.patches.export import diff_body, format_commit, merge_header
-from sglforge.patches.series import Patch, Queue, render_pin, split_patch
-from sglforge.patches.upstream import (
+from sglforge.project import Project
+from sglforge.queue.series import Patch, Queue, render_pin, split_patch
+from sglforge.queue.upstream import (
     Upstream,
     hint_upstream,
     machine_local,
     pins_commit,
     with_upstream,
 )
-from sglforge.project import Project
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 

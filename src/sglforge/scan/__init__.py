@@ -115,7 +115,7 @@ def checkout(
     with ``git apply`` unless ``queue`` is False: (folder, ref, commit, patches applied)."""
     q = project.queue
     up = project.upstream
-    from sglforge.patches.series import ref_version
+    from sglforge.queue.series import ref_version
 
     if ref is None:
         ref, commit = q.pin.ref, project.pin_commit()

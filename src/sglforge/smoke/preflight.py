@@ -206,7 +206,6 @@ def preflight(
     host: Host = Host(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> list[Check]:
     """The checks that decide whether ``host`` can run ``scenario`` at all."""
-    gpus, exists, port_busy = host.gpus, host.exists, host.port_busy
     out = [
         Check(
             "preflight.image",
@@ -217,57 +216,9 @@ def preflight(
         )
     ]
     if scenario.accelerator == "rocm":
-        missing = [d for d in scenario.container.devices if not exists(d)]
-        out.append(
-            Check(
-                "preflight.devices",
-                not missing,
-                ", ".join(missing) + " missing" if missing else "present",
-                ", ".join(scenario.container.devices),
-                "the amdgpu driver is not loaded or the devices are not visible here"
-                if missing
-                else "",
-            )
-        )
-        inv = gpus or GpuInventory((), "none", "not probed")
-        want, why = arch
-        have = sorted(set(inv.archs))
-        if not inv.archs:
-            ok, detail = False, f"no GPU found ({inv.problem})"
-        elif want is None:
-            ok, detail = False, f"cannot tell which GPU arch the image needs: {why}"
-        else:
-            ok = all(a == want for a in inv.archs)
-            detail = f"from {inv.source}; expected from {why}" + (
-                "" if ok else f": the host has {', '.join(have)}, the image needs {want}"
-            )
-        out.append(Check("preflight.gpu-arch", ok, ", ".join(have) or None, want, detail))
-        need = scenario.gpus_needed
-        out.append(
-            Check(
-                "preflight.gpu-count",
-                len(inv.archs) >= need,
-                len(inv.archs),
-                need,
-                f"the launch arguments need {need} GPUs" if len(inv.archs) < need else "",
-            )
-        )
-    if model_path is None:
-        out.append(
-            Check("preflight.model", False, None, "a folder", "no model path: pass --model PATH")
-        )
-    else:
-        ok = model_path.is_dir()
-        out.append(
-            Check(
-                "preflight.model",
-                ok,
-                str(model_path),
-                "a folder",
-                "" if ok else f"{model_path} is not a folder on this host (pass --model PATH)",
-            )
-        )
-    busy = port_busy(port)
+        out += _gpu_checks(scenario, arch, host)
+    out.append(_model_check(model_path))
+    busy = host.port_busy(port)
     out.append(
         Check(
             "preflight.port",
@@ -278,6 +229,61 @@ def preflight(
         )
     )
     return out
+
+
+def _gpu_checks(scenario: Scenario, arch: tuple[str | None, str], host: Host) -> list[Check]:
+    """A ROCm scenario's device files, the GPU arch against the image's, and the GPU count."""
+    out: list[Check] = []
+    missing = [d for d in scenario.container.devices if not host.exists(d)]
+    out.append(
+        Check(
+            "preflight.devices",
+            not missing,
+            ", ".join(missing) + " missing" if missing else "present",
+            ", ".join(scenario.container.devices),
+            "the amdgpu driver is not loaded or the devices are not visible here"
+            if missing
+            else "",
+        )
+    )
+    inv = host.gpus or GpuInventory((), "none", "not probed")
+    want, why = arch
+    have = sorted(set(inv.archs))
+    if not inv.archs:
+        ok, detail = False, f"no GPU found ({inv.problem})"
+    elif want is None:
+        ok, detail = False, f"cannot tell which GPU arch the image needs: {why}"
+    else:
+        ok = all(a == want for a in inv.archs)
+        detail = f"from {inv.source}; expected from {why}" + (
+            "" if ok else f": the host has {', '.join(have)}, the image needs {want}"
+        )
+    out.append(Check("preflight.gpu-arch", ok, ", ".join(have) or None, want, detail))
+    need = scenario.gpus_needed
+    out.append(
+        Check(
+            "preflight.gpu-count",
+            len(inv.archs) >= need,
+            len(inv.archs),
+            need,
+            f"the launch arguments need {need} GPUs" if len(inv.archs) < need else "",
+        )
+    )
+    return out
+
+
+def _model_check(model_path: Path | None) -> Check:
+    """The model folder the run mounts."""
+    if model_path is None:
+        return Check("preflight.model", False, None, "a folder", "no model path: pass --model PATH")
+    ok = model_path.is_dir()
+    return Check(
+        "preflight.model",
+        ok,
+        str(model_path),
+        "a folder",
+        "" if ok else f"{model_path} is not a folder on this host (pass --model PATH)",
+    )
 
 
 # --------------------------------------------------------------------------- HTTP

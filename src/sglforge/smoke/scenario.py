@@ -226,7 +226,37 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     load_timeout = sc.number("load_timeout", "float", DEFAULT_LOAD_TIMEOUT)
     sc.done()
 
-    mt = top.table("model")
+    model_path, model_mount = _parse_model(top.table("model"), path)
+    command, args = _parse_launch(top.table("launch"), path)
+    container = _parse_container(top.table("container"), path)
+
+    checks = _parse_checks(top.table("checks"), path)
+    from sglforge.bench.spec import parse_bench
+
+    bench = parse_bench(top.table("bench"), path)
+    accepted = _parse_coverage(top.table("coverage"), path)
+    top.done()
+    return Scenario(
+        path=path,
+        name=name,
+        description=description,
+        target=target,
+        accelerator=accelerator,
+        port=port,
+        load_timeout=load_timeout,
+        model_path=model_path,
+        model_mount=model_mount,
+        command=command,
+        args=args,
+        container=container,
+        checks=checks,
+        bench=bench,
+        accepted_misses=accepted,
+    )
+
+
+def _parse_model(mt: _Table, path: Path) -> tuple[Path | None, str]:
+    """``[model]``: the host path (relative to the scenario file) and the mount point."""
     raw_model = mt.get("path", "str", None)
     model_path = (path.parent / raw_model).resolve() if raw_model else None
     model_mount = mt.get("mount", "str", "/model")
@@ -236,8 +266,11 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
             f"fix {path}",
         )
     mt.done()
+    return model_path, model_mount
 
-    la = top.table("launch")
+
+def _parse_launch(la: _Table, path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``[launch]``: the command and its arguments, placeholders checked."""
     command = la.get("command", "strs", DEFAULT_COMMAND)
     args = la.get("args", "strs")
     la.done()
@@ -255,8 +288,11 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
             f"{path}: 'launch.args' must pass the port as <port> (e.g. --port <port>)",
             f'add "--port", "<port>" to launch.args in {path}',
         )
+    return tuple(command), tuple(args)
 
-    ct = top.table("container")
+
+def _parse_container(ct: _Table, path: Path) -> Profile:
+    """``[container]``: the engine's run profile (host networking only)."""
     env_tbl = ct.get("env", "table", {})
     env: list[tuple[str, str]] = []
     for k, v in env_tbl.items():
@@ -285,30 +321,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
             f"{path}: 'container.network_mode' must be \"host\" (the runner talks to 127.0.0.1)",
             f"fix {path}",
         )
-
-    checks = _parse_checks(top.table("checks"), path)
-    from sglforge.bench.spec import parse_bench
-
-    bench = parse_bench(top.table("bench"), path)
-    accepted = _parse_coverage(top.table("coverage"), path)
-    top.done()
-    return Scenario(
-        path=path,
-        name=name,
-        description=description,
-        target=target,
-        accelerator=accelerator,
-        port=port,
-        load_timeout=load_timeout,
-        model_path=model_path,
-        model_mount=model_mount,
-        command=tuple(command),
-        args=tuple(args),
-        container=container,
-        checks=checks,
-        bench=bench,
-        accepted_misses=accepted,
-    )
+    return container
 
 
 def _parse_coverage(cv: _Table, path: Path) -> tuple[AcceptedMiss, ...]:

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge import git
 from sglforge.errors import UpstreamError
-from sglforge.patches.series import Pin, load_pin, save_pin
+from sglforge.queue.series import Pin, load_pin, save_pin
 
 UPSTREAM_ENV = "SGLFORGE_UPSTREAM"
 

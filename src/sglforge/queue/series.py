@@ -15,7 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import ConfigError
-from sglforge.patches.configs import ConfigItem, load_items
+from sglforge.queue.configs import ConfigItem, load_items
 from sglforge.util import (
     atomic_write,
     confined,
