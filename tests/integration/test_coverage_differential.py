@@ -11,9 +11,9 @@ ROCm the main model fuses the shared expert (257/9) unless fusion is disabled; w
 0002 (and in 0.5.16) GLM-5.2's MTP draft does not (256/8), DeepSeek V3's does; inter_dim is
 moe_intermediate_size / TP.
 
-The base's tables are ROCm/aiter's ``aiter/configs`` at 9127c94a18e4 (the commit sglang 0.5.14's
-ROCm image pins) read from a clone when present, else an empty table of that commit's columns:
-neither has a GLM-5 fp4 row, so every hit is the queue's item. The models are the config.json
+The base's tables are ROCm/aiter's fused-MoE tables at 9127c94a18e4, read from a clone when
+present, else from the copies shipped under tests/data/aiter with their blob ids: no GLM-5 fp4
+row, so every hit is the queue's item. The models are the config.json
 folders tests/standin/model-mxfp4 (GLM-5.2) and model-deepseek-v3-mxfp4 (TEST DOUBLES: no weights).
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from sglforge import construct, coverage, git
+import aiter_data
+from sglforge import construct, coverage
 from sglforge.smoke.scenario import load_scenario
-from synthetic import git as run_git
 
 pytestmark = pytest.mark.pypi
 
@@ -54,52 +54,19 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-# Without an aiter clone: the headers (first lines, verbatim) of the AITER_COMMIT files that
-# decide which columns its aiter reads. Its aiter merges the union of the columns of its tables
-# (aiter/jit/core.py:235-254), and model_configs/minimax_m3_fp4_tuned_fmoe.csv adds xbf16 and
-# flat, so the base reads the GLM item's FLAT rows. Checked against the commit by
-# test_the_fallback_headers_are_the_commit_s when a clone is present.
-FALLBACK_HEADERS = {
-    "aiter/configs/tuned_fmoe.csv": "cu_num,token,model_dim,inter_dim,expert,topk,act_type,"
-    "dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,block_m,ksplit,us1,kernelName1,"
-    "err1,us2,kernelName2,err2,us,run_1stage,tflops,bw,_tag",
-    "aiter/configs/untuned_fmoe.csv": "token,model_dim,inter_dim,expert,topk,act_type,dtype,"
-    "q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1",
-    "aiter/configs/model_configs/minimax_m3_fp4_tuned_fmoe.csv": "gfx,cu_num,token,model_dim,"
-    "inter_dim,expert,topk,act_type,dtype,q_dtype_a,q_dtype_w,q_type,use_g1u1,doweight_stage1,"
-    "block_m,ksplit,us1,kernelName1,err1,us2,kernelName2,err2,us,run_1stage,xbf16,flat,tflops,"
-    "bw,_tag",
-}
-
-
-def test_the_fallback_headers_are_the_commit_s() -> None:
-    mirror = Path(os.environ.get("SGLFORGE_AITER_REPO") or "/work/.mirror/ROCm+aiter/repo")
-    if not mirror.is_dir():
-        pytest.skip("no ROCm/aiter clone (set SGLFORGE_AITER_REPO): headers not re-read")
-    for name, header in FALLBACK_HEADERS.items():
-        data = git.blob(mirror, AITER_COMMIT, name)
-        assert data is not None and data.decode().splitlines()[0] == header, name
-
-
 @pytest.fixture(scope="module")
 def aiter_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """AITER_COMMIT's fused-MoE tables (tuned_fmoe.csv and model_configs/*fmoe*.csv), verbatim:
+    from a clone when present, else the copies shipped with their blob ids (tests/aiter_data.py).
+    """
     out = tmp_path_factory.mktemp("aiter") / "configs"
     (out / "model_configs").mkdir(parents=True)
-    mirror = Path(os.environ.get("SGLFORGE_AITER_REPO") or "/work/.mirror/ROCm+aiter/repo")
-    if mirror.is_dir():
-        names = run_git(
-            mirror, "ls-tree", "-r", "--name-only", AITER_COMMIT, "aiter/configs/"
-        ).splitlines()
-        for name in names:
-            if name.endswith(".csv") and name.count("/") <= 3:
-                data = git.blob(mirror, AITER_COMMIT, name)
-                assert data is not None
-                dest = out / name.removeprefix("aiter/configs/")
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(data)
-    else:  # that commit's columns, no rows (FALLBACK_HEADERS)
-        for name, header in FALLBACK_HEADERS.items():
-            (out / name.removeprefix("aiter/configs/")).write_text(header + "\n")
+    names = aiter_data.shipped_under(AITER_COMMIT, "aiter/configs")
+    assert "aiter/configs/tuned_fmoe.csv" in names
+    for name in names:
+        dest = out / name.removeprefix("aiter/configs/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(aiter_data.blob(AITER_COMMIT, name))
     return out
 
 
@@ -252,11 +219,8 @@ def test_the_item_s_absence_is_seen_as_hot_misses(
     assert len(lines) - 1 == len(keys) == doc["misses"] == 2 * 15  # main and draft, 1..16384
     tail = "ActivationType.Silu,torch.bfloat16,torch.float4_e2m1fn_x2,torch.float4_e2m1fn_x2,"
     assert lines[1] == f"1,6144,256,257,9,{tail}QuantType.per_1x32,1,0"
-    if AITER_COMMIT and (Path("/work/.mirror/ROCm+aiter/repo")).is_dir():
-        header = git.blob(
-            Path("/work/.mirror/ROCm+aiter/repo"), AITER_COMMIT, "aiter/configs/untuned_fmoe.csv"
-        )
-        assert header is not None and header.decode().splitlines()[0] == lines[0]
+    header = aiter_data.blob(AITER_COMMIT, "aiter/configs/untuned_fmoe.csv")
+    assert header.decode().splitlines()[0] == lines[0]
 
 
 def test_the_standin_is_handed_exactly_the_command_s_shapes(

@@ -5,31 +5,24 @@ runs):
 
 - always (CI, no aiter clone): the item's CSV bytes against the ``upstream-sha256`` its TOML
   records, and the recorded blob id against git's id of those bytes;
-- when a ROCm/aiter clone holding the commit is present (``$SGLFORGE_AITER_REPO``, or the search
-  tool's mirror at /work/.mirror/ROCm+aiter/repo): the commit's own file, read with
-  ``git cat-file``. Without a clone that part is skipped, and says so.
+- the commit's own file: read with ``git cat-file`` from a ROCm/aiter clone when one is present
+  (``$SGLFORGE_AITER_REPO``, or the search tool's mirror), else the copy shipped under
+  tests/data/aiter, whose git blob id is checked (``tests/aiter_data.py``). The lint's
+  ``--aiter-repo`` path runs on the clone, or on a git repository built from the shipped copy.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
+import aiter_data
 from sglforge import git
 from sglforge.queue.configs import load_items, upstream_findings
+from synthetic import git as git_run
 
 REPO = Path(__file__).resolve().parents[2]
-MIRROR = Path("/work/.mirror/ROCm+aiter/repo")
-
-
-def aiter_repo() -> Path | None:
-    given = os.environ.get("SGLFORGE_AITER_REPO")
-    path = Path(given) if given else MIRROR
-    return path if path.is_dir() else None
 
 
 def project(tmp_path: Path) -> Path:
@@ -67,25 +60,48 @@ def test_a_changed_byte_or_a_missing_origin_is_found(tmp_path: Path) -> None:
     assert found[2] == "config-unverified"
 
 
-def test_rows_equal_the_upstream_commit_s_file_when_a_clone_is_present(tmp_path: Path) -> None:
-    repo = aiter_repo()
-    if repo is None:
-        pytest.skip("no ROCm/aiter clone (set SGLFORGE_AITER_REPO): sha256 check only")
-    items = load_items(REPO)
-    assert upstream_findings(items, REPO, repo) == []
+def _replica(tmp_path: Path, root: Path) -> Path:
+    """A git repository holding the shipped upstream files; ``root``'s items name its commit."""
+    repo = tmp_path / "aiter-replica"
+    repo.mkdir()
+    git_run(repo, "init", "-q")
+    items = load_items(root)
     for item in items:
         assert item.upstream is not None
-        upstream = git.blob(repo, item.upstream.commit, item.upstream.path)
-        assert upstream == (REPO / item.csv_file).read_bytes()
-    # The same check on a relabelled copy names the commit to copy from again.
+        dest = repo / item.upstream.path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(aiter_data.blob(item.upstream.commit, item.upstream.path))
+    git_run(repo, "add", "-A")
+    git_run(repo, "commit", "-q", "-m", "the shipped aiter files")
+    head = git_run(repo, "rev-parse", "HEAD").strip()
+    for item in items:
+        assert item.upstream is not None
+        meta = root / item.meta_file
+        meta.write_text(meta.read_text().replace(item.upstream.commit, head))
+    return repo
+
+
+def test_rows_equal_the_upstream_commit_s_file(tmp_path: Path) -> None:
+    # The commit's own bytes: from a clone when present, else the shipped copy (blob id checked).
+    items = load_items(REPO)
+    for item in items:
+        assert item.upstream is not None
+        upstream = aiter_data.blob(item.upstream.commit, item.upstream.path)
+        assert upstream == (REPO / item.csv_file).read_bytes(), item.csv_file
+    # What `patches lint --aiter-repo DIR` does with a repository holding the commit.
+    clone = aiter_data.clone()
     root = project(tmp_path)
+    repo = clone if clone is not None else _replica(tmp_path, root)
+    assert upstream_findings(load_items(root), root, repo) == []
+    # The same check on a relabelled copy names the commit to copy from again.
     csv_path = root / "patches" / "configs" / "glm52-mxfp4-moe-gfx950.csv"
     csv_path.write_bytes(csv_path.read_bytes().replace(b"\n", b"\r\n"))
     codes = [f[2] for f in upstream_findings(load_items(root), root, repo)]
     assert codes == ["config-not-upstream", "config-not-upstream"]
-    # 01ff06ed, the commit the old item claimed, is not in aiter's history.
-    gone = subprocess.run(
-        ["git", "-C", str(repo), "cat-file", "-e", "01ff06ed7fc800ca4fc3f920adfb73d4ba110469"],
-        capture_output=True,
-    )
-    assert gone.returncode != 0
+    if clone is not None:
+        # 01ff06ed, the commit the old item claimed, is not in aiter's history.
+        gone = subprocess.run(
+            ["git", "-C", str(clone), "cat-file", "-e", "01ff06ed7fc800ca4fc3f920adfb73d4ba110469"],
+            capture_output=True,
+        )
+        assert gone.returncode != 0

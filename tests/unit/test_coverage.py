@@ -2,25 +2,25 @@
 
 The rules (bucket, key, tagged rows, gfx from cu_num, act_type fallback, tier fallback, the
 ``AITER_CONFIG_FMOE`` replace trap) are exercised on small tables built here. The last test
-reads ROCm/aiter at 9127c94a18e4 (the aiter sglang 0.5.14's ROCm image pins) from a clone
-when one is present (``$SGLFORGE_AITER_REPO`` or the search tool's mirror) and fails if the
-cited lines no longer say what coverage.py relies on; without a clone it is skipped.
+reads ROCm/aiter at 9127c94a18e4 (the aiter coverage's default key is taken from) and fails if
+the cited lines no longer say what coverage.py relies on: from a clone when one is present
+(``$SGLFORGE_AITER_REPO`` or the search tool's mirror), else from the copies shipped under
+tests/data/aiter with their blob ids (``tests/aiter_data.py``), so it runs in CI too.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from sglforge import coverage, git
+import aiter_data
+from sglforge import coverage
 from sglforge.queue.configs import base_tables, load_items
-from synthetic import git as run_git
 
 REPO = Path(__file__).resolve().parents[2]
 AITER_COMMIT = "9127c94a18e4398e1eba91f6639e910f0994ad02"
@@ -155,12 +155,6 @@ def test_aiter_config_fmoe_replaces_the_merge_so_items_go_unread(tmp_path: Path)
     assert coverage._answer(FP4, 1, tables, "gfx950", 256)[0] == "miss"
 
 
-def aiter_repo() -> Path | None:
-    given = os.environ.get("SGLFORGE_AITER_REPO")
-    path = Path(given) if given else Path("/work/.mirror/ROCm+aiter/repo")
-    return path if path.is_dir() else None
-
-
 # (file, line, text the line holds) for every aiter line coverage.py cites.
 CITED = [
     ("aiter/fused_moe.py", 251, "def get_inter_dim(w1_shape, w2_shape):"),
@@ -188,15 +182,10 @@ CITED = [
 
 
 def test_the_cited_aiter_lines_say_what_coverage_relies_on() -> None:
-    repo = aiter_repo()
-    if repo is None:
-        pytest.skip("no ROCm/aiter clone (set SGLFORGE_AITER_REPO): citations not re-read")
     files: dict[str, list[str]] = {}
     for path, line, text in CITED:
         if path not in files:
-            data = git.blob(repo, AITER_COMMIT, path)
-            assert data is not None, f"{path} at {AITER_COMMIT[:12]}"
-            files[path] = data.decode().splitlines()
+            files[path] = aiter_data.blob(AITER_COMMIT, path).decode().splitlines()
         assert text in files[path][line - 1], f"{path}:{line} is now {files[path][line - 1]!r}"
     index = files["aiter/fused_moe.py"][1065:1080]
     assert [ln.strip().strip('",') for ln in index] == [
@@ -217,8 +206,8 @@ def test_the_cited_aiter_lines_say_what_coverage_relies_on() -> None:
         "]",
     ]
     # Nothing GLM-5 fp4 in that commit's tables: the base covers none of GLM-5.2's MXFP4 MoE.
-    names = run_git(repo, "ls-tree", "--name-only", AITER_COMMIT, "aiter/configs/model_configs/")
-    assert "glm5_fp4" not in names
+    names = aiter_data.names(AITER_COMMIT, "aiter/configs/model_configs")
+    assert names and not any("glm5_fp4" in name for name in names)
 
 
 def lookup(model: str, status: str, tokens: tuple[int, ...] = (1, 2)) -> coverage.Lookup:
