@@ -795,6 +795,28 @@ def format_patch(repo: Path | str, commit: str) -> str:
     ).stdout
 
 
+def format_patch_width(repo: Path | str, commit: str, context: int) -> str:
+    """``format_patch`` of ``commit`` with ``context`` lines of context around each change
+    (``-U``): a patch written with its own width keeps it when regenerated."""
+    return _run(
+        repo,
+        "format-patch",
+        "-1",
+        "--stdout",
+        "--zero-commit",
+        "--no-signature",
+        f"-U{context}",
+        commit,
+        strip=False,
+    ).stdout
+
+
+def diff_width(repo: Path | str, a: str, b: str, context: int) -> str:
+    """The diff from tree (or commit) ``a`` to ``b`` with ``context`` lines of context, exact
+    bytes; '' when they hold the same files."""
+    return _run(repo, "diff", f"-U{context}", a, b, check=False, strip=False).stdout
+
+
 def holds_any_line(repo: Path, commit: str, path: str, lines: Sequence[str]) -> bool:
     """Whether ``path`` at ``commit`` holds any of ``lines`` (fixed strings)."""
     patterns = [a for ln in lines for a in ("-e", ln)]
@@ -988,6 +1010,22 @@ def commit_all(
     return True
 
 
+def amend_all(wt: Path | str) -> bool:
+    """Stage every change of ``wt`` (staged, unstaged, untracked) into its HEAD commit, its
+    author and message kept; False, and HEAD untouched, when nothing differs from HEAD."""
+    _run(wt, "add", "-A")
+    if _run(wt, "diff", "--cached", "--quiet", check=False).status == 0:
+        return False
+    _run(wt, "commit", "-q", "--amend", "--no-edit", "--allow-empty")
+    return True
+
+
+def move_branch(wt: Path | str, commit: str) -> None:
+    """The worktree's branch and files put back at ``commit`` (an ancestor of HEAD, a clean
+    work tree: what ``patches pop`` takes off is in patch files already)."""
+    _run(wt, "reset", "-q", "--keep", commit)
+
+
 # --- worktrees of a shared repository ---------------------------------------------------------
 
 
@@ -1040,6 +1078,7 @@ __all__ = [
     "Index",
     "RENAME_LIMIT",
     "add_worktree",
+    "amend_all",
     "am",
     "am_abort",
     "am_in_progress",
@@ -1063,10 +1102,12 @@ __all__ = [
     "delete_branch",
     "diff",
     "diff_names",
+    "diff_width",
     "ensure_cache",
     "fast_import",
     "find_line",
     "format_patch",
+    "format_patch_width",
     "fsck",
     "has_head",
     "has_tree",
@@ -1078,6 +1119,7 @@ __all__ = [
     "is_local",
     "is_repository",
     "merge_base",
+    "move_branch",
     "name_status",
     "patch_id",
     "patch_ids",

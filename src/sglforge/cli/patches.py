@@ -27,13 +27,19 @@ def patches_group() -> None:
 def list_cmd(st: State, wide: bool, as_json: bool) -> None:
     """List the queue: index, file, subject, status, kind, files, lines +/-.
 
+    The first column is the stack in the pin's worktree, as quilt's `series -v` marks it:
+    `=` the top patch, `+` applied below it, `!` stopped on a conflict, blank unapplied.
+
     \b
     Examples:
       sglforge patches list
       sglforge patches list --wide      # full subjects (also in --json)
     """
+    from sglforge.patches.stack import read_stack
 
     q = st.project.queue
+    stack = read_stack(q)
+    states = {e.name: e.state for e in stack.entries}
     rows: list[dict[str, Any]] = [
         {
             "index": p.index,
@@ -47,6 +53,7 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
             "added": p.added,
             "removed": p.removed,
             "sha256": p.sha256,
+            "state": states.get(p.name, "unapplied"),
         }
         for p in q.patches
     ]
@@ -56,6 +63,8 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
                 "pin": {"url": q.pin.url, "ref": q.pin.ref, "commit": q.pin.commit},
                 "hash": q.hash,
                 "patches": rows,
+                "top": stack.top,
+                "applied": list(stack.applied),
                 "configs": [_config_row(c) for c in q.configs],
             }
         )
@@ -63,9 +72,10 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
     click.echo(f"upstream {q.pin.url} @ {q.pin.ref}  queue {q.hash[:12]}")
     click.echo(
         table(
-            ["#", "file", "subject", "status", "kind", "files", "+/-"],
+            ["", "#", "file", "subject", "status", "kind", "files", "+/-"],
             [
                 [
+                    _mark(r["name"], r["state"], stack.top),
                     r["index"],
                     r["name"],
                     _cut(r["subject"], 48, wide),
@@ -96,6 +106,12 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
                 ],
             )
         )
+
+
+def _mark(name: str, state: str, top: str | None) -> str:
+    if name == top:
+        return "="
+    return {"applied": "+", "conflict": "!"}.get(state, "")
 
 
 def _config_row(c: Any) -> dict[str, Any]:
@@ -267,7 +283,15 @@ def check_cmd(
 
 
 @patches_group.command("refresh")
-@click.option("--ref", "new_ref", required=True, help="The new upstream ref to rebase onto.")
+@click.option(
+    "--ref",
+    "new_ref",
+    help="The new upstream ref to rebase the queue onto. Without it: fold the worktree's "
+    "edits into the top patch (quilt refresh).",
+)
+@click.option(
+    "--at", "at_ref", metavar="REF", help="Worktree of the top-patch refresh (default: the pin)."
+)
 @upstream_option
 @click.option(
     "--drop-upstreamed",
@@ -279,23 +303,37 @@ def check_cmd(
 @pass_state
 def refresh_cmd(
     st: State,
-    new_ref: str,
+    new_ref: str | None,
+    at_ref: str | None,
     upstream: str | None,
     drop_upstreamed: bool,
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Rebase the queue onto NEWREF (3-way) and move the pin; all or nothing.
+    """Fold worktree edits into the top patch; with --ref, rebase the queue onto NEWREF.
 
-    For a new release, `sglforge upgrade --to NEWREF` is the one to use: it also retires
-    what upstream merged, and builds and smoke-tests before writing anything.
+    Without --ref (quilt's refresh): the edits in build/worktrees/<pin> (staged, unstaged,
+    new files) go into the top patch's commit and its patch file is written again, its
+    header and context width kept.
+
+    With --ref: rebase the queue onto NEWREF (3-way) and move the pin; all or nothing. For a
+    new release, `sglforge upgrade --to NEWREF` is the one to use: it also retires what
+    upstream merged, and builds and smoke-tests before writing anything.
 
     \b
     Examples:
+      sglforge patches goto 0002 && $EDITOR build/worktrees/v0.5.14/python/...
+      sglforge patches refresh                  # the edits go into 0002
       sglforge patches refresh --ref v0.5.16 --dry-run
       sglforge patches refresh --ref v0.5.16 --drop-upstreamed
     """
     from sglforge.patches.refresh import refresh_queue
+
+    if new_ref is None:
+        _refresh_top(st, at_ref, as_json)
+        return
+    if at_ref is not None:
+        raise click.UsageError("--at is for the top-patch refresh; --ref rebases the queue")
     from sglforge.queue.upstream import with_upstream
 
     r = refresh_queue(st.project, new_ref, drop_upstreamed=drop_upstreamed, dry_run=dry_run)
@@ -327,6 +365,10 @@ def refresh_cmd(
 @pass_state
 def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
     """Write the worktree branch's commits back to patch files (series order kept).
+
+    Uncommitted edits in the worktree are refused, named, never dropped: `sglforge patches
+    refresh` folds them into the top patch, `sglforge patches new NAME` makes a new one. A
+    rewritten patch keeps its own context width (a -U1 patch stays -U1).
 
     \b
     Example:
@@ -601,3 +643,204 @@ def pin_cmd(st: State, upstream: str | None, as_json: bool) -> None:
         print_json(r)
     else:
         click.echo(f"pin {r['ref']} -> {r['commit'][:12]} ({r['recorded']})")
+
+
+# ---- the queue as a stack (quilt push/pop/goto/refresh, show, header, fold)
+
+
+def _refresh_top(st: State, at_ref: str | None, as_json: bool) -> None:
+    from sglforge.patches.stack import refresh_top
+
+    r = refresh_top(st.project, at_ref)
+    if as_json:
+        print_json(r)
+        return
+    wrote = "rewritten" if r.top in r.exported.written else "unchanged (same effect)"
+    click.echo(f"refreshed {r.top} from {r.worktree}: patches/{r.top} {wrote}")
+
+
+def _render_stack(s: Any, as_json: bool) -> None:
+    if as_json:
+        print_json(s)
+        return
+    verb = {"push": "applied", "pop": "removed", "goto": "moved"}.get(s.action, s.action)
+    if s.moved:
+        click.echo(f"{verb} {', '.join(s.moved)}")
+    where = f"{len(s.applied)} of {len(s.entries)} applied in {s.worktree}"
+    click.echo(f"now at {s.top} ({where})" if s.top else f"no patch applied ({where})")
+
+
+def _stack_options(f: Any) -> Any:
+    f = click.option("--ref", help="Worktree ref (default: the pin).")(f)
+    f = upstream_option(f)
+    return json_option(f)
+
+
+@patches_group.command("push")
+@click.argument("patch", required=False, metavar="[N|NAME]")
+@click.option("--all", "all_", is_flag=True, help="Apply every patch of the series.")
+@_stack_options
+@pass_state
+def push_cmd(
+    st: State,
+    patch: str | None,
+    all_: bool,
+    ref: str | None,
+    upstream: str | None,
+    as_json: bool,
+) -> None:
+    """Apply the next patch (or N more, or up to NAME) in build/worktrees/<ref>.
+
+    N is a count, as in quilt; a NAME (file name, slug, 0002) is applied with all below it.
+    Without a worktree, it is made from upstream first.
+
+    \b
+    Examples:
+      sglforge patches push            # one more
+      sglforge patches push 0002       # up to and including 0002
+      sglforge patches push --all
+    """
+    from sglforge.patches.stack import move_stack, parse_move
+
+    _render_stack(move_stack(st.project, parse_move("push", patch, all_), ref), as_json)
+
+
+@patches_group.command("pop")
+@click.argument("patch", required=False, metavar="[N|NAME]")
+@click.option("--all", "all_", is_flag=True, help="Take every patch off.")
+@_stack_options
+@pass_state
+def pop_cmd(
+    st: State,
+    patch: str | None,
+    all_: bool,
+    ref: str | None,
+    upstream: str | None,
+    as_json: bool,
+) -> None:
+    """Take the top patch (or N, or all above NAME) off the worktree; files are kept.
+
+    Refused while the worktree holds edits no patch has (`sglforge patches refresh`
+    first) or commits not exported.
+
+    \b
+    Examples:
+      sglforge patches pop             # the top one off
+      sglforge patches pop 0001        # 0001 becomes the top
+      sglforge patches pop --all
+    """
+    from sglforge.patches.stack import move_stack, parse_move
+
+    _render_stack(move_stack(st.project, parse_move("pop", patch, all_), ref), as_json)
+
+
+@patches_group.command("goto")
+@click.argument("patch", metavar="N|NAME")
+@_stack_options
+@pass_state
+def goto_cmd(st: State, patch: str, ref: str | None, upstream: str | None, as_json: bool) -> None:
+    """Apply the series up to patch N (its # in `patches list`) or NAME, nothing above it.
+
+    To find which patch breaks: goto 1, build or test, goto 2, ...
+
+    \b
+    Examples:
+      sglforge patches goto 1 && (cd build/worktrees/v0.5.14 && python -m pytest ...)
+      sglforge patches goto 0002-glm_moe_dsa-MTP-draft-class-for-Quark-excludes
+    """
+    from sglforge.patches.stack import move_stack, parse_move
+
+    _render_stack(move_stack(st.project, parse_move("goto", patch), ref), as_json)
+
+
+@patches_group.command("show")
+@click.argument("name")
+@json_option
+@pass_state
+def show_cmd(st: State, name: str, as_json: bool) -> None:
+    """Show patch NAME: its place, state in the pin's worktree, trailers and diff.
+
+    \b
+    Example:
+      sglforge patches show 0002 | less
+    """
+    from sglforge.patches.header import show_patch
+
+    p = show_patch(st.project, name)
+    if as_json:
+        print_json(p)
+        return
+    click.echo(printable(f"#{p.index} patches/{p.name} ({p.state})", keep="\n\t"))
+    click.echo(printable(p.text, keep="\n\t"), nl=False)
+
+
+@patches_group.command("header")
+@click.argument("name")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a trailer: Upstream-Status, Forwarded, Bug, Origin, Applies-To, "
+    "Upstream-Fixed-In, Depends-On (repeatable).",
+)
+@click.option("--unset", multiple=True, metavar="KEY", help="Remove a trailer (repeatable).")
+@json_option
+@pass_state
+def header_cmd(
+    st: State, name: str, sets: tuple[str, ...], unset: tuple[str, ...], as_json: bool
+) -> None:
+    """Edit the header trailers of patch NAME; values are checked as lint checks them.
+
+    Without --set/--unset, prints the trailers. Only the trailer lines change.
+
+    \b
+    Examples:
+      sglforge patches header 0002 --set Forwarded=https://github.com/sgl-project/sglang/pull/1
+      sglforge patches header 0002 --set 'Upstream-Status=Submitted [https://...]' --set Bug=URL
+    """
+    from sglforge.patches.header import edit_header, parse_sets, show_patch
+
+    if not sets and not unset:
+        p = show_patch(st.project, name)
+        if as_json:
+            print_json({"name": p.name, "trailers": p.trailers})
+            return
+        for k, v in p.trailers.items():
+            click.echo(printable(f"{k}: {v}"))
+        return
+    r = edit_header(st.project, name, parse_sets(sets), unset)
+    if as_json:
+        print_json(r)
+        return
+    if not r.written:
+        click.echo(f"header: patches/{r.name} unchanged")
+        return
+    for k in sorted(set(r.before) | set(r.after)):
+        if r.before.get(k) != r.after.get(k):
+            old, new = r.before.get(k, "(none)"), r.after.get(k, "(removed)")
+            click.echo(printable(f"patches/{r.name}: {k}: {old} -> {new}"))
+
+
+@patches_group.command("fold")
+@click.argument("name")
+@click.argument("into")
+@json_option
+@pass_state
+def fold_cmd(st: State, name: str, into: str, as_json: bool) -> None:
+    """Fold patch NAME into patch INTO; NAME goes to patches/retired/, the series updated.
+
+    Refused (nothing written) unless the series then makes the same tree at the pin.
+
+    \b
+    Example:
+      sglforge patches fold 0003 0002 && sglforge patches check
+    """
+    from sglforge.patches.fold import fold_patch
+
+    r = fold_patch(st.project, name, into)
+    if as_json:
+        print_json(r)
+        return
+    click.echo(f"folded {r.name} into {r.into} (kept as {r.retired})")
+    click.echo("series: " + ", ".join(r.series))

@@ -27,7 +27,7 @@ from sglforge.patches.check import (
     git_reason,
 )
 from sglforge.project import Project
-from sglforge.queue.series import Patch, Queue, ref_version
+from sglforge.queue.series import Patch, Queue, load_queue, ref_version
 from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.util import atomic_write, confined, project_lock
 
@@ -153,12 +153,27 @@ def write_record(root: Path, record: WorktreeRecord) -> WorktreeRecord:
 def apply_queue(project: Project, ref: str | None = None, force: bool = False) -> Applied:
     """Apply the queue at ``ref`` (default: the pin) in its worktree, one commit per patch."""
     with project_lock(project.root):
-        queue = project.queue  # read once per opened project: a build reads it before this
+        queue = _queue_under_lock(project)
         up = project.upstream
         pin_commit = project.pin_commit()
         ref = up.tag(ref) if ref else queue.pin.ref
         commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
         return apply_at(queue, up, ref, commit, pin_commit, force=force)
+
+
+def _queue_under_lock(project: Project) -> Queue:
+    """The queue as patches/ holds it now, under the lock. A caller that read it before (a
+    build names its image by the queue hash) is refused when another command changed it
+    since: applying the old queue would record old names a later export writes back."""
+    seen = project.queue
+    now = load_queue(project.root)
+    if now.hash != seen.hash:
+        raise PatchError(
+            f"patches/ changed while this command started (queue {seen.hash[:12]} is now "
+            f"{now.hash[:12]}: another sglforge command edited it); nothing was applied",
+            "run the command again",
+        )
+    return seen
 
 
 def apply_at(

@@ -35,9 +35,49 @@ def slug(text: str) -> str:
     return s[:52].rstrip("-") or "patch"
 
 
-def format_commit(wt: Path, commit: str) -> str:
-    """``git format-patch`` text of one commit, stable across runs (zero From hash)."""
-    return git.format_patch(wt, commit)
+def format_commit(wt: Path, commit: str, context: int | None = None) -> str:
+    """``git format-patch`` text of one commit, stable across runs (zero From hash); with
+    ``context``, that many lines of context (a patch's own width, ``context_width``)."""
+    if context is None or context == 3:
+        return git.format_patch(wt, commit)
+    return git.format_patch_width(wt, commit, context)
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+def context_width(text: str) -> int | None:
+    """The context width a patch was written with (``diff -U N``): the most context lines
+    any hunk has before its first change or after its last. None without a hunk (then git's
+    default of 3 applies); a width chosen by hand (``-U1``, to apply across releases) is
+    kept when the patch is made again."""
+    widths: list[int] = []
+    lead = trail = 0
+    seen_change = in_hunk = False
+
+    def close() -> None:
+        if in_hunk:
+            widths.extend((lead, trail) if seen_change else (lead,))
+
+    for line in split_patch(text)[1].splitlines():
+        if _HUNK.match(line):
+            close()
+            lead = trail = 0
+            seen_change, in_hunk = False, True
+        elif not in_hunk or line.startswith("\\"):
+            continue
+        elif line.startswith("diff --git") or line == "-- ":
+            close()
+            in_hunk = False
+        elif line.startswith(" "):
+            if seen_change:
+                trail += 1
+            else:
+                lead += 1
+        elif line.startswith(("+", "-")):
+            seen_change, trail = True, 0
+    close()
+    return max(widths) if widths else None
 
 
 _STAT_SEP = re.compile(r"^---[ \t]*$", re.M)
@@ -75,6 +115,11 @@ def export_queue(project: Project, ref: str | None = None, new_slug: str | None 
         return _export(project.root, ref, new_slug)
 
 
+def export_at(root: Path, ref: str) -> Exported:
+    """``export_queue`` for a caller already holding the project lock."""
+    return _export(root, ref, None)
+
+
 def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
     queue = load_queue(root)
     ref = ref or queue.pin.ref
@@ -91,69 +136,109 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
             f"a `git am` session is still in progress in {wt}",
             f"finish it with `git -C {wt} am --continue` (or --abort), then export again",
         )
+    refuse_uncommitted(wt, ref, record)
     commits = git.commits_between(wt, base)
     applied = _refuse_strays(root, queue, ref, wt, record, commits)
-    files: dict[Path, str | bytes | None] = {}
-    written: list[str] = []
-    unchanged: list[str] = []
-    added: list[str] = []
-    names = [e.name for e in queue.entries]
-    for i, c in enumerate(commits):
-        text = format_commit(wt, c)
-        if i < len(applied):
-            name = applied[i].name
-            path = confined(root / "patches", name, "patch name", record_path(root, ref).name)
-            old = read_exact(path) if path.exists() else ""
-            if old and same_effect(wt, old, c):
-                unchanged.append(name)
-                continue
-            new = merge_header(old, text) if old else text
-            if diff_body(new) != diff_body(old):
-                files[path] = new
-                written.append(name)
-            else:
-                unchanged.append(name)
-        else:
-            subject = git.subject(wt, c)
-            last = i == len(commits) - 1
-            name = _new_name(queue, names, new_slug if new_slug and last else subject)
-            names.append(name)
-            files[confined(root / "patches", name, "new patch", "patches/series")] = _with_status(
-                text
-            )
-            added.append(name)
     if len(commits) < len(applied):
         missing = [p.name for p in applied[len(commits) :]]
         raise PatchError(
             f"worktree {wt} lost the commits of {', '.join(missing)}",
             "restore them, or remove those patches from patches/series by hand",
         )
-    if added:
-        series = (
-            read_exact(root / "patches" / "series")
-            if (root / "patches" / "series").exists()
-            else ""
+    files: dict[Path, str | bytes | None] = {}
+    written: list[str] = []
+    unchanged: list[str] = []
+    for c, p in zip(commits, applied, strict=False):
+        path = confined(root / "patches", p.name, "patch name", record_path(root, ref).name)
+        old = read_exact(path) if path.exists() else ""
+        if old and same_effect(wt, old, c):
+            unchanged.append(p.name)
+            continue
+        new = format_commit(wt, c, context_width(old) if old else None)
+        new = merge_header(old, new) if old else new
+        if diff_body(new) != diff_body(old):
+            files[path] = new
+            written.append(p.name)
+        else:
+            unchanged.append(p.name)
+    names = [e.name for e in queue.entries]
+    added: list[str] = []
+    for i, c in enumerate(commits[len(applied) :], len(applied)):
+        last = i == len(commits) - 1
+        name = _new_name(queue, names, new_slug if new_slug and last else git.subject(wt, c))
+        names.append(name)
+        files[confined(root / "patches", name, "new patch", "patches/series")] = _with_status(
+            format_commit(wt, c)
         )
-        if series and not series.endswith("\n"):
-            series += "\n"
-        files[root / "patches" / "series"] = series + "".join(f"{n}\n" for n in added)
+        added.append(name)
+    if added:
+        files[root / "patches" / "series"] = _series_with(root, record, added)
     if files:
         commit_files(root / "patches", files)
-        by_commit = dict(zip(commits, [p.name for p in applied] + added, strict=False))
-        exported = {by_commit[c]: c for c in commits}
-        kept = tuple(p for p in record.patches if p.name not in exported)
-        write_record(
-            root,
-            replace(
-                record,
-                head=git.head(wt),
-                queue_hash=load_queue(root).hash,
-                patches=tuple(AppliedPatch(n, "clean", c) for n, c in exported.items()) + kept,
-                # patches never attempted (after a conflict) still need an apply
-                complete=not any(p.status == "pending" for p in kept),
-            ),
-        )
+        names_of = [p.name for p in applied] + added
+        _record_export(root, record, wt, dict(zip(commits, names_of, strict=True)))
     return Exported(ref, tuple(written), tuple(added), tuple(unchanged))
+
+
+def refuse_uncommitted(wt: Path, ref: str, record: WorktreeRecord) -> None:
+    """PatchError naming the worktree's uncommitted edits: they belong to no commit, so an
+    export would leave them out (quilt's "needs to be refreshed first")."""
+    dirty = git.uncommitted(wt)
+    if not dirty:
+        return
+    shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+    top = [p.name for p in record.applied() if p.commit]
+    into = f"the top patch, {top[-1]}" if top else "the top patch"
+    raise PatchError(
+        f"worktree {wt} has uncommitted edits ({shown}) that no patch holds; nothing was written",
+        f"fold them into {into}: `sglforge patches refresh --at {ref}`; or make a new patch: "
+        f"`sglforge patches new NAME --ref {ref}`",
+    )
+
+
+def _series_with(root: Path, record: WorktreeRecord, added: list[str]) -> str:
+    """patches/series with the ``added`` patches just after the last applied one (quilt's
+    `new` puts a patch above the top), or at the end when every patch is applied."""
+    path = root / "patches" / "series"
+    lines = read_exact(path).splitlines() if path.exists() else []
+    after = [p.name for p in record.patches if p.commit]
+    waiting = [p.name for p in record.patches if p.status in UNAPPLIED_STATES]
+    at = len(lines)
+    if after and waiting:
+        for n, line in enumerate(lines):
+            word = line.split("#", 1)[0].split()
+            if word and word[0] == after[-1]:
+                at = n + 1
+    return "\n".join([*lines[:at], *added, *lines[at:]]) + "\n"
+
+
+# Record statuses of patches not (yet) applied in the worktree: after a conflict, or popped.
+UNAPPLIED_STATES = ("pending", "unapplied")
+
+
+def _record_export(root: Path, record: WorktreeRecord, wt: Path, by_commit: dict[str, str]) -> None:
+    """The worktree record after an export: each commit now belongs to its patch, in the
+    record's own order (new patches just after the last applied one)."""
+    exported = {name: c for c, name in by_commit.items()}
+    known = {p.name for p in record.patches}
+    out = [
+        AppliedPatch(p.name, "clean", exported[p.name]) if p.name in exported else p
+        for p in record.patches
+    ]
+    new = [AppliedPatch(n, "clean", c) for n, c in exported.items() if n not in known]
+    last = max((i for i, p in enumerate(out) if p.commit), default=-1)
+    out[last + 1 : last + 1] = new
+    write_record(
+        root,
+        replace(
+            record,
+            head=git.head(wt),
+            queue_hash=load_queue(root).hash,
+            patches=tuple(out),
+            # patches never attempted (after a conflict) or popped still need an apply
+            complete=not any(p.status in UNAPPLIED_STATES for p in out),
+        ),
+    )
 
 
 def _refuse_strays(
@@ -187,7 +272,7 @@ def _refuse_strays(
     return applied
 
 
-def _refuse_gitlinks(wt: Path) -> None:
+def refuse_gitlinks(wt: Path) -> None:
     """PatchError for a submodule the new patch would hold (a staged gitlink, or a nested git
     repository `git add -A` would record as one): a patch cannot carry one, and `add -A`
     would silently drop a staged gitlink whose folder is absent."""
@@ -285,7 +370,7 @@ def _new_patch(
             "pick another NAME, or edit that patch with `sglforge patches apply` + `export`",
         )
     _refuse_strays(root, queue, ref, wt, read_record(root, ref))
-    _refuse_gitlinks(wt)
+    refuse_gitlinks(wt)
     subject = message or name.replace("-", " ")
     lines = {"Upstream-Status": "Pending", **trailers}
     body = "\n".join(f"{k}: {v}" for k, v in lines.items())

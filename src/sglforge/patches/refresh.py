@@ -27,7 +27,7 @@ from sglforge.patches.check import (
     check_ref,
     retarget,
 )
-from sglforge.patches.export import diff_body, format_commit, merge_header
+from sglforge.patches.export import context_width, diff_body, format_commit, merge_header
 from sglforge.project import Project
 from sglforge.queue.series import Patch, Queue, render_pin, split_patch
 from sglforge.queue.upstream import (
@@ -132,7 +132,7 @@ def _refresh(
         action = "unchanged" if st.status in APPLIED else "kept"
         outcomes.append(PatchOutcome(patch.name, action, st.status, st.detail))
     series_path = root / "patches" / "series"
-    files[series_path] = _rewrite_series(series_path, series_names)
+    files[series_path] = rewrite_series(series_path, series_names)
     pin = queue.pin
     sources = dict(pin.sources)
     if pins_commit(up, pin):
@@ -182,14 +182,15 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
                         f"sglforge patches apply --ref {report.ref}", hint_upstream(up, queue.pin)
                     ),
                 )
-            texts[patch.name] = merge_header(source, format_commit(wt, "HEAD"))
+            made = format_commit(wt, "HEAD", context_width(patch.text))
+            texts[patch.name] = merge_header(source, made)
     finally:
         with git.cache_lock(up.cache):
             git.remove_worktree(up.cache, wt)
     return texts
 
 
-def _rewrite_series(path: Path, keep: list[str]) -> str:
+def rewrite_series(path: Path, keep: list[str]) -> str:
     """The series with dropped entries removed; comments and blank lines kept."""
     lines = read_exact(path).splitlines() if path.exists() else []
     out: list[str] = []

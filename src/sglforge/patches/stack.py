@@ -1,0 +1,348 @@
+"""The queue as a stack in its worktree, the way quilt and StGit users work it.
+
+``patches apply`` makes ``build/worktrees/<ref>`` with one commit per patch. These verbs move
+the top of that stack (``push``, ``pop``, ``goto``: apply the series up to a patch, to bisect
+which one breaks) and fold the worktree's edits into the top patch (``refresh_top``). The
+worktree record (``patches.apply``) is the stack's state: a patch with a commit is applied,
+one marked ``unapplied`` waits above the top. The files stay quilt's own: ``patches/series``
+and the patch files, rewritten all-or-nothing under the project lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sglforge import git
+from sglforge.errors import ConfigError, NothingToDo, PatchError
+from sglforge.patches.apply import (
+    AppliedPatch,
+    WorktreeRecord,
+    apply_at,
+    read_record,
+    worktree_path,
+    write_record,
+)
+from sglforge.patches.check import CONFLICT, SKIPPED, UPSTREAMED
+from sglforge.patches.edit import find_entry
+from sglforge.patches.export import Exported, export_at, refuse_gitlinks
+from sglforge.project import Project
+from sglforge.queue.series import Queue
+from sglforge.util import project_lock
+
+# A patch's place in the stack.
+APPLIED = "applied"
+UNAPPLIED = "unapplied"
+
+
+@dataclass(frozen=True)
+class StackEntry:
+    index: int  # its place in patches/series, from 1 (the `#` of `patches list`)
+    name: str
+    state: str  # applied | unapplied | conflict | upstreamed | skipped (at this ref)
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The worktree of ``ref`` seen as quilt sees a tree: which patches are applied, the top
+    one, and what the verb just pushed or popped."""
+
+    ref: str
+    worktree: Path
+    exists: bool
+    entries: tuple[StackEntry, ...]
+    applied: tuple[str, ...]
+    unapplied: tuple[str, ...]
+    top: str | None
+    action: str = "list"
+    moved: tuple[str, ...] = ()
+
+
+def read_stack(queue: Queue, ref: str | None = None) -> Stack:
+    """The stack of the worktree for ``ref`` (default: the pin); reads only. Without a
+    worktree, every patch is unapplied."""
+    ref = ref or queue.pin.ref
+    wt = worktree_path(queue.root, ref)
+    record = read_record(queue.root, ref) if (wt / ".git").exists() else None
+    patches = _reconcile(queue, record) if record else None
+    if record and patches is None:
+        # The series changed under the applied commits: say what the record holds by name.
+        held = {p.name: p for p in record.patches}
+        patches = tuple(
+            held.get(e.name, AppliedPatch(e.name, UNAPPLIED, None)) for e in queue.entries
+        )
+    return _stack(ref, wt, record is not None, patches or _all_unapplied(queue))
+
+
+def _all_unapplied(queue: Queue) -> tuple[AppliedPatch, ...]:
+    return tuple(AppliedPatch(e.name, UNAPPLIED, None) for e in queue.entries)
+
+
+def _state(p: AppliedPatch) -> str:
+    if p.commit:
+        return APPLIED
+    if p.status in (CONFLICT, UPSTREAMED, SKIPPED):
+        return p.status
+    return UNAPPLIED
+
+
+def _stack(
+    ref: str,
+    wt: Path,
+    exists: bool,
+    patches: tuple[AppliedPatch, ...],
+    action: str = "list",
+    moved: tuple[str, ...] = (),
+) -> Stack:
+    entries = tuple(StackEntry(i, p.name, _state(p), p.commit) for i, p in enumerate(patches, 1))
+    applied = tuple(e.name for e in entries if e.state in (APPLIED, CONFLICT))
+    return Stack(
+        ref=ref,
+        worktree=wt,
+        exists=exists,
+        entries=entries,
+        applied=applied,
+        unapplied=tuple(e.name for e in entries if e.state == UNAPPLIED),
+        top=applied[-1] if applied else None,
+        action=action,
+        moved=moved,
+    )
+
+
+def _reconcile(queue: Queue, record: WorktreeRecord) -> tuple[AppliedPatch, ...] | None:
+    """The record's patches lined up with patches/series: the entries it holds in series
+    order, then the rest unapplied. None when a patch applied in the worktree is no longer
+    at its place in the series (renamed, reordered, folded since)."""
+    names = [e.name for e in queue.entries]
+    same = 0
+    while same < min(len(names), len(record.patches)) and record.patches[same].name == names[same]:
+        same += 1
+    if any(p.commit or p.status == CONFLICT for p in record.patches[same:]):
+        return None
+    return record.patches[:same] + tuple(AppliedPatch(n, UNAPPLIED, None) for n in names[same:])
+
+
+# ---- moving the top
+
+
+@dataclass(frozen=True)
+class _Open:
+    """A worktree the stack verbs may move: no `git am` stopped, no unsaved work."""
+
+    wt: Path
+    record: WorktreeRecord
+    patches: tuple[AppliedPatch, ...]
+
+    @property
+    def height(self) -> int:
+        """How many series entries lie at or below the top (skipped ones included)."""
+        return max((i + 1 for i, p in enumerate(self.patches) if p.commit), default=0)
+
+
+def _open(queue: Queue, ref: str, edits_ok: bool = False) -> _Open | None:
+    """The worktree of ``ref`` ready to move; None when there is none yet. PatchError when
+    it holds work a move would lose: a stopped `git am`, edits, commits not exported."""
+    wt = worktree_path(queue.root, ref)
+    record = read_record(queue.root, ref)
+    if not (wt / ".git").exists() or record is None:
+        return None
+    if git.am_in_progress(wt):
+        raise PatchError(
+            f"a `git am` is stopped in {wt} (a patch met a conflict)",
+            f"resolve it, `git -C {wt} am --continue`, `sglforge patches export --ref {ref}`; "
+            f"or `git -C {wt} am --abort`",
+        )
+    dirty = [] if edits_ok else git.uncommitted(wt)
+    if dirty:
+        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        raise PatchError(
+            f"worktree {wt} has edits no patch holds ({shown}); nothing was moved",
+            f"fold them into the top patch: `sglforge patches refresh{_at(queue, ref)}`, or "
+            f"`sglforge patches new NAME{_ref(queue, ref)}`",
+        )
+    if git.head(wt) != record.head:
+        raise PatchError(
+            f"worktree {wt} has commits not yet in patches/; nothing was moved",
+            f"write them back first: `sglforge patches export{_ref(queue, ref)}`",
+        )
+    patches = _reconcile(queue, record)
+    if patches is None:
+        raise PatchError(
+            f"patches/series changed under the patches applied in {wt} (renamed, reordered "
+            "or folded since)",
+            f"make the worktree again: `sglforge patches apply{_ref(queue, ref)}`",
+        )
+    return _Open(wt, record, patches)
+
+
+def _ref(queue: Queue, ref: str) -> str:
+    return "" if ref == queue.pin.ref else f" --ref {ref}"
+
+
+def _at(queue: Queue, ref: str) -> str:
+    return "" if ref == queue.pin.ref else f" --at {ref}"
+
+
+@dataclass(frozen=True)
+class Move:
+    """Where a stack verb takes the top: ``count`` patches (quilt's ``push 2``), up to and
+    including patch ``name``, the ``position``-th entry of the series, or ``all`` of them."""
+
+    verb: str  # push | pop | goto
+    count: int | None = None
+    name: str | None = None
+    position: int | None = None
+    all: bool = False
+
+
+def parse_move(verb: str, arg: str | None, all_: bool = False) -> Move:
+    """The Move ``sglforge patches VERB [ARG] [--all]`` asks for.
+
+    For push and pop a plain number is a count, as in quilt (``pop 2``: two patches off); a
+    zero-padded one (``0002``) or any other word names a patch. For goto a number is the
+    patch's place in the series (the ``#`` of ``patches list``).
+    """
+    if all_ and arg:
+        raise ConfigError(f"patches {verb}: give a patch or --all, not both", "")
+    if all_ or verb == "goto" and arg is None:
+        if verb == "goto":
+            raise ConfigError("patches goto: which patch? (a NAME or its # in the series)", "")
+        return Move(verb, all=True)
+    if arg is None:
+        return Move(verb, count=1)
+    if arg.isdigit() and not arg.startswith("0"):
+        return Move(verb, position=int(arg)) if verb == "goto" else Move(verb, count=int(arg))
+    return Move(verb, name=arg)
+
+
+def _target(queue: Queue, opened: _Open | None, move: Move) -> int:
+    """The number of series entries to leave at or below the top."""
+    height = opened.height if opened else 0
+    total = len(queue.entries)
+    if move.all:
+        return total if move.verb == "push" else 0
+    if move.position is not None:
+        if not 1 <= move.position <= total:
+            raise ConfigError(
+                f"patches goto {move.position}: the series has {total} patches",
+                "sglforge patches list  (the # column)",
+            )
+        return move.position
+    if move.name is not None:
+        wanted = find_entry(queue, move.name).name
+        return next(i for i, e in enumerate(queue.entries, 1) if e.name == wanted)
+    count = move.count or 0
+    if move.verb == "push":
+        return min(total, height + count)
+    below = [i for i, p in enumerate(opened.patches if opened else ()) if p.commit][:-count]
+    return below[-1] + 1 if below else 0
+
+
+def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
+    """Push, pop or go to a patch in the worktree of ``ref`` (default: the pin), making the
+    worktree when there is none. NothingToDo when the top is there already."""
+    with project_lock(project.root):
+        queue = project.fresh_queue()
+        ref = project.upstream.tag(ref) if ref else queue.pin.ref
+        opened = _open(queue, ref)
+        height = opened.height if opened else 0
+        n = _target(queue, opened, move)
+        _refuse_direction(queue, opened, move, n, height)
+        if n < height and opened is not None:
+            moved = _pop_to(queue, ref, opened, n)
+        else:
+            moved = _push_to(project, queue, ref, n, height)
+        stack = read_stack(queue, ref)
+    return replace(stack, action=move.verb, moved=moved)
+
+
+def _refuse_direction(queue: Queue, opened: _Open | None, move: Move, n: int, height: int) -> None:
+    top = next((p.name for p in reversed(opened.patches) if p.commit), None) if opened else None
+    where = f"the top is {top}" if top else "no patch is applied"
+    if n == height:
+        raise NothingToDo(f"patches {move.verb}: nothing to move, {where}", "sglforge patches list")
+    if move.verb == "push" and n < height:
+        raise PatchError(
+            f"patches push {move.name}: it is applied already ({where})",
+            f"sglforge patches pop {move.name}  (leaves it on top)",
+        )
+    if move.verb == "pop" and n > height:
+        raise PatchError(
+            f"patches pop {move.name}: it is not applied ({where})",
+            f"sglforge patches push {move.name}",
+        )
+
+
+def _pop_to(queue: Queue, ref: str, opened: _Open, n: int) -> tuple[str, ...]:
+    """Take the patches above entry ``n`` off: the branch goes back to the commit of the
+    last one kept (their content is in their patch files)."""
+    keep = opened.patches[:n]
+    record = opened.record
+    target = next((p.commit for p in reversed(keep) if p.commit), record.upstream_commit)
+    git.move_branch(opened.wt, target)
+    off = opened.patches[n:]
+    patches = keep + tuple(AppliedPatch(p.name, UNAPPLIED, None) for p in off)
+    write_record(
+        queue.root, replace(record, head=git.head(opened.wt), patches=patches, complete=False)
+    )
+    return tuple(p.name for p in reversed(off) if p.commit)
+
+
+def _push_to(project: Project, queue: Queue, ref: str, n: int, height: int) -> tuple[str, ...]:
+    """Apply the series up to entry ``n``: the worktree made again from upstream with the
+    first ``n`` patches (``apply_at``: git am --3way, skips, conflicts as `patches apply`
+    has them), the rest recorded unapplied."""
+    up = project.upstream
+    pin_commit = project.pin_commit()
+    commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
+    part = replace(queue, entries=queue.entries[:n], patches=queue.patches[:n])
+    done = apply_at(part, up, ref, commit, pin_commit)
+    rest = tuple(AppliedPatch(e.name, UNAPPLIED, None) for e in queue.entries[n:])
+    record = read_record(queue.root, ref)
+    if record is not None:
+        write_record(queue.root, replace(record, patches=record.patches + rest, complete=not rest))
+    return tuple(p.name for p in done.patches[height:] if p.commit)
+
+
+# ---- refreshing the top patch
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """``patches refresh`` without --ref: the top patch and what export wrote."""
+
+    ref: str
+    worktree: Path
+    top: str
+    exported: Exported
+
+
+def refresh_top(project: Project, ref: str | None = None) -> Refreshed:
+    """Fold the worktree's edits (staged, unstaged, new files) into its top patch and write
+    that patch file again (quilt's ``refresh``); its header and context width are kept."""
+    with project_lock(project.root):
+        queue = project.fresh_queue()
+        ref = project.upstream.tag(ref) if ref else queue.pin.ref
+        opened = _open(queue, ref, edits_ok=True)
+        wt = worktree_path(queue.root, ref)
+        if opened is None:
+            raise PatchError(
+                f"no sglforge worktree for {ref} at {wt}",
+                f"make one: `sglforge patches push{_ref(queue, ref)}` (or `patches apply`)",
+            )
+        top = next((p.name for p in reversed(opened.patches) if p.commit), None)
+        if top is None:
+            raise PatchError(
+                f"no patch is applied in {wt}: the edits have no top patch to go into",
+                f"`sglforge patches new NAME{_ref(queue, ref)}` makes them a patch; or "
+                f"`sglforge patches push{_ref(queue, ref)}` first",
+            )
+        refuse_gitlinks(wt)
+        if not git.amend_all(wt):
+            raise NothingToDo(
+                f"worktree {wt} has no edits to fold into {top}", f"edit files under {wt} first"
+            )
+        exported = export_at(queue.root, ref)
+    project.reload()
+    return Refreshed(ref, wt, top, exported)
