@@ -188,7 +188,7 @@ def test_export_never_drops_an_uncommitted_edit(project: Path, change, named: st
     rc, _, err = cli(project, "patches", "export")
     assert rc != 0
     assert named in err and "nothing was written" in err
-    assert f"patches refresh" in err and C in err and "patches new" in err
+    assert "patches refresh" in err and C in err and "patches new" in err
     assert snapshot(project) == before
     # The way out it names works: refresh puts the edit into the top patch.
     assert cli(project, "patches", "refresh")[0] == 0
@@ -203,10 +203,8 @@ def _u1_project(tmp_path: Path, upstream: Path) -> Path:
     git(scratch, "reset", "-q", "--hard", "v1.0")
     edit(scratch, "python/pkg/b.py", 20, "b line 20 FIXED")
     edit(scratch, "python/pkg/b.py", 26, "b line 26 FIXED")
-    commit(
-        scratch,
-        "fix-b: patch b.py\n\nWhy: tests, -U1 to apply across releases.\n\nUpstream-Status: Pending",
-    )
+    why = "Why: tests, -U1 to apply across releases."
+    commit(scratch, f"fix-b: patch b.py\n\n{why}\n\nUpstream-Status: Pending")
     text = git(scratch, "format-patch", "-1", "--stdout", "--zero-commit", "-U1", "HEAD") + "\n"
     (root / "patches" / B.replace("0002", "0001")).write_text(text)
     return root
