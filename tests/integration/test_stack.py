@@ -362,3 +362,16 @@ def test_apply_reads_the_queue_under_the_lock(project: Path) -> None:
     with pytest.raises(Exception, match="changed while this command started"):
         apply_queue(seen)
     assert os.path.exists(project / "patches" / "0001-renamed.patch")
+
+
+def test_new_while_popped_goes_just_above_the_top(project: Path) -> None:
+    """quilt's `new` puts the patch above the top; the record keeps series order."""
+    assert cli(project, "patches", "goto", "1")[0] == 0
+    edit(wt(project), "python/pkg/e.py", 3, "e line 3 NEW")
+    rc, out, err = cli(project, "patches", "new", "fix-e", "-m", "fix e")
+    assert rc == 0, err
+    names = [e.name for e in load_queue(project).entries]
+    assert names == [A, "0004-fix-e.patch", B, C]
+    assert stack(project) == {"top": "0004-fix-e.patch", "applied": [A, "0004-fix-e.patch"]}
+    assert cli(project, "patches", "push", "--all")[0] == 0
+    assert stack(project)["applied"] == names
