@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from sglforge.cli import main
 from sglforge.patches.apply import apply_queue, read_record
 from sglforge.patches.edit import rename_patch
 from sglforge.patches.export import context_width
+from sglforge.patches.stack import read_stack
 from sglforge.project import Project
 from sglforge.queue.series import load_queue, parse_patch
 from synthetic import commit, edit, git, make_project, make_upstream, snapshot, write
@@ -375,3 +377,30 @@ def test_new_while_popped_goes_just_above_the_top(project: Path) -> None:
     assert stack(project) == {"top": "0004-fix-e.patch", "applied": [A, "0004-fix-e.patch"]}
     assert cli(project, "patches", "push", "--all")[0] == 0
     assert stack(project)["applied"] == names
+
+
+def test_a_stopped_patch_is_resolved_by_hand_then_refreshed(tmp_path: Path, upstream: Path) -> None:
+    """At v1.1 fix-d conflicts; with its blob ids unknown git am cannot even start a 3-way
+    session, so the user edits by hand and `patches refresh` makes the edits that patch."""
+    root = make_project(
+        tmp_path, upstream, [THREE[0], ("fix-d", "python/pkg/d.py", 10, "d line 10 FIXED", "")]
+    )
+    name = "0002-fix-d.patch"
+    path = root / "patches" / name
+    path.write_text(
+        re.sub(r"^index \w+\.\.\w+", "index 1111111..2222222", path.read_text(), flags=re.M)
+    )
+    rc, _, err = cli(root, "patches", "push", "--all", "--ref", "v1.1")
+    assert rc == 4 and name in err
+    tree = root / "build" / "worktrees" / "v1.1"
+    states = {e.name: e.state for e in read_stack(load_queue(root), "v1.1").entries}
+    assert states == {"0001-fix-a.patch": "applied", name: "conflict"}
+    edit(tree, "python/pkg/d.py", 10, "d line 10 FIXED")
+    rc, _, err = cli(root, "patches", "export", "--ref", "v1.1")
+    assert rc != 0 and "python/pkg/d.py" in err and name in err and "--at v1.1" in err
+    rc, out, err = cli(root, "patches", "refresh", "--at", "v1.1")
+    assert rc == 0, err
+    assert f"refreshed {name}" in out
+    text = path.read_text()
+    assert "-d line 10 changed upstream differently" in text and "Why: tests." in text
+    assert cli(root, "patches", "check", "--ref", "v1.1")[0] == 0

@@ -88,6 +88,10 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
             ],
         )
     )
+    _echo_configs(q, wide)
+
+
+def _echo_configs(q: Any, wide: bool) -> None:
     if q.configs:
         click.echo("config items (patches/configs/):")
         click.echo(
@@ -666,6 +670,9 @@ def _render_stack(s: Any, as_json: bool) -> None:
     verb = {"push": "applied", "pop": "removed", "goto": "moved"}.get(s.action, s.action)
     if s.moved:
         click.echo(f"{verb} {', '.join(s.moved)}")
+    for e in s.entries:
+        if e.state in ("skipped", "upstreamed"):
+            click.echo(f"  {e.name}: {e.state} at {s.ref} (no commit)")
     where = f"{len(s.applied)} of {len(s.entries)} applied in {s.worktree}"
     click.echo(f"now at {s.top} ({where})" if s.top else f"no patch applied ({where})")
 

@@ -136,7 +136,7 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
             f"a `git am` session is still in progress in {wt}",
             f"finish it with `git -C {wt} am --continue` (or --abort), then export again",
         )
-    refuse_uncommitted(wt, ref, record)
+    refuse_uncommitted(wt, "" if ref == queue.pin.ref else f" --at {ref}", record)
     commits = git.commits_between(wt, base)
     applied = _refuse_strays(root, queue, ref, wt, record, commits)
     if len(commits) < len(applied):
@@ -180,19 +180,21 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
     return Exported(ref, tuple(written), tuple(added), tuple(unchanged))
 
 
-def refuse_uncommitted(wt: Path, ref: str, record: WorktreeRecord) -> None:
+def refuse_uncommitted(wt: Path, at: str, record: WorktreeRecord) -> None:
     """PatchError naming the worktree's uncommitted edits: they belong to no commit, so an
-    export would leave them out (quilt's "needs to be refreshed first")."""
+    export would leave them out (quilt's "needs to be refreshed first"). ``at`` is the
+    `` --at REF`` the hint's refresh needs ('' at the pin)."""
     dirty = git.uncommitted(wt)
     if not dirty:
         return
     shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
-    top = [p.name for p in record.applied() if p.commit]
+    top = [p.name for p in record.applied()]
     into = f"the top patch, {top[-1]}" if top else "the top patch"
+    ref = at.replace(" --at ", " --ref ")
     raise PatchError(
         f"worktree {wt} has uncommitted edits ({shown}) that no patch holds; nothing was written",
-        f"fold them into {into}: `sglforge patches refresh --at {ref}`; or make a new patch: "
-        f"`sglforge patches new NAME --ref {ref}`",
+        f"fold them into {into}: `sglforge patches refresh{at}`; or make a new patch: "
+        f"`sglforge patches new NAME{ref}`",
     )
 
 

@@ -331,7 +331,9 @@ def refresh_top(project: Project, ref: str | None = None) -> Refreshed:
                 f"no sglforge worktree for {ref} at {wt}",
                 f"make one: `sglforge patches push{_ref(queue, ref)}` (or `patches apply`)",
             )
-        top = next((p.name for p in reversed(opened.patches) if p.commit), None)
+        stopped = next((p for p in opened.patches if p.status == CONFLICT), None)
+        top = stopped.name if stopped else None
+        top = top or next((p.name for p in reversed(opened.patches) if p.commit), None)
         if top is None:
             raise PatchError(
                 f"no patch is applied in {wt}: the edits have no top patch to go into",
@@ -339,7 +341,13 @@ def refresh_top(project: Project, ref: str | None = None) -> Refreshed:
                 f"`sglforge patches push{_ref(queue, ref)}` first",
             )
         refuse_gitlinks(wt)
-        if not git.amend_all(wt):
+        if stopped is not None:
+            # The patch `apply` stopped at without a `git am` session (it did not apply at
+            # all): the edits made by hand become its commit, which export maps back to it.
+            made = git.commit_all(wt, queue.by_name(top).subject or top)
+        else:
+            made = git.amend_all(wt)
+        if not made:
             raise NothingToDo(
                 f"worktree {wt} has no edits to fold into {top}", f"edit files under {wt} first"
             )
