@@ -404,3 +404,37 @@ def test_a_stopped_patch_is_resolved_by_hand_then_refreshed(tmp_path: Path, upst
     text = path.read_text()
     assert "-d line 10 changed upstream differently" in text and "Why: tests." in text
     assert cli(root, "patches", "check", "--ref", "v1.1")[0] == 0
+
+
+def test_new_with_nothing_applied_goes_first(project: Path) -> None:
+    assert cli(project, "patches", "goto", "1")[0] == 0
+    assert cli(project, "patches", "pop")[0] == 0
+    edit(wt(project), "python/pkg/e.py", 3, "e line 3 NEW")
+    assert cli(project, "patches", "new", "fix-e")[0] == 0
+    names = [e.name for e in load_queue(project).entries]
+    assert names == ["0004-fix-e.patch", A, B, C]
+    assert stack(project) == {"top": names[0], "applied": names[:1]}
+    assert cli(project, "patches", "push", "--all")[0] == 0
+
+
+def test_new_after_a_skipped_last_patch_keeps_the_stack(tmp_path: Path, upstream: Path) -> None:
+    """At v1.1 fix-g (Applies-To: <1.1) is skipped: a new patch goes after it, in the series
+    and in the worktree record alike, and pop takes it off again."""
+    root = make_project(
+        tmp_path,
+        upstream,
+        [THREE[0], ("fix-g", "python/pkg/g.py", 10, "g line 10 FIXED", "Applies-To: <1.1\n")],
+    )
+    rc, out, err = cli(root, "patches", "goto", "2", "--ref", "v1.1")
+    assert rc == 0, err
+    assert "0002-fix-g.patch: skipped at v1.1" in out
+    tree = root / "build" / "worktrees" / "v1.1"
+    edit(tree, "python/pkg/e.py", 3, "e line 3 NEW")
+    assert cli(root, "patches", "new", "fix-e", "--ref", "v1.1")[0] == 0
+    names = [e.name for e in load_queue(root).entries]
+    assert names == [A, "0002-fix-g.patch", "0003-fix-e.patch"]
+    s = read_stack(load_queue(root), "v1.1")
+    assert [e.state for e in s.entries] == ["applied", "skipped", "applied"]
+    rc, out, err = cli(root, "patches", "pop", "--ref", "v1.1")
+    assert rc == 0, err
+    assert "removed 0003-fix-e.patch" in out and f"now at {A}" in out

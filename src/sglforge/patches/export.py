@@ -18,7 +18,7 @@ from sglforge.patches.apply import (
 )
 from sglforge.patches.check import git_reason
 from sglforge.project import Project
-from sglforge.queue.series import Queue, check_trailers, load_queue, split_patch
+from sglforge.queue.series import Queue, check_trailers, load_queue, read_series, split_patch
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 
@@ -199,18 +199,18 @@ def refuse_uncommitted(wt: Path, at: str, record: WorktreeRecord) -> None:
 
 
 def _series_with(root: Path, record: WorktreeRecord, added: list[str]) -> str:
-    """patches/series with the ``added`` patches just after the last applied one (quilt's
-    `new` puts a patch above the top), or at the end when every patch is applied."""
+    """patches/series with the ``added`` patches just above the top (quilt's `new`): after
+    the last applied patch, before the first when none is; at the end when none waits."""
     path = root / "patches" / "series"
     lines = read_exact(path).splitlines() if path.exists() else []
-    after = [p.name for p in record.patches if p.commit]
+    below = [p.name for p in record.applied()]
     waiting = [p.name for p in record.patches if p.status in UNAPPLIED_STATES]
+    entries = {n: (line.split("#", 1)[0].split() or [""])[0] for n, line in enumerate(lines)}
     at = len(lines)
-    if after and waiting:
-        for n, line in enumerate(lines):
-            word = line.split("#", 1)[0].split()
-            if word and word[0] == after[-1]:
-                at = n + 1
+    if waiting and below:
+        at = max((n + 1 for n, w in entries.items() if w == below[-1]), default=at)
+    elif waiting:
+        at = min((n for n, w in entries.items() if w == waiting[0]), default=at)
     return "\n".join([*lines[:at], *added, *lines[at:]]) + "\n"
 
 
@@ -219,17 +219,18 @@ UNAPPLIED_STATES = ("pending", "unapplied")
 
 
 def _record_export(root: Path, record: WorktreeRecord, wt: Path, by_commit: dict[str, str]) -> None:
-    """The worktree record after an export: each commit now belongs to its patch, in the
-    record's own order (new patches just after the last applied one)."""
+    """The worktree record after an export: each commit now belongs to its patch, and the
+    record lists the patches in the order of patches/series as written (a new patch sits
+    where ``_series_with`` put it)."""
     exported = {name: c for c, name in by_commit.items()}
     known = {p.name for p in record.patches}
     out = [
         AppliedPatch(p.name, "clean", exported[p.name]) if p.name in exported else p
         for p in record.patches
     ]
-    new = [AppliedPatch(n, "clean", c) for n, c in exported.items() if n not in known]
-    last = max((i for i, p in enumerate(out) if p.commit), default=-1)
-    out[last + 1 : last + 1] = new
+    out += [AppliedPatch(n, "clean", c) for n, c in exported.items() if n not in known]
+    place = {e.name: i for i, e in enumerate(read_series(root))}
+    out.sort(key=lambda p: place.get(p.name, len(place)))
     write_record(
         root,
         replace(
