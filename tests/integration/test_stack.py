@@ -438,3 +438,10 @@ def test_new_after_a_skipped_last_patch_keeps_the_stack(tmp_path: Path, upstream
     rc, out, err = cli(root, "patches", "pop", "--ref", "v1.1")
     assert rc == 0, err
     assert "removed 0003-fix-e.patch" in out and f"now at {A}" in out
+
+
+def test_the_real_queue_patches_read_as_written_with_one_line_of_context() -> None:
+    """0002 was cut with -U1 to apply unchanged from 0.5.12 to 0.5.15: export keeps that."""
+    real = Path(__file__).resolve().parents[2] / "patches"
+    widths = {p.name[:4]: context_width(p.read_text()) for p in sorted(real.glob("*.patch"))}
+    assert widths["0002"] == 1
