@@ -795,9 +795,12 @@ def format_patch(repo: Path | str, commit: str) -> str:
     ).stdout
 
 
-def format_patch_width(repo: Path | str, commit: str, context: int) -> str:
+def format_patch_width(
+    repo: Path | str, commit: str, context: int, abbrev: int | None = None
+) -> str:
     """``format_patch`` of ``commit`` with ``context`` lines of context around each change
-    (``-U``): a patch written with its own width keeps it when regenerated."""
+    (``-U``) and, when given, blob ids on ``index`` lines cut to ``abbrev`` digits: a patch
+    regenerated keeps the shape it was written with."""
     return _run(
         repo,
         "format-patch",
@@ -806,6 +809,7 @@ def format_patch_width(repo: Path | str, commit: str, context: int) -> str:
         "--zero-commit",
         "--no-signature",
         f"-U{context}",
+        *([f"--abbrev={abbrev}"] if abbrev else []),
         commit,
         strip=False,
     ).stdout

@@ -218,12 +218,17 @@ def test_a_hand_chosen_context_width_survives_export_and_rebase(
     root = _u1_project(tmp_path, upstream)
     name = "0001-fix-b.patch"
     assert context_width((root / "patches" / name).read_text()) == 1
+    old = (root / "patches" / name).read_text()
     assert cli(root, "patches", "apply")[0] == 0
     edit(wt(root), "python/pkg/b.py", 20, "b line 20 FIXED after review")
     assert cli(root, "patches", "refresh")[0] == 0
     text = (root / "patches" / name).read_text()
     assert "b line 20 FIXED after review" in text
     assert context_width(text) == 1 and "-U1 to apply across releases" in text
+    # Nothing else moves: the blob ids keep their length, the signature stays.
+    ids = re.compile(r"^index (\w+)\.\.", re.M)
+    assert [len(x) for x in ids.findall(text)] == [len(x) for x in ids.findall(old)]
+    assert text.split("\n-- \n")[1] == old.split("\n-- \n")[1]
     # Rebasing onto v1.1 (b.py has 3 lines more at the top: the patch is rewritten).
     rc, out, err = cli(root, "patches", "refresh", "--ref", "v1.1")
     assert rc == 0, err

@@ -35,12 +35,40 @@ def slug(text: str) -> str:
     return s[:52].rstrip("-") or "patch"
 
 
-def format_commit(wt: Path, commit: str, context: int | None = None) -> str:
-    """``git format-patch`` text of one commit, stable across runs (zero From hash); with
-    ``context``, that many lines of context (a patch's own width, ``context_width``)."""
-    if context is None or context == 3:
+def format_commit(wt: Path, commit: str, like: str | None = None) -> str:
+    """``git format-patch`` text of one commit, stable across runs (zero From hash). ``like``
+    is the patch file it replaces: its context width (a -U1 patch stays -U1), the length of
+    the blob ids on its ``index`` lines and its signature line are kept, so a rewritten
+    patch differs from the old one only where its changes do."""
+    if like is None:
         return git.format_patch(wt, commit)
-    return git.format_patch_width(wt, commit, context)
+    width = context_width(like)
+    abbrev = _abbrev(like)
+    if (width is None or width == 3) and abbrev is None:
+        text = git.format_patch(wt, commit)
+    else:
+        text = git.format_patch_width(wt, commit, 3 if width is None else width, abbrev)
+    return _with_signature(text, like)
+
+
+_INDEX = re.compile(r"^index ([0-9a-f]{4,64})\.\.([0-9a-f]{4,64})", re.M)
+_SIGNATURE = re.compile(r"\n-- \n[^\n]*\n*\Z")
+
+
+def _abbrev(text: str) -> int | None:
+    """The digits of the blob ids on a patch's ``index`` lines (None without any, or when
+    they are full ids: git's default then)."""
+    m = _INDEX.search(text)
+    return len(m.group(1)) if m and len(m.group(1)) < 40 else None
+
+
+def _with_signature(text: str, like: str) -> str:
+    """``text`` ending with ``like``'s format-patch signature (``-- `` and git's version),
+    when ``like`` had one: the version git runs here is not news to a reviewer."""
+    old = _SIGNATURE.search(like)
+    if old is None or _SIGNATURE.search(text):
+        return text
+    return text.rstrip("\n") + "\n" + like[old.start() + 1 :]
 
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
@@ -154,7 +182,7 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
         if old and same_effect(wt, old, c):
             unchanged.append(p.name)
             continue
-        new = format_commit(wt, c, context_width(old) if old else None)
+        new = format_commit(wt, c, old or None)
         new = merge_header(old, new) if old else new
         if diff_body(new) != diff_body(old):
             files[path] = new

@@ -27,7 +27,7 @@ from sglforge.patches.check import (
     check_ref,
     retarget,
 )
-from sglforge.patches.export import context_width, diff_body, format_commit, merge_header
+from sglforge.patches.export import diff_body, format_commit, merge_header
 from sglforge.project import Project
 from sglforge.queue.series import Patch, Queue, render_pin, split_patch
 from sglforge.queue.upstream import (
@@ -182,7 +182,7 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
                         f"sglforge patches apply --ref {report.ref}", hint_upstream(up, queue.pin)
                     ),
                 )
-            made = format_commit(wt, "HEAD", context_width(patch.text))
+            made = format_commit(wt, "HEAD", patch.text)
             texts[patch.name] = merge_header(source, made)
     finally:
         with git.cache_lock(up.cache):
