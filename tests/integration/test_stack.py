@@ -450,3 +450,37 @@ def test_the_real_queue_patches_read_as_written_with_one_line_of_context() -> No
     real = Path(__file__).resolve().parents[2] / "patches"
     widths = {p.name[:4]: context_width(p.read_text()) for p in sorted(real.glob("*.patch"))}
     assert widths["0002"] == 1
+
+
+@pytest.mark.pypi
+def test_fix_patch_2_after_review_on_the_real_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README's recipe on the real queue (sglang 0.5.14 from its PyPI wheel): goto 2, edit,
+    refresh. 0002 changes where the edit is and nowhere else: -U1, header, blob-id length
+    and signature are kept."""
+    import shutil
+
+    from sglang_release import REPO_ROOT, adopt_checkout_wheels
+
+    root = tmp_path / "real"
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    (root / "CHANGELOG.md").write_text("# Changelog\n\n## [Unreleased]\n")
+    adopt_checkout_wheels()
+    monkeypatch.setenv("SGLFORGE_UPSTREAM", "pypi:sglang")
+    p2 = next((root / "patches").glob("0002-*.patch"))
+    old = p2.read_text()
+    rc, _, err = cli(root, "patches", "goto", "2")
+    assert rc == 0, err
+    f = root / "build/worktrees/v0.5.14/python/sglang/srt/configs/model_config.py"
+    code = f.read_text()
+    assert code.count("\ndef get_mimo_v2_fused_qkv_expected_tp_size(") == 1
+    f.write_text(code.replace("\ndef get_mimo_v2", "\n# reviewed\ndef get_mimo_v2"))
+    rc, _, err = cli(root, "patches", "refresh")
+    assert rc == 0, err
+    new = p2.read_text()
+    assert "+# reviewed" in new and context_width(new) == 1
+    kept = set(new.splitlines())
+    gone = [ln for ln in old.splitlines() if ln not in kept]
+    assert all(ln.startswith((" python/", " 3 files", "index ", "@@ ")) for ln in gone), gone
+    assert cli(root, "patches", "lint")[0] == 0
