@@ -285,6 +285,8 @@ def test_show_and_header_edit_trailers_checked_as_lint_does(project: Path) -> No
     assert json.loads(out)["trailers"]["Forwarded"] == url
     assert cli(project, "patches", "header", "2", "--unset", "Bug")[0] == 0
     assert parse_patch(project / "patches" / B).trailer("Bug") is None
+    assert cli(project, "patches", "header", "2", "--set", f"Depends-On={A}")[0] == 0
+    assert parse_patch(project / "patches" / B).depends_on == (A,)
     good = (project / "patches" / B).read_bytes()
     for bad, says in [
         ("Forwarded=maybe", "URL, `no` or `not-needed`"),
@@ -295,6 +297,7 @@ def test_show_and_header_edit_trailers_checked_as_lint_does(project: Path) -> No
         ("Upstream-Fixed-In=soon", "a version"),
         ("Colour=blue", "KEY one of"),
         ("Forwarded", "KEY=VALUE"),
+        (f"Depends-On={C}", "not a patch before"),
     ]:
         rc, _, err = cli(project, "patches", "header", "2", "--set", bad)
         assert rc == 2 and says in err, (bad, err)

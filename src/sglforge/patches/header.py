@@ -14,7 +14,7 @@ from sglforge.errors import ConfigError
 from sglforge.patches.edit import find_entry, set_trailers
 from sglforge.patches.stack import read_stack
 from sglforge.project import Project
-from sglforge.queue.series import NEEDS_DETAIL, STATUSES, parse_patch, split_patch
+from sglforge.queue.series import NEEDS_DETAIL, STATUSES, Queue, parse_patch, split_patch
 from sglforge.util import commit_files, encode_exact, project_lock
 
 # The trailers `patches header --set` edits, as DEP-3 and lint know them.
@@ -138,6 +138,8 @@ def edit_header(
     with project_lock(project.root):
         queue = project.fresh_queue()
         patch = queue.by_name(find_entry(queue, name).name)
+        if "Depends-On" in sets:
+            _check_depends(queue, patch.name, sets["Depends-On"])
         text = set_trailers(patch.text, sets) if sets else patch.text
         text = _unset(text, gone)
         after = parse_patch_text(patch.path, text, patch.index)
@@ -146,6 +148,18 @@ def edit_header(
             commit_files(project.root / "patches", {patch.path: text})
     project.reload()
     return HeaderEdit(patch.name, dict(patch.trailers), after, written)
+
+
+def _check_depends(queue: Queue, name: str, value: str) -> None:
+    """Each patch a ``Depends-On`` names comes earlier in the series (as lint wants it)."""
+    names = [e.name for e in queue.entries]
+    earlier = names[: names.index(name)]
+    for dep in (d for d in re.split(r"[,\s]+", value) if d):
+        if dep not in earlier:
+            raise ConfigError(
+                f"--set Depends-On={value!r}: {dep} is not a patch before {name} in patches/series",
+                "name earlier patches by file name (sglforge patches list)",
+            )
 
 
 def _unset(text: str, keys: list[str]) -> str:
