@@ -1014,10 +1014,11 @@ def commit_all(
     return True
 
 
-def amend_all(wt: Path | str) -> bool:
-    """Stage every change of ``wt`` (staged, unstaged, untracked) into its HEAD commit, its
-    author and message kept; False, and HEAD untouched, when nothing differs from HEAD."""
-    _run(wt, "add", "-A")
+def amend_all(wt: Path | str, exclude: Sequence[str] = ()) -> bool:
+    """Stage every change of ``wt`` (staged, unstaged, untracked; not the untracked paths
+    matching an ``exclude`` glob) into its HEAD commit, its author and message kept; False,
+    and HEAD untouched, when nothing differs from HEAD."""
+    _run(wt, "add", "-A", "--", ".", *(f":(exclude,glob){g}" for g in exclude))
     if _run(wt, "diff", "--cached", "--quiet", check=False).status == 0:
         return False
     _run(wt, "commit", "-q", "--amend", "--no-edit", "--allow-empty")

@@ -208,11 +208,28 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
     return Exported(ref, tuple(written), tuple(added), tuple(unchanged))
 
 
+# What running Python or pytest in a worktree leaves (a tree made from wheels has no
+# .gitignore): never an edit, never part of a patch.
+BYTECODE = ("**/__pycache__/**", "**/*.pyc", "**/.pytest_cache/**")
+
+
+def edits_in(wt: Path) -> list[str]:
+    """The worktree's uncommitted changes as ``git status`` names them, bytecode caches
+    left out (``BYTECODE``)."""
+    return [
+        f
+        for f in git.uncommitted(wt)
+        if not (
+            f.endswith(".pyc") or {"__pycache__", ".pytest_cache"} & set(f.rstrip("/").split("/"))
+        )
+    ]
+
+
 def refuse_uncommitted(wt: Path, at: str, record: WorktreeRecord) -> None:
     """PatchError naming the worktree's uncommitted edits: they belong to no commit, so an
     export would leave them out (quilt's "needs to be refreshed first"). ``at`` is the
     `` --at REF`` the hint's refresh needs ('' at the pin)."""
-    dirty = git.uncommitted(wt)
+    dirty = edits_in(wt)
     if not dirty:
         return
     shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")

@@ -25,7 +25,7 @@ from sglforge.patches.apply import (
 )
 from sglforge.patches.check import CONFLICT, SKIPPED, UPSTREAMED
 from sglforge.patches.edit import find_entry
-from sglforge.patches.export import Exported, export_at, refuse_gitlinks
+from sglforge.patches.export import BYTECODE, Exported, edits_in, export_at, refuse_gitlinks
 from sglforge.project import Project
 from sglforge.queue.series import Queue
 from sglforge.util import project_lock
@@ -153,7 +153,7 @@ def _open(queue: Queue, ref: str, edits_ok: bool = False) -> _Open | None:
             f"resolve it, `git -C {wt} am --continue`, `sglforge patches export --ref {ref}`; "
             f"or `git -C {wt} am --abort`",
         )
-    dirty = [] if edits_ok else git.uncommitted(wt)
+    dirty = [] if edits_ok else edits_in(wt)
     if dirty:
         shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
         raise PatchError(
@@ -252,7 +252,7 @@ def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
         if n < height and opened is not None:
             moved = _pop_to(queue, ref, opened, n)
         else:
-            moved = _push_to(project, queue, ref, n, height)
+            moved = _push_to(project, queue, ref, n, opened)
         stack = read_stack(queue, ref)
     return replace(stack, action=move.verb, moved=moved)
 
@@ -289,15 +289,20 @@ def _pop_to(queue: Queue, ref: str, opened: _Open, n: int) -> tuple[str, ...]:
     return tuple(p.name for p in reversed(off) if p.commit)
 
 
-def _push_to(project: Project, queue: Queue, ref: str, n: int, height: int) -> tuple[str, ...]:
+def _push_to(
+    project: Project, queue: Queue, ref: str, n: int, opened: _Open | None
+) -> tuple[str, ...]:
     """Apply the series up to entry ``n``: the worktree made again from upstream with the
     first ``n`` patches (``apply_at``: git am --3way, skips, conflicts as `patches apply`
     has them), the rest recorded unapplied."""
+    height = opened.height if opened else 0
     up = project.upstream
     pin_commit = project.pin_commit()
     commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
     part = replace(queue, entries=queue.entries[:n], patches=queue.patches[:n])
-    done = apply_at(part, up, ref, commit, pin_commit)
+    # `_open` found nothing to lose in a recorded worktree but bytecode caches, which
+    # apply's own check would count as edits: it may start over without asking.
+    done = apply_at(part, up, ref, commit, pin_commit, force=opened is not None)
     rest = tuple(AppliedPatch(e.name, UNAPPLIED, None) for e in queue.entries[n:])
     record = read_record(queue.root, ref)
     if record is not None:
@@ -346,7 +351,7 @@ def refresh_top(project: Project, ref: str | None = None) -> Refreshed:
             # all): the edits made by hand become its commit, which export maps back to it.
             made = git.commit_all(wt, queue.by_name(top).subject or top)
         else:
-            made = git.amend_all(wt)
+            made = git.amend_all(wt, BYTECODE)
         if not made:
             raise NothingToDo(
                 f"worktree {wt} has no edits to fold into {top}", f"edit files under {wt} first"
