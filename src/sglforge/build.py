@@ -58,6 +58,7 @@ from sglforge.provenance import (
     Base,
     ContextFile,
     ImageFacts,
+    Manifest,
     PatchFacts,
     UpstreamFacts,
     describe,
@@ -132,7 +133,7 @@ class BuildPlan:
     tags: tuple[str, ...]
     labels: Mapping[str, str]
     dockerfile: str
-    manifest: Mapping[str, Any]
+    manifest: Manifest
     inputs_key: str | None  # None until the base is known
     build_args: Mapping[str, str] = field(default_factory=dict)
     context_dir: Path | None = None  # source mode: the patched worktree
@@ -589,7 +590,7 @@ def _facts(
         source=source,
         ref=applied.ref,
         commit=applied.commit,
-        revision=_revision(queue.pin, applied),
+        revision=applied.revision(queue.pin),
         wheel=wheel,
         wheel_sha256=wheel_sha,
     )
@@ -640,7 +641,7 @@ def _overlay_plan(
     if not staged.files:
         return plan
     # The staged files join the context and the items the manifest.
-    manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
+    manifest: Manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
     return replace(plan, files=plan.files + staged.files, manifest=manifest)
 
 
@@ -777,16 +778,6 @@ def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return path.name, h.hexdigest()
-
-
-def _revision(pin: Any, applied: Any) -> str:
-    """The upstream revision for the OCI label: the pinned commit when known; a history
-    rebuilt from PyPI wheels has commits of its own, so there the tag names the revision."""
-    if applied.ref == pin.ref and pin.commit:
-        return str(pin.commit)
-    if getattr(applied, "python_only", False):
-        return str(applied.ref)
-    return str(applied.commit)
 
 
 def _retag(image_id: str, tags: Iterable[str]) -> None:
