@@ -120,7 +120,7 @@ class PatchFacts:
 
     @classmethod
     def of(cls, patch: PatchLike) -> PatchFacts:
-        """The facts of a queue's patch (``patches.series.Patch``)."""
+        """The facts of a queue's patch (``queue.series.Patch``)."""
         return cls(patch.name, patch.subject, patch.sha256, patch.kind, patch.upstream_status)
 
     @property
