@@ -1,4 +1,4 @@
-"""Processes are started in few places: git in ``git.py``, Docker's in ``engine/``, the sglang
+"""Processes are started in few places: git in ``git/``, Docker's in ``engine/``, the sglang
 construction child in ``construct/``, and every read-only probe (rocminfo, amd-smi, pip, docker
 buildx) through ``util.run_probe``, which handles a missing program, a failure to start and a
 timeout once."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sglforge"
 # Where a process may be started directly (a folder ends in "/").
-ALLOWED = ("git.py", "engine/", "util.py", "construct/", "scan/construction.py")
+ALLOWED = ("git/", "engine/", "util.py", "construct/", "scan/construction.py")
 STARTERS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
 
 
