@@ -283,7 +283,7 @@ def _diff_findings(patch: Patch, rel: str, every_line: bool = False) -> list[Fin
     """
     out: list[Finding] = []
     header_lines = patch.header.count("\n")
-    scan = scan_text(patch.body, patch.diff_start)
+    scan = patch.scan or scan_text(patch.body, patch.diff_start)
     if scan.error:
         out.append(Finding(rel, header_lines + scan.error_line, "unparsable-diff", scan.error))
     elif scan.sections == 0 and patch.body.find("GIT binary patch", patch.diff_start) < 0:
@@ -324,6 +324,8 @@ def _notable_lines(text: str, start: int) -> Iterator[int]:
         # str.find is C speed; a regex over every character is not
         ends: list[int] = []
         for tail in (" \n", "\t\n", "\r\n"):
+            if tail[0] not in text:  # one memchr, where a two-character find is a scan
+                continue
             at = text.find(tail, start)
             while at >= 0:
                 ends.append(at)

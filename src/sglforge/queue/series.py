@@ -94,6 +94,7 @@ class Patch:
     # Every path the diff names on either side: ``files`` has the new names, a rename or copy
     # also reads its old one (git needs it in the index to apply the patch).
     paths: tuple[str, ...] = ()
+    scan: DiffScan | None = None  # the diff's one counting pass (``scan_text``), kept for lint
 
     @property
     def diff(self) -> str:
@@ -468,6 +469,7 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         kind=classify(uniq),
         sha256=digest,
         text=exact,
+        scan=scan,
     )
 
 
