@@ -74,6 +74,7 @@ class Launch(TypedDict, total=False):
     kv_cache_dtype: str
     quantization: str | None
     attention_backend: str | None
+    mem_fraction_static: float  # from the GPU's memory (server_args.py:3308-3314 at 0.5.14)
 
 
 class Parallel(TypedDict):

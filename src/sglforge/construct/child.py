@@ -274,7 +274,7 @@ def _launch(sa) -> dict:
     names = (
         "tp_size dp_size ep_size speculative_algorithm speculative_num_steps "
         "speculative_eagle_topk speculative_num_draft_tokens kv_cache_dtype quantization "
-        "attention_backend"
+        "attention_backend mem_fraction_static"
     ).split()
     out = {n: getattr(sa, n, None) for n in names}
     out["enable_dp_attention"] = bool(sa.enable_dp_attention)
