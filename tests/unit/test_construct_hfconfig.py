@@ -4,7 +4,7 @@ sglang 0.5.14 pins transformers 5.8.1 and reads ``hf_text_config.rope_scaling``
 (``srt/configs/model_config.py:760``), a property of transformers 5.x returning
 ``rope_parameters`` (``configuration_utils.py:483-489``); ``rope_parameters`` is built by
 ``convert_rope_params_to_dict`` and ``standardize_rope_params``
-(``modeling_rope_utils.py:706-752``).
+(``modeling_rope_utils.py:706-758``).
 Each case below is one config.json form and what that code makes of it.
 """
 

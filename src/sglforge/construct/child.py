@@ -296,11 +296,12 @@ def run_request(request: dict, gpu: dict) -> dict:
     config = request["config"]
     _hand_in(config, gpu)
     sa = _server_args(request["launch"])
+    launch = _launch(sa)  # as the parser and __post_init__ left it, before a model decides
     facts, topology = _topology(sa)
     with topology:
         models = {m: _build(sa, config, m == "draft") for m in _models(sa, request)}
     return {
-        "launch": _launch(sa),
+        "launch": launch,
         "dsa": bool(is_deepseek_dsa(HFConfig(**config))),
         "parallel": facts,
         "models": models,

@@ -8,12 +8,12 @@ transformers 5.8.1's:
 - a key config.json lacks takes ``PreTrainedConfig.__init__``'s default (the common keys,
   ``configuration_utils.py``: ``DEFAULTS`` below); any other missing key is an AttributeError;
 - RoPE (``modeling_rope_utils.py:706-725`` ``convert_rope_params_to_dict``, called from
-  ``configuration_utils.py:277-278`` for every config class with a ``rope_parameters`` field,
+  ``configuration_utils.py:278-279`` for every config class with a ``rope_parameters`` field,
   as ``GlmMoeDsaConfig`` and ``DeepseekV3Config`` have): ``rope_parameters`` is config.json's
   ``rope_scaling`` or its ``rope_parameters`` or ``{}``; ``rope_theta`` moves into it (default
   ``default_theta`` 10000.0) and leaves the top level; ``standardize_rope_params``
-  (``:727-752``) sets ``rope_type`` (from a legacy ``type``, else ``"default"``) and, for
-  llama3/yarn/longrope, ``original_max_position_embeddings``;
+  (``:727-758``, the one-dict case) sets ``rope_type`` (from a legacy ``type``, else
+  ``"default"``) and, for llama3/yarn/longrope, ``original_max_position_embeddings``;
 - ``rope_scaling`` is a property returning ``rope_parameters`` (``configuration_utils.py:483-489``),
   which sglang reads (``srt/configs/model_config.py:760`` at 0.5.14).
 

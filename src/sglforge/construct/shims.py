@@ -635,7 +635,10 @@ def _torch_cuda(gpu: dict) -> None:
     read."""
     capability = tuple(gpu["capability"])
     memory = int(gpu["memory_gib"]) << 30
-    _module("torch.version", hip="7.0.0", cuda=None, __version__=TORCH_VERSION, git_version="0")
+    # A plain module, as torch/version.py is: only the attributes a ROCm build has, so that
+    # ``hasattr(torch.version, "musa")`` is False there too.
+    version = dict(hip="7.0.0", cuda=None, xpu=None, debug=False, git_version="0")
+    _module("torch.version", types.ModuleType, __version__=TORCH_VERSION, **version)
     props = types.SimpleNamespace(
         gcnArchName=gpu["gfx"],
         name=gpu["name"],
