@@ -62,10 +62,18 @@ def _hand_in(config: dict, gpu: dict) -> None:
     server_args.get_device_memory_capacity = lambda *a, **k: memory_mib
 
 
+class _Parser(argparse.ArgumentParser):
+    """sglang's launch parser, raising instead of exiting: a flag the release does not know
+    fails that request only, with argparse's own message."""
+
+    def error(self, message):
+        raise ValueError(f"sglang's launch parser: {message}")
+
+
 def _server_args(argv: list[str]):
     from sglang.srt.server_args import ServerArgs
 
-    parser = argparse.ArgumentParser()
+    parser = _Parser()
     ServerArgs.add_cli_args(parser)
     return ServerArgs.from_cli_args(parser.parse_args(argv))
 
