@@ -378,6 +378,14 @@ def shapes(
     """The fused-MoE layers and token buckets of the main model and (with MTP) the draft."""
     config = read_model(model_dir)
     built = construct.build(tree, config, launch_args(args, model_dir), device)
+    layers, buckets = shapes_of(built, config)
+    return layers, buckets, built
+
+
+def shapes_of(
+    built: construct.Construction, config: Mapping[str, Any]
+) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]]]:
+    """aiter's view of one construction of ``config``: its layers and token buckets."""
     dtype = {"bfloat16": "torch.bfloat16", "float16": "torch.float16"}.get(
         str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "torch.bfloat16"
     )
@@ -386,7 +394,7 @@ def shapes(
     for name, model in built.models.items():
         layers += layers_of(name, model, dtype)
         buckets[name] = token_buckets(model.tokens)
-    return layers, buckets, built
+    return layers, buckets
 
 
 def coverage(

@@ -39,7 +39,16 @@ from sglforge.construct.built import Construction, Launch, Model
 from sglforge.errors import ConfigError
 from sglforge.targets import Device
 
-__all__ = ["Construction", "ConstructionError", "Model", "Request", "build", "build_many"]
+__all__ = [
+    "Construction",
+    "ConstructionError",
+    "Model",
+    "Request",
+    "build",
+    "build_many",
+    "device_json",
+    "literal_launch",
+]
 
 CHILD_TIMEOUT = 900  # seconds: a 78-layer model and its draft, per batch of requests
 DEFAULT_MODEL_PATH = "/models/model"  # --model-path when the launch flags name none

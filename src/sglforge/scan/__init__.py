@@ -23,13 +23,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge import git
 from sglforge.errors import ConfigError, PatchError
 from sglforge.project import Project
 from sglforge.scan.findings import FAIL, WARN, Finding
 from sglforge.targets import Device
+
+if TYPE_CHECKING:
+    from sglforge.construct.built import Construction
 
 INCOMPLETE = "scan-incomplete"
 
@@ -96,7 +99,7 @@ def scan_tree(
     """Every finding for this tree (a release's git tree on disk), model config and launch
     on ``device`` (the target's GPU)."""
     from sglforge import construct
-    from sglforge.scan import jit_findings, quant
+    from sglforge.scan import jit_findings
 
     try:
         built = construct.build(tree / "python", config, launch, device)
@@ -116,9 +119,16 @@ def scan_tree(
             "report it with the release and the config; the kernel findings still hold",
         )
         return [*jit_findings.findings(tree, built), incomplete]
-    out = jit_findings.findings(tree, built)
-    out += quant.findings(built, config, config_file)
-    return out
+    return findings_of(tree, built, config, config_file)
+
+
+def findings_of(
+    tree: Path, built: Construction, config: dict[str, Any], config_file: str = "config.json"
+) -> list[Finding]:
+    """The findings of one construction (``construct.build``) of ``config`` on ``tree``."""
+    from sglforge.scan import jit_findings, quant
+
+    return [*jit_findings.findings(tree, built), *quant.findings(built, config, config_file)]
 
 
 @contextmanager
