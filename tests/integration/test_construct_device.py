@@ -18,7 +18,8 @@ the two builds follow it (0.5.14 lines):
 
 Then the checkpoint forms: GLM-5.2's config.json as it ships (``rope_parameters``, no
 ``rope_scaling``/``rope_theta``) and the legacy ``rope_theta``-only form build the same model as
-the project's test model (main 257/9 on 75 layers, draft 256/8 at TP8).
+the project's test model (main 257/9 on 75 layers, draft 256/8 at TP8), and the scan checks
+every kind on the shipped form (no ``scan-incomplete``).
 """
 
 from __future__ import annotations
@@ -115,3 +116,12 @@ def test_the_shipped_and_legacy_rope_forms_build(tree: Path, form: str) -> None:
     )
     built = construct.build(tree, config, launch(model), TARGETS.resolve("mi355x").device)
     assert experts(built) == {"main": (75, 257, 9), "draft": (1, 256, 8)}
+
+
+def test_scan_runs_every_kind_on_the_shipped_form(tree: Path) -> None:
+    from sglforge.scan import INCOMPLETE, scan_tree
+
+    model = STANDIN / "model-mxfp4-rope-parameters"
+    config = json.loads((model / "config.json").read_text())
+    found = scan_tree(tree.parent, config, launch(model), TARGETS.resolve("mi355x").device)
+    assert INCOMPLETE not in {f.kind for f in found}, [f.detail for f in found]
