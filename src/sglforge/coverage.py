@@ -44,6 +44,7 @@ from typing import Any
 from sglforge import construct
 from sglforge.errors import ConfigError
 from sglforge.queue.configs import BaseTables, ConfigItem, render, unfit_rows
+from sglforge.targets import Device, device_of_gfx
 
 AITER_RULES = "ROCm/aiter 9127c94a18e4398e1eba91f6639e910f0994ad02"
 TUNED_BASE, TUNED_ITEM, MISS = "tuned-base", "tuned-item", "miss"
@@ -160,7 +161,7 @@ class Layer:
     ep: bool
 
 
-def layers_of(model: str, built: construct.Built, dtype: str) -> list[Layer]:
+def layers_of(model: str, built: construct.Model, dtype: str) -> list[Layer]:
     """aiter's view of every fused-MoE layer ``built`` holds (the module docstring's rules)."""
     out = []
     for moe in built.moe:
@@ -372,26 +373,28 @@ def read_model(model_dir: Path) -> dict[str, Any]:
 
 
 def shapes(
-    tree: Path, model_dir: Path, args: Sequence[str]
-) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], dict[str, construct.Built]]:
+    tree: Path, model_dir: Path, args: Sequence[str], device: Device
+) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], construct.Construction]:
     """The fused-MoE layers and token buckets of the main model and (with MTP) the draft."""
     config = read_model(model_dir)
-    argv = launch_args(args, model_dir)
-    speculative = "--speculative-algorithm" in argv
-    cases = [construct.Case("main", config, argv)]
-    if speculative:
-        cases.append(construct.Case("draft", config, argv, draft=True))
-    built = construct.build(tree, cases)
+    built = construct.build(tree, config, launch_args(args, model_dir), device)
+    layers, buckets = shapes_of(built, config)
+    return layers, buckets, built
+
+
+def shapes_of(
+    built: construct.Construction, config: Mapping[str, Any]
+) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]]]:
+    """aiter's view of one construction of ``config``: its layers and token buckets."""
     dtype = {"bfloat16": "torch.bfloat16", "float16": "torch.float16"}.get(
         str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "torch.bfloat16"
     )
     layers: list[Layer] = []
     buckets = {}
-    for case in cases:
-        name = "draft" if case.draft else "main"
-        layers += layers_of(name, built[case.id], dtype)
-        buckets[name] = token_buckets(built[case.id].tokens)
-    return layers, buckets, built
+    for name, model in built.models.items():
+        layers += layers_of(name, model, dtype)
+        buckets[name] = token_buckets(model.tokens)
+    return layers, buckets
 
 
 def coverage(
@@ -402,11 +405,13 @@ def coverage(
     items: Sequence[ConfigItem],
     gfx: str = "gfx950",
     env: Mapping[str, str] | None = None,
+    device: Device | None = None,
 ) -> Coverage:
-    """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``."""
+    """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``
+    (``device``: the target's GPU; default: the shipped target of ``gfx``)."""
     if gfx not in CU_NUM:
         raise ConfigError(f"gfx {gfx!r}: no known CU count (known: {', '.join(sorted(CU_NUM))})")
-    layers, buckets, built = shapes(tree, model_dir, args)
+    layers, buckets, built = shapes(tree, model_dir, args, device or device_of_gfx(gfx))
     tables, notes = merged_tables(base, items, env)
     lookups = resolve(layers, buckets, tables, gfx, CU_NUM[gfx])
     for layer in layers:

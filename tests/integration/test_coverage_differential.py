@@ -31,6 +31,7 @@ import pytest
 import aiter_data
 from sglforge import construct, coverage
 from sglforge.smoke.scenario import load_scenario
+from sglforge.targets import load_targets
 
 pytestmark = pytest.mark.pypi
 
@@ -98,11 +99,12 @@ def run_coverage(tree: Path, model: Path, scenario: Path, configs: Path) -> dict
     return doc
 
 
-def built_by_release(tree: Path, model: Path, scenario: Path) -> dict[str, construct.Built]:
+def built_by_release(tree: Path, model: Path, scenario: Path) -> dict[str, construct.Model]:
     config = json.loads((model / "config.json").read_text())
     argv = coverage.launch_args(load_scenario(scenario).args, model)
-    cases = [construct.Case("main", config, argv), construct.Case("draft", config, argv, True)]
-    return construct.build(tree, cases)
+    request = construct.Request("launch", config, argv, models=("main", "draft"))
+    mi355x = load_targets(REPO).resolve("mi355x").device
+    return dict(construct.build_many(tree, [request], mi355x)["launch"].models)
 
 
 def shapes_of(doc: dict[str, Any]) -> dict[str, set[tuple[int, int, int, int]]]:
@@ -114,7 +116,7 @@ def shapes_of(doc: dict[str, Any]) -> dict[str, set[tuple[int, int, int, int]]]:
     return out
 
 
-def assert_same_as_built(doc: dict[str, Any], built: dict[str, construct.Built]) -> None:
+def assert_same_as_built(doc: dict[str, Any], built: dict[str, construct.Model]) -> None:
     for model, b in built.items():
         want: dict[str, tuple[int, int, int, int]] = {
             m["module"]: (

@@ -23,14 +23,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge import git
 from sglforge.errors import ConfigError, PatchError
 from sglforge.project import Project
 from sglforge.scan.findings import FAIL, WARN, Finding
+from sglforge.targets import Device
 
-DEFAULT_MODEL_MOUNT = "/models/model"
+if TYPE_CHECKING:
+    from sglforge.construct.built import Construction
+
 INCOMPLETE = "scan-incomplete"
 
 
@@ -78,18 +81,32 @@ def launch_of(scenario: Path | None) -> tuple[list[str], str | None]:
     return sc.launch_args(30000), sc.name
 
 
+def device_of(project: Project, scenario: Path | None) -> Device:
+    """The GPU the scenario's target is (the first target's without one)."""
+    from sglforge.smoke.scenario import load_scenario
+
+    target = load_scenario(scenario).target if scenario is not None else None
+    return project.target(target or project.targets.targets[0].name).device
+
+
 def scan_tree(
-    tree: Path, config: dict[str, Any], launch: Sequence[str], config_file: str = "config.json"
+    tree: Path,
+    config: dict[str, Any],
+    launch: Sequence[str],
+    device: Device,
+    config_file: str = "config.json",
 ) -> list[Finding]:
-    """Every finding for this tree (a release's git tree on disk), model config and launch."""
-    from sglforge.scan import construction, jit_findings, quant
+    """Every finding for this tree (a release's git tree on disk), model config and launch
+    on ``device`` (the target's GPU)."""
+    from sglforge import construct
+    from sglforge.scan import jit_findings
 
     try:
-        built = construction.build(tree, config, launch, DEFAULT_MODEL_MOUNT)
-    except construction.ConstructionError as exc:
+        built = construct.build(tree / "python", config, launch, device)
+    except construct.ConstructionError as exc:
         # The kernel scan does not need the models: go on with the flags as written, and say
         # that the quantization kinds could not be checked.
-        built = construction.Built(launch=construction.literal_launch(launch), dsa=None, models={})
+        built = construct.Construction(device, construct.literal_launch(launch), dsa=None)
         incomplete = Finding(
             INCOMPLETE,
             WARN,
@@ -102,9 +119,16 @@ def scan_tree(
             "report it with the release and the config; the kernel findings still hold",
         )
         return [*jit_findings.findings(tree, built), incomplete]
-    out = jit_findings.findings(tree, built)
-    out += quant.findings(built, config, config_file)
-    return out
+    return findings_of(tree, built, config, config_file)
+
+
+def findings_of(
+    tree: Path, built: Construction, config: dict[str, Any], config_file: str = "config.json"
+) -> list[Finding]:
+    """The findings of one construction (``construct.build``) of ``config`` on ``tree``."""
+    from sglforge.scan import jit_findings, quant
+
+    return [*jit_findings.findings(tree, built), *quant.findings(built, config, config_file)]
 
 
 @contextmanager
@@ -162,7 +186,8 @@ def run_scan(
     config = read_model_config(model_dir)
     launch, name = launch_of(scenario)
     with checkout(project, ref, queue) as (tree, ref_used, commit, applied):
-        found = scan_tree(tree, config, launch, str(Path(model_dir) / "config.json"))
+        device = device_of(project, scenario)
+        found = scan_tree(tree, config, launch, device, str(Path(model_dir) / "config.json"))
     return ScanReport(
         ref=ref_used,
         commit=commit,
