@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sglforge.patches.series import Queue
-    from sglforge.smoke.scenario import Scenario
     from sglforge.patches.upstream import Upstream
+    from sglforge.smoke.scenario import Scenario
     from sglforge.targets import BuildTarget, Targets
 
 # the lazily read parts, forgotten by reload(); the fetched upstream is not among them (a

@@ -104,12 +104,14 @@ def test_json_document_has_the_promised_keys_and_reports_parse() -> None:
     assert_valid_junit(junit_xml(failed, "mi355x"))
     suite = ET.fromstring(junit_xml(failed, "mi355x").split("\n", 1)[1]).find("testsuite")
     assert suite is not None
-    assert (suite.get("failures"), suite.get("tests"), suite.get("skipped")) == ("2", "11", "6")
+    assert (suite.get("failures"), suite.get("tests"), suite.get("skipped")) == ("2", "13", "8")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     # Stable names; the stages the failure stopped are there, skipped.
     assert list(cases) == [
         "prepare",
+        "scan",
         "build",
+        "coverage",
         "smoke",
         "smoke.serves",
         "smoke.decode-speed",

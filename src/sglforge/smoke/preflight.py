@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import SglforgeError
 from sglforge.provenance import LABEL_GPU_ARCH, LABEL_TARGET
-
 from sglforge.smoke.report import Check
 from sglforge.smoke.scenario import Scenario
 
