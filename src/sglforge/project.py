@@ -19,9 +19,10 @@ if TYPE_CHECKING:
     from sglforge.smoke.scenario import Scenario
     from sglforge.targets import BuildTarget, Targets
 
-# the lazily read parts, forgotten by reload(); the fetched upstream is not among them (a
-# refresh rewrites files, not the upstream: it is fetched once per run)
-_READ = ("queue", "targets", "_pin_commit")
+# the lazily read parts, forgotten by reload(): the queue's files. Not the fetched upstream
+# (a refresh rewrites files, not the upstream: it is fetched once per run) nor the targets
+# (no command that rewrites the queue touches images/).
+_READ = ("queue", "_pin_commit")
 
 
 class Project:
@@ -41,6 +42,15 @@ class Project:
 
     def __repr__(self) -> str:
         return f"Project({str(self.root)!r}, upstream={self.upstream_option!r})"
+
+    def staging(self, root: Path) -> Project:
+        """The project copied to ``root`` (upgrade's staging folder), sharing what the copy
+        does not change: the upstream this run fetched and the targets read (``images/`` is
+        copied as it is). Its queue is its own: the staged patches are rewritten there."""
+        staged = Project(root, self.upstream_option, opened=self.upstream)
+        staged.__dict__["targets"] = self.targets
+        staged._targets = self._targets
+        return staged
 
     @cached_property
     def queue(self) -> Queue:
@@ -100,7 +110,6 @@ class Project:
         return self.queue
 
     def reload(self) -> None:
-        """Forget what was read: the next access reads the files again."""
+        """Forget the queue as read: the next access reads its files again."""
         for name in _READ:
             self.__dict__.pop(name, None)
-        self._targets.clear()

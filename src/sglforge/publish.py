@@ -269,12 +269,15 @@ def _publish(run: _Run, cand: Candidate) -> PublishResult:
     from sglforge import gates
 
     run.cand = cand
+    before: tuple[GateResult, ...] = ()
     if not run.req.dry_run:
-        # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md).
-        (scan,) = _gates(run, cand, gates.BEFORE_BUILD)
-        if scan.raised is not None:
-            raise scan.raised
-    result = _build(run, cand.built)
+        # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md); run once
+        # per candidate (upgrade --publish hands over the one it ran).
+        before = _gates(run, cand, gates.BEFORE_BUILD)
+        for gate in before:
+            if gate.raised is not None:
+                raise gate.raised
+    result = replace(_build(run, cand.built), gates=before)
     if run.req.dry_run:
         return _dry_run(run, result)
     try:

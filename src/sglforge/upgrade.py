@@ -157,9 +157,9 @@ def upgrade(
             return _dry_run(run)
         stage_root = _stage(project.root, run.new_ref)
         try:
-            # The staging copy takes the upstream this run fetched: one fetch per run.
-            stage = Project(stage_root, project.upstream_option, opened=up)
-            return _upgrade_staged(run, stage)
+            # The staging copy takes the upstream this run fetched (one fetch per run) and
+            # the targets read (images/ is copied unchanged).
+            return _upgrade_staged(run, project.staging(stage_root))
         finally:
             shutil.rmtree(stage_root.parent, ignore_errors=True)
 
