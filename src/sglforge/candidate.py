@@ -108,8 +108,7 @@ class Candidate:
     ``scenario`` None: ``--skip-smoke`` (no gate runs). ``model``: the host's model folder
     (``--model``, else the scenario's ``model.path``). ``smoke``: the smoke request (port, log
     folder, env, labels). ``labels``: the labels of probe containers (the request's).
-    ``checkout``: the patched tree, when the caller has one (else the pin's, made on first
-    use). Close it (``with``) to remove the temporary tree.
+    Close it (``with``) to remove the temporary tree.
     """
 
     def __init__(
@@ -123,7 +122,6 @@ class Candidate:
         smoke: SmokeRequest | None = None,
         labels: Mapping[str, str] | None = None,
         say: Callable[[str], None] = lambda _msg: None,
-        checkout: Checkout | None = None,
     ) -> None:
         self.project = project
         self.target = target
@@ -141,8 +139,6 @@ class Candidate:
         # runs at most once per candidate, also when upgrade hands the candidate to publish)
         self.results: dict[str, object] = {}
         self._stack = ExitStack()
-        if checkout is not None:  # a tree the caller holds (a release's, checked out)
-            self.__dict__["checkout"] = checkout
 
     def __enter__(self) -> Candidate:
         return self

@@ -306,9 +306,11 @@ def test_the_publish_gate_fails_on_an_uncovered_hot_shape_and_passes_once_an_ite
         # each check opens the project anew (the queue and the scenario change between them)
         project = Project(root)
         bt = project.target("mi355x")
-        held = Checkout(tree.parent, "v0.5.14", "", ())
-        cand = Candidate(project, bt, project.scenario_file(scenario), model, checkout=held)
-        cand.base_tables = base  # the base image's tables, as the probe would read them
+        cand = Candidate(project, bt, project.scenario_file(scenario), model)
+        # the facts a publish would compute, given: the patched release tree and the tables
+        # the base image's probe would read
+        cand.checkout = Checkout(tree.parent, "v0.5.14", "", ())
+        cand.base_tables = base
         return coverage_gate.check(cand)
 
     result = check()
