@@ -336,3 +336,53 @@ def test_a_full_upgrade_with_publish_reads_and_asks_each_thing_once(
     # and the staged copy's again after the refresh rewrote it (the new pin).
     once = dict(ONCE, **{"upstream.toml read": 3})
     assert {k: counted[k] for k in once} == once, counted
+
+
+def _with_items(root: Path) -> None:
+    """The queue gets the shipped config item (its rows are for mi355x at 0.5.12-0.5.15)."""
+    import shutil
+
+    shutil.copytree(REPO / "patches" / "configs", root / "patches" / "configs")
+
+
+def test_with_config_items_the_base_s_aiter_is_probed_once(
+    tmp_path: Path, counted: Counter[str]
+) -> None:
+    # The build's staging probes the base for its tables; the coverage gate reuses them.
+    p, chosen, model = _project(tmp_path)
+    _with_items(p.root)
+    args = ["publish", "--upstream", str(p.upstream), "--registry", REGISTRY, "--offline"]
+    doc = _run(p.root, *args, "--scenario", str(chosen), "--model", str(model), "--json")
+    assert {s["name"]: s["ok"] for s in doc["steps"]}["coverage"], doc["steps"]
+    assert counted["aiter probe"] == 1, counted
+
+
+def test_upgrade_fills_a_dated_base_template_before_any_probe(
+    tmp_path: Path, counted: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--base-image 'repo:v{version}-...-{date}'`` on a queue with config items: the base
+    that retires upstreamed items is probed with {version} filled and {date} resolved to the
+    newest dated tag, as the build's (ARCHITECTURE-REVIEW.md 3.2: it once got '...-{date}')."""
+    from synthetic import git as run_git
+
+    p, chosen, model = _project(tmp_path)
+    _with_items(p.root)
+    run_git(p.upstream, "tag", "v0.5.15")
+    dated = "sglforge-standin/sglang-build:v0.5.15-rocm700-mi35x"
+    images.tag(dated, f"{dated}-20260101")
+    images.tag(dated, f"{dated}-20260315")
+    probed: list[str] = []
+    real = bases.aiter_configs
+    monkeypatch.setattr(
+        bases, "aiter_configs", lambda ref, labels=None: probed.append(ref) or real(ref, labels)
+    )
+    template = "sglforge-standin/sglang-build:v{version}-rocm700-mi35x-{date}"
+    args = ["upgrade", "--to", "v0.5.15", "--upstream", str(p.upstream), "--offline"]
+    args += ["--base-image", template, "--scenario", str(chosen), "--model", str(model)]
+    doc = _run(p.root, *args, "--json")
+    assert doc["ready"], doc["reason"]
+    assert probed and set(probed) == {f"{dated}-20260315"}, probed
+    (target,) = doc["targets"]
+    gates = {g["name"]: g for g in target["gates"]}
+    assert gates["coverage"]["ok"] and gates["smoke"]["ok"], gates
+    assert not gates["bench"]["ran"] and "without --publish" in gates["bench"]["why"]
