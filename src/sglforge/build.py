@@ -69,6 +69,7 @@ from sglforge.util import plural, sha256_bytes, work_dir
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep, ImageInfo
     from sglforge.patches.apply import Applied
+    from sglforge.queue.configs import BaseTables
 
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
@@ -134,6 +135,8 @@ class BuildPlan:
     inputs_key: str | None  # None until the base is known
     build_args: Mapping[str, str] = field(default_factory=dict)
     context_dir: Path | None = None  # source mode: the patched worktree
+    # the base's aiter tables when staging the config items probed them (the gates reuse them)
+    base_tables: BaseTables | None = None
 
 
 @dataclass(frozen=True)
@@ -573,8 +576,6 @@ def _facts(
 ) -> tuple[ImageFacts, PlanInputs]:
     """What the image is made of (the queue at the applied ref, on the request's target) and
     what its plan starts from (the worktree, the tags and labels)."""
-    from sglforge.queue.upstream import upstream_source
-
     queue = project.queue
     version = version_of(req.ref or queue.pin.ref) or applied.version
     if version is None:
@@ -582,7 +583,7 @@ def _facts(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
             'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
         )
-    source = upstream_source(queue.pin, project.upstream_option)
+    source = project.upstream.source  # derived once, when the project opened it
     wheel, wheel_sha = _wheel_facts(source, version) if applied.python_only else ("", "")
     up = UpstreamFacts(
         url=queue.pin.url,
@@ -637,6 +638,7 @@ def _overlay_plan(
     staged = overlay_configs.stage(root, configs, base.ref, version, req.target.name, labels, say)
     extra = {**staged.labels, **given.extra_labels}
     plan = plan_build(replace(facts, base=base), replace(given, extra_labels=extra))
+    plan = replace(plan, base_tables=staged.tables)
     if not staged.files:
         return plan
     # The staged files join the context and the items the manifest.
@@ -647,7 +649,7 @@ def _overlay_plan(
 def _base_for(req: BuildRequest, version: str, say: Callable[[str], None]) -> Base:
     """The base the request names (or the target's), checked against the registry unless this
     is a dry run."""
-    base = Base(ref=given_base(req.base_image, version) or req.target.base_image(version))
+    base = Base(ref=bases.base_ref(req.target, version, req.base_image))
     if req.dry_run:
         return base
     say(f"checking base image {base.ref}")
@@ -762,11 +764,6 @@ def _build_source(b: _Build) -> BuildResult:
         return info, None
 
     return _engine_build(b, make)
-
-
-def given_base(base_image: str | None, version: object) -> str | None:
-    """``--base-image`` with ``{version}`` filled in (``{date}`` is resolved with the tags)."""
-    return base_image.replace("{version}", str(version)) if base_image else None
 
 
 def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:

@@ -201,8 +201,9 @@ def plural(n: int, word: str, suffix: str = "s", many: str | None = None) -> str
 
 
 def find_root(explicit: str | os.PathLike[str] | None = None, start: Path | None = None) -> Path:
-    """The folder holding ``patches/``: ``--root``, then ``$SGLFORGE_ROOT``, then walk up."""
-    given = explicit or os.environ.get(ROOT_ENV)
+    """The folder holding ``patches/``: ``explicit`` (``--root``, which also reads
+    ``$SGLFORGE_ROOT`` at the command line), else walk up."""
+    given = explicit
     if given:
         root = Path(given).resolve()
         if not (root / "patches").is_dir():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -292,13 +293,11 @@ def test_scan_command_json(tmp_path: Path) -> None:
 # --- The gate publish runs before a build. --------------------------------------------------
 
 
-def test_gate_blocks_unless_a_patch_names_the_finding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
+    from sglforge.candidate import Candidate
     from sglforge.errors import ScanBlocked
+    from sglforge.gates import scan as scan_gate
     from sglforge.project import Project
-    from sglforge.queue.upstream import UPSTREAM_ENV
-    from sglforge.scan import gate
 
     project = tmp_path / "project"
     shutil.copytree(REPO / "patches", project / "patches")
@@ -307,16 +306,18 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
     (model / "config.json").write_text(json.dumps(glm_config()))
     scenario = REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
     said: list[str] = []
-    # each call opens the project anew (the queue changes between them)
+
+    def gate(scenario: Path, upstream: str | None = None) -> Any:
+        # each call opens the project anew (the queue changes between them)
+        opened = Project(project, upstream)
+        bt = opened.target("mi355x")
+        with Candidate(opened, bt, opened.scenario_file(scenario), model, say=said.append) as c:
+            return scan_gate.check(c)
+
     # a CPU scenario is not scanned (the scan models a ROCm build)
-    assert (
-        gate(Project(project), REPO / "smoke" / "standin-cpu.toml", model, say=said.append) is None
-    )
-    assert "not a ROCm scenario" in said[-1]
-    monkeypatch.setenv(UPSTREAM_ENV, "pypi:sglang==0.5.14")
-    assert (
-        gate(Project(project), scenario, model, say=said.append) is not None
-    )  # the queue fixes both
+    skipped = gate(REPO / "smoke" / "standin-cpu.toml")
+    assert not skipped.ran and "not a ROCm scenario" in skipped.why
+    assert gate(scenario, "pypi:sglang==0.5.14").ok  # the queue fixes both
     # Without 0001 the fused metadata kernel blocks ...
     series = project / "patches" / "series"
     series.write_text(
@@ -324,15 +325,16 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
             "0001-jit_kernel-guard-cuda_runtime-include-for-ROCm.patch\n", ""
         )
     )
-    with pytest.raises(ScanBlocked, match="cuda-only-jit .*fused_metadata_copy.cuh:38"):
-        gate(Project(project), scenario, model)
+    blocked = gate(scenario, "pypi:sglang==0.5.14")
+    assert blocked.ok is False and isinstance(blocked.raised, ScanBlocked)
+    assert re.search("cuda-only-jit .*fused_metadata_copy.cuh:38", blocked.error), blocked.error
     # ... until a patch of the queue says it fixes it.
     p2 = next((project / "patches").glob("0002-*.patch"))
     text = p2.read_text()
     marker = "Upstream-Status: Backport [0.5.16]\n"
     waiver = f"Fixes-Scan: cuda-only-jit python/sglang/jit_kernel/{FUSED_METADATA}\n"
     p2.write_text(text.replace(marker, marker + waiver, 1))
-    assert gate(Project(project), scenario, model) is not None
+    assert gate(scenario, "pypi:sglang==0.5.14").ok
 
 
 def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Path]) -> None:

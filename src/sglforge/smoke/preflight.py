@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import SglforgeError
 from sglforge.provenance import LABEL_GPU_ARCH, LABEL_TARGET
+from sglforge.smoke.report import Check
+from sglforge.smoke.scenario import Scenario
 from sglforge.util import CANNOT_RUN, NOT_FOUND, run_probe
 
 if TYPE_CHECKING:
-    pass
-from sglforge.smoke.report import Check
-from sglforge.smoke.scenario import Scenario
+    from sglforge.project import Project
 
 
 @dataclass(frozen=True)
@@ -148,17 +148,16 @@ def detect_gpus(timeout: float = 60.0) -> GpuInventory:
 
 
 def expected_arch(
-    root: Path, scenario: Scenario, labels: Mapping[str, str]
+    project: Project, scenario: Scenario, labels: Mapping[str, str]
 ) -> tuple[str | None, str]:
-    """The GPU arch the image needs and where that came from (image label, then target)."""
+    """The GPU arch the image needs and where that came from (image label, then target, as
+    the project's targets resolve it)."""
     from_label = labels.get(LABEL_GPU_ARCH)
     from_target = None
     target = scenario.target or labels.get(LABEL_TARGET)
     if target:
         try:
-            from sglforge.targets import load_targets
-
-            from_target = load_targets(root).resolve(target).gpu_arch
+            from_target = project.target(target).gpu_arch
         except SglforgeError:
             from_target = None
     if from_label and from_target and from_label != from_target:
