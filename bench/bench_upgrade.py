@@ -29,7 +29,7 @@ def project(base: Path) -> Path:
 def main() -> int:
     from pipelines import open_project
     from pipelines import upgrade_at as upgrade
-    from sglforge.patches.series import ref_version
+    from sglforge.queue.series import ref_version
     from sglforge.upgrade import latest_release
     from standin.base import ensure_sglang_base
 

@@ -7,13 +7,21 @@ command it stands for. They decide nothing themselves: every option goes into th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sglforge.build import BuildResult, build_image
 from sglforge.project import Project
-from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest, UpgradeRequest
+from sglforge.requests import (
+    BuildRequest,
+    PublishOptions,
+    PublishRequest,
+    SmokeRequest,
+    UpgradeRequest,
+)
+from sglforge.smoke.scenario import Scenario, load_scenario
 
 Where = Project | Path | str
 
@@ -94,7 +102,7 @@ def plan_at(mode: str, **kwargs: Any) -> Any:
 
 
 def smoke_request(
-    scenario: Path | str,
+    scenario: Path | str | Scenario,
     model: Path | str | None = None,
     port: int | None = None,
     log_dir: Path | None = None,
@@ -104,7 +112,7 @@ def smoke_request(
     load_timeout: float | None = None,
 ) -> SmokeRequest:
     return SmokeRequest(
-        scenario=Path(scenario),
+        scenario=scenario if isinstance(scenario, Scenario) else load_scenario(Path(scenario)),
         model=Path(model) if model else None,
         port=port,
         log_dir=log_dir,
@@ -128,9 +136,9 @@ def smoke_at(
 ) -> Any:
     from sglforge.smoke import run_smoke
 
-    folder = root.root if isinstance(root, Project) else Path(root)
+    project = root if isinstance(root, Project) else Project(root)
     req = smoke_request(scenario, model, port, log_dir, **options)
-    return run_smoke(folder, image, req, progress=progress, gpus=gpus)
+    return run_smoke(project, image, req, progress=progress, gpus=gpus)
 
 
 def publish_at(
@@ -171,7 +179,7 @@ def publish_at(
     )
     smoke = None
     if not skip_smoke:
-        chosen = Path(scenario) if scenario else project.scenario_for(bt.name, bt.key)
+        chosen = project.scenario_file(Path(scenario)) if scenario else project.scenario_for(bt)
         smoke = smoke_request(chosen, model, port, labels=labels)
     req = PublishRequest(
         build=build,
@@ -203,11 +211,15 @@ def upgrade_at(
     from sglforge.upgrade import upgrade
 
     project = open_project(where, upstream)
+    publish_keys = {f.name for f in dataclasses.fields(PublishOptions)}
+    given = {k: options.pop(k) for k in list(options) if k in publish_keys}
+    if options.pop("publish", False):
+        options["publish"] = PublishOptions(**given)
     req = UpgradeRequest(
         to=to,
         targets=tuple(project.target(t) for t in targets),
         model=Path(model) if model else None,
-        scenario=Path(scenario) if scenario else None,
+        scenario=project.scenario_file(Path(scenario)) if scenario else None,
         labels=dict(labels or {}),
         offline=offline_of(offline),
         **options,

@@ -35,6 +35,22 @@ def from_reference(base: Base) -> str:
     return base.ref
 
 
+def base_ref(bt: BuildTarget, version: str, override: str | None = None) -> str:
+    """The base image of a build of ``bt`` at sglang ``version``: ``override`` (``--base-image``,
+    a template) or the target's pattern, ``{version}`` filled in. The one template rule for
+    build and upgrade: ``{date}`` stays, to be resolved to the newest published tag
+    (:func:`resolve_base`) before anything inspects or probes the image; any other brace is
+    kept as written."""
+    if override:
+        return override.replace("{version}", str(version))
+    return bt.base_image(str(version))
+
+
+def resolve_base(ref: str, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> str:
+    """``ref`` with a ``{date}`` resolved to the newest dated tag (as it is, without one)."""
+    return resolve_dated(ref, bt, offline, say) if is_dated(ref) else ref
+
+
 def check_base(base: Base, bt: BuildTarget, offline: bool, say: Callable[[str], None]) -> Base:
     """The base with its ID/digest; BuildError naming the closest existing tags if missing.
 

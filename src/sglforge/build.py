@@ -2,22 +2,19 @@
 
 Owns ``sglforge build``. The public API, also used by ``publish`` and ``upgrade``::
 
-    build_image(root, target="mi355x", mode="auto", base_image=None, upstream=None,
-                tags=(), dry_run=False, progress=None, *, ref=None, labels=None,
-                offline=None) -> BuildResult
+    build_image(project: Project, req: BuildRequest, progress=None) -> BuildResult
 
-- ``target``: ``mi355x`` (its first ROCm flavour) or ``mi355x-rocm720`` (images/targets.toml).
-- ``mode``: ``overlay`` starts from the release image of the pinned version and adds one
-  layer with only the files the queue changes; ``source`` runs upstream's
-  ``docker/rocm.Dockerfile`` on the patched tree through ``docker buildx build``; ``auto``
-  picks source when a patch is of kind aot-kernel or build, else overlay.
-- ``base_image`` replaces the target's base template; ``upstream`` is passed to
-  ``apply_queue`` (a URL, a path or ``pypi:sglang``); ``ref`` builds another upstream ref
-  than the pin; ``tags`` are extra references pointed at the image; ``labels`` are extra
-  image labels (tests add ``io.sglforge.test=1``); ``offline`` (default:
-  ``$SGLFORGE_OFFLINE``) never asks a registry, only the local engine.
+- ``project``: the opened project (queue, pin and upstream read once, ``sglforge.project``).
+- ``req`` (``sglforge.requests.BuildRequest``): the resolved ``target``; ``mode``
+  (``overlay`` starts from the release image of the pinned version and adds one layer with
+  only the files the queue changes; ``source`` runs upstream's ``docker/rocm.Dockerfile`` on
+  the patched tree through ``docker buildx build``; ``auto`` picks source when a patch is of
+  kind aot-kernel or build, else overlay); ``base_image`` instead of the target's base
+  template; ``ref``, another upstream ref than the pin; ``tags``, extra references pointed at
+  the image; ``labels``, extra labels (tests add ``io.sglforge.test=1``); ``offline``, never
+  ask a registry, only the local engine; ``dry_run``, the plan without an engine
+  (``BuildResult.plan``; ``id`` is None).
 - ``progress`` receives ``Status`` (a phase) and ``engine.images.BuildStep`` (step n of m).
-- ``dry_run`` returns the plan without an engine (``BuildResult.plan``; ``id`` is None).
 
 The image reference is immutable and content-derived:
 ``<repository>:v<version>-<rocm>-<target>-q<queue hash[:8]>``. Its labels carry the
@@ -46,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sglforge import bases
 from sglforge.errors import BuildError, ConfigError
@@ -58,6 +55,7 @@ from sglforge.provenance import (
     Base,
     ContextFile,
     ImageFacts,
+    Manifest,
     PatchFacts,
     UpstreamFacts,
     describe,
@@ -69,8 +67,9 @@ from sglforge.targets import BuildTarget
 from sglforge.util import plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
-    from sglforge.engine.images import BuildStep
+    from sglforge.engine.images import BuildStep, ImageInfo
     from sglforge.patches.apply import Applied
+    from sglforge.queue.configs import BaseTables
 
 SOURCE_KINDS = frozenset({"aot-kernel", "build"})
 OVERLAY_TEMPLATE = Path("images") / "overlay.Dockerfile"
@@ -132,10 +131,12 @@ class BuildPlan:
     tags: tuple[str, ...]
     labels: Mapping[str, str]
     dockerfile: str
-    manifest: Mapping[str, Any]
+    manifest: Manifest
     inputs_key: str | None  # None until the base is known
     build_args: Mapping[str, str] = field(default_factory=dict)
     context_dir: Path | None = None  # source mode: the patched worktree
+    # the base's aiter tables when staging the config items probed them (the gates reuse them)
+    base_tables: BaseTables | None = None
 
 
 @dataclass(frozen=True)
@@ -559,13 +560,15 @@ def build_image(
     if chosen == "source":
         plan = plan_build(facts, given)
         if req.dry_run:
-            return _result(plan, None, False, None, dry_run=True, started=started)
-        return _build_source(root, plan, applied.worktree, say, progress, started, req.labels)
+            return _result(plan, None, dry_run=True, started=started)
+        return _build_source(
+            _Build(root, plan, applied.worktree, say, progress, started, req.labels)
+        )
     base = base or _base_for(req, facts.version, say)
     plan = _overlay_plan(project, req, facts, given, base, say)
     if req.dry_run:
-        return _result(plan, None, False, None, dry_run=True, started=started)
-    return _build_overlay(root, plan, applied.worktree, say, progress, started, req.labels)
+        return _result(plan, None, dry_run=True, started=started)
+    return _build_overlay(_Build(root, plan, applied.worktree, say, progress, started, req.labels))
 
 
 def _facts(
@@ -573,8 +576,6 @@ def _facts(
 ) -> tuple[ImageFacts, PlanInputs]:
     """What the image is made of (the queue at the applied ref, on the request's target) and
     what its plan starts from (the worktree, the tags and labels)."""
-    from sglforge.queue.upstream import upstream_source
-
     queue = project.queue
     version = version_of(req.ref or queue.pin.ref) or applied.version
     if version is None:
@@ -582,14 +583,14 @@ def _facts(
             f"upstream ref {applied.ref!r} names no release version, so no base image fits",
             'pin a release tag in patches/upstream.toml (ref = "v0.5.14") or pass --ref',
         )
-    source = upstream_source(queue.pin, project.upstream_option)
+    source = project.upstream.source  # derived once, when the project opened it
     wheel, wheel_sha = _wheel_facts(source, version) if applied.python_only else ("", "")
     up = UpstreamFacts(
         url=queue.pin.url,
         source=source,
         ref=applied.ref,
         commit=applied.commit,
-        revision=_revision(queue.pin, applied),
+        revision=applied.revision(queue.pin),
         wheel=wheel,
         wheel_sha256=wheel_sha,
     )
@@ -637,17 +638,18 @@ def _overlay_plan(
     staged = overlay_configs.stage(root, configs, base.ref, version, req.target.name, labels, say)
     extra = {**staged.labels, **given.extra_labels}
     plan = plan_build(replace(facts, base=base), replace(given, extra_labels=extra))
+    plan = replace(plan, base_tables=staged.tables)
     if not staged.files:
         return plan
     # The staged files join the context and the items the manifest.
-    manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
+    manifest: Manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
     return replace(plan, files=plan.files + staged.files, manifest=manifest)
 
 
 def _base_for(req: BuildRequest, version: str, say: Callable[[str], None]) -> Base:
     """The base the request names (or the target's), checked against the registry unless this
     is a dry run."""
-    base = Base(ref=given_base(req.base_image, version) or req.target.base_image(version))
+    base = Base(ref=bases.base_ref(req.target, version, req.base_image))
     if req.dry_run:
         return base
     say(f"checking base image {base.ref}")
@@ -672,37 +674,57 @@ def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
         )
     _retag(existing.id, plan.tags)
     return _result(
-        replace(plan, labels=dict(existing.labels)), existing, True, None, False, started
+        replace(plan, labels=dict(existing.labels)), existing, up_to_date=True, started=started
     )
 
 
-def _build_overlay(
-    root: Path,
-    plan: BuildPlan,
-    worktree: Path,
-    say: Callable[[str], None],
-    progress: BuildProgress | None,
-    started: float,
-    labels: Mapping[str, str] | None = None,
-) -> BuildResult:
-    from sglforge.engine import images as eng
+@dataclass(frozen=True)
+class _Build:
+    """One engine build of ``plan`` from ``worktree``: how it reports, when it started, and
+    the labels its probe containers carry (the request's)."""
 
-    done = _already_built(plan, started)
+    root: Path
+    plan: BuildPlan
+    worktree: Path
+    say: Callable[[str], None]
+    progress: BuildProgress | None
+    started: float
+    labels: Mapping[str, str] | None = None
+
+    def steps(self) -> Callable[[BuildStep], None] | None:
+        """Where the engine's step reports go (the build's progress, when it has one)."""
+        progress = self.progress
+        return (lambda s: progress(s)) if progress else None
+
+
+def _engine_build(
+    b: _Build, make: Callable[[Path], tuple[ImageInfo | None, str | None]]
+) -> BuildResult:
+    """What both builds share: an image already built from the same inputs is reused;
+    otherwise ``make`` builds it into a log and returns (its facts, its ID), and the self-check
+    proves the image imports the patched files."""
+    done = _already_built(b.plan, b.started)
     if done is not None:
         return done
-    context = context_tar(plan, worktree)
-    log_path = _log_path(root, plan)
-    say(f"building {plan.image} ({len(plan.files)} file(s), {len(context)} bytes of context)")
-    image_id = eng.build(
-        context,
-        plan.image,
-        log_path,
-        progress=(lambda s: progress(s)) if progress else None,
-    )
-    _self_check(plan, worktree, say, labels)
-    _retag(image_id, plan.tags)
-    info = eng.inspect(plan.image)
-    return _result(plan, info, False, log_path, False, started, image_id=image_id)
+    log_path = _log_path(b.root, b.plan)
+    info, image_id = make(log_path)
+    _self_check(b.plan, b.worktree, b.say, b.labels)
+    return _result(b.plan, info, log_path=log_path, started=b.started, image_id=image_id)
+
+
+def _build_overlay(b: _Build) -> BuildResult:
+    from sglforge.engine import images as eng
+
+    plan = b.plan
+
+    def make(log_path: Path) -> tuple[ImageInfo | None, str | None]:
+        context = context_tar(plan, b.worktree)
+        b.say(f"building {plan.image} ({len(plan.files)} file(s), {len(context)} bytes of context)")
+        image_id = eng.build(context, plan.image, log_path, progress=b.steps())
+        _retag(image_id, plan.tags)  # the self-check removes every tag if it fails
+        return eng.inspect(plan.image), image_id
+
+    return _engine_build(b, make)
 
 
 def _self_check(
@@ -729,36 +751,19 @@ def _self_check(
         raise selfcheck.failure(plan.image, found)
 
 
-def _build_source(
-    root: Path,
-    plan: BuildPlan,
-    worktree: Path,
-    say: Callable[[str], None],
-    progress: BuildProgress | None,
-    started: float,
-    labels: Mapping[str, str] | None = None,
-) -> BuildResult:
+def _build_source(b: _Build) -> BuildResult:
     from sglforge.engine import images as eng
 
-    done = _already_built(plan, started)
-    if done is not None:
-        return done
-    log_path = _log_path(root, plan)
-    say(f"building {plan.image} from source with docker buildx (log: {log_path})")
-    info = eng.buildx(
-        buildx_command(plan)[1:],
-        plan.image,
-        log_path,
-        progress=(lambda s: progress(s)) if progress else None,
-    )
-    # Catches a Dockerfile that ignores BRANCH_TYPE=local and clones upstream instead.
-    _self_check(plan, worktree, say, labels)
-    return _result(plan, info, False, log_path, False, started)
+    plan = b.plan
 
+    def make(log_path: Path) -> tuple[ImageInfo | None, str | None]:
+        b.say(f"building {plan.image} from source with docker buildx (log: {log_path})")
+        info = eng.buildx(buildx_command(plan)[1:], plan.image, log_path, progress=b.steps())
+        # The self-check catches a Dockerfile that ignores BRANCH_TYPE=local and clones
+        # upstream instead.
+        return info, None
 
-def given_base(base_image: str | None, version: object) -> str | None:
-    """``--base-image`` with ``{version}`` filled in (``{date}`` is resolved with the tags)."""
-    return base_image.replace("{version}", str(version)) if base_image else None
+    return _engine_build(b, make)
 
 
 def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:
@@ -779,16 +784,6 @@ def _wheel_facts(source: str, version: str | None) -> tuple[str, str]:
     return path.name, h.hexdigest()
 
 
-def _revision(pin: Any, applied: Any) -> str:
-    """The upstream revision for the OCI label: the pinned commit when known; a history
-    rebuilt from PyPI wheels has commits of its own, so there the tag names the revision."""
-    if applied.ref == pin.ref and pin.commit:
-        return str(pin.commit)
-    if getattr(applied, "python_only", False):
-        return str(applied.ref)
-    return str(applied.commit)
-
-
 def _retag(image_id: str, tags: Iterable[str]) -> None:
     from sglforge.engine import images as eng
 
@@ -798,11 +793,12 @@ def _retag(image_id: str, tags: Iterable[str]) -> None:
 
 def _result(
     plan: BuildPlan,
-    info: Any,
-    up_to_date: bool,
-    log_path: Path | None,
-    dry_run: bool,
+    info: ImageInfo | None,
+    *,
     started: float,
+    up_to_date: bool = False,
+    log_path: Path | None = None,
+    dry_run: bool = False,
     image_id: str | None = None,
 ) -> BuildResult:
     return BuildResult(

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglforge.util import folder_size
+
 CACHE_ENV = "SGLFORGE_CACHE"
 
 
@@ -67,17 +69,6 @@ def _newest(path: Path, depth: int = 2) -> float:
     return newest
 
 
-def _size(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path, followlinks=False):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def entries() -> list[Entry]:
     """What the cache holds, largest first; a symlinked folder is listed by nobody (it belongs
     to another cache) and never followed."""
@@ -86,7 +77,7 @@ def entries() -> list[Entry]:
     if mirrors.is_dir() and not mirrors.is_symlink():
         for path in sorted(mirrors.glob("*.git")):
             if path.is_dir() and not path.is_symlink():
-                found.append(Entry("mirror", path, _size(path), _newest(path)))
+                found.append(Entry("mirror", path, folder_size(path), _newest(path)))
     pypi = pypi_cache()
     if pypi.is_dir() and not pypi.is_symlink():
         for project in sorted(pypi.glob("pypi-*")):
@@ -96,7 +87,7 @@ def entries() -> list[Entry]:
                 if path.is_symlink() or not path.is_dir():
                     continue
                 kind = "wheels" if path.name == "wheels" else "history"
-                found.append(Entry(kind, path, _size(path), _newest(path)))
+                found.append(Entry(kind, path, folder_size(path), _newest(path)))
     return sorted(found, key=lambda e: -e.size)
 
 

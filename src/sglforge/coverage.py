@@ -36,14 +36,19 @@ is present, and the integration test compares the shapes with what 0.5.14 and 0.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge import construct
 from sglforge.errors import ConfigError
 from sglforge.queue.configs import BaseTables, ConfigItem, render, unfit_rows
+from sglforge.targets import Device, device_of_gfx
+
+if TYPE_CHECKING:
+    from sglforge.project import Project
+    from sglforge.smoke.scenario import Scenario
 
 AITER_RULES = "ROCm/aiter 9127c94a18e4398e1eba91f6639e910f0994ad02"
 TUNED_BASE, TUNED_ITEM, MISS = "tuned-base", "tuned-item", "miss"
@@ -160,7 +165,7 @@ class Layer:
     ep: bool
 
 
-def layers_of(model: str, built: construct.Built, dtype: str) -> list[Layer]:
+def layers_of(model: str, built: construct.Model, dtype: str) -> list[Layer]:
     """aiter's view of every fused-MoE layer ``built`` holds (the module docstring's rules)."""
     out = []
     for moe in built.moe:
@@ -372,26 +377,28 @@ def read_model(model_dir: Path) -> dict[str, Any]:
 
 
 def shapes(
-    tree: Path, model_dir: Path, args: Sequence[str]
-) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], dict[str, construct.Built]]:
+    tree: Path, model_dir: Path, args: Sequence[str], device: Device
+) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], construct.Construction]:
     """The fused-MoE layers and token buckets of the main model and (with MTP) the draft."""
     config = read_model(model_dir)
-    argv = launch_args(args, model_dir)
-    speculative = "--speculative-algorithm" in argv
-    cases = [construct.Case("main", config, argv)]
-    if speculative:
-        cases.append(construct.Case("draft", config, argv, draft=True))
-    built = construct.build(tree, cases)
+    built = construct.build(tree, config, launch_args(args, model_dir), device)
+    layers, buckets = shapes_of(built, config)
+    return layers, buckets, built
+
+
+def shapes_of(
+    built: construct.Construction, config: Mapping[str, Any]
+) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]]]:
+    """aiter's view of one construction of ``config``: its layers and token buckets."""
     dtype = {"bfloat16": "torch.bfloat16", "float16": "torch.float16"}.get(
         str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"), "torch.bfloat16"
     )
     layers: list[Layer] = []
     buckets = {}
-    for case in cases:
-        name = "draft" if case.draft else "main"
-        layers += layers_of(name, built[case.id], dtype)
-        buckets[name] = token_buckets(built[case.id].tokens)
-    return layers, buckets, built
+    for name, model in built.models.items():
+        layers += layers_of(name, model, dtype)
+        buckets[name] = token_buckets(model.tokens)
+    return layers, buckets
 
 
 def coverage(
@@ -402,11 +409,19 @@ def coverage(
     items: Sequence[ConfigItem],
     gfx: str = "gfx950",
     env: Mapping[str, str] | None = None,
+    *,
+    on: Device | construct.Construction | None = None,
 ) -> Coverage:
-    """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``."""
+    """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``.
+
+    ``on``: the target's GPU to construct the launch for (default: the shipped target of
+    ``gfx``), or a construction a caller already ran on it (``Candidate.construction``)."""
     if gfx not in CU_NUM:
         raise ConfigError(f"gfx {gfx!r}: no known CU count (known: {', '.join(sorted(CU_NUM))})")
-    layers, buckets, built = shapes(tree, model_dir, args)
+    if isinstance(on, construct.Construction):
+        layers, buckets = shapes_of(on, read_model(model_dir))
+    else:
+        layers, buckets, _built = shapes(tree, model_dir, args, on or device_of_gfx(gfx))
     tables, notes = merged_tables(base, items, env)
     lookups = resolve(layers, buckets, tables, gfx, CU_NUM[gfx])
     for layer in layers:
@@ -448,52 +463,46 @@ def items_for(
     return out
 
 
-def default_tree(root: Path) -> Path:
+def default_tree(project: Project) -> Path:
     """The patched tree of the pin, as ``sglforge patches apply`` leaves it."""
     from sglforge.patches.apply import worktree_path
-    from sglforge.queue.series import load_pin
 
-    pin = load_pin(root)
-    tree = worktree_path(root, pin.ref) / "python"
+    ref = project.queue.pin.ref
+    tree = worktree_path(project.root, ref) / "python"
     if not (tree / "sglang" / "srt").is_dir():
         raise ConfigError(
-            f"{tree}: no patched sglang tree of the pin {pin.ref}",
+            f"{tree}: no patched sglang tree of the pin {ref}",
             "run `sglforge patches apply` first, or pass --sglang DIR (a release's python/)",
         )
     return tree
 
 
 def for_scenario(
-    root: Path,
+    project: Project,
     model_dir: Path,
-    scenario_path: Path,
+    scenario: Scenario,
     base: BaseTables,
     tree: Path | None = None,
     gfx: str | None = None,
+    built: construct.Construction | None = None,
 ) -> Coverage:
-    """The coverage of one smoke scenario's launch on a base, with the queue's items."""
-    from sglforge.queue.configs import load_items
-    from sglforge.queue.series import load_pin
-    from sglforge.smoke.scenario import load_scenario
-    from sglforge.targets import load_targets
-
-    scenario = load_scenario(scenario_path)
-    target = scenario.target
+    """The coverage of one smoke scenario's launch on a base, with the queue's items (the
+    pin, the items and the targets as the project read them)."""
+    target = project.target(scenario.target) if scenario.target else None
     if gfx is None:
-        gfx = "gfx950"
-        if target:
-            gfx = load_targets(root).resolve(target).gpu_arch
-    pin = load_pin(root)
-    version = str(pin.version) if pin.version else None
-    items = items_for(load_items(root), target, version)
+        gfx = target.gpu_arch if target else "gfx950"
+    queue = project.queue
+    version = str(queue.pin.version) if queue.pin.version else None
+    items = items_for(queue.configs, scenario.target, version)
     return coverage(
-        tree or default_tree(root),
+        tree or default_tree(project),
         model_dir,
         scenario.args,
         base,
         items,
         gfx=gfx,
         env=scenario.container.env,
+        on=built or (target.target.device if target else None),
     )
 
 
@@ -554,38 +563,6 @@ def gate(cov: Coverage, accepted: Sequence[Any] = ()) -> Gate:
         else:
             allowed.append((x, why))
     return Gate(cov, tuple(failing), tuple(allowed))
-
-
-def publish_gate(
-    root: Path,
-    scenario_path: Path,
-    model_dir: Path | None,
-    base: BaseTables | None | Callable[[], BaseTables | None],
-    tree: Path | None = None,
-) -> tuple[Gate | None, str]:
-    """The gate ``publish`` runs before the smoke: (gate, "") or (None, why it could not run).
-
-    ``base`` may be a callable: the base image's tables are then read only when the gate runs.
-    """
-    from sglforge.smoke.scenario import load_scenario
-
-    scenario = load_scenario(scenario_path)
-    model_dir = model_dir or scenario.model_path
-    if model_dir is None or not (model_dir / "config.json").is_file():
-        return None, f"no config.json in the scenario's model folder ({model_dir})"
-    config = read_model(model_dir)
-    if not config.get("n_routed_experts") and not config.get("num_experts"):
-        return None, "the model has no routed experts (no fused-MoE lookups)"
-    try:
-        tree = tree or default_tree(root)
-    except ConfigError as exc:
-        return None, exc.message
-    if callable(base):
-        base = base()
-    if base is None:
-        return None, "the base image has no aiter tables"
-    cov = for_scenario(root, model_dir, scenario_path, base, tree)
-    return gate(cov, scenario.accepted_misses), ""
 
 
 # aiter's untuned table header (A0 aiter/configs/untuned_fmoe.csv:1): the tuner's input.

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from sglforge import __version__
 from sglforge.errors import SglforgeError
+from sglforge.util import folder_size, run_probe
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 # Free space wanted where the engine keeps images: a ROCm release image is tens of GB, an
@@ -47,14 +47,8 @@ class Report:
 
 
 def _run(*cmd: str, timeout: float = 20) -> tuple[int, str]:
-    """(exit code, output) of a read-only probe; 127 when the program is missing."""
-    if shutil.which(cmd[0]) is None:
-        return 127, ""
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 126, str(exc)
-    return res.returncode, (res.stdout or "") + (res.stderr or "")
+    """(exit code, output) of a read-only probe (``util.run_probe``); 127 when it is missing."""
+    return run_probe(cmd, timeout)
 
 
 def check_python() -> Check:
@@ -182,17 +176,6 @@ def check_gpus(run: Callable[..., tuple[int, str]] = _run) -> Check:
         return Check("gpus", INFO, f"{tool} lists no GPU agent")
     counts = {g: gfx.count(g) for g in dict.fromkeys(gfx)}
     return Check("gpus", OK, ", ".join(f"{n} x {g}" for g, n in counts.items()) + f" ({tool})")
-
-
-def folder_size(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path, followlinks=False):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def check_cache() -> Check:

@@ -34,7 +34,6 @@ import hashlib
 import math
 import os
 import shutil
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -47,6 +46,7 @@ from packaging.utils import canonicalize_name
 
 from sglforge.errors import LocalDiskError, UpstreamError
 from sglforge.urls import shown
+from sglforge.util import run_probe
 
 INDEX_ENV = "SGLFORGE_PYPI_URL"
 TIMEOUT_ENV = "SGLFORGE_PIP_TIMEOUT"
@@ -124,21 +124,10 @@ def timeouts() -> tuple[float, float]:
 def _pip_config() -> dict[str, str]:
     """What ``pip config list`` reports: ``{"global.index-url": "...", ":env:.cert": ...}``."""
     env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    try:
-        res = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "list"],
-            capture_output=True,
-            text=True,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        res = None
+    code, out = run_probe([sys.executable, "-m", "pip", "config", "list"], 60, env)
     found: dict[str, str] = {}
-    if res is not None and res.returncode == 0:
-        for line in res.stdout.splitlines():
+    if code == 0:
+        for line in out.splitlines():
             key, sep, raw = line.partition("=")
             if not sep:
                 continue

@@ -38,6 +38,7 @@ class Staged:
     files: tuple[ContextFile, ...]
     labels: Mapping[str, str]
     manifest: tuple[Mapping[str, Any], ...]
+    tables: BaseTables | None = None  # the base's aiter tables, when staging probed them
 
 
 def base_aiter(ref: str, labels: Mapping[str, str] | None = None) -> BaseTables | None:
@@ -128,7 +129,7 @@ def stage(
                 f"aiter has no column for them: {shown}{more}"
             )
         say(f"config item {item.name}: {plural(len(item.rows) - len(unfit), 'row')} -> {dest}")
-    return Staged(tuple(files), label_map, tuple(entries))
+    return Staged(tuple(files), label_map, tuple(entries), base)
 
 
 def _applies(item: ConfigItem, version: str) -> bool:

@@ -16,22 +16,41 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sglforge.queue.series import Queue
     from sglforge.queue.upstream import Upstream
+    from sglforge.smoke.scenario import Scenario
     from sglforge.targets import BuildTarget, Targets
 
-# the lazily read parts, forgotten by reload()
-_READ = ("queue", "targets", "upstream", "_pin_commit")
+# the lazily read parts, forgotten by reload(): the queue's files. Not the fetched upstream
+# (a refresh rewrites files, not the upstream: it is fetched once per run) nor the targets
+# (no command that rewrites the queue touches images/).
+_READ = ("queue", "_pin_commit")
 
 
 class Project:
     """One project folder (the one holding ``patches/``), opened with its upstream."""
 
-    def __init__(self, root: Path | str, upstream: str | None = None) -> None:
+    def __init__(
+        self, root: Path | str, upstream: str | None = None, opened: Upstream | None = None
+    ) -> None:
+        """``opened``: an upstream another project of this run already fetched (upgrade's
+        staging copy takes its parent's, so one run fetches upstream once)."""
         self.root = Path(root)
         self.upstream_option = upstream  # --upstream / $SGLFORGE_UPSTREAM, when given
         self._targets: dict[str, BuildTarget] = {}
+        self._scenarios: dict[Path, Scenario] = {}
+        if opened is not None:
+            self.__dict__["upstream"] = opened
 
     def __repr__(self) -> str:
         return f"Project({str(self.root)!r}, upstream={self.upstream_option!r})"
+
+    def staging(self, root: Path) -> Project:
+        """The project copied to ``root`` (upgrade's staging folder), sharing what the copy
+        does not change: the upstream this run fetched and the targets read (``images/`` is
+        copied as it is). Its queue is its own: the staged patches are rewritten there."""
+        staged = Project(root, self.upstream_option, opened=self.upstream)
+        staged.__dict__["targets"] = self.targets
+        staged._targets = self._targets
+        return staged
 
     @cached_property
     def queue(self) -> Queue:
@@ -70,11 +89,20 @@ class Project:
 
         return pinned_commit(self.root, self.queue.pin, self.upstream)
 
-    def scenario_for(self, target: str, target_key: str | None = None) -> Path:
-        """The smoke scenario (``smoke/*.toml``) whose ``target`` names this target."""
+    def scenario_for(self, target: BuildTarget) -> Scenario:
+        """The smoke scenario (``smoke/*.toml``) whose ``target`` names this target, parsed once."""
         from sglforge.smoke.scenario import find_scenario
 
-        return find_scenario(self.root, target, target_key)
+        return self.scenario_file(find_scenario(self.root, target.name, target.key))
+
+    def scenario_file(self, path: Path) -> Scenario:
+        """The smoke scenario in ``path``, parsed once for the life of the project."""
+        from sglforge.smoke.scenario import load_scenario
+
+        path = Path(path)
+        if path not in self._scenarios:
+            self._scenarios[path] = load_scenario(path)
+        return self._scenarios[path]
 
     def fresh_queue(self) -> Queue:
         """The queue read again from disk (under a lock, another command may have changed it)."""
@@ -82,7 +110,6 @@ class Project:
         return self.queue
 
     def reload(self) -> None:
-        """Forget what was read: the next access reads the files again."""
+        """Forget the queue as read: the next access reads its files again."""
         for name in _READ:
             self.__dict__.pop(name, None)
-        self._targets.clear()

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from sglforge import __version__
 from sglforge.targets import BuildTarget
@@ -120,7 +120,7 @@ class PatchFacts:
 
     @classmethod
     def of(cls, patch: PatchLike) -> PatchFacts:
-        """The facts of a queue's patch (``patches.series.Patch``)."""
+        """The facts of a queue's patch (``queue.series.Patch``)."""
         return cls(patch.name, patch.subject, patch.sha256, patch.kind, patch.upstream_status)
 
     @property
@@ -204,14 +204,87 @@ class Smoke:
         return self.hardware != "gpu"
 
 
+# --- the manifest's shape (``/opt/sglforge/manifest.json``, as ``make_manifest`` writes it) ------
+
+
+class ManifestBase(TypedDict):
+    name: str
+    digest: str | None
+    entrypoint_reset: NotRequired[list[str]]
+
+
+class ManifestUpstream(TypedDict):
+    url: str
+    source: str
+    ref: str
+    commit: str
+    revision: str
+    wheel: NotRequired[str]  # pypi: sources, flat as the shape check wants
+    wheel_sha256: NotRequired[str]
+
+
+class ManifestPatch(TypedDict):
+    name: str
+    sha256: str
+    kind: str
+    subject: str
+    upstream_status: str
+
+
+class ManifestQueue(TypedDict):
+    hash: str
+    patches: list[ManifestPatch]
+
+
+class ManifestFile(TypedDict):
+    path: str
+    dest: str
+    sha256: str
+    size: int
+
+
+class Manifest(TypedDict):
+    """The manifest a build writes. Reading one back from an image (``parse_manifest``) gives
+    a plain mapping: images built by older sglforge releases hold older shapes."""
+
+    schema: str
+    image: str
+    sglang_version: str
+    target: str
+    rocm: str
+    gpu_arch: str
+    mode: str
+    base: ManifestBase | None
+    upstream: ManifestUpstream
+    queue: ManifestQueue
+    files: list[ManifestFile]
+    deleted: list[str]
+    sglforge: str
+    configs: NotRequired[list[dict[str, Any]]]  # config items (``overlay_configs.Staged``)
+
+
 # --- writing ----------------------------------------------------------------------------------
 
 
 def make_manifest(
     facts: ImageFacts, *, image: str, files: Sequence[ContextFile], deleted: Sequence[str]
-) -> dict[str, Any]:
+) -> Manifest:
     """The provenance manifest written to ``/opt/sglforge/manifest.json`` (no timestamps)."""
     target, base, upstream = facts.target, facts.base, facts.upstream
+    base_entry: ManifestBase | None = None
+    if base:
+        base_entry = {"name": base.ref, "digest": base.pinned}
+        if base.entrypoint:
+            base_entry["entrypoint_reset"] = list(base.entrypoint)
+    up: ManifestUpstream = {
+        "url": upstream.url,
+        "source": upstream.source,
+        "ref": upstream.ref,
+        "commit": upstream.commit,
+        "revision": upstream.revision,
+    }
+    if upstream.wheel:  # flat, as the manifest's shape check wants: the wheel's name and sha256
+        up["wheel"], up["wheel_sha256"] = upstream.wheel, upstream.wheel_sha256
     return {
         "schema": MANIFEST_SCHEMA,
         "image": image,
@@ -220,28 +293,8 @@ def make_manifest(
         "rocm": target.rocm.name,
         "gpu_arch": target.gpu_arch,
         "mode": facts.mode,
-        "base": (
-            {
-                "name": base.ref,
-                "digest": base.pinned,
-                **({"entrypoint_reset": list(base.entrypoint)} if base.entrypoint else {}),
-            }
-            if base
-            else None
-        ),
-        "upstream": {
-            "url": upstream.url,
-            "source": upstream.source,
-            "ref": upstream.ref,
-            "commit": upstream.commit,
-            "revision": upstream.revision,
-            # flat, as the manifest's shape check wants: the wheel's file name and sha256
-            **(
-                {"wheel": upstream.wheel, "wheel_sha256": upstream.wheel_sha256}
-                if upstream.wheel
-                else {}
-            ),
-        },
+        "base": base_entry,
+        "upstream": up,
         "queue": {
             "hash": facts.queue_hash,
             "patches": [
@@ -352,7 +405,7 @@ def describe(
     key_dockerfile: str,
     created: str,
     extra_labels: Mapping[str, str] | None = None,
-) -> tuple[str, dict[str, Any], str | None, dict[str, str]]:
+) -> tuple[str, Manifest, str | None, dict[str, str]]:
     """Image name, manifest, inputs key and labels of a build: the same facts, said four ways.
 
     The key is taken over the manifest naming the queue-only reference (a key cannot hash a

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +28,6 @@ from sglforge.engine import registry as reg
 from sglforge.engine.credentials import Credentials
 from sglforge.engine.errors import EngineError
 from sglforge.errors import (
-    EXIT_PROBLEMS,
-    EXIT_SMOKE,
     ConfigError,
     PublishError,
     SglforgeError,
@@ -49,6 +47,10 @@ from sglforge.util import Progress, raise_held, signals_held
 
 if TYPE_CHECKING:
     from sglforge.build import BuildResult
+    from sglforge.candidate import Candidate
+    from sglforge.gates import BenchRecord, GateResult
+    from sglforge.smoke.report import SmokeReport
+    from sglforge.smoke.scenario import Scenario
 
 STANDIN_HARDWARE = "standin-cpu"  # what a scenario with accelerator = "none" records
 _QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}(?:-i[0-9a-f]{6,64})?$")
@@ -96,6 +98,7 @@ class PublishResult:
     bench: Mapping[str, Any] | None = None  # the bench's figures as the record keeps them
     bench_text: tuple[str, ...] = ()  # the bench's table and verdict for people
     bench_markdown: str = ""
+    gates: tuple[GateResult, ...] = ()  # every gate, run or skipped (and why)
 
     @property
     def ok(self) -> bool:
@@ -164,8 +167,9 @@ class _Run:
     """One publish as its steps build it up: what was asked, and what each step found.
 
     Settled before anything long runs (``_open``): the registry prefix and its login, the
-    stand-in rule. Then ``_build`` sets ``built`` and the references, ``_candidate`` the image
-    to test and push, the gates ``smoke``, the push ``pushed``/``digest``/``source``.
+    stand-in rule. Then the scan gate, ``_build`` sets ``built`` and the references,
+    ``_candidate`` the image to test and push, the gates after the build ``smoke`` and
+    ``gates``, the push ``pushed``/``digest``/``source``.
     """
 
     project: Project
@@ -184,6 +188,7 @@ class _Run:
     pushed: list[str] = field(default_factory=list)
     digest: str = ""
     source: str = ""  # the image the friendly tags are made from
+    cand: Candidate | None = None  # what the gates prove (set once the run is open)
 
     @property
     def root(self) -> Path:
@@ -194,7 +199,7 @@ class _Run:
         return self.req.target
 
     @property
-    def scenario(self) -> Path | None:
+    def scenario(self) -> Scenario | None:
         return self.req.smoke.scenario if self.req.smoke else None
 
     @property
@@ -216,45 +221,148 @@ class _Run:
         )
 
 
+def candidate_for(project: Project, req: PublishRequest, say: Progress) -> Candidate:
+    """The candidate of ``req``: its target, parsed scenario and model, probes labelled with
+    the request's labels (the caller closes it)."""
+    from sglforge.candidate import Candidate
+
+    smoke = req.smoke
+    return Candidate(
+        project,
+        req.target,
+        smoke.scenario if smoke else None,
+        smoke.model if smoke else None,
+        smoke=smoke,
+        labels=req.build.labels,
+        say=say,
+    )
+
+
 def publish(
     project: Project,
     req: PublishRequest,
     progress: Progress | None = None,
-    built: BuildResult | None = None,
+    candidate: Candidate | None = None,
 ) -> PublishResult:
-    """Build or reuse, smoke, push the immutable tag, verify, move friendly tags, record.
+    """Build or reuse, run the gates, push the immutable tag, verify, move friendly tags, record.
 
-    Smoke failures and push errors come back as a result with ``error`` set and nothing moved;
-    errors that stop the flow before anything ran (configuration, engine) are raised. The
-    steps, each over one ``_Run``: ``_open`` (registry login, stand-in rule), the scan gate,
-    ``_build``, ``_candidate``, the coverage, smoke and bench gates, ``_push`` (immutable
-    tag, digest check, friendly tags) and ``_record`` (release record and CHANGELOG entry,
-    pushed next to the image).
+    Gate failures and push errors come back as a result with ``error`` set and nothing moved;
+    errors that stop the flow before anything ran (configuration, engine, a blocking scan)
+    are raised. The steps, each over one ``_Run``: ``_open`` (registry login, stand-in rule),
+    the scan gate, ``_build``, ``_candidate``, the gates after the build (coverage, smoke,
+    bench: :mod:`sglforge.gates`), ``_push`` (immutable tag, digest check, friendly tags) and
+    ``_record`` (release record and CHANGELOG entry, pushed next to the image).
 
-    ``built``: the image the caller built from ``req.build`` after running the scan gate
-    itself (``upgrade --publish``); neither is done again.
+    ``candidate``: the caller's (``upgrade --publish``), holding the image it built from
+    ``req.build`` and the gates it ran already; neither is done again.
     """
     run = _open(project, req, progress)
-    if not req.dry_run and built is None:
-        from sglforge.scan import gate
+    cand = candidate or candidate_for(project, req, run.say)
+    try:
+        return _publish(run, cand)
+    finally:
+        if candidate is None:
+            cand.close()
 
-        # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md).
-        gate(project, run.scenario, _model(req), say=run.say)
-    result = _build(run, built)
-    if req.dry_run:
+
+def _publish(run: _Run, cand: Candidate) -> PublishResult:
+    from sglforge import gates
+
+    run.cand = cand
+    before: tuple[GateResult, ...] = ()
+    if not run.req.dry_run:
+        # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md); run once
+        # per candidate (upgrade --publish hands over the one it ran).
+        before = _gates(run, cand, gates.BEFORE_BUILD)
+        for gate in before:
+            if gate.raised is not None:
+                raise gate.raised
+    result = replace(_build(run, cand.built), gates=before)
+    if run.req.dry_run:
         return _dry_run(run, result)
     try:
         run.candidate = _candidate(run)
     except (PublishError, EngineError) as exc:
         return run.failed(result, "push", exc)
-    if run.scenario is None:
-        run.clock.done("smoke", None, "skipped (--skip-smoke): the release is recorded as untested")
-    else:
-        for gate_step in (_coverage_gate, _smoke_gate, _bench_gate):
-            result = gate_step(run, result)
-            if result.error:
-                return result
+    cand.with_build(run.build_result, run.candidate)
+    cand.standin = run.standin
+    cand.baseline = lambda: _last_release_image(run)
+    cand.accept_regression = run.req.accept_regression
+    result = _gated(run, result, _gates(run, cand, gates.AFTER_BUILD))
+    if result.error:
+        return result
     return _push_and_record(run, result)
+
+
+def _gates(run: _Run, cand: Candidate, which: Sequence[str]) -> tuple[GateResult, ...]:
+    """The gates ``which`` over the candidate, each a step of the run (skipped ones too)."""
+    from sglforge import gates
+
+    run.clock.reset()
+
+    def step(r: GateResult) -> None:
+        run.clock.done(r.name, r.ok, r.detail)
+
+    return gates.run(cand, only=which, on_result=step)
+
+
+def _gated(run: _Run, result: PublishResult, done: Sequence[GateResult]) -> PublishResult:
+    """What the gates after the build found, on the run (release record) and the result."""
+    from sglforge.bench import report as bench_report
+    from sglforge.coverage import Gate
+    from sglforge.gates import BenchRecord, first_failure
+    from sglforge.smoke import markdown as smoke_markdown
+    from sglforge.smoke.report import SmokeReport  # noqa: F811 (TYPE_CHECKING above)
+
+    result = replace(result, gates=(*result.gates, *done), standin=run.standin)
+    for gate in done:
+        record = gate.record
+        if gate.name == "coverage":
+            run.coverage = record.to_dict() if isinstance(record, Gate) else {"not_run": gate.why}
+        elif isinstance(record, SmokeReport):
+            run.smoke = _smoke_record(run, record)
+            result = replace(
+                result,
+                smoke_markdown=smoke_markdown(record),
+                smoke_reports=str(record.report_dir) if record.report_dir else None,
+                smoke_passed=record.passed,
+                smoke_verdict=record.verdict,
+                smoke_figures=dict(record.figures),
+                smoke_checks=tuple(record.checks),
+            )
+        elif isinstance(record, BenchRecord) and run.smoke is not None:
+            run.smoke = replace(run.smoke, bench=dict(record.figures))
+            result = replace(
+                result,
+                bench=dict(record.figures),
+                bench_text=(*bench_report.text(record.report), *_unevaluated(record)),
+                bench_markdown=bench_report.markdown(record.report)
+                + "".join(f"\n{line}\n" for line in _unevaluated(record)),
+            )
+    bad = first_failure(done)
+    if bad is None:
+        return result
+    return replace(result, steps=tuple(run.clock.steps), error=bad.error, exit_code=bad.exit_code)
+
+
+def _unevaluated(record: BenchRecord) -> tuple[str, ...]:
+    if not record.unevaluated:
+        return ()
+    return (f"comparison against the last release: not evaluated ({record.unevaluated})",)
+
+
+def _smoke_record(run: _Run, report: SmokeReport) -> Smoke:
+    """The smoke as the release record keeps it, with the host's GPU facts (probed once)."""
+    assert run.scenario is not None
+    host = None if run.standin or run.cand is None else run.cand.host.facts
+    return Smoke(
+        report.passed,
+        report.scenario or run.scenario.name,
+        report.verdict,
+        dict(report.figures),
+        hardware=STANDIN_HARDWARE if run.standin else "gpu",
+        gpus=dict(host) if host else {},
+    )
 
 
 def _model(req: PublishRequest) -> Path | None:
@@ -296,7 +404,7 @@ def _build(run: _Run, built: BuildResult | None) -> PublishResult:
         image=built.image,
         immutable=run.immutable,
         friendly=run.moving,
-        scenario=str(run.scenario) if run.scenario else None,
+        scenario=str(run.scenario.path) if run.scenario else None,
         dry_run=req.dry_run,
         skip_smoke=req.skip_smoke,
         build_reused=bool(built.up_to_date),
@@ -306,7 +414,7 @@ def _build(run: _Run, built: BuildResult | None) -> PublishResult:
 def _dry_run(run: _Run, result: PublishResult) -> PublishResult:
     """The steps a real run would take, none of them run."""
     steps = [*run.clock.steps]
-    smoke_detail = "skipped (--skip-smoke)" if run.req.skip_smoke else str(run.scenario)
+    smoke_detail = "skipped (--skip-smoke)" if run.scenario is None else str(run.scenario.path)
     steps.append(Step("smoke", None, detail=smoke_detail))
     steps.append(Step("push", None, detail=run.immutable))
     steps += [Step("tag", None, detail=ref) for ref in run.moving]
@@ -363,106 +471,14 @@ def _push(run: _Run) -> None:
     _move_friendly(run)
 
 
-def _coverage_gate(run: _Run, result: PublishResult) -> PublishResult:
-    """``configs coverage`` of the scenario's launch on the base's aiter tables plus the queue's
-    items (issue 21): a hot shape (the main model's MoE) with no tuned row stops the publish
-    unless the scenario's ``[[coverage.accept]]`` names it. Recorded as the "coverage" step."""
-    from sglforge import coverage
-    from sglforge.overlay_configs import base_aiter
-
-    assert run.scenario is not None
-    run.clock.reset()
-    built = run.build_result
-    gate, why = coverage.publish_gate(
-        run.root,
-        run.scenario,
-        _model(run.req),
-        lambda: base_aiter(built.base, built.labels) if built.base else None,
-    )
-    if gate is None:
-        run.coverage = {"not_run": why}
-        run.clock.done("coverage", None, f"not run: {why}")
-        return result
-    run.coverage = gate.to_dict()
-    accepted = f", {len(gate.accepted)} accepted" if gate.accepted else ""
-    if gate.passed:
-        detail = f"{len(gate.coverage.lookups)} lookup group(s), no hot miss{accepted}"
-        run.clock.done("coverage", True, detail)
-        return result
-    run.clock.done("coverage", False, f"hot misses: {gate.summary()}")
-    return replace(
-        result,
-        steps=tuple(run.clock.steps),
-        error=f"coverage: no tuned aiter row for hot shape(s) of {run.scenario.name}: "
-        f"{gate.summary()}; nothing was pushed and no tag moved\n  next: sglforge configs "
-        "coverage --model DIR --scenario FILE --base-image BASE, then add a config item "
-        "(or accept the miss with [[coverage.accept]] and a reason)",
-        exit_code=EXIT_PROBLEMS,
-    )
-
-
-def _smoke_gate(run: _Run, result: PublishResult) -> PublishResult:
-    """Run the scenario on the candidate; a result with ``error`` set when the image may not
-    be pushed."""
-    from sglforge.smoke import markdown as smoke_markdown
-    from sglforge.smoke import run_smoke
-
-    assert run.req.smoke is not None and run.scenario is not None
-    run.say(f"smoke {run.candidate} with {run.scenario}")
-    run.clock.reset()
-    report = run_smoke(run.root, run.candidate, run.req.smoke, progress=run.say)
-    checks = tuple(report.checks)
-    figures = dict(report.figures)
-    gpus: dict[str, Any] = {}
-    if not run.standin:
-        from sglforge.smoke.preflight import detect_gpus, node_facts
-
-        gpus = node_facts(detect_gpus())
-    run.smoke = Smoke(
-        report.passed,
-        report.scenario or run.scenario.stem,
-        report.verdict,
-        figures,
-        hardware=STANDIN_HARDWARE if run.standin else "gpu",
-        gpus=gpus,
-    )
-    run.clock.done("smoke", run.smoke.passed, report.verdict)
-    result = replace(
-        result,
-        smoke_markdown=smoke_markdown(report),
-        smoke_reports=str(report.report_dir) if report.report_dir else None,
-        smoke_passed=run.smoke.passed,
-        smoke_verdict=report.verdict,
-        smoke_figures=figures,
-        smoke_checks=checks,
-        standin=run.standin,
-    )
-    if run.smoke.passed:
-        return result
-    failed = [c.name for c in checks if c.outcome is False]
-    why = report.reason or (f"failed checks: {', '.join(failed)}" if failed else report.verdict)
-    next_step = (
-        f"\n  next: read the smoke reports in {report.report_dir}" if report.report_dir else ""
-    )
-    return replace(
-        result,
-        steps=tuple(run.clock.steps),
-        error=f"smoke {report.verdict}: {run.scenario.name} on {run.candidate}: {why}; nothing "
-        f"was pushed and no tag moved{next_step}",
-        exit_code=EXIT_SMOKE if report.verdict == "cannot-run" else EXIT_PROBLEMS,
-    )
-
-
 def _standin_rule(run: _Run) -> bool:
     """A stand-in scenario (``accelerator = "none"``) never passes as a GPU target's smoke:
     refused before the build unless ``--allow-standin``, which records it as a stand-in."""
-    from sglforge.smoke import load_scenario
-
-    if run.scenario is None or not load_scenario(run.scenario).standin:
+    if run.scenario is None or not run.scenario.standin:
         return False
     if not run.req.allow_standin:
         raise ConfigError(
-            f'{run.scenario}: a stand-in scenario (accelerator = "none") cannot be '
+            f'{run.scenario.path}: a stand-in scenario (accelerator = "none") cannot be '
             f"the smoke and bench of GPU target {run.target.key}",
             "pass the target's GPU scenario with --scenario, or --allow-standin to publish with "
             "the run recorded as a stand-in",
@@ -471,77 +487,24 @@ def _standin_rule(run: _Run) -> bool:
     return True
 
 
-def _bench_gate(run: _Run, result: PublishResult) -> PublishResult:
-    """The scenario's [bench] paired with the previous release of the target; a significant
-    regression beyond the tolerance stops the publish (exit 1) unless accepted."""
-    from sglforge.bench import report as bench_report
-    from sglforge.bench.runner import run_bench
-    from sglforge.smoke import load_scenario
-
-    assert run.req.smoke is not None and run.scenario is not None and run.smoke is not None
-    if load_scenario(run.scenario).bench is None:
-        run.clock.done("bench", None, "the scenario has no [bench] table")
-        return result
-    run.clock.reset()
-    against = _last_release_image(run)
-    try:
-        report = run_bench(
-            run.root, run.build_result.image, run.req.smoke, against=against, progress=run.say
-        )
-    except SglforgeError as exc:
-        run.clock.done("bench", False, exc.message)
-        return replace(
-            result,
-            steps=tuple(run.clock.steps),
-            error=f"bench could not run: {exc}; nothing was pushed and no tag moved",
-            exit_code=exc.exit_code,
-        )
-    if report.regressed and run.req.accept_regression:
-        report = replace(report, accepted_regression=run.req.accept_regression)
-    figures = bench_report.record_figures(report)
-    run.smoke = replace(run.smoke, bench=figures)
-    verdict = "passed" if report.ok else f"FAILED: {report.reason}"
-    run.clock.done("bench", report.ok, verdict)
-    result = replace(
-        result,
-        bench=figures,
-        bench_text=tuple(bench_report.text(report)),
-        bench_markdown=bench_report.markdown(report),
-    )
-    if report.ok:
-        return result
-    hint = (
-        "rerun after fixing it, or pass --accept-regression REASON to publish anyway"
-        if report.regressed
-        else f"read the bench reports in {report.report_dir}"
-    )
-    return replace(
-        result,
-        steps=tuple(run.clock.steps),
-        error=f"bench failed: {report.reason}; nothing was pushed and no tag moved\n  next: {hint}",
-        exit_code=EXIT_PROBLEMS,
-    )
-
-
-def _last_release_image(run: _Run) -> str | None:
-    """The previous release of the target, by digest and pulled, to bench against (or None)."""
+def _last_release_image(run: _Run) -> tuple[str | None, str]:
+    """The previous release of the target, by digest and pulled, to bench against; else
+    (None, why there is no comparison)."""
     from sglforge.bench.runner import ensure_local
     from sglforge.release import previous_release
 
     version = run.immutable.rpartition(":")[2]
-    previous = previous_release(
-        run.root, run.target.name, version, _repository(run.immutable), run.creds
-    )
+    repository = _repository(run.immutable)
+    previous = previous_release(run.root, run.target.name, version, repository, run.creds)
     if previous is None:
-        return None
+        return None, f"no earlier release of {run.target.name} in {repository}"
     against = f"{previous.image.rpartition(':')[0]}@{previous.digest}"
     run.say(f"bench against the last release {previous.version} ({against})")
     try:
         ensure_local(against, run.say)
     except (SglforgeError, EngineError) as exc:
-        run.say(f"the last release's image cannot be pulled ({exc}); no comparison")
-        return None
-    return against
+        return None, f"the last release's image {against} cannot be pulled ({exc})"
+    return against, ""
 
 
 def _record(run: _Run) -> tuple[Release, Recorded]:
@@ -780,6 +743,7 @@ def summary(result: PublishResult) -> dict[str, Any]:
             {"name": s.name, "ok": s.ok, "seconds": s.seconds, "detail": s.detail}
             for s in result.steps
         ],
+        "gates": [g.to_dict() for g in result.gates],
         "smoke_reports": result.smoke_reports,
         "standin": result.standin,
         "hardware": STANDIN_HARDWARE if result.standin else "gpu",
@@ -808,7 +772,9 @@ def failure_summary(target: str, registry: str, error: SglforgeError) -> dict[st
 # ran or not (a stage not reached is skipped), so CI can follow a stage across runs.
 STAGES = (
     "prepare",
+    "scan",
     "build",
+    "coverage",
     "smoke",
     "bench",
     "push",
@@ -924,6 +890,7 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
         f"- smoke: {_smoke_word(result)}" + (f" ({result.scenario})" if result.scenario else ""),
     ]
     lines += [f"- pushed: `{ref}`" for ref in result.pushed]
+    lines += [f"- gate {g.name}: {_gate_word(g)}" for g in result.gates]
     if result.smoke_figures and not result.smoke_markdown:
         figures = sorted(result.smoke_figures.items())
         lines += ["", *reports.md_table(["figure", "value"], figures)]
@@ -935,6 +902,12 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
         rows = [(c.name, _word(c.outcome), c.detail) for c in result.smoke_checks]
         lines += ["", *reports.md_table(["check", "result", "detail"], rows)]
     return "\n".join(lines) + "\n"
+
+
+def _gate_word(gate: GateResult) -> str:
+    if not gate.ran:
+        return f"skipped ({gate.why})"
+    return ("passed" if gate.ok else "FAILED") + (f": {gate.detail}" if gate.detail else "")
 
 
 def _word(passed: bool | None) -> str:

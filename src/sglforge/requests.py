@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sglforge.errors import ConfigError
 
 if TYPE_CHECKING:
+    from sglforge.smoke.scenario import Scenario
     from sglforge.targets import BuildTarget
 
 MODES = ("auto", "overlay", "source")
@@ -67,9 +68,10 @@ class BuildRequest:
 
 @dataclass(frozen=True)
 class SmokeRequest:
-    """One smoke (or bench) run of a scenario file; the image is the caller's."""
+    """One smoke (or bench) run of a scenario, parsed once at the command line; the image is
+    the caller's."""
 
-    scenario: Path
+    scenario: Scenario
     model: Path | None = None  # the host's model folder (None: the scenario's model.path)
     port: int | None = None  # None: the scenario's port
     log_dir: Path | None = None  # None: a new build/smoke/<scenario>-<stamp> folder
@@ -78,7 +80,6 @@ class SmokeRequest:
     load_timeout: float | None = None  # None: the scenario's
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scenario", Path(self.scenario))
         if self.model is not None:
             object.__setattr__(self, "model", Path(self.model))
         _freeze(self, "env", "labels")
@@ -112,6 +113,34 @@ class PublishRequest:
 
 
 @dataclass(frozen=True)
+class PublishOptions:
+    """How to publish, apart from what is built and smoked: one value the command line builds,
+    which ``upgrade --publish`` copies into each target's ``PublishRequest`` whole."""
+
+    registry: str  # HOST[:PORT][/NS], checked (engine.reference.check_registry)
+    allow_standin: bool = False
+    accept_regression: str | None = None
+    attempts: int = 4
+    backoff: float = 2.0
+    date: str | None = None  # the release date (None: today, UTC)
+    changelog: Path | None = None  # None: the project's CHANGELOG.md
+
+    def request(self, build: BuildRequest, smoke: SmokeRequest | None) -> PublishRequest:
+        """The publish of ``build`` (and ``smoke``) with these options, every one kept."""
+        return PublishRequest(
+            build=build,
+            registry=self.registry,
+            smoke=smoke,
+            allow_standin=self.allow_standin,
+            accept_regression=self.accept_regression,
+            attempts=self.attempts,
+            backoff=self.backoff,
+            date=self.date,
+            changelog=self.changelog,
+        )
+
+
+@dataclass(frozen=True)
 class UpgradeRequest:
     """Move the queue to ``to`` and prove it on each target."""
 
@@ -120,12 +149,11 @@ class UpgradeRequest:
     pre: bool = False
     build: bool = True
     smoke: bool = True
-    publish: bool = False
-    registry: str | None = None
-    allow_standin: bool = False
-    base_image: str | None = None  # a template: {version} is the new release
+    publish: PublishOptions | None = None  # None: build and smoke only
+    mode: str = "auto"  # the build mode of every target
+    base_image: str | None = None  # a template: {version} is the new release, {date} resolved
     model: Path | None = None
-    scenario: Path | None = None  # None: each target's own scenario
+    scenario: Scenario | None = None  # None: each target's own scenario
     port: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     offline: bool = False
@@ -136,7 +164,8 @@ class UpgradeRequest:
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", tuple(self.targets))
         _freeze(self, "labels")
-        if self.publish and not self.registry:
+        check_mode(self.mode)
+        if self.publish is not None and not self.publish.registry:
             raise ConfigError(
                 "--publish needs --registry REG", "sglforge upgrade --publish --registry REG"
             )

@@ -5,7 +5,9 @@ gfx942), the ROCm flavours upstream publishes release images for (rocm700, rocm7
 the base image patterns following upstream's tag naming, chosen by sglang version range
 (``lmsysorg/sglang:v0.5.14-rocm700-mi35x``; from 0.5.15 the dated
 ``lmsysorg/sglang-rocm:v0.5.16-rocm720-mi35x-20260728``), picking the newest ``{date}`` of a
-tag list, runtime environment defaults, and the repository built images are tagged in.
+tag list, runtime environment defaults, the repository built images are tagged in, and the
+device one GPU of the family is (``[targets.NAME.device]``: what sglang's model construction is
+shown when it runs without the GPU, see ``sglforge.construct``).
 Unknown keys are rejected with the key and the file named.
 """
 
@@ -90,6 +92,23 @@ class BasePattern:
 
 
 @dataclass(frozen=True)
+class Device:
+    """One GPU of a target's family as the software on it sees it, and how many a node holds."""
+
+    gfx: str  # rocminfo's name, torch's gcnArchName (gfx950)
+    name: str  # the marketing name torch reports (AMD Instinct MI355X)
+    cu_num: int  # compute units (multi_processor_count; aiter's cu_num)
+    memory_gib: int  # memory of one GPU
+    count: int  # GPUs per node
+
+    @property
+    def capability(self) -> tuple[int, int]:
+        """torch's (major, minor) on ROCm: gfx9 4 2 -> (9, 4), gfx11 0 0 -> (11, 0)."""
+        digits = self.gfx.removeprefix("gfx")
+        return int(digits[:-2]), int(digits[-2], 16)
+
+
+@dataclass(frozen=True)
 class Target:
     """A GPU family and the ROCm flavours it is built for (the first is the default)."""
 
@@ -99,6 +118,7 @@ class Target:
     rocm: tuple[str, ...]
     bases: tuple[BasePattern, ...]  # the first whose range holds the version applies
     env: tuple[tuple[str, str], ...]
+    device: Device | None = None  # [targets.NAME.device]; None: the file does not say
 
 
 @dataclass(frozen=True)
@@ -138,6 +158,17 @@ class BuildTarget:
     @property
     def env(self) -> dict[str, str]:
         return dict(self.target.env)
+
+    @property
+    def device(self) -> Device:
+        """The target's GPU (``[targets.NAME.device]``); ConfigError when the file lacks it."""
+        if self.target.device is None:
+            raise ConfigError(
+                f"{self.path}: targets.{self.name} has no [targets.{self.name}.device] table "
+                "(gfx, CU count, memory and GPU count of one node)",
+                f"add it to {self.path} (see the one sglforge ships, `sglforge init`)",
+            )
+        return self.target.device
 
     @property
     def source_gpu_arch(self) -> str:
@@ -285,6 +316,22 @@ def load_targets(root: Path) -> Targets:
     return parse_targets(data, path)
 
 
+def device_of_gfx(gfx: str, targets: Targets | None = None) -> Device:
+    """The device of the first target whose GPU is ``gfx`` in ``targets`` (default: the
+    targets sglforge ships); ConfigError when none says."""
+    if targets is None:
+        from sglforge.defaults import defaults_root
+
+        targets = load_targets(defaults_root() or Path("."))
+    for t in targets.targets:
+        if t.gpu_arch == gfx and t.device is not None:
+            return t.device
+    raise ConfigError(
+        f"{targets.path}: no target with gpu_arch = {gfx!r} and a [targets.NAME.device] table",
+        f"add a [targets.NAME.device] table to {targets.path}",
+    )
+
+
 def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
     """Validate the parsed TOML of a targets file (``path`` names it in errors)."""
     top = Table(dict(data), path, "")
@@ -317,7 +364,7 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
         where = f"targets.{name}"
         _check_name(name, path, where)
         tbl = Table(raw, path, where)
-        tbl.expect({"description", "gpu_arch", "rocm", "base", "bases", "env"})
+        tbl.expect({"description", "gpu_arch", "rocm", "base", "bases", "env", "device"})
         gpu_arch = check_gpu_arch(tbl.get("gpu_arch", "str"), path, f"{where}.gpu_arch")
         rocm = _rocm_list(list(tbl.get("rocm", "strs")), known_rocm, path, f"{where}.rocm")
         bases = _bases(tbl.data, tuple(rocm), path, where)
@@ -340,6 +387,7 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
                 rocm=tuple(rocm),
                 bases=bases,
                 env=tuple(env),
+                device=_device(tbl, gpu_arch, where),
             )
         )
         tbl.done(also={"base", "bases"})
@@ -347,6 +395,23 @@ def parse_targets(data: Mapping[str, Any], path: Path) -> Targets:
     if not targets:
         raise ConfigError(f"{path}: no [targets.NAME] tables", f"add a target to {path}")
     return Targets(path, repository, workspace, tuple(rocms), tuple(targets), source)
+
+
+def _device(tbl: Table, gpu_arch: str, where: str) -> Device | None:
+    """``[targets.NAME.device]``, if the target has one."""
+    if "device" not in tbl.data:
+        tbl.seen.add("device")
+        return None
+    dev = tbl.table("device")
+    out = Device(
+        gfx=gpu_arch,
+        name=dev.get("name", "str"),
+        cu_num=dev.number("cu_num", "int"),
+        memory_gib=dev.number("memory_gib", "int"),
+        count=dev.number("count", "int"),
+    )
+    dev.done()
+    return out
 
 
 def _rocm_list(

@@ -133,6 +133,7 @@ def tune(root: Path, req: TuneRequest, say: Callable[[str], None] = lambda _: No
 def _misses(root: Path, req: TuneRequest, say: Callable[[str], None]) -> _Tuning:
     """The launch's lookups the image's aiter tables do not answer, as aiter's untuned CSV."""
     from sglforge.overlay_configs import base_aiter
+    from sglforge.project import Project
     from sglforge.smoke.scenario import load_scenario
 
     scenario = load_scenario(req.scenario)
@@ -141,7 +142,7 @@ def _misses(root: Path, req: TuneRequest, say: Callable[[str], None]) -> _Tuning
         raise ConfigError(f"image {req.image} has no aiter: nothing to tune with")
     gfx = scenario.target and _gfx(root, scenario.target) or "gfx950"
     cov = coverage.coverage(
-        req.tree or coverage.default_tree(root),
+        req.tree or coverage.default_tree(Project(root)),
         req.model_dir,
         scenario.args,
         base,

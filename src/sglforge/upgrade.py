@@ -32,10 +32,12 @@ from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest, Upgrad
 from sglforge.util import atomic_write, commit_files, confined, project_lock
 
 if TYPE_CHECKING:
-    from sglforge.build import BuildResult
+    from sglforge.candidate import Candidate
     from sglforge.targets import BuildTarget
 
 STAGED = ("patches", "images", "smoke")
+# why an upgrade that does not publish skips the bench gate (it would compare with nothing)
+NO_BENCH = "upgrade without --publish: no registry, so no last release to bench against"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class TargetOutcome:
     # (config item, status at this target's base): "upstreamed" (the base's aiter carries
     # every row with the same kernel choice: retired) or "installed"
     configs: tuple[tuple[str, str], ...] = ()
+    # every gate with what it found or why it was skipped (GateResult.to_dict)
+    gates: tuple[Mapping[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,9 @@ def upgrade(
             return _dry_run(run)
         stage_root = _stage(project.root, run.new_ref)
         try:
-            return _upgrade_staged(run, Project(stage_root, project.upstream_option))
+            # The staging copy takes the upstream this run fetched (one fetch per run) and
+            # the targets read (images/ is copied unchanged).
+            return _upgrade_staged(run, project.staging(stage_root))
         finally:
             shutil.rmtree(stage_root.parent, ignore_errors=True)
 
@@ -180,8 +186,8 @@ def _dry_run(run: _Upgrade) -> UpgradeResult:
     steps = ["refresh the queue"] + (
         [f"build {'and smoke ' if req.smoke else ''}{names}"] if req.build else []
     )
-    if req.publish:
-        steps.append(f"publish to {req.registry}")
+    if req.publish is not None:
+        steps.append(f"publish to {req.publish.registry}")
     if req.branch:
         steps.append(f"commit on a new branch {req.branch}")
     plan = "dry run, nothing written: would " + ", ".join(steps)
@@ -339,76 +345,111 @@ def _write_back(root: Path, stage: Path) -> None:
 
 
 def _prove_target(run: _Upgrade, stage: Project, bt: BuildTarget) -> TargetOutcome:
-    """Build the staged queue for ``bt`` once, then smoke it, or hand that build to publish."""
-    from sglforge.build import build_image
+    """Build the staged queue for ``bt`` once and prove it with the gates publish runs (the
+    scan before the build); with ``--publish``, publish gets the candidate, build and all."""
+    from sglforge import bases
 
-    req, say = run.req, run.say
+    req = run.req
     version = str(ref_version(run.new_ref) or run.new_ref.lstrip("v"))
-    base = req.base_image.format(version=version, date="{date}") if req.base_image else None
-    build = BuildRequest(target=bt, base_image=base, labels=req.labels, offline=req.offline)
+    build = BuildRequest(
+        target=bt,
+        mode=req.mode,
+        base_image=req.base_image,
+        labels=req.labels,
+        offline=req.offline,
+    )
     try:
-        retired = _retire_upstreamed_configs(stage.root, base, req.labels, say) if base else ()
+        retired: tuple[str, ...] = ()
+        if req.base_image:
+            # The one template rule, and {date} resolved before the base is probed.
+            base = bases.base_ref(bt, version, req.base_image)
+            base = bases.resolve_base(base, bt, req.offline, run.say)
+            retired = _retire_upstreamed_configs(stage.root, base, req.labels, run.say)
         smoke = _smoke_request(run, stage, bt) if req.smoke else None
-        if smoke is not None:
-            from sglforge.scan import gate
-
-            # The staged queue at the new pin, before the build (issue 24, docs/scan.md);
-            # publish, handed this build, does not scan again.
-            gate(stage, smoke.scenario, smoke.model, say=say)
-        t = time.monotonic()
-        say(f"{bt.spec}: building for {run.new_ref}")
-        built = build_image(stage, build)
-        run.timed(f"build {bt.spec}", t)
-        installed = tuple(
-            (k.removeprefix(LABEL_CONFIG_PREFIX), "installed")
-            for k in sorted(built.labels)
-            if k.startswith(LABEL_CONFIG_PREFIX)
-        )
-        out = TargetOutcome(
-            bt.spec,
-            image=built.image,
-            build_mode=built.mode,
-            up_to_date=built.up_to_date,
-            build_seconds=round(time.monotonic() - t, 2),
-            changed_files=built.changed_files,
-            configs=tuple((n, "upstreamed") for n in retired) + installed,
-        )
-        if req.publish:
-            return _publish_target(
-                run,
-                stage,
-                PublishRequest(
-                    build=build,
-                    registry=str(req.registry),
-                    smoke=smoke,
-                    allow_standin=req.allow_standin,
-                ),
-                built,
-                out,
-            )
-        if smoke is not None:
-            return _smoke_target(run, stage, smoke, built, out)
-        return out
+        pub = req.publish.request(build, smoke) if req.publish is not None else None
+        with _candidate(run, stage, bt, smoke) as cand:
+            return _built_and_gated(run, stage, build, pub, cand, retired)
     except SglforgeError as exc:
         return TargetOutcome(bt.spec, error=str(exc).splitlines()[0])
+
+
+def _candidate(
+    run: _Upgrade, stage: Project, bt: BuildTarget, smoke: SmokeRequest | None
+) -> Candidate:
+    from sglforge.candidate import Candidate
+
+    return Candidate(
+        stage,
+        bt,
+        smoke.scenario if smoke else None,
+        smoke.model if smoke else None,
+        smoke=smoke,
+        labels=run.req.labels,
+        say=run.say,
+    )
+
+
+def _built_and_gated(
+    run: _Upgrade,
+    stage: Project,
+    build: BuildRequest,
+    pub: PublishRequest | None,
+    cand: Candidate,
+    retired: tuple[str, ...],
+) -> TargetOutcome:
+    """The scan gate, the one build, then publish (which runs the gates after the build) or
+    those gates here."""
+    from sglforge import gates
+    from sglforge.build import build_image
+
+    bt = build.target
+    if cand.scenario is not None:
+        # The staged queue at the new pin, before the build (issue 24, docs/scan.md).
+        (scan,) = gates.run(cand, only=gates.BEFORE_BUILD)
+        if scan.raised is not None:
+            raise scan.raised
+    t = time.monotonic()
+    run.say(f"{bt.spec}: building for {run.new_ref}")
+    built = build_image(stage, build)
+    run.timed(f"build {bt.spec}", t)
+    cand.with_build(built)
+    installed = tuple(
+        (k.removeprefix(LABEL_CONFIG_PREFIX), "installed")
+        for k in sorted(built.labels)
+        if k.startswith(LABEL_CONFIG_PREFIX)
+    )
+    out = TargetOutcome(
+        bt.spec,
+        image=built.image,
+        build_mode=built.mode,
+        up_to_date=built.up_to_date,
+        build_seconds=round(time.monotonic() - t, 2),
+        changed_files=built.changed_files,
+        configs=tuple((n, "upstreamed") for n in retired) + installed,
+    )
+    if pub is not None:
+        return _publish_target(run, stage, pub, cand, out)
+    if cand.scenario is not None:
+        return _gate_target(run, cand, out)
+    return out
 
 
 def _smoke_request(run: _Upgrade, stage: Project, bt: BuildTarget) -> SmokeRequest:
     """The smoke of ``bt``: the scenario asked for, else the target's own (staged copy)."""
     req = run.req
-    scenario = req.scenario or stage.scenario_for(bt.name, bt.spec)
+    scenario = req.scenario or stage.scenario_for(bt)
     return SmokeRequest(scenario=scenario, model=req.model, port=req.port, labels=req.labels)
 
 
 def _publish_target(
-    run: _Upgrade, stage: Project, pub: PublishRequest, built: BuildResult, out: TargetOutcome
+    run: _Upgrade, stage: Project, pub: PublishRequest, cand: Candidate, out: TargetOutcome
 ) -> TargetOutcome:
     """Publish the image just built (publish's own gates run; the build is not repeated)."""
     from sglforge.publish import publish
 
     t = time.monotonic()
     run.say(f"{pub.target.spec}: publishing to {pub.registry}")
-    res = publish(stage, pub, run.say, built=built)
+    res = publish(stage, pub, run.say, candidate=cand)
     run.timed(f"smoke+publish {pub.target.spec}", t)
     return replace(
         out,
@@ -417,52 +458,35 @@ def _publish_target(
         smoke_figures=dict(res.smoke_figures),
         bench=dict(res.bench) if res.bench is not None else None,
         published=tuple(res.pushed),
+        gates=tuple(g.to_dict() for g in res.gates),
         error=res.error or "",
     )
 
 
-def _smoke_target(
-    run: _Upgrade, stage: Project, smoke: SmokeRequest, built: BuildResult, out: TargetOutcome
-) -> TargetOutcome:
-    """publish's coverage gate, then the smoke run, for an upgrade that does not publish."""
-    from sglforge.smoke import run_smoke
+def _gate_target(run: _Upgrade, cand: Candidate, out: TargetOutcome) -> TargetOutcome:
+    """The gates after the build, as publish runs them, for an upgrade that does not publish
+    (no registry: the bench has no last release to compare with and says so)."""
+    from sglforge import gates
+    from sglforge.smoke.report import SmokeReport
 
     t = time.monotonic()
-    run.say(f"{out.target}: smoke test of {built.image}")
-    missed = _coverage_gate(stage.root, built, smoke, run.say)
-    if missed:
-        return replace(out, error=missed)
-    report = run_smoke(stage.root, built.image, smoke)
+    run.say(f"{out.target}: gates for {cand.image}")
+    done = gates.run(cand, skip={"bench": NO_BENCH}, only=gates.AFTER_BUILD)
     run.timed(f"smoke {out.target}", t)
+    smoke = next((g.record for g in done if isinstance(g.record, SmokeReport)), None)
+    bad = gates.first_failure(done)
+    if smoke is not None:
+        out = replace(
+            out,
+            smoke_passed=smoke.passed,
+            smoke_verdict=smoke.verdict,
+            smoke_figures=dict(smoke.figures),
+        )
     return replace(
         out,
-        smoke_passed=report.passed,
-        smoke_verdict=report.verdict,
-        smoke_figures=dict(report.figures),
-        error="" if report.passed else (report.reason or "smoke failed"),
+        gates=tuple(g.to_dict() for g in done),
+        error=bad.error.splitlines()[0] if bad is not None else "",
     )
-
-
-def _coverage_gate(
-    stage: Path, built: BuildResult, smoke: SmokeRequest, say: Callable[[str], None]
-) -> str:
-    """publish's coverage gate for an upgrade that smokes without publishing: "" or the error."""
-    from sglforge import coverage
-    from sglforge.overlay_configs import base_aiter
-
-    gate, why = coverage.publish_gate(
-        stage,
-        smoke.scenario,
-        smoke.model,
-        lambda: base_aiter(built.base, smoke.labels) if built.base else None,
-    )
-    if gate is None:
-        say(f"coverage: not run ({why})")
-        return ""
-    if gate.passed:
-        say(f"coverage: no hot miss ({len(gate.accepted)} accepted)")
-        return ""
-    return f"coverage: no tuned aiter row for hot shape(s): {gate.summary()}"
 
 
 def _retire_upstreamed_configs(
@@ -564,6 +588,14 @@ def markdown(result: UpgradeResult) -> str:
             lines += ["## Serving benchmark", ""]
             lines += [f"- {t.target}: {bench_line(t.bench)}" for t in benched]
             lines.append("")
+    gated = [(t.target, g) for t in result.targets for g in t.gates]
+    if gated:
+        lines += ["## Gates", "", "| target | gate | result | detail |", "|---|---|---|---|"]
+        for target, g in gated:
+            word = "skipped" if not g.get("ran") else "passed" if g.get("ok") else "FAILED"
+            detail = str(g.get("why") or g.get("detail") or "").replace("|", "/")
+            lines.append(f"| {target} | {g.get('name')} | {word} | {detail} |")
+        lines.append("")
     configs = [(t.target, name, st) for t in result.targets for name, st in t.configs]
     if configs:
         lines += ["## Config items", "", "| target | item | status |", "|---|---|---|"]

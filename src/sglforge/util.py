@@ -1,15 +1,18 @@
 """Small helpers shared by every module: atomic writes, hashing, the project root, path
-confinement for data-derived paths, exact (byte-preserving) text, and the project locks."""
+confinement for data-derived paths, exact (byte-preserving) text, the project locks, and the
+one way to run a read-only probe (``run_probe``)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import shutil
+import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from sglforge.errors import BusyError, ConfigError, LocalDiskError, disk_error
@@ -17,6 +20,58 @@ from sglforge.errors import BusyError, ConfigError, LocalDiskError, disk_error
 ROOT_ENV = "SGLFORGE_ROOT"
 
 Progress = Callable[[str], None]  # receives one line of progress for people
+
+# ROCm's tools live here when the installer put nothing on PATH.
+ROCM_BIN = "/opt/rocm/bin"
+NOT_FOUND, CANNOT_RUN = 127, 126  # run_probe's codes, as a shell says them
+
+
+def find_program(name: str) -> str | None:
+    """``name`` on PATH, else in ROCm's bin folder; None when neither has it."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidate = os.path.join(ROCM_BIN, name)
+    return candidate if os.access(candidate, os.X_OK) and os.path.isfile(candidate) else None
+
+
+def folder_size(path: Path) -> int:
+    """Bytes in the files under ``path`` (symlinks counted as links, never followed)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path, followlinks=False):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def run_probe(
+    cmd: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
+) -> tuple[int, str]:
+    """(exit code, output) of a read-only probe: its stdout when it exits 0, else its own
+    words (stderr, else stdout). ``NOT_FOUND`` with no output when the program is missing,
+    ``CANNOT_RUN`` with the reason when it cannot start or runs past ``timeout`` seconds."""
+    exe = find_program(cmd[0])
+    if exe is None:
+        return NOT_FOUND, ""
+    try:
+        res = subprocess.run(
+            [exe, *cmd[1:]],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return CANNOT_RUN, str(exc)
+    if res.returncode == 0:
+        return 0, res.stdout or ""
+    return res.returncode, (res.stderr or "").strip() or (res.stdout or "")
 
 
 def file_mode(path: Path) -> int:
@@ -146,8 +201,9 @@ def plural(n: int, word: str, suffix: str = "s", many: str | None = None) -> str
 
 
 def find_root(explicit: str | os.PathLike[str] | None = None, start: Path | None = None) -> Path:
-    """The folder holding ``patches/``: ``--root``, then ``$SGLFORGE_ROOT``, then walk up."""
-    given = explicit or os.environ.get(ROOT_ENV)
+    """The folder holding ``patches/``: ``explicit`` (``--root``, which also reads
+    ``$SGLFORGE_ROOT`` at the command line), else walk up."""
+    given = explicit
     if given:
         root = Path(given).resolve()
         if not (root / "patches").is_dir():

@@ -248,6 +248,11 @@ def test_publish_gates_on_a_regression_against_the_last_release(
     assert first.exit_code == 0, first.output
     assert out["standin"] is True and out["tested"] is False
     assert out["bench"]["hardware"] == "standin-cpu" and out["bench"]["baseline"] is None
+    # no last release: the comparison is not evaluated, and every output says why
+    assert out["bench"]["comparison"]["evaluated"] is False
+    assert "no earlier release" in out["bench"]["comparison"]["why"]
+    (gate,) = [g for g in out["gates"] if g["name"] == "bench"]
+    assert gate["ok"] and "comparison not evaluated" in gate["detail"]
     record = json.loads(Path(out["release_record"]).read_text())
     assert record["smoke"]["hardware"] == "standin-cpu" and record["tested"] is False
     assert record["smoke"]["bench"]["knee"]["request_rate"] == 6
@@ -267,6 +272,7 @@ def test_publish_gates_on_a_regression_against_the_last_release(
     regression = out2["bench"]["regression"]
     assert regression["regressed"] is True and regression["accepted"] is None
     assert out2["bench"]["baseline"]["digest"] == out["digest"]
+    assert out2["bench"]["comparison"]["evaluated"] is True
     bench_step = [s for s in out2["steps"] if s["name"] == "bench"]
     assert bench_step and bench_step[0]["ok"] is False
 

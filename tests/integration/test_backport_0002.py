@@ -15,12 +15,13 @@ patch is judged by what the model ends up with. One more test builds DeepSeek V3
 with stock and patched 0.5.14 and requires identical decisions.
 
 How sglang is run without torch: through ``sglforge.construct`` (its docstring and
-``sglforge/construct/fakes.py`` list the TEST DOUBLES: a fake ``torch`` describing one ROCm gfx950
-MI355X, a minimal ``triton``, stubs for every other missing module, all in a child process per
-release). The launch is the README's (TP8, quark, EAGLE 5/1/6, fp8 KV cache, aiter all-reduce
-fusion), parsed by each release's own ``ServerArgs`` parser and ``__post_init__``; the topology is
-rank 0's; the checkpoint's weights are never loaded (a bf16-vs-MXFP4 decision is what decides the
-load's shape mismatch, and that is what is compared).
+``sglforge/construct/shims.py`` list the stand-ins: a ``torch`` describing the target's GPU, here
+mi355x's gfx950 from images/targets.toml, a minimal ``triton``, stubs for every other missing
+module, all in a child process per release). The launch is the README's (TP8, quark, EAGLE
+5/1/6, fp8 KV cache, aiter all-reduce fusion), parsed by each release's own ``ServerArgs``
+parser and ``__post_init__``; the topology is rank 0's; the checkpoint's weights are never
+loaded (a bf16-vs-MXFP4 decision is what decides the load's shape mismatch, and that is what
+is compared).
 ``test_stock_0_5_14_is_seen_to_differ`` keeps the harness honest: it must see the bug.
 """
 
@@ -33,8 +34,11 @@ from typing import Any
 import pytest
 
 from sglforge import construct
+from sglforge.targets import load_targets
 
 pytestmark = pytest.mark.pypi
+
+REPO = Path(__file__).resolve().parents[2]
 
 README = "readme"  # the README launch: shared-experts fusion left on
 NO_FUSION = "--disable-shared-experts-fusion"
@@ -229,19 +233,20 @@ def launch(disable_fusion: bool) -> list[str]:
 
 def build_drafts(tree: Path, cases: list[dict[str, Any]]) -> dict[str, Decisions]:
     """The draft model of every case, built by the release at ``tree`` (its python/ folder)."""
-    built = construct.build(
+    built = construct.build_many(
         tree,
         [
-            construct.Case(
+            construct.Request(
                 c["id"],
                 dict(copy.deepcopy(c["config"]), quantization_config=copy.deepcopy(c["quant"])),
                 launch(c["disable_fusion"]),
-                draft=True,
+                models=("draft",),
             )
             for c in cases
         ],
+        load_targets(REPO).resolve("mi355x").device,
     )
-    return {case_id: dict(b.modules) for case_id, b in built.items()}
+    return {case_id: b.models["draft"].labels() for case_id, b in built.items()}
 
 
 def table(left_name: str, left: Decisions, right_name: str, right: Decisions) -> str:

@@ -31,6 +31,7 @@ import pytest
 import aiter_data
 from sglforge import construct, coverage
 from sglforge.smoke.scenario import load_scenario
+from sglforge.targets import load_targets
 
 pytestmark = pytest.mark.pypi
 
@@ -98,11 +99,12 @@ def run_coverage(tree: Path, model: Path, scenario: Path, configs: Path) -> dict
     return doc
 
 
-def built_by_release(tree: Path, model: Path, scenario: Path) -> dict[str, construct.Built]:
+def built_by_release(tree: Path, model: Path, scenario: Path) -> dict[str, construct.Model]:
     config = json.loads((model / "config.json").read_text())
     argv = coverage.launch_args(load_scenario(scenario).args, model)
-    cases = [construct.Case("main", config, argv), construct.Case("draft", config, argv, True)]
-    return construct.build(tree, cases)
+    request = construct.Request("launch", config, argv, models=("main", "draft"))
+    mi355x = load_targets(REPO).resolve("mi355x").device
+    return dict(construct.build_many(tree, [request], mi355x)["launch"].models)
 
 
 def shapes_of(doc: dict[str, Any]) -> dict[str, set[tuple[int, int, int, int]]]:
@@ -114,7 +116,7 @@ def shapes_of(doc: dict[str, Any]) -> dict[str, set[tuple[int, int, int, int]]]:
     return out
 
 
-def assert_same_as_built(doc: dict[str, Any], built: dict[str, construct.Built]) -> None:
+def assert_same_as_built(doc: dict[str, Any], built: dict[str, construct.Model]) -> None:
     for model, b in built.items():
         want: dict[str, tuple[int, int, int, int]] = {
             m["module"]: (
@@ -246,10 +248,13 @@ def test_the_standin_is_handed_exactly_the_command_s_shapes(
 def test_the_publish_gate_fails_on_an_uncovered_hot_shape_and_passes_once_an_item_covers_it(
     trees: dict[str, Path], aiter_configs: Path, tmp_path: Path
 ) -> None:
-    # What `publish` runs before the smoke (publish._coverage_gate -> coverage.publish_gate),
-    # on the 9127c94a18e4 base's tables; the full publish (build, push) is not run here.
+    # What `publish` runs before the smoke (the coverage gate over a Candidate), on the
+    # 9127c94a18e4 base's tables; the full publish (build, push) is not run here.
     import shutil
 
+    from sglforge.candidate import Candidate, Checkout
+    from sglforge.gates import coverage as coverage_gate
+    from sglforge.project import Project
     from sglforge.queue.configs import base_tables_from_dir
 
     base = base_tables_from_dir(aiter_configs)
@@ -262,14 +267,27 @@ def test_the_publish_gate_fails_on_an_uncovered_hot_shape_and_passes_once_an_ite
     for p in item:
         p.unlink()
     tree = trees["0.5.14+queue"]
-    gate, why = coverage.publish_gate(root, scenario, GLM, base, tree)
-    assert gate is not None, why
-    assert not gate.passed
+
+    def check(model: Path = GLM) -> Any:
+        # each check opens the project anew (the queue and the scenario change between them)
+        project = Project(root)
+        bt = project.target("mi355x")
+        cand = Candidate(project, bt, project.scenario_file(scenario), model)
+        # the facts a publish would compute, given: the patched release tree and the tables
+        # the base image's probe would read
+        cand.checkout = Checkout(tree.parent, "v0.5.14", "", ())
+        cand.base_tables = base
+        return coverage_gate.check(cand)
+
+    result = check()
+    gate = result.record
+    assert result.ran and result.ok is False and gate is not None, result
     assert "main model_dim 6144 inter_dim 256 expert 257 topk 9 tokens 1,2,4" in gate.summary()
+    assert "nothing was pushed" in result.error
     # The item back in the queue: every hot shape is answered, the gate passes.
     for p, data in zip(item, kept, strict=True):
         p.write_bytes(data)
-    gate, _ = coverage.publish_gate(root, scenario, GLM, base, tree)
+    gate = check().record
     assert gate is not None and gate.passed and not gate.accepted
     # A target may accept a named miss with a reason instead.
     for p in item:
@@ -279,10 +297,8 @@ def test_the_publish_gate_fails_on_an_uncovered_hot_shape_and_passes_once_an_ite
         + '\n[[coverage.accept]]\nmodel = "main"\nexpert = 257\ntopk = 9\ninter_dim = 256\n'
         'reason = "measured: the heuristic kernels are within 2% here"\n'
     )
-    gate, _ = coverage.publish_gate(root, scenario, GLM, base, tree)
-    assert gate is not None and gate.passed and len(gate.accepted) == 1
+    result = check()
+    assert result.ok and len(result.record.accepted) == 1
     # No routed experts (the CPU stand-in model): the gate cannot run and says why.
-    gate, why = coverage.publish_gate(
-        root, scenario, REPO / "tests" / "standin" / "model", base, tree
-    )
-    assert gate is None and "no routed experts" in why
+    result = check(REPO / "tests" / "standin" / "model")
+    assert not result.ran and "no routed experts" in result.why

@@ -1,4 +1,4 @@
-"""git.py's named queries on real repositories built in temporary folders (no mocks).
+"""The git package's named queries on real repositories built in temporary folders (no mocks).
 
 The repositories are made with plain git (``synthetic.git``, a pinned identity); what is
 checked is what sglforge relies on: exact bytes (a non-UTF-8 patch survives ``format_patch``
@@ -18,6 +18,7 @@ import pytest
 
 from sglforge import git
 from sglforge.errors import ConfigError, UpstreamError
+from sglforge.git import _process
 from sglforge.util import encode_exact
 from synthetic import git as run_git
 
@@ -255,7 +256,7 @@ def test_a_timeout_kills_git(hanging: tuple[Path, Path]) -> None:
     r, _pidfile = hanging
     started = time.monotonic()
     with pytest.raises(UpstreamError, match="git hang gave no result within 1 s"):
-        git._run(r, "hang", timeout=1)
+        _process._run(r, "hang", timeout=1)
     assert time.monotonic() - started < 10
 
 
@@ -263,7 +264,7 @@ def test_a_network_timeout_kills_the_whole_process_group(hanging: tuple[Path, Pa
     r, pidfile = hanging
     started = time.monotonic()
     with pytest.raises(UpstreamError, match="gave no result within 1 s while fetching"):
-        git._run_with_progress(r, "hang", label="hang", timeout=1, waiting_for="fetching")
+        _process._run_with_progress(r, "hang", label="hang", timeout=1, waiting_for="fetching")
     assert time.monotonic() - started < 10
     # the helper git started (the shell running sleep) went with it
     deadline = time.monotonic() + 5

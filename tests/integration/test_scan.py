@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,16 +25,19 @@ from typing import Any
 
 import pytest
 
+from sglforge import construct
+from sglforge.construct.built import Construction
 from sglforge.scan import jit, scan_tree
-from sglforge.scan.construction import Built, build
 from sglforge.scan.findings import FAIL, Finding
 from sglforge.scan.jit_findings import findings as jit_findings
 from sglforge.scan.quant import findings as quant_findings
 from sglforge.scan.reach import kernel_loaders, step_gates
+from sglforge.targets import load_targets
 
 pytestmark = pytest.mark.pypi
 
 REPO = Path(__file__).resolve().parents[2]
+MI355X = load_targets(REPO).resolve("mi355x").device
 README_LAUNCH = [
     "--model-path", "/models/GLM-5.2-MXFP4", "--tp", "8", "--trust-remote-code",
     "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "5",
@@ -72,9 +76,14 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def glm_readme(trees: dict[str, Path]) -> dict[str, list[Finding]]:
     return {
-        name: scan_tree(trees[name], glm_config(), README_LAUNCH)
+        name: scan_tree(trees[name], glm_config(), README_LAUNCH, MI355X)
         for name in ("0.5.14", "0.5.14+queue", "0.5.16")
     }
+
+
+def build(tree: Path, config: dict[str, Any], launch: list[str]) -> Construction:
+    """One construction of ``config`` on the release checkout ``tree``, on an MI355X."""
+    return construct.build(tree / "python", config, launch, MI355X)
 
 
 def fails(found: list[Finding]) -> list[tuple[str, str]]:
@@ -116,7 +125,7 @@ def test_without_the_mtp_fusion_the_quantized_shared_expert_is_named(
     trees: dict[str, Path],
 ) -> None:
     built = build(
-        trees["0.5.14"], glm_config(), [*README_LAUNCH, "--disable-shared-experts-fusion"], "/m"
+        trees["0.5.14"], glm_config(), [*README_LAUNCH, "--disable-shared-experts-fusion"]
     )
     found = quant_findings(built, glm_config(), "config.json")
     wrong = sorted(
@@ -131,8 +140,8 @@ def test_without_the_mtp_fusion_the_quantized_shared_expert_is_named(
 
 def test_a_shallow_draft_only_warns(trees: dict[str, Path]) -> None:
     # Three steps: sglang does not compile the multi-backend kernel (see the gate test).
-    built = Built(
-        launch={"speculative_algorithm": "EAGLE", "speculative_num_steps": 3}, dsa=True, models={}
+    built = Construction(
+        MI355X, {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3}, dsa=True
     )
     found = [f for f in jit_findings(trees["0.5.14"], built) if f.file.endswith(FUSED_METADATA)]
     assert [(f.line, f.severity) for f in found] == [(38, "warn")]
@@ -146,7 +155,7 @@ def test_deepseek_v3_reports_no_exclude_finding(trees: dict[str, Path], queue: s
          [*README_LAUNCH, "--disable-shared-experts-fusion"]),
     ):  # fmt: skip
         config = deepseek_config(exclude)
-        found = quant_findings(build(trees[queue], config, launch, "/m"), config, "config.json")
+        found = quant_findings(build(trees[queue], config, launch), config, "config.json")
         assert found == [], (exclude, [(f.kind, f.entry, f.detail) for f in found])
 
 
@@ -155,13 +164,11 @@ def test_deepseek_v3_reports_no_exclude_finding(trees: dict[str, Path], queue: s
 CHILD = textwrap.dedent(
     """
     import importlib, json, logging, sys
-    from sglforge.scan import _harness
-    fakes = _harness._fakes()
-    fakes.install_fakes()
-    _harness._later_release_doubles()
+    from sglforge.construct import shims
+    what = json.loads(sys.argv[2])
+    shims.install(what["device"])
     sys.path.insert(0, sys.argv[1])
     logging.disable(logging.CRITICAL)
-    what = json.loads(sys.argv[2])
     if what["ask"] == "flags":
         mod = importlib.import_module(what["module"])
         fn = getattr(mod, "_get_default_target_flags", None) or mod.get_default_target_flags
@@ -180,8 +187,8 @@ CHILD = textwrap.dedent(
     backend = object.__new__(cls)
     backend.topk = 1
     backend.speculative_num_steps = what["steps"]
-    backend.attn_backends = [fakes._Any() for _ in range(what["steps"] - 1)]
-    batch = fakes._Any()
+    backend.attn_backends = [shims._Any() for _ in range(what["steps"] - 1)]
+    batch = shims._Any()
     batch.batch_size = 1
     backend.init_forward_metadata_out_graph(batch)
     print(json.dumps(compiled))
@@ -190,6 +197,7 @@ CHILD = textwrap.dedent(
 
 
 def run_child(tree: Path, what: dict[str, Any], cwd: Path) -> Any:
+    what = dict(what, device=construct.device_json(MI355X))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(REPO / "src")
     proc = subprocess.run(
@@ -285,13 +293,11 @@ def test_scan_command_json(tmp_path: Path) -> None:
 # --- The gate publish runs before a build. --------------------------------------------------
 
 
-def test_gate_blocks_unless_a_patch_names_the_finding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
+    from sglforge.candidate import Candidate
     from sglforge.errors import ScanBlocked
+    from sglforge.gates import scan as scan_gate
     from sglforge.project import Project
-    from sglforge.queue.upstream import UPSTREAM_ENV
-    from sglforge.scan import gate
 
     project = tmp_path / "project"
     shutil.copytree(REPO / "patches", project / "patches")
@@ -300,16 +306,18 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
     (model / "config.json").write_text(json.dumps(glm_config()))
     scenario = REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
     said: list[str] = []
-    # each call opens the project anew (the queue changes between them)
+
+    def gate(scenario: Path, upstream: str | None = None) -> Any:
+        # each call opens the project anew (the queue changes between them)
+        opened = Project(project, upstream)
+        bt = opened.target("mi355x")
+        with Candidate(opened, bt, opened.scenario_file(scenario), model, say=said.append) as c:
+            return scan_gate.check(c)
+
     # a CPU scenario is not scanned (the scan models a ROCm build)
-    assert (
-        gate(Project(project), REPO / "smoke" / "standin-cpu.toml", model, say=said.append) is None
-    )
-    assert "not a ROCm scenario" in said[-1]
-    monkeypatch.setenv(UPSTREAM_ENV, "pypi:sglang==0.5.14")
-    assert (
-        gate(Project(project), scenario, model, say=said.append) is not None
-    )  # the queue fixes both
+    skipped = gate(REPO / "smoke" / "standin-cpu.toml")
+    assert not skipped.ran and "not a ROCm scenario" in skipped.why
+    assert gate(scenario, "pypi:sglang==0.5.14").ok  # the queue fixes both
     # Without 0001 the fused metadata kernel blocks ...
     series = project / "patches" / "series"
     series.write_text(
@@ -317,15 +325,16 @@ def test_gate_blocks_unless_a_patch_names_the_finding(
             "0001-jit_kernel-guard-cuda_runtime-include-for-ROCm.patch\n", ""
         )
     )
-    with pytest.raises(ScanBlocked, match="cuda-only-jit .*fused_metadata_copy.cuh:38"):
-        gate(Project(project), scenario, model)
+    blocked = gate(scenario, "pypi:sglang==0.5.14")
+    assert blocked.ok is False and isinstance(blocked.raised, ScanBlocked)
+    assert re.search("cuda-only-jit .*fused_metadata_copy.cuh:38", blocked.error), blocked.error
     # ... until a patch of the queue says it fixes it.
     p2 = next((project / "patches").glob("0002-*.patch"))
     text = p2.read_text()
     marker = "Upstream-Status: Backport [0.5.16]\n"
     waiver = f"Fixes-Scan: cuda-only-jit python/sglang/jit_kernel/{FUSED_METADATA}\n"
     p2.write_text(text.replace(marker, marker + waiver, 1))
-    assert gate(Project(project), scenario, model) is not None
+    assert gate(scenario, "pypi:sglang==0.5.14").ok
 
 
 def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Path]) -> None:
@@ -336,11 +345,11 @@ def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Pat
 
     for name in ("0.5.14+queue", "0.5.16"):
         config = dict(glm_config(), quantization_config=GLM_FORMS["D-regex-whole-layer"])
-        found = quant_findings(build(trees[name], config, README_LAUNCH, "/m"), config, "c")
+        found = quant_findings(build(trees[name], config, README_LAUNCH), config, "c")
         assert (FAIL, "re:model\\.layers\\.78\\..*") in {(f.severity, f.entry) for f in found}
         assert "model.decoder.self_attn.o_proj" in {f.entry for f in found if f.severity == FAIL}
         config = dict(glm_config(), quantization_config=GLM_FORMS["E-glob-literal"])
-        found = quant_findings(build(trees[name], config, README_LAUNCH, "/m"), config, "c")
+        found = quant_findings(build(trees[name], config, README_LAUNCH), config, "c")
         assert [(f.severity, f.entry) for f in found] == [("warn", "model.layers.78.*")]
 
 
@@ -350,13 +359,11 @@ def test_a_shared_expert_of_another_scheme_fused_is_named(trees: dict[str, Path]
     from test_backport_0002 import FP8, GLM, quark
 
     config = dict(GLM, quantization_config=quark([], {"model.layers.*.mlp.shared_experts.*": FP8}))
-    built = build(trees["0.5.14+queue"], config, README_LAUNCH, "/m")
+    built = build(trees["0.5.14+queue"], config, README_LAUNCH)
     found = quant_findings(built, config, "c")
     fused = [f for f in found if f.kind == "fused-shared-expert-dtype"]
     fused_layers = [
-        n
-        for n, m in built.models["main"]["modules"].items()
-        if m["fused_shared"] and m["quantized"]
+        n for n, m in built.main.modules.items() if m["fused_shared"] and m["quantized"]
     ]
     assert fused_layers and sorted(f.entry for f in fused) == sorted(fused_layers)
     assert all("quantizes it differently" in f.detail and "fp8_e4m3" in f.detail for f in fused)

@@ -171,3 +171,19 @@ def test_the_engine_and_the_image_contract_agree_on_the_managed_label() -> None:
     from sglforge import engine, provenance
 
     assert engine.LABEL == provenance.LABEL_MANAGED
+
+
+def test_the_gates_stand_between_the_pipelines_and_the_analyses() -> None:
+    """gates/ is imported by publish and upgrade and imports the analyses (smoke, bench,
+    coverage, scan, construct through the candidate); none of those imports it back."""
+    gates = {m for m in GRAPH if m == "sglforge.gates" or m.startswith("sglforge.gates.")}
+    assert {"sglforge.gates.scan", "sglforge.gates.coverage", "sglforge.gates.smoke"} <= gates
+    assert "sglforge.gates" in GRAPH["sglforge.publish"]
+    assert "sglforge.gates" in GRAPH["sglforge.upgrade"]
+    below = ("sglforge.smoke", "sglforge.bench", "sglforge.coverage", "sglforge.scan")
+    below += ("sglforge.construct", "sglforge.candidate", "sglforge.build")
+    for name, imported in GRAPH.items():
+        if name.startswith(below):
+            assert not imported & gates, f"{name} imports the gates above it"
+    for gate in gates - {"sglforge.gates"}:
+        assert not GRAPH[gate] & {"sglforge.publish", "sglforge.upgrade"}, gate

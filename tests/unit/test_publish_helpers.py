@@ -104,12 +104,14 @@ def test_json_document_has_the_promised_keys_and_reports_parse() -> None:
     assert_valid_junit(junit_xml(failed, "mi355x"))
     suite = ET.fromstring(junit_xml(failed, "mi355x").split("\n", 1)[1]).find("testsuite")
     assert suite is not None
-    assert (suite.get("failures"), suite.get("tests"), suite.get("skipped")) == ("2", "11", "6")
+    assert (suite.get("failures"), suite.get("tests"), suite.get("skipped")) == ("2", "13", "8")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     # Stable names; the stages the failure stopped are there, skipped.
     assert list(cases) == [
         "prepare",
+        "scan",
         "build",
+        "coverage",
         "smoke",
         "smoke.serves",
         "smoke.decode-speed",
@@ -281,3 +283,35 @@ def test_inspect_shows_the_newest_local_smoke_run_as_unpublished(tmp_path: Path)
         "NOT published" in text and "decode_tok_s" in text and "smoke figures unknown" not in text
     )
     assert prov_json(p)["local_smoke"]["published"] is False
+
+
+def test_a_skipped_gate_says_so_with_its_reason_in_every_output() -> None:
+    from sglforge.cli.publish import render
+    from sglforge.gates import passed, skipped
+    from sglforge.publish import markdown
+
+    why = "no config.json in /models/x on this host"
+    gates = (
+        skipped("scan", why),
+        passed("coverage", "3 lookup group(s), no hot miss"),
+        passed("smoke", "passed"),
+        skipped("bench", "the scenario has no [bench] table"),
+    )
+    steps = tuple(Step(g.name, g.ok, 0.1, g.detail) for g in gates)
+    done = result(gates=gates, steps=(steps[0], Step("build", True, 1.0, "built"), *steps[1:]))
+    text = render(done)
+    assert f"skipped: {why}" in text and "skipped: the scenario has no [bench] table" in text
+    doc = summary(done)
+    (scan,) = [g for g in doc["gates"] if g["name"] == "scan"]
+    assert scan == {"name": "scan", "ran": False, "ok": None, "detail": f"skipped: {why}"} | {
+        "why": why,
+        "error": None,
+    }
+    assert f"- gate scan: skipped ({why})" in markdown(done, "mi355x")
+    assert "- gate bench: skipped (the scenario has no [bench] table)" in markdown(done, "mi355x")
+    suite = ET.fromstring(junit_xml(done, "mi355x").split("\n", 1)[1]).find("testsuite")
+    assert suite is not None
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    skip = cases["scan"].find("skipped")
+    assert skip is not None and why in (skip.get("message") or "")
+    assert cases["coverage"].find("skipped") is None and cases["coverage"].find("failure") is None

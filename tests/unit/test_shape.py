@@ -29,9 +29,6 @@ LONG = {
     "scan_cmd": "cli/scan.py, click",
     "smoke_cmd": "cli/smoke.py, click",
     "upgrade_cmd": "cli/upgrade.py, click",
-    "install_torch": "construct/fakes.py",
-    "_findings_of": "scan/_harness.py",
-    "findings": "scan/quant.py",
 }
 
 

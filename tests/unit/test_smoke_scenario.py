@@ -390,14 +390,17 @@ def test_cpu_scenario_preflight_skips_gpu_checks() -> None:
 
 
 def test_expected_arch_from_label_then_targets_and_conflicts() -> None:
+    from sglforge.project import Project
+
+    project = Project(ROOT)  # its targets, read once
     s = smoke.load_scenario(GLM)
-    assert smoke.expected_arch(ROOT, s, {})[0] == "gfx950"
-    assert smoke.expected_arch(ROOT, s, {LABEL_GPU_ARCH: "gfx950"})[0] == "gfx950"
-    arch, why = smoke.expected_arch(ROOT, s, {LABEL_GPU_ARCH: "gfx942"})
+    assert smoke.expected_arch(project, s, {})[0] == "gfx950"
+    assert smoke.expected_arch(project, s, {LABEL_GPU_ARCH: "gfx950"})[0] == "gfx950"
+    arch, why = smoke.expected_arch(project, s, {LABEL_GPU_ARCH: "gfx942"})
     assert arch is None and "gfx942" in why and "gfx950" in why
     cpu = smoke.load_scenario(CPU)
-    assert smoke.expected_arch(ROOT, cpu, {LABEL_TARGET: "mi300x"})[0] == "gfx942"
-    assert smoke.expected_arch(ROOT, cpu, {})[0] is None
+    assert smoke.expected_arch(project, cpu, {LABEL_TARGET: "mi300x"})[0] == "gfx942"
+    assert smoke.expected_arch(project, cpu, {})[0] is None
 
 
 # --------------------------------------------------------------------------- measurements

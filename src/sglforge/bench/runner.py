@@ -41,7 +41,7 @@ from sglforge.errors import BenchError, ConfigError
 from sglforge.requests import SmokeRequest
 from sglforge.smoke.checks import HttpError, _request
 from sglforge.smoke.preflight import port_in_use, refuse_simulated_acceptance
-from sglforge.smoke.scenario import Scenario, load_scenario
+from sglforge.smoke.scenario import Scenario
 from sglforge.util import check_output_dir, confined, work_dir
 
 BENCH_COMMAND = ("python3", "-m", "sglang.bench_serving")
@@ -104,7 +104,7 @@ def run_bench(
 
 
 def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
-    scenario = load_scenario(req.scenario)
+    scenario = req.scenario
     model, port, report_dir, env, labels = req.model, req.port, req.log_dir, req.env, req.labels
     if scenario.bench is None:
         raise ConfigError(

@@ -90,7 +90,7 @@ def bench_cmd(
     if against:
         ensure_local(against, lambda m: say(f"bench: {m}"))
     req = SmokeRequest(
-        scenario=Path(scenario),
+        scenario=state.project.scenario_file(Path(scenario)),
         model=Path(model) if model else None,
         port=port,
         log_dir=Path(report_dir) if report_dir else None,

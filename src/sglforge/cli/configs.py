@@ -99,7 +99,10 @@ def coverage_cmd(
         if found is None:
             raise ConfigError(f"image {base_image} has no aiter: no tuned tables to match")
         base = found
-    result = coverage.for_scenario(st.root, model_dir, scenario, base, tree, gfx)
+    project = st.project
+    result = coverage.for_scenario(
+        project, model_dir, project.scenario_file(scenario), base, tree, gfx
+    )
     hot = result.hot_misses()
     if untuned is not None:
         from sglforge.util import atomic_write

@@ -122,6 +122,30 @@ def base_image_option(f: F) -> F:
     )(f)
 
 
+def publish_options(f: F) -> F:
+    """``--accept-regression``, ``--retries`` and ``--backoff``: how a publish goes (publish and
+    ``upgrade --publish`` alike, copied into each target's publish)."""
+    f = click.option(
+        "--backoff",
+        type=click.FloatRange(0, 300),
+        default=2.0,
+        show_default=True,
+        help="Seconds before the first retry; doubles each time.",
+    )(f)
+    f = click.option(
+        "--retries",
+        type=click.IntRange(0, 20),
+        default=3,
+        show_default=True,
+        help="Retries of a push after a transient registry error (exponential backoff).",
+    )(f)
+    return click.option(
+        "--accept-regression",
+        metavar="REASON",
+        help="Publish despite a serving regression against the last release; REASON is recorded.",
+    )(f)
+
+
 def mode_option(f: F) -> F:
     """``--mode auto|overlay|source``."""
     return click.option(

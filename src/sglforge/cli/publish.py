@@ -20,6 +20,7 @@ from sglforge.cli.options import (
     label_option,
     mode_option,
     offline_option,
+    publish_options,
     registry_option,
     target_option,
     upstream_option,
@@ -65,30 +66,12 @@ from sglforge.util import atomic_write, check_output_file, printable
     help='Publish a GPU target with a stand-in scenario (accelerator = "none"); the record, '
     "inspect, CHANGELOG and labels then say it was a stand-in. [env: SGLFORGE_ALLOW_STANDIN]",
 )
-@click.option(
-    "--accept-regression",
-    metavar="REASON",
-    help="Publish despite a serving regression against the last release; REASON is recorded.",
-)
+@publish_options
 @mode_option
 @base_image_option
 @upstream_option
 @label_option
 @offline_option
-@click.option(
-    "--retries",
-    type=click.IntRange(0, 20),
-    default=3,
-    show_default=True,
-    help="Retries of a push after a transient registry error (exponential backoff).",
-)
-@click.option(
-    "--backoff",
-    type=click.FloatRange(0, 300),
-    default=2.0,
-    show_default=True,
-    help="Seconds before the first retry; doubles each time.",
-)
 @click.option("--dry-run", is_flag=True, help="Show the plan: what would be built, smoked, pushed.")
 @click.option(
     "--junit",
@@ -173,9 +156,9 @@ def publish_cmd(
         smoke = None
         if not skip_smoke:
             chosen = (
-                scenario_path(state.root, scenario)
+                project.scenario_file(scenario_path(state.root, scenario))
                 if scenario
-                else project.scenario_for(build.target.name, build.target.key)
+                else project.scenario_for(build.target)
             )
             smoke = SmokeRequest(
                 scenario=chosen, model=Path(model) if model else None, port=port, labels=labels

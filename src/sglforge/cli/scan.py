@@ -58,7 +58,8 @@ def scan_cmd(
 
     project = st.project
     current().info(f"scan: {model} at {ref or 'the pin'}" + (" (no queue)" if no_queue else ""))
-    report = core.run_scan(project, model, ref=ref, queue=not no_queue, scenario=scenario)
+    parsed = project.scenario_file(scenario) if scenario else None
+    report = core.run_scan(project, model, ref=ref, queue=not no_queue, scenario=parsed)
     if as_json:
         print_json(
             {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,12 +18,16 @@ from sglforge.progress import current
 from sglforge.requests import SmokeRequest
 from sglforge.util import check_output_file
 
+if TYPE_CHECKING:
+    from sglforge.smoke.scenario import Scenario
 
-def _target_scenario(state: State, image: str) -> Path:
+
+def _target_scenario(state: State, image: str) -> Scenario:
     """The scenario whose target is the image's (its io.sglforge.target and -rocm labels)."""
     from sglforge.engine import images
     from sglforge.errors import ConfigError
     from sglforge.provenance import LABEL_ROCM, LABEL_TARGET
+    from sglforge.smoke.scenario import find_scenario
 
     labels = images.require(image).labels
     target = labels.get(LABEL_TARGET)
@@ -32,7 +37,8 @@ def _target_scenario(state: State, image: str) -> Path:
             "pass --scenario NAME (sglforge smoke --scenario standin-cpu ...)",
         )
     rocm = labels.get(LABEL_ROCM)
-    return state.project.scenario_for(target, f"{target}-{rocm}" if rocm else None)
+    found = find_scenario(state.root, target, f"{target}-{rocm}" if rocm else None)
+    return state.project.scenario_file(found)
 
 
 @main.command("smoke")
@@ -98,7 +104,11 @@ def smoke_cmd(
 
     from sglforge.smoke.scenario import scenario_path
 
-    chosen = scenario_path(state.root, scenario) if scenario else _target_scenario(state, image)
+    chosen = (
+        state.project.scenario_file(scenario_path(state.root, scenario))
+        if scenario
+        else _target_scenario(state, image)
+    )
     req = SmokeRequest(
         scenario=chosen,
         model=Path(model) if model else None,
@@ -109,7 +119,7 @@ def smoke_cmd(
         load_timeout=load_timeout,
     )
     report = core.run_smoke(
-        state.root, image, req, progress=lambda message: current().info(f"smoke: {message}")
+        state.project, image, req, progress=lambda message: current().info(f"smoke: {message}")
     )
     if junit:
         core.write_junit(report, Path(junit))

@@ -10,7 +10,9 @@ from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import (
     base_image_option,
+    mode_option,
     offline_option,
+    publish_options,
     registry_option,
     targets_option,
     upstream_option,
@@ -54,7 +56,9 @@ from sglforge.smoke.scenario import scenario_path
     help="With --publish: publish from a stand-in scenario, recorded as a stand-in. "
     "[env: SGLFORGE_ALLOW_STANDIN]",
 )
+@publish_options
 @registry_option(required=False)
+@mode_option
 @offline_option
 @click.option(
     "--dry-run", is_flag=True, help="Show the plan and each patch's action; write nothing."
@@ -84,7 +88,11 @@ def upgrade_cmd(
     no_build: bool,
     do_publish: bool,
     allow_standin: bool,
+    accept_regression: str | None,
+    retries: int,
+    backoff: float,
     registry: str | None,
+    mode: str,
     offline: bool,
     report_dir: Path | None,
     dry_run: bool,
@@ -105,21 +113,30 @@ def upgrade_cmd(
       sglforge upgrade --to v0.5.16 --upstream pypi:sglang \\
           --base-image 'sglforge-standin/sglang:v{version}-rocm700-mi35x'
     """
+    from sglforge.requests import PublishOptions
     from sglforge.upgrade import to_dict, upgrade
 
     project = st.project
+    options = None
+    if do_publish:
+        options = PublishOptions(
+            registry=registry or "",
+            allow_standin=allow_standin,
+            accept_regression=accept_regression,
+            attempts=retries + 1,
+            backoff=backoff,
+        )
     req = UpgradeRequest(
         to=to,
         targets=tuple(project.target(t) for t in targets),
         pre=pre,
         build=not no_build,
         smoke=not no_build,
-        publish=do_publish,
-        registry=registry,
-        allow_standin=allow_standin,
+        publish=options,
+        mode=mode,
         base_image=base_image,
         model=Path(model) if model else None,
-        scenario=scenario_path(st.root, scenario) if scenario else None,
+        scenario=project.scenario_file(scenario_path(st.root, scenario)) if scenario else None,
         port=port,
         offline=offline,
         report_dir=report_dir,

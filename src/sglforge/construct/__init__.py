@@ -1,21 +1,26 @@
 """What a pinned sglang release builds for a launch, by running that release's own code.
 
-A release tree (its ``python/`` folder, e.g. from the PyPI wheel) is imported in a child
-process (:mod:`sglforge.construct.child`) with test doubles for torch and the GPU stack
-(:mod:`sglforge.construct.fakes`: one ROCm gfx950 MI355X); the child parses the launch flags with
+One construction serves every caller: ``configs coverage`` reads its fused-MoE shapes and token
+counts, ``scan`` its quant decisions and how QuarkConfig matched the checkpoint's excludes, the
+0002 differential test its per-module decisions. :func:`build` runs the child program
+(:mod:`sglforge.construct.child`) on a release tree (its ``python/`` folder, e.g. from the PyPI
+wheel), in a fresh interpreter (two releases never share ``sys.modules``) and an empty working
+folder; the child imports that release with stand-ins for torch and the GPU stack
+(:mod:`sglforge.construct.shims`) that describe the target's device, parses the launch with
 sglang's own parser and ``ServerArgs.__post_init__``, and constructs the main model and the MTP
-draft through sglang's own loader. What it records per model (the contract, :class:`Built`):
+draft through sglang's own loader. The result is typed (:mod:`sglforge.construct.built`).
 
-- ``modules``: every layer's quant decision, ``{module name: "Class: method/scheme"}``;
-- ``moe``: every fused-MoE layer as built: ``num_experts`` (a fused shared expert included),
-  ``num_local_experts``, ``top_k``, ``hidden_size``, ``intermediate_size_per_partition``,
-  ``num_fused_shared_experts``, the weights' shapes, the quant scheme and activation;
-- ``tokens``: the CUDA-graph capture batch sizes, the tokens each batch runs (target verify,
-  draft steps, draft extend) and the chunked-prefill size;
-- ``server_args`` and ``parallel``: the launch as sglang resolved it.
+What remains a stand-in, and why (the real packages cannot run or install here):
 
-Used by ``sglforge configs coverage`` (issue 21) and by the 0002 differential test; kept small so
-a later scan can reuse it. No weights are loaded and no kernel runs: constructors only.
+- torch: the ROCm build needs the GPU runtime; the CPU wheel reports no HIP device, and the
+  decisions read the device (``is_hip()``, the shared-experts-fusion check, aiter's
+  ``get_cu_num``): the shims describe the target's GPU from images/targets.toml instead;
+- triton, aiter, sgl_kernel, flashinfer and other GPU kernels: import-time surface only;
+- transformers: not installed in the child yet; the checkpoint's config.json is presented as
+  transformers 5.x presents it (:mod:`sglforge.construct.hfconfig`, lines cited there);
+- the GPU memory (``get_device_memory_capacity``): the target's, handed in.
+
+No weights are loaded and no kernel runs: constructors only.
 """
 
 from __future__ import annotations
@@ -26,85 +31,143 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sglforge.construct.built import Construction, Launch, Model
 from sglforge.errors import ConfigError
+from sglforge.targets import Device
 
-CHILD_TIMEOUT = 900  # seconds: a 78-layer model and its draft, per batch of cases
+__all__ = [
+    "Construction",
+    "ConstructionError",
+    "Model",
+    "Request",
+    "build",
+    "build_many",
+    "device_json",
+    "literal_launch",
+]
+
+CHILD_TIMEOUT = 900  # seconds: a 78-layer model and its draft, per batch of requests
+DEFAULT_MODEL_PATH = "/models/model"  # --model-path when the launch flags name none
+
+
+class ConstructionError(ConfigError):
+    """sglang's own model construction failed on this tree, config and launch."""
 
 
 @dataclass(frozen=True)
-class Case:
-    """One construction: a checkpoint's config.json, the launch flags, main model or draft."""
+class Request:
+    """One construction: a checkpoint's config.json and the launch flags (models: which to
+    build; empty: the main model and, with MTP and NextN layers in the config, the draft)."""
 
     id: str
     config: Mapping[str, Any]  # config.json, quantization_config included
-    args: Sequence[str]  # sglang launch flags, --model-path included
-    draft: bool = False
+    launch: Sequence[str]  # sglang launch flags
+    models: tuple[str, ...] = ()  # "main", "draft"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "config": self.config, "args": list(self.args), "draft": self.draft}
-
-
-@dataclass(frozen=True)
-class Built:
-    """What the release built for one case (see the module docstring for the fields)."""
-
-    architecture: str
-    modules: Mapping[str, str]
-    moe: tuple[Mapping[str, Any], ...]
-    tokens: Mapping[str, Any]
-    server_args: Mapping[str, Any]
-    parallel: Mapping[str, int]
+    def to_json(self) -> dict[str, Any]:
+        launch = list(self.launch)
+        if "--model-path" not in launch and not any(a.startswith("--model-path=") for a in launch):
+            launch = ["--model-path", DEFAULT_MODEL_PATH, *launch]
+        return {"id": self.id, "config": self.config, "launch": launch, "models": self.models}
 
 
-def build(tree: Path, cases: Sequence[Case]) -> dict[str, Built]:
-    """Construct every case with the sglang of ``tree`` (a release's ``python/`` folder)."""
+def build(
+    tree: Path, config: Mapping[str, Any], launch: Sequence[str], device: Device
+) -> Construction:
+    """What the sglang of ``tree`` (a release's ``python/`` folder) builds for the checkpoint
+    config ``config`` launched with ``launch`` on ``device``: ConstructionError if it fails."""
+    return build_many(tree, [Request("launch", config, launch)], device)["launch"]
+
+
+def build_many(tree: Path, requests: Sequence[Request], device: Device) -> dict[str, Construction]:
+    """Several constructions in one child (one import of the release), by request id."""
     if not (tree / "sglang" / "srt").is_dir():
-        raise ConfigError(
+        raise ConstructionError(
             f"{tree}: not a sglang release's python/ folder (no sglang/srt)",
             "pass the python/ folder of a release checkout (sglforge patches apply, or a wheel)",
         )
+    requested = [r.to_json() for r in requests]
+    stdin = json.dumps({"device": device_json(device), "requests": requested})
+    raw = _run_child(tree, stdin)
+    return {r.id: _construction(tree, r, raw[r.id], device) for r in requests}
+
+
+def device_json(device: Device) -> dict[str, Any]:
+    """``device`` as the child's shims read it (``shims.install``)."""
+    return dict(asdict(device), capability=list(device.capability))
+
+
+def _run_child(tree: Path, stdin: str) -> dict[str, Any]:
     src = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(src)  # sglforge.construct only; the release comes from ``tree``
+    env["PYTHONPATH"] = str(src)  # sglforge only; the release comes from ``tree``
     with tempfile.TemporaryDirectory(prefix="sglforge-construct-") as cwd:
-        # An empty working folder: nothing in it shadows the stubbed packages.
-        proc = subprocess.run(
-            [sys.executable, "-m", "sglforge.construct.child", str(tree)],
-            input=json.dumps([c.to_dict() for c in cases]),
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            env=env,
-            timeout=CHILD_TIMEOUT,
-            check=False,
-        )
+        try:  # an empty working folder: nothing in it shadows the stubbed packages
+            proc = subprocess.run(
+                [sys.executable, "-m", "sglforge.construct.child", str(tree)],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                cwd=cwd,
+                env=env,
+                timeout=CHILD_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise ConstructionError(
+                f"{tree}: sglang's model construction took over {CHILD_TIMEOUT} s",
+                "report the config and launch that cause it",
+            ) from None
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ConfigError(
+        raise ConstructionError(
             f"{tree}: sglang's model construction failed: {tail[0]}",
-            "run `python -m sglforge.construct.child TREE` with the cases on stdin to see all",
+            "run `python -m sglforge.construct.child TREE` with the requests on stdin to see all",
         )
-    raw: dict[str, dict[str, Any]] = json.loads(lines[-1])
-    out = {}
-    for case in cases:
-        got = raw[case.id]
-        if "error" in got:
-            last = got["error"].strip().splitlines()[-1]
-            raise ConfigError(
-                f"{tree}: building {case.id} with sglang's own code failed: {last}",
-                "check the model's config.json and the launch flags (sglang's parser reads them)",
-            )
-        out[case.id] = Built(
-            architecture=got["architecture"],
-            modules=got["modules"],
-            moe=tuple(got["moe"]),
-            tokens=got["tokens"],
-            server_args=got["server_args"],
-            parallel=got["parallel"],
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
+
+
+def _construction(
+    tree: Path, request: Request, got: dict[str, Any], device: Device
+) -> Construction:
+    if "error" in got:
+        last = got["error"].strip().splitlines()[-1]
+        raise ConstructionError(
+            f"{tree}: building {request.id} with sglang's own code failed: {last}",
+            "check the model's config.json and the launch flags (sglang's parser reads them)",
         )
+    models = {
+        name: Model(
+            architecture=m["architecture"],
+            cls=m["class"],
+            modules=m["modules"],
+            moe=tuple(m["moe"]),
+            tokens=m["tokens"],
+            prefixes=tuple(m["prefixes"]),
+            quark=m["quark"],
+        )
+        for name, m in got["models"].items()
+    }
+    return Construction(device, got["launch"], bool(got["dsa"]), got["parallel"], models)
+
+
+def literal_launch(launch: Sequence[str]) -> Launch:
+    """The launch facts the kernel scan needs, read from the flags as written (the fallback
+    when sglang's own parser could not run on a tree)."""
+    out: Launch = {"speculative_algorithm": None, "speculative_num_steps": None}
+    args = list(launch)
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if not eq and i + 1 < len(args):
+            value = args[i + 1]
+        if name == "--speculative-algorithm":
+            out["speculative_algorithm"] = value
+        elif name == "--speculative-num-steps":
+            out["speculative_num_steps"] = int(value) if value.isdigit() else None
     return out

@@ -1,26 +1,31 @@
-"""The child side of :mod:`sglforge.construct`: ``python -m sglforge.construct.child TREE``.
+"""The construction child: ``python -m sglforge.construct.child TREE`` (one program for all).
 
-Reads the cases (JSON) on stdin, installs the test doubles (:mod:`sglforge.construct.fakes`),
-imports the release's own sglang from ``TREE`` (a release's ``python/`` folder) and, per case:
+Reads ``{"device": ..., "requests": [...]}`` (JSON) on stdin, installs the shims
+(:mod:`sglforge.construct.shims`: torch and the GPU stack stand-ins, describing the target's
+device), imports the release's own sglang from ``TREE`` (a release's ``python/`` folder) and,
+per request:
 
 1. parses the launch flags with sglang's own parser (``ServerArgs.add_cli_args``) and runs the
    real ``ServerArgs.__post_init__`` on them. Two things a launch reads from the machine are
-   handed in: the checkpoint's ``config.json`` (``get_config`` answers with the case's config
-   instead of asking transformers) and the GPU memory (``get_device_memory_capacity``: one
-   MI355X, 288 GiB);
+   handed in: the checkpoint's ``config.json`` (``get_config`` answers with it, as transformers
+   5.x presents it: :mod:`sglforge.construct.hfconfig`) and the GPU memory
+   (``get_device_memory_capacity``: the target's);
 2. sets the topology sglang's own parallel state would hold for rank 0 (tp, attention tp/dp
    from ``compute_dp_attention_world_info``, moe tp/ep);
-3. builds the main model and, with speculative decoding, the draft model, through sglang's
-   own ``ModelConfig.from_server_args`` and ``model_loader.loader`` (the real ``QuarkConfig``
-   and the model class from the registry), and records every module's quant decision and every
-   fused-MoE layer (experts, top-k, hidden size, per-partition intermediate size, fused shared
-   experts, weight shapes and dtypes);
+3. builds the main model and, with speculative decoding and NextN layers in the config, the
+   draft, through sglang's own ``ModelConfig.from_server_args`` and ``model_loader.loader`` (the
+   real ``QuarkConfig`` and the model class from the registry), and records every module's
+   quant decision, every fused-MoE layer (experts, top-k, hidden size, per-partition
+   intermediate size, fused shared experts, weight shapes) and, for a Quark checkpoint, how
+   QuarkConfig's own matching matched its excludes (:mod:`sglforge.construct.quark`);
 4. records the batch sizes the CUDA-graph runners capture (``get_batch_sizes_to_capture``, with
-   the token count per batch of the target-verify and draft runners as sglang computes it) and
-   the chunked-prefill size.
+   the token count per batch of the target-verify and draft runners as sglang computes it), the
+   chunked-prefill size, and whether the DSA attention backend serves the launch
+   (``is_deepseek_dsa``).
 
-Prints one JSON object on its last stdout line: ``{case id: record}``. A failing case records
-``{"error": "..."}`` (the traceback's last lines) and the others still run.
+Prints one JSON object on its last stdout line: ``{request id: record}``, the shapes of
+:mod:`sglforge.construct.built`. A failing request records ``{"error": "..."}`` (the
+traceback's last lines) and the others still run.
 """
 
 # mypy: ignore-errors
@@ -28,14 +33,15 @@ Prints one JSON object on its last stdout line: ``{case id: record}``. A failing
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import sys
 import traceback
 import types
 
-MI355X_MEMORY_MIB = 288 * 1024
+from sglforge.construct import quark
+from sglforge.construct.hfconfig import HFConfig
+from sglforge.construct.quark import RECORDER
 
 UNQUANTIZED = {
     None,
@@ -45,63 +51,29 @@ UNQUANTIZED = {
 }
 
 
-class _HFConfig(types.SimpleNamespace):
-    """The checkpoint's config.json as sglang reads it through transformers' PretrainedConfig.
-
-    A key config.json lacks takes PretrainedConfig's own default for it (the common keys its
-    ``__init__`` sets, below); any other missing key is an AttributeError, as there.
-    """
-
-    DEFAULTS = dict(
-        pad_token_id=None,
-        bos_token_id=None,
-        eos_token_id=None,
-        sep_token_id=None,
-        decoder_start_token_id=None,
-        tie_word_embeddings=True,
-        is_encoder_decoder=False,
-        is_decoder=False,
-        add_cross_attention=False,
-        output_hidden_states=False,
-        output_attentions=False,
-        return_dict=True,
-        use_return_dict=True,
-        torch_dtype=None,
-        tokenizer_class=None,
-        prefix=None,
-        task_specific_params=None,
-        problem_type=None,
-        chunk_size_feed_forward=0,
-        num_labels=2,
-    )
-
-    def __init__(self, **config):
-        super().__init__(**{**self.DEFAULTS, **config})
-
-    def to_dict(self):
-        return copy.deepcopy(vars(self))
-
-    def get_text_config(self, *a, **k):
-        return self
-
-    def __getitem__(self, key):
-        return getattr(self, key)
-
-
-def _hand_in(config: dict) -> None:
+def _hand_in(config: dict, gpu: dict) -> None:
     import sglang.srt.configs.model_config as model_config
     import sglang.srt.server_args as server_args
 
-    model_config.get_config = lambda *a, **k: _HFConfig(**copy.deepcopy(config))
+    model_config.get_config = lambda *a, **k: HFConfig(**config)
     model_config.get_hf_text_config = lambda c: c
     model_config.get_generation_config = lambda *a, **k: None
-    server_args.get_device_memory_capacity = lambda *a, **k: float(MI355X_MEMORY_MIB)
+    memory_mib = float(int(gpu["memory_gib"]) * 1024)
+    server_args.get_device_memory_capacity = lambda *a, **k: memory_mib
+
+
+class _Parser(argparse.ArgumentParser):
+    """sglang's launch parser, raising instead of exiting: a flag the release does not know
+    fails that request only, with argparse's own message."""
+
+    def error(self, message):
+        raise ValueError(f"sglang's launch parser: {message}")
 
 
 def _server_args(argv: list[str]):
     from sglang.srt.server_args import ServerArgs
 
-    parser = argparse.ArgumentParser()
+    parser = _Parser()
     ServerArgs.add_cli_args(parser)
     return ServerArgs.from_cli_args(parser.parse_args(argv))
 
@@ -163,15 +135,20 @@ def _topology(sa):
     )
 
 
-def _label(module) -> str:
+def _label(module) -> dict:
+    """A ``ModuleRecord``: the module's quant method and scheme as sglang chose them."""
     method = getattr(module, "quant_method", None)
-    method_name = None if method is None else type(method).__name__
+    name = None if method is None else type(method).__name__
     scheme = getattr(module, "scheme", None)
-    what = (
-        "bf16" if method_name in UNQUANTIZED else type(scheme).__name__ if scheme else method_name
-    )
-    fused = getattr(module, "num_fused_shared_experts", 0) or 0
-    return f"{type(module).__name__}: {what}" + (f" (+{fused} fused shared)" if fused else "")
+    quantized = name not in UNQUANTIZED
+    return {
+        "class": type(module).__name__,
+        "method": name,
+        "scheme": type(scheme).__name__ if scheme is not None and quantized else None,
+        "quantized": quantized,
+        "fused_shared": int(getattr(module, "num_fused_shared_experts", 0) or 0),
+        "experts": int(getattr(module, "num_experts", 0) or 0),
+    }
 
 
 def _shape(param) -> list[int] | None:
@@ -203,33 +180,61 @@ def _moe(name: str, module) -> dict:
     }
 
 
-def _record(model) -> dict:
+def _record(model) -> tuple[dict, list]:
     modules, moes = {}, []
     for name, module in model.named_modules():
         if hasattr(module, "quant_method") or type(module).__name__ == "Linear":
             modules[name] = _label(module)
         if hasattr(module, "intermediate_size_per_partition") and hasattr(module, "top_k"):
             moes.append(_moe(name, module))
-    return {"modules": modules, "moe": moes}
+    return modules, moes
 
 
-def _build(sa, draft: bool) -> dict:
+def _nextn(model, draft: bool) -> dict | None:
+    """The draft's NextN layer prefix and weight names, from the model's own conf."""
+    if not draft or not hasattr(model, "_initialize_nextn_conf"):
+        return None
+    conf = model._initialize_nextn_conf(True)
+    return {
+        "layer_prefix": conf.nextn_layer_prefix,
+        "spec_weight_names": list(conf.nextn_spec_weight_names),
+    }
+
+
+def _build(sa, config: dict, draft: bool) -> dict:
+    """One model (a ``Model`` record), built by sglang's own config, registry and loader."""
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader import loader
+    from sglang.srt.models.registry import ModelRegistry
     from sglang.srt.server_args import set_global_server_args_for_scheduler
 
     set_global_server_args_for_scheduler(sa)
-    if draft:
-        model_config = ModelConfig.from_server_args(
-            sa, model_path=sa.speculative_draft_model_path or sa.model_path, is_draft_model=True
-        )
-    else:
-        model_config = ModelConfig.from_server_args(sa)
+    path = (sa.speculative_draft_model_path or sa.model_path) if draft else sa.model_path
+    model_config = ModelConfig.from_server_args(sa, model_path=path, is_draft_model=draft)
+    hf_config = model_config.hf_config
+    quant = config.get("quantization_config")
+    RECORDER.reset()
     load_config = LoadConfig()
     quant_config = loader._get_quantization_config(model_config, load_config)
+    cls, _ = ModelRegistry.resolve_model_cls(hf_config.architectures)
+    renames = quark.renames(cls, quant_config, hf_config, quant or {})
     model = loader._initialize_model(model_config, load_config, quant_config)
-    return {"architecture": model_config.hf_config.architectures[0], **_record(model)}
+    modules, moes = _record(model)
+    facts = dict(
+        nextn=_nextn(model, draft),
+        n_routed=getattr(hf_config, "n_routed_experts", None),
+        renames=renames,
+    )
+    return {
+        "architecture": hf_config.architectures[0],
+        "class": type(model).__name__,
+        "modules": modules,
+        "moe": moes,
+        "prefixes": sorted(n for n, _ in model.named_modules() if n),
+        "quark": quark.matching(model, modules, quant, quant_config, facts),
+        "tokens": _token_counts(sa, draft),
+    }
 
 
 def _token_counts(sa, draft: bool) -> dict:
@@ -272,45 +277,60 @@ def _token_counts(sa, draft: bool) -> dict:
     return out
 
 
-def run_case(case: dict) -> dict:
-    _hand_in(case["config"])
-    sa = _server_args(case["args"])
+def _launch(sa) -> dict:
+    """The launch as ``ServerArgs`` resolved it (a ``Launch`` record)."""
+    names = (
+        "tp_size dp_size ep_size speculative_algorithm speculative_num_steps "
+        "speculative_eagle_topk speculative_num_draft_tokens kv_cache_dtype quantization "
+        "attention_backend mem_fraction_static"
+    ).split()
+    out = {n: getattr(sa, n, None) for n in names}
+    out["enable_dp_attention"] = bool(sa.enable_dp_attention)
+    out["disable_shared_experts_fusion"] = bool(sa.disable_shared_experts_fusion)
+    return out
+
+
+def _models(sa, request: dict) -> list[str]:
+    """The models to build: the request's, else main and, with MTP, the draft."""
+    if request.get("models"):
+        return list(request["models"])
+    nextn = request["config"].get("num_nextn_predict_layers")
+    return ["main", "draft"] if sa.speculative_algorithm and nextn else ["main"]
+
+
+def run_request(request: dict, gpu: dict) -> dict:
+    from sglang.srt.configs.model_config import is_deepseek_dsa
+
+    config = request["config"]
+    _hand_in(config, gpu)
+    sa = _server_args(request["launch"])
+    launch = _launch(sa)  # as the parser and __post_init__ left it, before a model decides
     facts, topology = _topology(sa)
     with topology:
-        built = _build(sa, case.get("draft", False))
+        models = {m: _build(sa, config, m == "draft") for m in _models(sa, request)}
     return {
-        "server_args": {
-            "tp_size": sa.tp_size,
-            "dp_size": sa.dp_size,
-            "ep_size": sa.ep_size,
-            "enable_dp_attention": bool(sa.enable_dp_attention),
-            "disable_shared_experts_fusion": bool(sa.disable_shared_experts_fusion),
-            "speculative_algorithm": sa.speculative_algorithm,
-            "speculative_num_steps": sa.speculative_num_steps,
-            "speculative_eagle_topk": sa.speculative_eagle_topk,
-            "speculative_num_draft_tokens": sa.speculative_num_draft_tokens,
-            "kv_cache_dtype": sa.kv_cache_dtype,
-            "quantization": sa.quantization,
-        },
+        "launch": launch,
+        "dsa": bool(is_deepseek_dsa(HFConfig(**config))),
         "parallel": facts,
-        "tokens": _token_counts(sa, case.get("draft", False)),
-        **built,
+        "models": models,
     }
 
 
 def main(tree: str) -> None:
-    cases = json.loads(sys.stdin.read())
-    from sglforge.construct import fakes
+    doc = json.loads(sys.stdin.read())
+    from sglforge.construct import shims
 
-    fakes.install_fakes()
+    shims.install(doc["device"])
     sys.path.insert(0, tree)
     logging.disable(logging.WARNING)
+    RECORDER.install()
     out = {}
-    for case in cases:
+    for request in doc["requests"]:
         try:
-            out[case["id"]] = run_case(case)
-        except Exception:  # one broken case must not hide the others' answers
-            out[case["id"]] = {"error": "".join(traceback.format_exc().splitlines(True)[-12:])}
+            out[request["id"]] = run_request(request, doc["device"])
+        except Exception:  # one broken request must not hide the others' answers
+            tail = traceback.format_exc().splitlines(True)[-12:]
+            out[request["id"]] = {"error": "".join(tail)}
     print(json.dumps(out))
 
 

@@ -27,7 +27,7 @@ from sglforge.patches.check import (
     git_reason,
 )
 from sglforge.project import Project
-from sglforge.queue.series import Patch, Queue, load_queue, ref_version
+from sglforge.queue.series import Patch, Pin, Queue, load_queue, ref_version
 from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.util import atomic_write, confined, project_lock
 
@@ -115,6 +115,13 @@ class Applied:
     queue_hash: str
     reused: bool
     python_only: bool
+
+    def revision(self, pin: Pin) -> str:
+        """The upstream revision for the OCI label: the pinned commit when known; a history
+        rebuilt from PyPI wheels has commits of its own, so there the tag names the revision."""
+        if self.ref == pin.ref and pin.commit:
+            return pin.commit
+        return self.ref if self.python_only else self.commit
 
 
 def safe_ref(ref: str) -> str:

@@ -27,7 +27,7 @@ from sglforge import git, progress
 from sglforge.errors import ConfigError
 from sglforge.project import Project
 from sglforge.queue.configs import base_tables_from_dir, load_items, upstreamed
-from sglforge.queue.series import Patch, Queue, ref_version
+from sglforge.queue.series import Patch, Queue, line_heads, ref_version
 from sglforge.queue.upstream import Upstream
 from sglforge.util import scratch_dir
 
@@ -215,12 +215,12 @@ def _fast_path(
 
 
 def _file_sections(patch: Patch) -> list[str]:
-    found = [m.group(1) for m in _SECTION.finditer(patch.body, patch.diff_start)]
-    return found or [m.group(1) for m in _PLUS.finditer(patch.body, patch.diff_start)]
+    found = [m.group(1) for m in line_heads(_SECTION, patch.body, patch.diff_start)]
+    return found or [m.group(1) for m in line_heads(_PLUS, patch.body, patch.diff_start)]
 
 
-_SECTION = re.compile(r"^diff --git a/\S+ b/(\S+)", re.M)
-_PLUS = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.M)
+_SECTION = re.compile(r"\ndiff --git a/\S+ b/(\S+)")  # newline-first, for line_heads
+_PLUS = re.compile(r"\n\+\+\+ (?:b/)?(\S+)")
 
 
 def _failed_dependency(patch: Patch, queue: Queue, failed: dict[str, str]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +18,10 @@ from sglforge.queue.series import (
     STATUSES,
     Patch,
     SeriesEntry,
+    line_heads,
     parse_patch,
     read_series,
-    scan_diff,
+    scan_text,
 )
 from sglforge.util import recover_transactions
 
@@ -58,7 +60,7 @@ def lint_queue(
         return [Finding(series_rel, 0, "bad-series", exc.message)]
     findings, seen = _series_findings(root, entries)
     pin_version = _pin_version(root)
-    changes: dict[str, str] = {}
+    changes = _Changes()
     for i, e in enumerate(entries, 1):
         path = root / "patches" / e.name
         if not path.is_file() or seen.get(e.name) != e.line:
@@ -67,11 +69,9 @@ def lint_queue(
         rel = f"patches/{e.name}"
         findings.extend(lint_patch(patch, rel))
         findings.extend(_placement_findings(patch, rel, e.line, seen, pin_version))
-        key = _change_key(patch)
-        if key and key in changes:
-            findings.append(Finding(rel, 1, "duplicate-change", f"same change as {changes[key]}"))
-        elif key:
-            changes[key] = e.name
+        first = changes.same_as(patch)
+        if first:
+            findings.append(Finding(rel, 1, "duplicate-change", f"same change as {first}"))
     findings.extend(_config_findings(root, aiter_configs, aiter_repo))
     return sorted(findings, key=lambda f: (f.file, f.line, f.code))
 
@@ -271,54 +271,121 @@ def _field_findings(patch: Patch, rel: str) -> list[Finding]:
     return out
 
 
-def _diff_findings(patch: Patch, rel: str) -> list[Finding]:
+def _diff_findings(patch: Patch, rel: str, every_line: bool = False) -> list[Finding]:
     """The diff, walked once: parse errors, unsafe paths and symlinks, binary changes git
-    cannot apply, and whitespace on added lines."""
+    cannot apply, and whitespace on added lines.
+
+    Only a few kinds of line can give a finding or change what the next lines mean (file
+    headers, modes, index lines, hunk heads, binary notes, added lines ending in whitespace),
+    so those are found in bulk and the lines between them are skipped; inside a symlink's
+    section and just after an abbreviated index line every line is looked at. ``every_line``
+    looks at each line (the reference the bulk walk is tested against).
+    """
     out: list[Finding] = []
     header_lines = patch.header.count("\n")
-    scan = scan_diff(patch.diff_lines())
+    scan = patch.scan or scan_text(patch.body, patch.diff_start)
     if scan.error:
         out.append(Finding(rel, header_lines + scan.error_line, "unparsable-diff", scan.error))
     elif scan.sections == 0 and patch.body.find("GIT binary patch", patch.diff_start) < 0:
         out.append(Finding(rel, header_lines + 1, "empty-patch", "the diff has no file changes"))
-    link: str | None = None  # the path of the file section when it is a symlink
-    section_path, in_hunk = "", False
-    index_line, index_left = 0, 0  # an abbreviated index line, and lines left to see binary
-    for n, body in enumerate(patch.diff_lines(), header_lines + 1):
-        if index_left:
-            index_left -= 1
+    walk = _DiffWalk(rel, out)
+    text, pos, end = patch.body, patch.diff_start, len(patch.body)
+    n = header_lines + 1  # the line number of the line starting at pos
+    notable = iter(()) if every_line else _notable_lines(text, pos)
+    while pos < end:
+        if not (every_line or walk.link is not None or walk.index_left):
+            nxt = next(notable, end)
+            if nxt < pos:
+                continue
+            n += text.count("\n", pos, nxt)
+            pos = nxt
+            if pos >= end:
+                break
+        stop = text.find("\n", pos)
+        stop = end if stop < 0 else stop
+        walk.line(n, text[pos:stop])
+        pos, n = stop + 1, n + 1
+    return out
+
+
+# Lines of a diff that can give a finding or change the walk's state, found by their start.
+_NOTABLE = re.compile(
+    r"\n(?:diff --git |--- |\+\+\+ |new file mode |new mode |index |@@|Binary files )"
+)
+_RARE_SPACE = "\x0b\x0c\x1c\x1d\x1e\x1f"  # the ASCII whitespace besides " \t\r\n"
+_TRAILING_SPACE = re.compile(r"[^\S\n](?=\n|\Z)")
+
+
+def _notable_lines(text: str, start: int) -> Iterator[int]:
+    """The offsets, in order, of the lines from ``start`` a walk must look at (a superset)."""
+    found = {start}
+    found.update(m.start() + 1 for m in _NOTABLE.finditer(text, start))
+    if text.isascii() and not any(c in text for c in _RARE_SPACE):
+        # str.find is C speed; a regex over every character is not
+        ends: list[int] = []
+        for tail in (" \n", "\t\n", "\r\n"):
+            if tail[0] not in text:  # one memchr, where a two-character find is a scan
+                continue
+            at = text.find(tail, start)
+            while at >= 0:
+                ends.append(at)
+                at = text.find(tail, at + 2)
+        if text[-1:] in (" ", "\t", "\r"):  # a last line with no newline
+            ends.append(len(text) - 1)
+    else:
+        ends = [m.start() for m in _TRAILING_SPACE.finditer(text, start)]
+    for at in ends:
+        line = text.rfind("\n", start, at) + 1 or start
+        if text.startswith("+", line) and not text.startswith("+++", line):
+            found.add(max(line, start))
+    return iter(sorted(found))
+
+
+class _DiffWalk:
+    """The state of one walk over a diff's lines, and the findings it adds to ``out``."""
+
+    def __init__(self, rel: str, out: list[Finding]) -> None:
+        self.rel, self.out = rel, out
+        self.link: str | None = None  # the path of the file section when it is a symlink
+        self.section_path, self.in_hunk = "", False
+        self.index_line, self.index_left = 0, 0  # an abbreviated index line, lines left
+
+    def line(self, n: int, body: str) -> None:
+        rel, out = self.rel, self.out
+        if self.index_left:
+            self.index_left -= 1
             if "GIT binary patch" in body:
-                index_left = 0
+                self.index_left = 0
                 out.append(
                     Finding(
                         rel,
-                        index_line,
+                        self.index_line,
                         "binary-without-full-index",
                         "binary patch without full index (make it with --full-index)",
                     )
                 )
-        if link is not None and in_hunk and body.startswith("+"):
-            out.extend(_symlink_findings(rel, n, link, body[1:]))
-            continue
-        m = re.match(r"^diff --git a/(\S+) b/(\S+)", body)
+        if self.link is not None and self.in_hunk and body.startswith("+"):
+            out.extend(_symlink_findings(rel, n, self.link, body[1:]))
+            return
+        m = _GIT_HEADER.match(body)
         if m:
-            section_path, link, in_hunk = m.group(2), None, False
+            self.section_path, self.link, self.in_hunk = m.group(2), None, False
             for p in (m.group(1), m.group(2)):
                 if p.startswith("/") or ".." in p.split("/"):
                     out.append(Finding(rel, n, "unsafe-path", f"path {p!r} leaves the tree"))
-            continue
-        m = re.match(r"^(?:---|\+\+\+) (\S+)", body)
+            return
+        m = _FILE_HEADER.match(body)
         if m and m.group(1) != "/dev/null":
-            p = re.sub(r"^[ab]/", "", m.group(1))
+            p = m.group(1)[2:] if m.group(1).startswith(("a/", "b/")) else m.group(1)
             if m.group(1).startswith("/") or ".." in p.split("/"):
                 out.append(Finding(rel, n, "unsafe-path", f"path {m.group(1)!r} leaves the tree"))
-            continue
-        if re.match(r"^(?:new file mode|new mode|index \S+) 120000$", body):
-            link = section_path  # git stores a symlink as its target, one line
+            return
+        if _LINK_MODE.match(body):
+            self.link = self.section_path  # git stores a symlink as its target, one line
         elif body.startswith("@@"):
-            in_hunk = True
-        if body.startswith("index ") and re.search(r"^index [0-9a-f]{1,39}\.\.", body):
-            index_line, index_left = n, 4
+            self.in_hunk = True
+        if body.startswith("index ") and _SHORT_INDEX.match(body):
+            self.index_line, self.index_left = n, 4
         if body.startswith("Binary files ") and body.endswith(" differ"):
             out.append(
                 Finding(
@@ -335,7 +402,12 @@ def _diff_findings(patch: Patch, rel: str) -> list[Finding]:
                 out.append(
                     Finding(rel, n, "trailing-whitespace", "added line ends with whitespace")
                 )
-    return out
+
+
+_GIT_HEADER = re.compile(r"diff --git a/(\S+) b/(\S+)")
+_FILE_HEADER = re.compile(r"(?:---|\+\+\+) (\S+)")
+_LINK_MODE = re.compile(r"(?:new file mode|new mode|index \S+) 120000$")
+_SHORT_INDEX = re.compile(r"index [0-9a-f]{1,39}\.\.")
 
 
 def _symlink_findings(rel: str, n: int, path: str, target: str) -> list[Finding]:
@@ -372,6 +444,39 @@ def _pin_version(root: Path) -> Version | None:
         return None
 
 
+class _Changes:
+    """The patches seen so far, to find one making the same change as an earlier one.
+
+    The change key (every ``diff --git``, added and removed line, whitespace dropped) costs a
+    pass over the whole diff, so it is only computed for patches whose file headers (a part
+    of the key, found in bulk) equal an earlier patch's; an earlier patch's key is computed
+    from its file when first needed, so no patch's text is kept.
+    """
+
+    def __init__(self) -> None:
+        self._by_files: dict[tuple[str, ...], list[tuple[str, Path, str | None]]] = {}
+
+    def same_as(self, patch: Patch) -> str | None:
+        """The name of an earlier patch making the same change as ``patch``, or None."""
+        if not patch.has_diff():
+            return None
+        heads = line_heads(_GIT_LINE, patch.body, patch.diff_start)
+        files = tuple("".join(m.group(1).split()) for m in heads)
+        earlier = self._by_files.setdefault(files, [])
+        key = _change_key(patch) if earlier else None
+        for i, (name, path, known) in enumerate(earlier):
+            if known is None:
+                known = _change_key(parse_patch(path))
+                earlier[i] = (name, path, known)
+            if key and known == key:
+                return name
+        earlier.append((patch.name, patch.path, key))
+        return None
+
+
+_GIT_LINE = re.compile(r"\n(diff --git[^\n]*)")  # a literal first: C-speed scanning
+
+
 def _change_key(patch: Patch) -> str:
     """A key equal for two patches making the same change (like git's patch-id)."""
     if not patch.has_diff():
@@ -379,5 +484,5 @@ def _change_key(patch: Patch) -> str:
     h = hashlib.sha256()
     for line in patch.diff_lines():
         if line.startswith(("diff --git", "+", "-")) and not line.startswith(("+++", "---")):
-            h.update(re.sub(r"\s+", "", line).encode() + b"\n")
+            h.update("".join(line.split()).encode() + b"\n")
     return h.hexdigest()

@@ -48,9 +48,11 @@ PIN_KEYS = {"url", "ref", "commit", "sources"}
 
 _TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z-]*):\s*(?P<value>.*\S)?\s*$")
 _DIFF_START = re.compile(r"^(diff --git |--- |Index: )", re.M)
-_FILE_RE = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)", re.M)
+# Line patterns start with a newline (see line_heads): a literal first lets the regex engine
+# skip to candidates at C speed, where a MULTILINE ``^`` tries every character.
+_FILE_RE = re.compile(r"\ndiff --git a/(?P<a>\S+) b/(?P<b>\S+)")
 _NON_SPACE = re.compile(r"\S")
-_PLUS_FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)", re.M)
+_PLUS_FILE = re.compile(r"\n\+\+\+ (?:b/)?(\S+)")
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class Patch:
     # Every path the diff names on either side: ``files`` has the new names, a rename or copy
     # also reads its old one (git needs it in the index to apply the patch).
     paths: tuple[str, ...] = ()
+    scan: DiffScan | None = None  # the diff's one counting pass (``scan_text``), kept for lint
 
     @property
     def diff(self) -> str:
@@ -257,6 +260,20 @@ def diff_start(text: str) -> int:
 _GIT_DIFF_START = re.compile(r"^diff --git ", re.M)
 
 
+def line_heads(rx: re.Pattern[str], text: str, start: int = 0) -> Iterator[re.Match[str]]:
+    """Matches of ``rx``, a pattern starting with a newline, at each line start from
+    ``start`` (the line at ``start`` included): ``^`` with re.M, at C speed."""
+    if start > 0 and text[start - 1] == "\n":
+        yield from rx.finditer(text, start - 1)
+        return
+    eol = text.find("\n", start)
+    eol = len(text) if eol < 0 else eol
+    m = rx.match("\n" + text[start:eol])
+    if m:
+        yield m
+    yield from rx.finditer(text, eol)
+
+
 def iter_lines(text: str, start: int = 0) -> Iterator[str]:
     """The lines of ``text`` from ``start`` (without their ``\n``), one slice at a time."""
     end = len(text)
@@ -328,6 +345,79 @@ def scan_diff(lines: Iterable[str]) -> DiffScan:
     return DiffScan(sections or plus_files, added, removed)
 
 
+# The fast path of ``scan_text``: the next line that matters outside a hunk, and K whole lines.
+_OUTSIDE = re.compile(r"^(?:diff --git |\+\+\+ |@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@)", re.M)
+_BAD_TAG = re.compile(r"\n[^+\- \\\n]")
+
+
+def _lines_end(text: str, pos: int, k: int) -> int:
+    """The offset just past ``k`` whole lines from ``pos`` (-1 when the text ends first).
+
+    ``k`` characters hold at most ``k`` newlines, so counting the next ``k`` characters'
+    newlines never overshoots: each count is C speed and the lines still wanted shrink.
+    """
+    end = len(text)
+    while k > 32:
+        c = text.count("\n", pos, pos + k)
+        if pos + k >= end:
+            return -1 if c < k else pos + k
+        pos, k = pos + k, k - c
+    for _ in range(k):
+        stop = text.find("\n", pos)
+        if stop < 0:
+            return -1
+        pos = stop + 1
+    return pos
+
+
+def scan_text(text: str, start: int = 0) -> DiffScan:
+    """``scan_diff`` of ``text[start:]``, at C speed on well-formed diffs.
+
+    Outside hunks only file headers and ``@@`` lines count, so a regex finds the next one. A
+    hunk with counts (old, new) holds at least max(old, new) lines, each of which lowers one
+    count or both ("\\" lines lower none), and a count never goes below zero in a valid hunk:
+    so the next max(old, new) lines are counted by their first characters in bulk, and the
+    step repeats while a count is left. Anything else (a line no hunk can hold, a count that
+    would go negative, a text ending inside a hunk) is left to ``scan_diff``'s line-by-line
+    walk, which says where the diff breaks.
+    """
+    sections = plus_files = added = removed = 0
+    pos, end = start, len(text)
+    while pos < end:
+        m = _OUTSIDE.search(text, pos)
+        if m is None:
+            break
+        head = m.group(0)
+        pos = text.find("\n", m.start())
+        pos = end if pos < 0 else pos + 1
+        if head.startswith("diff --git "):
+            sections += 1
+            continue
+        if head.startswith("+++ "):
+            plus_files += 1
+            continue
+        old = int(m.group(1)) if m.group(1) is not None else 1
+        new = int(m.group(2)) if m.group(2) is not None else 1
+        while old > 0 or new > 0:
+            k = max(old, new)
+            stop = _lines_end(text, pos, k)
+            if stop < 0 or text[pos] not in "+- \\\n":
+                return scan_diff(iter_lines(text, start))
+            plus = (text[pos] == "+") + text.count("\n+", pos, stop)
+            minus = slash = 0
+            if plus < k:  # not a run of added lines (a new file's hunk): every tag counted
+                if _BAD_TAG.search(text, pos, stop):
+                    return scan_diff(iter_lines(text, start))
+                minus = (text[pos] == "-") + text.count("\n-", pos, stop)
+                slash = (text[pos] == "\\") + text.count("\n\\", pos, stop)
+            context = k - plus - minus - slash  # " " and empty lines
+            old, new = old - context - minus, new - context - plus
+            if old < 0 or new < 0:
+                return scan_diff(iter_lines(text, start))
+            added, removed, pos = added + plus, removed + minus, stop
+    return DiffScan(sections or plus_files, added, removed)
+
+
 def parse_patch(path: Path, index: int = 0) -> Patch:
     """Parse one patch file; raises ConfigError when it cannot be read at all."""
     try:
@@ -348,14 +438,14 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
     description, trailers = _split_trailers(body)
     files: list[str] = []
     paths: list[str] = []
-    for m in _FILE_RE.finditer(text, start):
+    for m in line_heads(_FILE_RE, text, start):
         files.append(m.group("b") if m.group("b") != "/dev/null" else m.group("a"))
         paths += [x for x in (m.group("a"), m.group("b")) if x != "/dev/null"]
     if not files:
-        for m in _PLUS_FILE.finditer(text, start):
+        for m in line_heads(_PLUS_FILE, text, start):
             if m.group(1) != "/dev/null":
                 files.append(m.group(1))
-    scan = scan_diff(iter_lines(text, start))
+    scan = scan_text(text, start)
     added, removed = scan.added, scan.removed
     if scan.error:  # not a well-formed diff: count what looks like added/removed lines
         added, removed = _count(iter_lines(text, start))
@@ -379,6 +469,7 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         kind=classify(uniq),
         sha256=digest,
         text=exact,
+        scan=scan,
     )
 
 
@@ -649,10 +740,10 @@ def load_queue(root: Path) -> Queue:
     )
 
 
-_PATHS = (
-    re.compile(r"^diff --git (\S+) (\S+)$", re.M),
-    re.compile(r"^(?:---|\+\+\+) (\S+)", re.M),
-    re.compile(r"^(?:rename|copy) (?:from|to) (.+)$", re.M),
+_PATHS = (  # newline-first, for line_heads; re.M for the ``$``
+    re.compile(r"\ndiff --git (\S+) (\S+)$", re.M),
+    re.compile(r"\n(?:---|\+\+\+) (\S+)"),
+    re.compile(r"\n(?:rename|copy) (?:from|to) (.+)$", re.M),
 )
 
 
@@ -660,14 +751,19 @@ def diff_paths(diff: str, start: int = 0) -> list[str]:
     """Every path a diff (``diff[start:]``) names: both sides of ``diff --git``,
     ``---``/``+++``, renames."""
     found: list[str] = []
-    for m in _PATHS[0].finditer(diff, start):
-        found += [re.sub(r"^[ab]/", "", m.group(1)), re.sub(r"^[ab]/", "", m.group(2))]
-    for m in _PATHS[1].finditer(diff, start):
+    for m in line_heads(_PATHS[0], diff, start):
+        found += [_side(m.group(1)), _side(m.group(2))]
+    for m in line_heads(_PATHS[1], diff, start):
         if m.group(1) != "/dev/null":
-            found.append(re.sub(r"^[ab]/", "", m.group(1)))
-    for m in _PATHS[2].finditer(diff, start):
+            found.append(_side(m.group(1)))
+    for m in line_heads(_PATHS[2], diff, start):
         found.append(m.group(1))
     return list(dict.fromkeys(found))
+
+
+def _side(path: str) -> str:
+    """A diff's path without its ``a/`` or ``b/``."""
+    return path[2:] if path.startswith(("a/", "b/")) else path
 
 
 _TREE = Path("/sglforge-upstream-tree")  # a stand-in root: only the lexical check matters

@@ -7,7 +7,6 @@ project and CI run) that is fetched, never re-cloned. The pin's commit is enforc
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,8 +201,9 @@ def hint_upstream(up: Upstream, pin: Pin) -> str | None:
 
 
 def upstream_source(pin: Pin, upstream: str | None = None) -> str:
-    """The upstream to use: ``upstream``, else $SGLFORGE_UPSTREAM, else the pin URL."""
-    return upstream or os.environ.get(UPSTREAM_ENV) or pin.url
+    """The upstream to use: ``upstream`` (``--upstream``, which also reads $SGLFORGE_UPSTREAM
+    at the command line), else the pin URL."""
+    return upstream or pin.url
 
 
 def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream:
@@ -341,7 +341,6 @@ def pinned_commit(root: Path, pin: Pin, up: Upstream, record: bool = False) -> s
     whose facts stay under build/.
     """
     commit = up.resolve(pin.ref)
-    pin = load_pin(root)  # reread: another command may have recorded it meanwhile
     seen = _observed(root)
     if pins_commit(up, pin):
         expected, origin = pin.commit, "patches/upstream.toml pins"

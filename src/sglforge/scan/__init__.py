@@ -23,14 +23,20 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge import git
 from sglforge.errors import ConfigError, PatchError
 from sglforge.project import Project
 from sglforge.scan.findings import FAIL, WARN, Finding
+from sglforge.targets import Device
 
-DEFAULT_MODEL_MOUNT = "/models/model"
+if TYPE_CHECKING:
+    from sglforge.construct.built import Construction
+
+if TYPE_CHECKING:
+    from sglforge.smoke.scenario import Scenario
+
 INCOMPLETE = "scan-incomplete"
 
 
@@ -68,28 +74,45 @@ def read_model_config(model_dir: Path) -> dict[str, Any]:
     return data
 
 
-def launch_of(scenario: Path | None) -> tuple[list[str], str | None]:
+def launch_of(scenario: Scenario | None) -> tuple[list[str], str | None]:
     """The launch flags of a smoke scenario (placeholders filled), and its name."""
     if scenario is None:
         return [], None
-    from sglforge.smoke.scenario import load_scenario
+    return scenario.launch_args(30000), scenario.name
 
-    sc = load_scenario(scenario)
-    return sc.launch_args(30000), sc.name
+
+def device_of(project: Project, scenario: Scenario | None) -> Device:
+    """The GPU the scenario's target is (the first target's without one)."""
+    target = scenario.target if scenario is not None else None
+    return project.target(target or project.targets.targets[0].name).device
 
 
 def scan_tree(
-    tree: Path, config: dict[str, Any], launch: Sequence[str], config_file: str = "config.json"
+    tree: Path,
+    config: dict[str, Any],
+    launch: Sequence[str],
+    device: Device,
+    config_file: str = "config.json",
+    built: Callable[[], Construction] | None = None,
 ) -> list[Finding]:
-    """Every finding for this tree (a release's git tree on disk), model config and launch."""
-    from sglforge.scan import construction, jit_findings, quant
+    """Every finding for this tree (a release's git tree on disk), model config and launch
+    on ``device`` (the target's GPU).
+
+    ``built``: the construction as the caller holds it (``Candidate.construction``); called
+    once, it raises ConstructionError as ``construct.build`` does."""
+    from sglforge import construct
+    from sglforge.scan import jit_findings
 
     try:
-        built = construction.build(tree, config, launch, DEFAULT_MODEL_MOUNT)
-    except construction.ConstructionError as exc:
+        made = (
+            built()
+            if built is not None
+            else construct.build(tree / "python", config, launch, device)
+        )
+    except construct.ConstructionError as exc:
         # The kernel scan does not need the models: go on with the flags as written, and say
         # that the quantization kinds could not be checked.
-        built = construction.Built(launch=construction.literal_launch(launch), dsa=None, models={})
+        made = construct.Construction(device, construct.literal_launch(launch), dsa=None)
         incomplete = Finding(
             INCOMPLETE,
             WARN,
@@ -101,10 +124,17 @@ def scan_tree(
             "launch was read from its flags as written (the DSA backend assumed)",
             "report it with the release and the config; the kernel findings still hold",
         )
-        return [*jit_findings.findings(tree, built), incomplete]
-    out = jit_findings.findings(tree, built)
-    out += quant.findings(built, config, config_file)
-    return out
+        return [*jit_findings.findings(tree, made), incomplete]
+    return findings_of(tree, made, config, config_file)
+
+
+def findings_of(
+    tree: Path, built: Construction, config: dict[str, Any], config_file: str = "config.json"
+) -> list[Finding]:
+    """The findings of one construction (``construct.build``) of ``config`` on ``tree``."""
+    from sglforge.scan import jit_findings, quant
+
+    return [*jit_findings.findings(tree, built), *quant.findings(built, config, config_file)]
 
 
 @contextmanager
@@ -155,14 +185,27 @@ def run_scan(
     model_dir: Path,
     ref: str | None = None,
     queue: bool = True,
-    scenario: Path | None = None,
+    scenario: Scenario | None = None,
 ) -> ScanReport:
     """Scan the upstream tree at ``ref`` (the pin by default) for ``model_dir`` and the
     scenario's launch."""
     config = read_model_config(model_dir)
-    launch, name = launch_of(scenario)
+    launch, _name = launch_of(scenario)
     with checkout(project, ref, queue) as (tree, ref_used, commit, applied):
-        found = scan_tree(tree, config, launch, str(Path(model_dir) / "config.json"))
+        device = device_of(project, scenario)
+        found = scan_tree(tree, config, launch, device, str(Path(model_dir) / "config.json"))
+    return report_of(model_dir, scenario, (ref_used, commit, applied), found)
+
+
+def report_of(
+    model_dir: Path,
+    scenario: Scenario | None,
+    where: tuple[str, str, Sequence[str]],
+    found: Sequence[Finding],
+) -> ScanReport:
+    """The report of one scan: ``where`` is (ref, commit, patches applied)."""
+    launch, name = launch_of(scenario)
+    ref_used, commit, applied = where
     return ScanReport(
         ref=ref_used,
         commit=commit,
@@ -181,46 +224,3 @@ def blocking_findings(project: Project, report: ScanReport) -> list[Finding]:
 
     queue = project.queue
     return blocking(report.findings, [t for p in queue.patches for t in p.trailers])
-
-
-def gate(
-    project: Project,
-    scenario: Path | None,
-    model: str | Path | None = None,
-    ref: str | None = None,
-    say: Callable[[str], None] = lambda _msg: None,
-) -> ScanReport | None:
-    """The scan ``publish`` (and, later, ``upgrade``) runs before a build: ScanBlocked when a
-    fail no ``Fixes-Scan:`` trailer waives is found. It applies to ROCm scenarios whose model
-    folder (``model``, else the scenario's ``model.path``) holds a config.json on this host;
-    otherwise it says why it was skipped and returns None."""
-    from sglforge.errors import ScanBlocked
-    from sglforge.smoke.scenario import load_scenario
-
-    if scenario is None:
-        return None
-    sc = load_scenario(scenario)
-    if sc.accelerator != "rocm":
-        say(f"scan: skipped ({scenario} is not a ROCm scenario)")
-        return None
-    folder = Path(model) if model else sc.model_path
-    if folder is None or not (folder / "config.json").is_file():
-        say(f"scan: skipped (no config.json in {folder} on this host)")
-        return None
-    report = run_scan(project, folder, ref=ref, queue=True, scenario=scenario)
-    blocked = blocking_findings(project, report)
-    if blocked:
-        shown = "; ".join(
-            f"{f.kind} {f.file if f.line is not None else f.entry}"
-            + (f":{f.line}" if f.line is not None else "")
-            for f in blocked[:3]
-        )
-        more = f" (+{len(blocked) - 3} more)" if len(blocked) > 3 else ""
-        raise ScanBlocked(
-            f"scan at {report.ref} with the queue: {len(blocked)} blocking finding(s): "
-            f"{shown}{more}",
-            f"sglforge scan --model {folder} --scenario {scenario}; fix it in the queue, or "
-            "add a 'Fixes-Scan: KIND WHERE' trailer to the patch that does",
-        )
-    say(f"scan: {len(report.findings)} finding(s), none blocking")
-    return report

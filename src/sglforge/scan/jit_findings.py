@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglforge.scan.construction import Built
+from sglforge.construct.built import Construction
 from sglforge.scan.findings import FAIL, WARN, Finding
 from sglforge.scan.jit import CudaInclude, cuda_includes, jit_trees
 from sglforge.scan.reach import Loader, StepGate, kernel_loaders, step_gates
@@ -17,7 +17,7 @@ HINT = (
 )
 
 
-def _reached(gates: list[StepGate], built: Built) -> dict[str, StepGate]:
+def _reached(gates: list[StepGate], built: Construction) -> dict[str, StepGate]:
     """Sources the launch makes sglang compile, with the gate that says so."""
     steps = built.launch.get("speculative_num_steps")
     if not built.launch.get("speculative_algorithm") or not isinstance(steps, int):
@@ -33,7 +33,7 @@ def _reached(gates: list[StepGate], built: Built) -> dict[str, StepGate]:
     return out
 
 
-def findings(tree: Path, built: Built) -> list[Finding]:
+def findings(tree: Path, built: Construction) -> list[Finding]:
     """Every active CUDA-only include of the release's JIT kernel sources, one finding per
     directive (the sources reaching it merged)."""
     jits = jit_trees(tree)

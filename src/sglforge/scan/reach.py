@@ -14,7 +14,7 @@ Two facts, both taken from upstream's code with ``ast`` (file and line kept for 
 A gate lives in an attention backend file; it applies only when the launch uses that backend.
 ``BACKEND_OF_FILE`` maps the backend files whose selection sglforge can decide (the DSA
 backend: sglang picks it for ``is_deepseek_dsa`` models, python/sglang/srt/server_args.py
-:3528-3544 at v0.5.14; the construction harness runs that function on the model's config).
+:3528-3544 at v0.5.14; the construction child runs that function on the model's config).
 """
 
 from __future__ import annotations

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import SglforgeError
 from sglforge.provenance import LABEL_GPU_ARCH, LABEL_TARGET
-
-if TYPE_CHECKING:
-    pass
 from sglforge.smoke.report import Check
 from sglforge.smoke.scenario import Scenario
+from sglforge.util import CANNOT_RUN, NOT_FOUND, run_probe
+
+if TYPE_CHECKING:
+    from sglforge.project import Project
 
 
 @dataclass(frozen=True)
@@ -122,23 +121,19 @@ def detect_gpus(timeout: float = 60.0) -> GpuInventory:
         ("amd-smi", ["amd-smi", "static", "--asic", "--json"], parse_amd_smi),
     ]
     for name, cmd, parse in probes:
-        exe = shutil.which(cmd[0]) or (
-            f"/opt/rocm/bin/{cmd[0]}" if os.access(f"/opt/rocm/bin/{cmd[0]}", os.X_OK) else None
-        )
-        if not exe:
+        code, out = run_probe(cmd, timeout)
+        if code == NOT_FOUND and not out:
             problems.append(f"{cmd[0]} not found")
             continue
-        try:
-            proc = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            problems.append(f"{name}: {exc}")
+        if code == CANNOT_RUN:
+            problems.append(f"{name}: {out}")
             continue
-        if proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            problems.append(f"{name} exited {proc.returncode}: {last[0]}")
+        if code != 0:
+            last = out.strip().splitlines()[-1:] or ["no output"]
+            problems.append(f"{name} exited {code}: {last[0]}")
             continue
         try:
-            archs = parse(proc.stdout)
+            archs = parse(out)
         except ValueError as exc:
             problems.append(f"{name}: unreadable output ({exc})")
             continue
@@ -153,17 +148,16 @@ def detect_gpus(timeout: float = 60.0) -> GpuInventory:
 
 
 def expected_arch(
-    root: Path, scenario: Scenario, labels: Mapping[str, str]
+    project: Project, scenario: Scenario, labels: Mapping[str, str]
 ) -> tuple[str | None, str]:
-    """The GPU arch the image needs and where that came from (image label, then target)."""
+    """The GPU arch the image needs and where that came from (image label, then target, as
+    the project's targets resolve it)."""
     from_label = labels.get(LABEL_GPU_ARCH)
     from_target = None
     target = scenario.target or labels.get(LABEL_TARGET)
     if target:
         try:
-            from sglforge.targets import load_targets
-
-            from_target = load_targets(root).resolve(target).gpu_arch
+            from_target = project.target(target).gpu_arch
         except SglforgeError:
             from_target = None
     if from_label and from_target and from_label != from_target:
@@ -303,17 +297,10 @@ def node_facts(gpus: GpuInventory | None, timeout: float = 60.0) -> dict[str, ob
         "gfx": ",".join(sorted(set(gpus.archs))),
         "source": gpus.source,
     }
-    exe = shutil.which("rocminfo") or (
-        "/opt/rocm/bin/rocminfo" if os.access("/opt/rocm/bin/rocminfo", os.X_OK) else None
-    )
-    if exe:
-        try:
-            text = subprocess.run([exe], capture_output=True, text=True, timeout=timeout).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            text = ""
-        names = _gpu_marketing_names(text)
-        if names:
-            facts["name"] = ",".join(sorted(set(names)))
+    code, text = run_probe(["rocminfo"], timeout)
+    names = _gpu_marketing_names(text) if code == 0 else []
+    if names:
+        facts["name"] = ",".join(sorted(set(names)))
     for key, path in (
         ("rocm", "/opt/rocm/.info/version"),
         ("driver", "/sys/module/amdgpu/version"),

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import ConfigError, SmokeError
 from sglforge.requests import SmokeRequest
@@ -36,8 +36,11 @@ from sglforge.smoke.preflight import (
     refuse_simulated_acceptance,
 )
 from sglforge.smoke.report import Check, SmokeReport, report_dict
-from sglforge.smoke.scenario import LogMatch, Scenario, load_scenario
+from sglforge.smoke.scenario import LogMatch, Scenario
 from sglforge.util import atomic_write, check_output_dir, confined, work_dir
+
+if TYPE_CHECKING:
+    from sglforge.project import Project
 
 
 def _stamp() -> str:
@@ -103,7 +106,7 @@ class _Outcome:
 
 
 def run_smoke(
-    root: Path,
+    project: Project,
     image: str,
     req: SmokeRequest,
     progress: Callable[[str], None] | None = None,
@@ -111,7 +114,8 @@ def run_smoke(
 ) -> SmokeReport:
     """Run ``req``'s scenario against ``image``; the report says passed, failed or cannot-run.
 
-    ``root`` is the project folder (its ``build/smoke/`` gets the report folder). A failing
+    ``project``'s ``build/smoke/`` gets the report folder, and its targets name the arch an
+    image without a label needs. A failing
     or dying server is a report, never an exception; a bad scenario raises ConfigError and a
     missing engine EngineUnavailable. Ctrl-C/SIGTERM propagate (as KeyboardInterrupt) after
     the container is removed. ``req.env`` and ``req.labels`` add to the container's; ``gpus``
@@ -120,10 +124,10 @@ def run_smoke(
     The steps: ``_prepare`` (scenario, report folder), ``_preflight`` (host and image),
     ``_launch`` (container, readiness, checks, logs), ``_finish`` (verdict, report.json).
     """
-    run = _prepare(root, image, req, progress)
+    run = _prepare(project.root, image, req, progress)
     env, labels = req.env, req.labels
     refuse_simulated_acceptance({**run.scenario.container.env, **env}, run.scenario.path)
-    run = _preflight(root, run, gpus)
+    run = _preflight(project, run, gpus)
     if any(not c.passed for c in run.preflight):
         bad = [c.name for c in run.preflight if not c.passed]
         return _finish(run, _Outcome([], reason=f"preflight: {', '.join(bad)} failed"))
@@ -142,7 +146,7 @@ def _prepare(
     """The scenario, the effective options, and a fresh report folder."""
     t_start = time.monotonic()
     started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    scenario = load_scenario(req.scenario)
+    scenario = req.scenario
     load_timeout, log_dir, model, port = req.load_timeout, req.log_dir, req.model, req.port
     timeout = float(load_timeout if load_timeout is not None else scenario.load_timeout)
     if not (math.isfinite(timeout) and timeout > 0):
@@ -168,7 +172,7 @@ def _prepare(
     )
 
 
-def _preflight(root: Path, run: _Run, gpus: GpuInventory | None) -> _Run:
+def _preflight(project: Project, run: _Run, gpus: GpuInventory | None) -> _Run:
     """Leftovers of killed runs removed; the image, devices, arch, model and port checked."""
     from sglforge.engine import containers
     from sglforge.engine import images as engine_images
@@ -180,7 +184,7 @@ def _preflight(root: Path, run: _Run, gpus: GpuInventory | None) -> _Run:
     if run.scenario.accelerator == "rocm" and gpus is None:
         run.say("preflight: probing GPUs (rocminfo / amd-smi / KFD topology)")
         gpus = detect_gpus()
-    arch = expected_arch(root, run.scenario, dict(info.labels) if info else {})
+    arch = expected_arch(project, run.scenario, dict(info.labels) if info else {})
     run.preflight = tuple(
         preflight(
             run.scenario,

@@ -540,11 +540,10 @@ def _target_of(path: Path) -> object:
     return table.get("target") if isinstance(table, dict) else data.get("target")
 
 
-def run_line(scenario_path: Path, image: str, model: str | Path | None = None) -> str:
+def run_line(sc: Scenario, image: str, model: str | Path | None = None) -> str:
     """The one ``docker run`` line serving ``image`` the way the smoke scenario launched it."""
     import shlex
 
-    sc = load_scenario(scenario_path)
     c = sc.container
     words = ["docker", "run", "--rm", "-it"]
     for dev in c.devices:

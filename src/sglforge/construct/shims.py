@@ -1,20 +1,24 @@
-"""TEST DOUBLES for running sglang's model construction without torch or a GPU (child side only).
+"""Stand-ins for torch and the GPU stack, so sglang's own model construction runs on a CPU.
 
-Installed in the child process of :mod:`sglforge.construct` before the release's sglang is
-imported; they carry no behaviour the recorded decisions depend on, except the ROCm device
-description in :func:`install_torch` (one gfx950 MI355X: capability (9, 5), ``torch.version.hip``
-set, 256 compute units), which is what ``is_hip()``, the shared-experts-fusion check and aiter's
-``get_cu_num`` read.
+Production code of the construction child (``sglforge.construct.child``), installed before the
+release's sglang is imported, never in the parent process. They carry no behaviour the recorded
+decisions depend on except the device, which is handed in: the target's GPU
+(``[targets.NAME.device]`` in images/targets.toml: gfx, CU count, memory, GPUs per node) is what
+``torch.cuda.get_device_properties``/``get_device_capability`` and triton's driver report, so
+``is_hip()``, the shared-experts-fusion checks and aiter's ``get_cu_num`` read the target's
+values. What each stands in for, and why it cannot be the real package here:
 
-- a fake ``torch`` package: ``nn.Module`` (registers children and parameters, so ``named_modules``
-  works), ``nn.Parameter``/``Tensor`` (shape only), dtypes, ``finfo``, ``torch.library``
-  (registration is a no-op), ``torch.cuda``/``torch.version``;
-- a minimal ``triton`` (its driver reports the hip backend) and ``dill``;
+- ``torch``: ``nn.Module`` (registers children and parameters, so ``named_modules`` works),
+  ``nn.Parameter``/``Tensor`` (shape only), dtypes, ``finfo``, ``torch.library`` (registration
+  is a no-op), ``torch.cuda``/``torch.version``. The real ROCm torch needs the GPU runtime and
+  is several GiB; the CPU wheel reports no HIP device.
+- ``triton`` (its driver reports the hip backend on the target's gfx) and ``dill``: only their
+  import-time surface is read.
 - a last-resort import hook: any other module that is not installed (transformers, aiter,
   sgl_kernel, flashinfer, ...) becomes a stub whose every attribute is a class that accepts any
-  call, subscript or subclassing and passes functions through when used as a decorator.
-
-Never imported by the parent process (it would shadow nothing there, but it has no use there).
+  call, subscript or subclassing and passes functions through when used as a decorator. The GPU
+  kernels cannot install without the GPU stack; transformers is not installed in the child yet
+  (the checkpoint's config is read as transformers 5.x reads it, ``construct.child``).
 """
 
 # mypy: ignore-errors
@@ -570,67 +574,44 @@ def _module(name, cls=StubModule, **attrs):
     return mod
 
 
-def install_torch(capability=(9, 5), arch="gfx950"):
-    dtypes = {
-        n: dtype(n, b)
-        for n, b in [
-            ("float16", 16),
-            ("bfloat16", 16),
-            ("float32", 32),
-            ("float64", 64),
-            ("float8_e4m3fn", 8),
-            ("float8_e4m3fnuz", 8),
-            ("float8_e5m2", 8),
-            ("float8_e5m2fnuz", 8),
-            ("float8_e8m0fnu", 8),
-            ("float4_e2m1fn_x2", 8),
-            ("uint8", 8),
-            ("int8", 8),
-            ("int16", 16),
-            ("int32", 32),
-            ("int64", 64),
-            ("bool", 8),
-            ("uint32", 32),
-            ("uint64", 64),
-            ("complex64", 64),
-        ]
-    }
-    dtypes.update(
-        half=dtypes["float16"],
-        float=dtypes["float32"],
-        long=dtypes["int64"],
-        int=dtypes["int32"],
-        double=dtypes["float64"],
-    )
-    factories = {
-        n: _tensor
-        for n in (
-            "empty",
-            "zeros",
-            "ones",
-            "full",
-            "tensor",
-            "arange",
-            "randn",
-            "rand",
-            "empty_like",
-            "zeros_like",
-            "ones_like",
-            "full_like",
-            "as_tensor",
-            "from_numpy",
-            "cat",
-            "stack",
-            "empty_strided",
-            "randint",
-            "eye",
-            "linspace",
-        )
-    }
-    torch = _module(
+_DTYPES = (
+    ("float16", 16),
+    ("bfloat16", 16),
+    ("float32", 32),
+    ("float64", 64),
+    ("float8_e4m3fn", 8),
+    ("float8_e4m3fnuz", 8),
+    ("float8_e5m2", 8),
+    ("float8_e5m2fnuz", 8),
+    ("float8_e8m0fnu", 8),
+    ("float4_e2m1fn_x2", 8),
+    ("uint8", 8),
+    ("int8", 8),
+    ("int16", 16),
+    ("int32", 32),
+    ("int64", 64),
+    ("bool", 8),
+    ("uint32", 32),
+    ("uint64", 64),
+    ("complex64", 64),
+)
+_ALIASES = {"half": "float16", "float": "float32", "long": "int64", "int": "int32"}
+_ALIASES["double"] = "float64"
+_FACTORIES = (
+    "empty zeros ones full tensor arange randn rand empty_like zeros_like ones_like full_like "
+    "as_tensor from_numpy cat stack empty_strided randint eye linspace"
+).split()
+TORCH_VERSION = "2.9.0+rocm7.0"
+
+
+def _torch_top() -> types.ModuleType:
+    """``torch`` itself: dtypes, tensor factories (shape only), ``nn.Parameter``."""
+    dtypes = {n: dtype(n, b) for n, b in _DTYPES}
+    dtypes.update({alias: dtypes[name] for alias, name in _ALIASES.items()})
+    return _module(
         "torch",
         TorchModule,
-        __version__="2.9.0+rocm7.0",
+        __version__=TORCH_VERSION,
         dtype=dtype,
         finfo=finfo,
         iinfo=iinfo,
@@ -644,28 +625,43 @@ def install_torch(capability=(9, 5), arch="gfx950"):
         is_floating_point=lambda t: True,
         manual_seed=lambda s: None,
         **dtypes,
-        **factories,
+        **dict.fromkeys(_FACTORIES, _tensor),
     )
-    _module("torch.version", hip="7.0.0", cuda=None, __version__="2.9.0+rocm7.0", git_version="0")
+
+
+def _torch_cuda(gpu: dict) -> None:
+    """``torch.version``/``torch.cuda`` describing the node's GPUs (``gpu``: the target's
+    device, ``sglforge.targets.Device`` as JSON), what ``is_hip()`` and aiter's ``get_cu_num``
+    read."""
+    capability = tuple(gpu["capability"])
+    memory = int(gpu["memory_gib"]) << 30
+    # A plain module, as torch/version.py is: only the attributes a ROCm build has, so that
+    # ``hasattr(torch.version, "musa")`` is False there too.
+    version = dict(hip="7.0.0", cuda=None, xpu=None, debug=False, git_version="0")
+    _module("torch.version", types.ModuleType, __version__=TORCH_VERSION, **version)
     props = types.SimpleNamespace(
-        gcnArchName=arch,
-        name="AMD Instinct MI355X",
-        total_memory=288 << 30,
-        multi_processor_count=256,
+        gcnArchName=gpu["gfx"],
+        name=gpu["name"],
+        total_memory=memory,
+        multi_processor_count=int(gpu["cu_num"]),
         major=capability[0],
         minor=capability[1],
     )
     _module(
         "torch.cuda",
         is_available=lambda: True,
-        device_count=lambda: 8,
+        device_count=lambda: int(gpu["count"]),
         current_device=lambda: 0,
         get_device_capability=lambda *a, **k: capability,
         get_device_properties=lambda *a, **k: props,
         get_device_name=lambda *a, **k: props.name,
-        mem_get_info=lambda *a, **k: (200 << 30, 288 << 30),
+        # free memory: unknown without the GPU; what a fresh process sees is nearly all of it
+        mem_get_info=lambda *a, **k: (memory, memory),
         is_current_stream_capturing=lambda: False,
     )
+
+
+def _torch_library() -> None:
     _module(
         "torch.library",
         Library=_Library,
@@ -678,27 +674,30 @@ def install_torch(capability=(9, 5), arch="gfx950"):
         triton_op=_decorator_factory,
         wrap_triton=lambda f: f,
     )
+
+
+def _torch_nn() -> None:
     _module("torch.backends")
     _module("torch.backends.mps", is_available=lambda: False, is_built=lambda: False)
     _module("torch.backends.cuda")
     _module("torch.backends.cudnn")
     _module("torch.distributed", is_initialized=lambda: False, is_available=lambda: True)
-    _module(
-        "torch.nn",
-        Module=Module,
-        ModuleList=ModuleList,
-        ModuleDict=ModuleDict,
-        Sequential=Sequential,
-        Linear=Linear,
-        Embedding=Embedding,
-        Identity=Identity,
-        Parameter=Parameter,
-    )
+    nn = dict(Module=Module, ModuleList=ModuleList, ModuleDict=ModuleDict, Sequential=Sequential)
+    nn.update(Linear=Linear, Embedding=Embedding, Identity=Identity, Parameter=Parameter)
+    _module("torch.nn", **nn)
     _module("torch.nn.parameter", Parameter=Parameter, UninitializedParameter=Parameter)
     _module("torch.nn.modules")
     _module("torch.nn.modules.module", Module=Module)
     _module("torch.nn.functional")
     _module("torch.nn.init")
+
+
+def install_torch(gpu: dict):
+    """The torch stand-in, describing ``gpu`` (the target's device)."""
+    torch = _torch_top()
+    _torch_cuda(gpu)
+    _torch_library()
+    _torch_nn()
     return torch
 
 
@@ -724,20 +723,31 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             module.__version__ = "5.0.0"  # some imports compare versions
 
 
-class _TritonDriver(_Any):
-    def get_current_target(self):
-        return types.SimpleNamespace(backend="hip", arch="gfx950", warp_size=64)
+def install_triton(gfx: str):
+    """A triton whose driver reports the hip backend on ``gfx`` (wavefront 64: CDNA)."""
 
+    class _TritonDriver(_Any):
+        def get_current_target(self):
+            return types.SimpleNamespace(backend="hip", arch=gfx, warp_size=64)
 
-def install_triton():
     _module("triton", __version__="3.4.0")
     _module("triton.runtime", driver=types.SimpleNamespace(active=_TritonDriver()))
     _module("triton.language")
 
 
-def install_fakes():
-    """Install every double before sglang is imported."""
-    install_torch()
-    install_triton()
+def _transformers_surface():
+    """What releases after 0.5.16 read from the stubbed transformers at import time:
+    sglang/srt/utils/hf_transformers_patches.py walks ``PretrainedConfig.__class_validators__``
+    (a list on the real class)."""
+    import transformers  # the stub package (the import hook below, installed first)
+
+    type.__setattr__(transformers.PretrainedConfig, "__class_validators__", [])
+
+
+def install(gpu: dict):
+    """Install every shim before sglang is imported; ``gpu`` is the target's device."""
+    install_torch(gpu)
+    install_triton(gpu["gfx"])
     _module("dill", dumps=lambda *a, **k: b"", loads=lambda *a, **k: None)
     sys.meta_path.append(_StubFinder())
+    _transformers_surface()

@@ -1,0 +1,105 @@
+"""The checkpoint's config.json as sglang reads it through transformers 5.x (child side).
+
+sglang 0.5.14 pins ``transformers==5.8.1``; transformers is not installed in the construction
+child (it is a stub, ``sglforge.construct.shims``), so :class:`HFConfig` presents config.json
+the way that release's ``PreTrainedConfig`` does, for what sglang reads of it. Lines are
+transformers 5.8.1's:
+
+- a key config.json lacks takes ``PreTrainedConfig.__init__``'s default (the common keys,
+  ``configuration_utils.py``: ``DEFAULTS`` below); any other missing key is an AttributeError;
+- RoPE (``modeling_rope_utils.py:706-725`` ``convert_rope_params_to_dict``, called from
+  ``configuration_utils.py:278-279`` for every config class with a ``rope_parameters`` field,
+  as ``GlmMoeDsaConfig`` and ``DeepseekV3Config`` have): ``rope_parameters`` is config.json's
+  ``rope_scaling`` or its ``rope_parameters`` or ``{}``; ``rope_theta`` moves into it (default
+  ``default_theta`` 10000.0) and leaves the top level; ``standardize_rope_params``
+  (``:727-758``, the one-dict case) sets ``rope_type`` (from a legacy ``type``, else
+  ``"default"``) and, for llama3/yarn/longrope, ``original_max_position_embeddings``;
+- ``rope_scaling`` is a property returning ``rope_parameters`` (``configuration_utils.py:483-489``),
+  which sglang reads (``srt/configs/model_config.py:760`` at 0.5.14).
+
+The per-class defaults transformers fills (``GlmMoeDsaConfig``: ``mlp_layer_types``,
+``indexer_types``, ...) are not: a config.json that omits them is built as written.
+"""
+
+# mypy: ignore-errors
+
+from __future__ import annotations
+
+import copy
+import types
+
+DEFAULT_THETA = 10_000.0  # RotaryEmbeddingConfigMixin.default_theta
+SCALED_ROPE = ("llama3", "yarn", "longrope")
+
+DEFAULTS = dict(
+    pad_token_id=None,
+    bos_token_id=None,
+    eos_token_id=None,
+    sep_token_id=None,
+    decoder_start_token_id=None,
+    tie_word_embeddings=True,
+    is_encoder_decoder=False,
+    is_decoder=False,
+    add_cross_attention=False,
+    output_hidden_states=False,
+    output_attentions=False,
+    return_dict=True,
+    use_return_dict=True,
+    torchscript=False,
+    use_bfloat16=False,
+    tie_encoder_decoder=False,
+    torch_dtype=None,
+    tokenizer_class=None,
+    prefix=None,
+    finetuning_task=None,
+    task_specific_params=None,
+    problem_type=None,
+    chunk_size_feed_forward=0,
+    num_labels=2,
+)
+
+
+def rope_parameters(config: dict) -> dict:
+    """``rope_parameters`` as transformers 5.8.1 builds it from config.json (see above);
+    pops ``rope_scaling`` and ``rope_theta`` from ``config``."""
+    params = config.pop("rope_scaling", None) or config.get("rope_parameters") or {}
+    params = dict(params)
+    params.setdefault("rope_theta", config.pop("rope_theta", DEFAULT_THETA))
+    factor = config.get("partial_rotary_factor")
+    if factor is not None:
+        params.setdefault("partial_rotary_factor", factor)
+    params.setdefault("rope_type", params.get("type", "default"))
+    if params["rope_type"] in SCALED_ROPE:
+        if "original_max_position_embeddings" in config:
+            params["original_max_position_embeddings"] = config["original_max_position_embeddings"]
+        else:
+            params.setdefault(
+                "original_max_position_embeddings", config.get("max_position_embeddings")
+            )
+    return params
+
+
+class HFConfig(types.SimpleNamespace):
+    """config.json with transformers' defaults and RoPE form (the module docstring)."""
+
+    def __init__(self, **config):
+        config = copy.deepcopy(config)
+        config["rope_parameters"] = rope_parameters(config)
+        super().__init__(**{**DEFAULTS, **config})
+
+    @property
+    def rope_scaling(self):
+        return self.rope_parameters
+
+    @rope_scaling.setter
+    def rope_scaling(self, value):
+        self.rope_parameters = value
+
+    def to_dict(self):
+        return copy.deepcopy(vars(self))
+
+    def get_text_config(self, *a, **k):
+        return self
+
+    def __getitem__(self, key):
+        return getattr(self, key)

@@ -1,0 +1,66 @@
+"""The bench gate: the scenario's ``[bench]`` paired with the last release of the target; a
+significant regression beyond the tolerance fails unless accepted. Without a last release the
+comparison is not evaluated, and the gate says why (never a silent ``baseline: null``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from sglforge.gates.result import BenchRecord, GateResult, failed, passed, skipped
+
+if TYPE_CHECKING:
+    from sglforge.candidate import Candidate
+
+NAME = "bench"
+
+
+def check(c: Candidate) -> GateResult:
+    """Bench the built image (against ``c.baseline()`` when there is one)."""
+    from sglforge.bench import report as bench_report
+    from sglforge.bench.runner import run_bench
+    from sglforge.errors import EXIT_PROBLEMS, SglforgeError
+
+    sc, req = c.scenario, c.smoke
+    if sc is None or req is None:
+        return skipped(NAME, "--skip-smoke: nothing is benched")
+    if sc.bench is None:
+        return skipped(NAME, "the scenario has no [bench] table")
+    against, unevaluated = c.baseline()
+    if against is None:
+        c.say(f"bench: no comparison ({unevaluated})")
+    try:
+        report = run_bench(
+            c.project.root, c.build_result.image, req, against=against, progress=c.say
+        )
+    except SglforgeError as exc:
+        return failed(
+            NAME,
+            exc.message,
+            f"bench could not run: {exc}; nothing was pushed and no tag moved",
+            exc.exit_code,
+        )
+    if report.regressed and c.accept_regression:
+        report = replace(report, accepted_regression=c.accept_regression)
+    figures = dict(bench_report.record_figures(report))
+    figures["comparison"] = (
+        {"evaluated": True, "against": against}
+        if against
+        else {"evaluated": False, "why": unevaluated}
+    )
+    record = BenchRecord(report, figures, unevaluated if against is None else "")
+    compared = "" if against else f" (comparison not evaluated: {unevaluated})"
+    if report.ok:
+        return passed(NAME, f"passed{compared}", record)
+    hint = (
+        "rerun after fixing it, or pass --accept-regression REASON to publish anyway"
+        if report.regressed
+        else f"read the bench reports in {report.report_dir}"
+    )
+    return failed(
+        NAME,
+        f"FAILED: {report.reason}",
+        f"bench failed: {report.reason}; nothing was pushed and no tag moved\n  next: {hint}",
+        EXIT_PROBLEMS,
+        record,
+    )

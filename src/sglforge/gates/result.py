@@ -1,0 +1,78 @@
+"""What a gate found: :class:`GateResult` (ran or skipped and why, pass or fail, its record),
+shared by the gate modules and :func:`sglforge.gates.run`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from sglforge.bench.report import BenchReport
+    from sglforge.coverage import Gate
+    from sglforge.errors import SglforgeError
+    from sglforge.scan import ScanReport
+    from sglforge.smoke.report import SmokeReport
+
+# What a gate that ran keeps: the scan's report, the coverage gate, the smoke report, the bench.
+Record = Union["ScanReport", "Gate", "SmokeReport", "BenchRecord", None]
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """The bench gate's record: the report, the figures a release keeps, and why there was no
+    comparison against the last release ("" when there was one)."""
+
+    report: BenchReport
+    figures: Mapping[str, object]
+    unevaluated: str = ""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate's outcome: ``ran`` False with ``why`` when it was skipped; ``ok`` None then."""
+
+    name: str
+    ran: bool
+    ok: bool | None
+    detail: str  # one line for people: what it found, or why it did not run
+    record: Record = None
+    error: str = ""  # why the image may not be published (a failed gate)
+    exit_code: int = 0
+    raised: SglforgeError | None = None  # a failure the caller raises (the scan's ScanBlocked)
+    seconds: float = 0.0
+    why: str = ""  # a skipped gate: why it did not run
+
+    @property
+    def skipped(self) -> bool:
+        return not self.ran
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form (the record stays out: each output has its own view of it)."""
+        return {
+            "name": self.name,
+            "ran": self.ran,
+            "ok": self.ok,
+            "detail": self.detail,
+            "why": self.why or None,
+            "error": self.error or None,
+        }
+
+
+def skipped(name: str, why: str) -> GateResult:
+    return GateResult(name, False, None, f"skipped: {why}", why=why)
+
+
+def passed(name: str, detail: str, record: Record = None) -> GateResult:
+    return GateResult(name, True, True, detail, record)
+
+
+def failed(
+    name: str,
+    detail: str,
+    error: str,
+    exit_code: int,
+    record: Record = None,
+    raised: SglforgeError | None = None,
+) -> GateResult:
+    return GateResult(name, True, False, detail, record, error, exit_code, raised)

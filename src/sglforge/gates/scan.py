@@ -1,0 +1,61 @@
+"""The scan gate: before the build, a fail no ``Fixes-Scan:`` trailer waives blocks the
+release (issue 24, docs/scan.md). It applies to ROCm scenarios whose model folder holds a
+config.json on this host; otherwise it is skipped, saying why."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sglforge.gates.result import GateResult, failed, passed, skipped
+
+if TYPE_CHECKING:
+    from sglforge.candidate import Candidate
+
+NAME = "scan"
+
+
+def check(c: Candidate) -> GateResult:
+    """Scan the candidate's patched tree for its model and launch; ScanBlocked as ``raised``."""
+    from sglforge.errors import EXIT_PROBLEMS, ScanBlocked
+    from sglforge.scan import blocking_findings, launch_of, report_of, scan_tree
+
+    sc = c.scenario
+    if sc is None:
+        return skipped(NAME, "no smoke scenario (--skip-smoke)")
+    if sc.accelerator != "rocm":
+        return skipped(NAME, f"{sc.path} is not a ROCm scenario")
+    config = c.model_config
+    if config is None:
+        return skipped(NAME, f"no config.json in {c.model} on this host")
+    assert c.model is not None
+    launch, _name = launch_of(sc)
+    out = c.checkout
+    found = scan_tree(
+        out.tree,
+        config,
+        launch,
+        c.target.device,
+        str(c.model / "config.json"),
+        built=lambda: c.construction,
+    )
+    report = report_of(c.model, sc, (out.ref, out.commit, out.applied), found)
+    blocked = blocking_findings(c.project, report)
+    if not blocked:
+        detail = f"{len(report.findings)} finding(s), none blocking"
+        c.say(f"scan: {detail}")
+        return passed(NAME, detail, report)
+    shown = "; ".join(
+        f"{f.kind} {f.file if f.line is not None else f.entry}"
+        + (f":{f.line}" if f.line is not None else "")
+        for f in blocked[:3]
+    )
+    more = f" (+{len(blocked) - 3} more)" if len(blocked) > 3 else ""
+    message = (
+        f"scan at {report.ref} with the queue: {len(blocked)} blocking finding(s): {shown}{more}"
+    )
+    error = ScanBlocked(
+        message,
+        f"sglforge scan --model {c.model} --scenario {sc.path}; fix it in the queue, or "
+        "add a 'Fixes-Scan: KIND WHERE' trailer to the patch that does",
+    )
+    return failed(NAME, message, str(error), EXIT_PROBLEMS, report, raised=error)
