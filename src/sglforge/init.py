@@ -19,7 +19,7 @@ from pathlib import Path
 from sglforge import __version__
 from sglforge.defaults import defaults_root
 from sglforge.errors import ConfigError
-from sglforge.util import raise_held, signals_held
+from sglforge.util import confined, raise_held, signals_held
 
 # Where a new project takes upstream sglang from (``init --upstream``): its released wheels,
 # so that no clone of upstream's whole history is needed and the CI job and a laptop agree.
@@ -266,6 +266,7 @@ def init_project(
     found = Install(install, "--install-from") if install else install_requirement()
     repo_state, branch = _git_branch(dest) if dest.is_dir() else ("", "")
     files = project_files(upstream, example, found.requirement, branch or "main", watch)
+    _refuse_linked_folders(dest, files)
     existing = [rel for rel in files if (dest / rel).exists() or (dest / rel).is_symlink()]
     if existing:
         raise ConfigError(
@@ -293,6 +294,8 @@ def init_project(
                         if not folder.exists():
                             folder.mkdir()
                             created.append(folder)
+                    # where it lands, checked again just before (a link made meanwhile)
+                    confined(dest, rel, "new file", "sglforge init")
                     os.link(stage / rel, target)  # FileExistsError, never a replacement
                     linked.append(target)
             except FileExistsError as exc:
@@ -321,6 +324,26 @@ def init_project(
         branch=branch or "main",
         note=note,
     )
+
+
+def _refuse_linked_folders(dest: Path, files: dict[str, bytes]) -> None:
+    """ConfigError when a folder ``init`` would write into is a symbolic link (``patches/``
+    pointing at another project, ``.github/workflows`` elsewhere): it would write there."""
+    linked = sorted(
+        {
+            parent.as_posix()
+            for rel in files
+            for parent in Path(rel).parents[:-1]
+            if (dest / parent).is_symlink()
+        }
+    )
+    if linked:
+        raise ConfigError(
+            f"{dest}: {', '.join(f'{p}/' for p in linked)} "
+            f"{'is a symbolic link' if len(linked) == 1 else 'are symbolic links'}; "
+            "sglforge init writes only inside the project, so nothing was written",
+            "replace the link by a real folder (or remove it), then run sglforge init again",
+        )
 
 
 def _git_branch(dest: Path) -> tuple[str, str]:
