@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,8 @@ from packaging.utils import canonicalize_name
 
 from sglforge.errors import LocalDiskError, UpstreamError
 from sglforge.urls import shown
+from sglforge.util import abort_response as _abort
+from sglforge.util import deadline as _deadline
 
 INDEX_ENV = "SGLFORGE_PYPI_URL"
 TIMEOUT_ENV = "SGLFORGE_PIP_TIMEOUT"
@@ -251,44 +253,6 @@ def session(conf: IndexConfig) -> Any:
     http.mount("https://", adapter)
     http.headers["User-Agent"] = "sglforge (pip-compatible index client)"
     return http
-
-
-def _abort(res: Any) -> None:
-    """End a response another thread is reading: shut its socket down (a blocked read then
-    returns at once), then close it."""
-    import socket
-
-    raw = getattr(res, "raw", None)
-    for sock in (
-        getattr(getattr(raw, "connection", None), "sock", None),
-        getattr(
-            getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None
-        ),
-    ):
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(Exception):
-        res.close()
-
-
-@contextlib.contextmanager
-def _deadline(seconds: float, on_expiry: Callable[[], None]) -> Iterator[threading.Event]:
-    """Call ``on_expiry`` (closing the response) once ``seconds`` have passed."""
-    fired = threading.Event()
-
-    def expire() -> None:
-        fired.set()
-        with contextlib.suppress(Exception):
-            on_expiry()
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield fired
-    finally:
-        timer.cancel()
 
 
 def _get(

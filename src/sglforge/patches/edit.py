@@ -256,7 +256,8 @@ def _download(url: str, cap: int = PATCH_CAP) -> str:
     deadline (a server trickling bytes is cut off too)."""
     import requests
 
-    from sglforge.index import TIMEOUT_ENV, _abort, _deadline, timeouts
+    from sglforge.index import TIMEOUT_ENV, timeouts
+    from sglforge.util import abort_response, deadline
 
     each, _ = timeouts()
     total = each * _READS_PER_DOWNLOAD
@@ -268,7 +269,7 @@ def _download(url: str, cap: int = PATCH_CAP) -> str:
             f"{where}: could not fetch it ({type(exc).__name__})",
             "check the address, or download it and pass the file",
         ) from None
-    with res, _deadline(total, lambda: _abort(res)) as fired:
+    with res, deadline(total, lambda: abort_response(res)) as fired:
         if res.status_code != 200:
             raise UpstreamError(
                 f"{where}: HTTP {res.status_code}",

@@ -15,7 +15,6 @@ not to), the model's ``config.json`` and the scenario's launch flags, and report
 
 from __future__ import annotations
 
-import json
 import shutil
 import tarfile
 import tempfile
@@ -58,8 +57,10 @@ def read_model_config(model_dir: Path) -> dict[str, Any]:
             "pass --model DIR, the folder of the checkpoint (the one holding config.json)",
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        from sglforge.util import read_json
+
+        data = read_json(path)  # bounded: size and nesting (issue 31, E7)
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})", f"fix {path}") from None
     if not isinstance(data, dict) or not isinstance(data.get("architectures"), list):
         raise ConfigError(
