@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from index_server import IndexServer, serve
 
+from index_server import IndexServer, serve
 from sglforge import index, pypi
 
 NAMES = [
