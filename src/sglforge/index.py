@@ -49,6 +49,7 @@ from sglforge.errors import LocalDiskError, UpstreamError
 from sglforge.urls import shown
 from sglforge.util import abort_response as _abort
 from sglforge.util import deadline as _deadline
+from sglforge.util import one_line
 
 INDEX_ENV = "SGLFORGE_PYPI_URL"
 TIMEOUT_ENV = "SGLFORGE_PIP_TIMEOUT"
@@ -384,9 +385,15 @@ def _list(http: Any, ix: Index, name: str, project: str) -> list[File]:
 def _malformed(ix: Index, project: str, url: str, exc: BaseException) -> UpstreamError:
     return UpstreamError(
         f"pypi:{project}: {shown(url)} is not a readable index page "
-        f"({type(exc).__name__}: {str(exc)[:120]})",
+        f"({type(exc).__name__}: {_first_lines(exc)})",
         f"check the index configured by {ix.origin}",
     )
+
+
+def _first_lines(exc: BaseException) -> str:
+    """A parser's error as one line: its first lines joined (pydantic's text spans many)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return one_line("; ".join(lines[:3]), 160)
 
 
 def _from_simple(ix: Index, project: str, ctype: str, body: bytes, url: str) -> list[File]:
