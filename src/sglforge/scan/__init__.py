@@ -178,10 +178,9 @@ def run_scan(
 def blocking_findings(project: Project, report: ScanReport) -> list[Finding]:
     """The fails of ``report`` that block ``upgrade``/``publish``: those no ``Fixes-Scan:``
     trailer of a queue patch names (``KIND FILE`` or ``KIND ENTRY``, see ``Finding.key``)."""
-    from sglforge.scan.findings import blocking
+    from sglforge.scan.waivers import blocking  # a waiver only from a patch touching the file
 
-    queue = project.queue
-    return blocking(report.findings, [t for p in queue.patches for t in p.trailers])
+    return blocking(report.findings, project.queue.patches)
 
 
 def gate(
