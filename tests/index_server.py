@@ -13,7 +13,8 @@ or absolute. Faults to inject: ``auth=(user, password)`` (HTTP basic), ``wrong_s
 listed digest is not the file's), ``fail_first`` (that many 500s before the first success),
 ``delay`` (seconds before each answer), ``trickle`` (file bodies sent a few bytes a second),
 ``no_sha256`` (no digests listed), ``yanked`` (versions listed as yanked) and
-``redirect_files_to`` (file requests redirected to another server's base URL).
+``redirect_files_to`` (file requests redirected to another server's base URL); ``shuffle``
+lists the files in a seeded random order.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class IndexServer:
     trickle: bool = False
     yanked: tuple[str, ...] = ()
     redirect_files_to: str | None = None
+    shuffle: int | None = None  # list the files in an order shuffled with this seed
     host: str = "127.0.0.1"
     requests: list[str] = field(default_factory=list)
     auth_headers: list[str | None] = field(default_factory=list)
@@ -61,7 +63,12 @@ class IndexServer:
 
 
 def _files(server: IndexServer, project: str) -> list[Path]:
-    return sorted(p for p in server.folder.glob("*.whl") if p.name.split("-")[0] == project)
+    found = sorted(p for p in server.folder.glob("*.whl") if p.name.split("-")[0] == project)
+    if server.shuffle is not None:
+        import random
+
+        random.Random(server.shuffle).shuffle(found)
+    return found
 
 
 def _version(path: Path) -> str:

@@ -112,7 +112,7 @@ def prune(older_than_days: float, wheels: bool = False, dry_run: bool = False) -
     import shutil
     import time
 
-    from sglforge.util import flock
+    from sglforge.util import LOCK_WAIT_ENV, flock, lock_wait
 
     cutoff = time.time() - older_than_days * 86400
     found = entries()
@@ -126,10 +126,12 @@ def prune(older_than_days: float, wheels: bool = False, dry_run: bool = False) -
             and any(a == g or a.is_relative_to(g) for a in _alternates(e.path) for g in going)
         ):
             gone.append(e)
+    # as long as a project lock waits when $SGLFORGE_LOCK_WAIT says, else 30 s (a download)
+    wait = lock_wait() if os.environ.get(LOCK_WAIT_ENV) else 30.0
     for entry in gone:
         if dry_run:
             continue
         lock, what = _lock_for(entry)
-        with flock(lock, what, 30):
+        with flock(lock, what, wait):
             shutil.rmtree(entry.path, ignore_errors=True)
     return gone

@@ -35,7 +35,6 @@ is present, and the integration test compares the shapes with what 0.5.14 and 0.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,7 +363,9 @@ def launch_args(args: Sequence[str], model_dir: Path) -> list[str]:
 def read_model(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "config.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        from sglforge.util import read_json
+
+        data = read_json(path)  # bounded: size and nesting (issue 31, E7)
     except OSError as exc:
         raise ConfigError(
             f"{path}: cannot read ({exc.strerror})", "--model DIR names the checkpoint folder"

@@ -36,7 +36,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,9 @@ from packaging.utils import canonicalize_name
 
 from sglforge.errors import LocalDiskError, UpstreamError
 from sglforge.urls import shown
-from sglforge.util import run_probe
+from sglforge.util import abort_response as _abort
+from sglforge.util import deadline as _deadline
+from sglforge.util import one_line, run_probe
 
 INDEX_ENV = "SGLFORGE_PYPI_URL"
 TIMEOUT_ENV = "SGLFORGE_PIP_TIMEOUT"
@@ -242,44 +244,6 @@ def session(conf: IndexConfig) -> Any:
     return http
 
 
-def _abort(res: Any) -> None:
-    """End a response another thread is reading: shut its socket down (a blocked read then
-    returns at once), then close it."""
-    import socket
-
-    raw = getattr(res, "raw", None)
-    for sock in (
-        getattr(getattr(raw, "connection", None), "sock", None),
-        getattr(
-            getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None
-        ),
-    ):
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(Exception):
-        res.close()
-
-
-@contextlib.contextmanager
-def _deadline(seconds: float, on_expiry: Callable[[], None]) -> Iterator[threading.Event]:
-    """Call ``on_expiry`` (closing the response) once ``seconds`` have passed."""
-    fired = threading.Event()
-
-    def expire() -> None:
-        fired.set()
-        with contextlib.suppress(Exception):
-            on_expiry()
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield fired
-    finally:
-        timer.cancel()
-
-
 def _get(
     http: Any, url: str, *, accept: str, what: str, cap: int = PAGE_CAP
 ) -> tuple[int, str, bytes, str]:
@@ -409,9 +373,15 @@ def _list(http: Any, ix: Index, name: str, project: str) -> list[File]:
 def _malformed(ix: Index, project: str, url: str, exc: BaseException) -> UpstreamError:
     return UpstreamError(
         f"pypi:{project}: {shown(url)} is not a readable index page "
-        f"({type(exc).__name__}: {str(exc)[:120]})",
+        f"({type(exc).__name__}: {_first_lines(exc)})",
         f"check the index configured by {ix.origin}",
     )
+
+
+def _first_lines(exc: BaseException) -> str:
+    """A parser's error as one line: its first lines joined (pydantic's text spans many)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return one_line("; ".join(lines[:3]), 160)
 
 
 def _from_simple(ix: Index, project: str, ctype: str, body: bytes, url: str) -> list[File]:

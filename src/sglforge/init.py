@@ -19,7 +19,7 @@ from pathlib import Path
 from sglforge import __version__
 from sglforge.defaults import defaults_root
 from sglforge.errors import ConfigError
-from sglforge.util import raise_held, signals_held
+from sglforge.util import confined, raise_held, signals_held
 
 # Where a new project takes upstream sglang from (``init --upstream``): its released wheels,
 # so that no clone of upstream's whole history is needed and the CI job and a laptop agree.
@@ -69,6 +69,7 @@ class InitResult:
     install_origin: str = ""  # how that was found
     git: str = ""  # "initialised", "existing" or "" (not asked)
     branch: str = ""  # the branch the workflow runs on pushes to
+    note: str = ""  # what was left out of the upstream URL, and how git gets it instead
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,44 @@ def check_upstream(upstream: str) -> str:
                 "pass pypi:sglang, a git URL, or the path of a local sglang clone",
             )
         return str(path)
-    return upstream
+    return recorded_upstream(upstream)[0]
+
+
+# What ``init`` says when it took credentials out of ``--upstream``.
+CREDENTIALS_NOTE = (
+    "the credentials in --upstream were not stored: patches/upstream.toml is committed, so it "
+    "holds {url}; git supplies them when it fetches, from its credential helper "
+    "(`git config --global credential.helper store`, then `git credential approve`) or "
+    "~/.netrc"
+)
+
+
+def recorded_upstream(upstream: str) -> tuple[str, str]:
+    """(``upstream`` as patches/upstream.toml records it, a note when something was taken out).
+
+    A committed file holds no credential: a URL's userinfo, query and fragment (``?token=``,
+    ``?private_token=``, a signed URL's ``X-Amz-*``) are dropped (``urls.scrub``, the rule
+    for every URL sglforge writes), and git asks its own credential helper for them. An ssh
+    login name without a password (``ssh://git@host/...``, ``git@host:org/repo``) is kept: it
+    is who to log in as, not a secret."""
+    from urllib.parse import urlsplit
+
+    from sglforge.urls import scrub, shown
+
+    if "://" not in upstream:
+        return upstream, ""  # a path, pypi:PROJECT, or scp-like user@host:path
+    clean = scrub(upstream)
+    try:
+        parts = urlsplit(upstream)
+        login = parts.username if parts.password is None else None
+        ssh = parts.scheme in ("ssh", "git+ssh")
+    except ValueError:
+        login, ssh = None, False
+    if ssh and login:
+        clean = clean.replace("://", f"://{login}@", 1)
+    if clean == upstream:
+        return clean, ""
+    return clean, CREDENTIALS_NOTE.format(url=shown(clean))
 
 
 # Opt-in (``init --watch``): the nightly upgrade job, on a branch and one pull request.
@@ -223,10 +261,12 @@ def init_project(
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise ConfigError(f"{dest}: exists and is not a folder", "sglforge init NEW_FOLDER")
+    note = recorded_upstream(upstream.strip())[1]
     upstream = check_upstream(upstream)
     found = Install(install, "--install-from") if install else install_requirement()
     repo_state, branch = _git_branch(dest) if dest.is_dir() else ("", "")
     files = project_files(upstream, example, found.requirement, branch or "main", watch)
+    _refuse_linked_folders(dest, files)
     existing = [rel for rel in files if (dest / rel).exists() or (dest / rel).is_symlink()]
     if existing:
         raise ConfigError(
@@ -254,6 +294,8 @@ def init_project(
                         if not folder.exists():
                             folder.mkdir()
                             created.append(folder)
+                    # where it lands, checked again just before (a link made meanwhile)
+                    confined(dest, rel, "new file", "sglforge init")
                     os.link(stage / rel, target)  # FileExistsError, never a replacement
                     linked.append(target)
             except FileExistsError as exc:
@@ -280,7 +322,28 @@ def init_project(
         install_origin=found.origin,
         git=repo_state,
         branch=branch or "main",
+        note=note,
     )
+
+
+def _refuse_linked_folders(dest: Path, files: dict[str, bytes]) -> None:
+    """ConfigError when a folder ``init`` would write into is a symbolic link (``patches/``
+    pointing at another project, ``.github/workflows`` elsewhere): it would write there."""
+    linked = sorted(
+        {
+            parent.as_posix()
+            for rel in files
+            for parent in Path(rel).parents[:-1]
+            if (dest / parent).is_symlink()
+        }
+    )
+    if linked:
+        raise ConfigError(
+            f"{dest}: {', '.join(f'{p}/' for p in linked)} "
+            f"{'is a symbolic link' if len(linked) == 1 else 'are symbolic links'}; "
+            "sglforge init writes only inside the project, so nothing was written",
+            "replace the link by a real folder (or remove it), then run sglforge init again",
+        )
 
 
 def _git_branch(dest: Path) -> tuple[str, str]:

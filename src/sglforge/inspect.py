@@ -67,14 +67,14 @@ def image_manifest(image: str) -> dict[str, Any] | None:
 def local_smoke(root: Path | None, image_id: str | None) -> tuple[Smoke, str, str] | None:
     """(smoke, report path, started at) of the newest smoke run of ``image_id`` under
     ``build/smoke/`` (what ``sglforge smoke`` wrote); None when there is none. Read only."""
-    import json
+    from sglforge.util import read_json
 
     if root is None or not image_id:
         return None
     found: list[tuple[str, Path, dict[str, Any]]] = []
     for path in (Path(root) / "build" / "smoke").glob("*/report.json"):
         try:
-            data = json.loads(path.read_text())
+            data = read_json(path)  # bounded: size and nesting
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("image_id") == image_id:
@@ -86,7 +86,7 @@ def local_smoke(root: Path | None, image_id: str | None) -> tuple[Smoke, str, st
         passed=bool(data.get("passed")),
         scenario=str(data.get("scenario") or ""),
         verdict=str(data.get("verdict") or ""),
-        figures=dict(data.get("figures") or {}),
+        figures=dict(figures) if isinstance(figures := data.get("figures"), dict) else {},
     )
     return smoke, str(path), started
 

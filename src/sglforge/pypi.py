@@ -125,8 +125,10 @@ class Release:
 
 def releases(project: str) -> dict[Version, Release]:
     """version -> the Linux x86_64 wheel to use, for every release on the configured indexes
-    (yanked ones included, flagged). The first index listing a usable wheel wins."""
-    ranked: dict[Version, tuple[tuple[int, int, int, str], index.File]] = {}
+    (yanked ones included, flagged). The first index listing a usable wheel wins; within it a
+    pure wheel, then the first file name (``cp310`` before ``cp311``), whatever the listing
+    order."""
+    ranked: dict[Version, tuple[tuple[int, int, int, str, str, str], index.File]] = {}
     order = {ix: n for n, ix in enumerate(index.config().indexes)}
     for f in index.files(project):
         rank = _linux_rank(f.filename, project)
@@ -136,7 +138,9 @@ def releases(project: str) -> dict[Version, Release]:
             version = parse_wheel_filename(f.filename)[1]
         except InvalidWheelFilename:
             continue
-        key = (int(f.yanked), rank, order.get(f.index, len(order)), f.filename)
+        # A total order: the same files give the same wheel whatever order a page lists them
+        # in (a tie of rank and index goes to the file name, then its URL and digest).
+        key = (int(f.yanked), rank, order.get(f.index, len(order)), f.filename, f.url, f.sha256)
         if version not in ranked or key < ranked[version][0]:
             ranked[version] = (key, f)
     return {v: Release(v, f) for v, (_, f) in ranked.items()}

@@ -38,7 +38,7 @@ from sglforge.provenance import (
     PatchFacts,
     Smoke,
 )
-from sglforge.util import atomic_write, confined, plural
+from sglforge.util import atomic_write, confined, loads_bounded, one_line, plural, read_json
 
 RECORD_SCHEMA = 1
 RECORD_SUFFIX = "-release"  # the registry tag of a record: the image's immutable tag + this
@@ -141,8 +141,14 @@ def to_dict(release: Release) -> dict[str, Any]:
     return data
 
 
-def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Release:
-    """A Release from record data; ConfigError naming the file if it is malformed."""
+def from_dict(data: object, source: Path | str = "<record>") -> Release:
+    """A Release from record data; ConfigError naming the file if it is malformed (of any
+    shape: a list, a number, fields of the wrong type)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: not a valid release record (a JSON {type(data).__name__}, not an object)",
+            "remove it; the next sglforge publish writes it again",
+        )
     try:
         smoke = data.get("smoke")
         return Release(
@@ -177,9 +183,9 @@ def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Relea
             schema=int(data.get("schema", RECORD_SCHEMA)),
             coverage=dict(data["coverage"]) if data.get("coverage") is not None else None,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(
-            f"{source}: not a valid release record ({type(exc).__name__}: {exc})",
+            f"{source}: not a valid release record ({type(exc).__name__}: {one_line(exc, 160)})",
             "remove the file; the next sglforge publish writes it again",
         ) from None
 
@@ -187,10 +193,10 @@ def from_dict(data: Mapping[str, Any], source: Path | str = "<record>") -> Relea
 def load_record(path: Path) -> Release:
     """Read one release record."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = read_json(path)  # bounded: size and nesting
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot read release record: {exc}") from None
-    return from_dict(data, path)
+    return from_dict(data, path)  # its shape is checked there
 
 
 def load_records(root: Path) -> list[Release]:
@@ -225,8 +231,8 @@ def registry_records(repository: str, creds: Credentials | None = None) -> list[
         try:
             raw = reg.registry_labels(where, creds).get(LABEL_RELEASE)
             if raw:
-                records.append(from_dict(json.loads(raw), where))
-        except (SglforgeError, json.JSONDecodeError):
+                records.append(from_dict(loads_bounded(raw), where))
+        except (SglforgeError, ValueError):
             continue  # one unreadable record does not hide the others
     return records
 
@@ -319,7 +325,11 @@ def record_from_labels(
     """The record a ``-release`` tag's labels hold, when it is for ``digest``; else None."""
     if labels.get(LABEL_RELEASE_FOR) != digest or LABEL_RELEASE not in labels:
         return None
-    return from_dict(json.loads(labels[LABEL_RELEASE]), source)
+    try:
+        data = loads_bounded(labels[LABEL_RELEASE])
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not a valid release record ({exc})") from None
+    return from_dict(data, source)  # its shape is checked there
 
 
 def push_release_record(

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sglforge.errors import BusyError, ConfigError, LocalDiskError, disk_error
 
@@ -628,3 +629,108 @@ def raise_held(arrived: list[int]) -> None:
     if arrived[0] == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(f"received {signal.Signals(arrived[0]).name}")
+
+
+# --- JSON from outside: bounded ---------------------------------------------------------------
+
+# Model configs, image manifests, release records and reports are small (a Hugging Face
+# config.json is kilobytes, a registry manifest at most 4 MiB); a larger one is refused before
+# it is parsed, and nesting deeper than any of them has is refused instead of recursing.
+JSON_CAP = 16 << 20
+JSON_DEPTH = 64
+
+
+class JsonRefused(ValueError):
+    """JSON sglforge will not read: too large, nested too deep, or not JSON; ``str`` is one
+    line saying which. A ValueError, so callers that refuse bad JSON refuse this too."""
+
+
+def loads_bounded(data: bytes | str, *, cap: int = JSON_CAP, depth: int = JSON_DEPTH) -> object:
+    """``json.loads(data)``, refused (JsonRefused) when ``data`` is larger than ``cap`` bytes,
+    nested deeper than ``depth``, or not JSON (invalid UTF-8 included)."""
+    import json
+
+    if len(data) > cap:
+        raise JsonRefused(f"larger than {_size(cap)} ({_size(len(data))})")
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise JsonRefused(f"nested deeper than {depth} levels") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise JsonRefused(f"not JSON ({one_line(exc, 160)})") from None
+    _check_depth(value, depth)
+    return value
+
+
+def read_json(
+    path: str | os.PathLike[str], *, cap: int = JSON_CAP, depth: int = JSON_DEPTH
+) -> object:
+    """The JSON file ``path`` (at most ``cap`` bytes are read); OSError as ``open`` raises it,
+    JsonRefused as :func:`loads_bounded`."""
+    with open(path, "rb") as fh:
+        data = fh.read(cap + 1)
+    if len(data) > cap:
+        raise JsonRefused(f"larger than {_size(cap)}")
+    return loads_bounded(data, cap=cap, depth=depth)
+
+
+def _check_depth(value: object, limit: int) -> None:
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        node, level = todo.pop()
+        if isinstance(node, dict):
+            children: list[object] = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if level > limit:
+            raise JsonRefused(f"nested deeper than {limit} levels")
+        todo.extend((c, level + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+# --- downloads: an overall deadline ---------------------------------------------------------
+
+
+def abort_response(res: Any) -> None:
+    """End a response another thread is reading: shut its socket down (a blocked read then
+    returns at once), then close it."""
+    import socket
+
+    raw = getattr(res, "raw", None)
+    for sock in (
+        getattr(getattr(raw, "connection", None), "sock", None),
+        getattr(
+            getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None), "_sock", None
+        ),
+    ):
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()  # the real close waits for the reader's file object to let go
+    with contextlib.suppress(Exception):
+        res.close()
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, on_expiry: Callable[[], None]) -> Iterator[threading.Event]:
+    """Call ``on_expiry`` (closing the response) once ``seconds`` have passed."""
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        with contextlib.suppress(Exception):
+            on_expiry()
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield fired
+    finally:
+        timer.cancel()

@@ -328,13 +328,16 @@ def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
     blocked = gate(scenario, "pypi:sglang==0.5.14")
     assert blocked.ok is False and isinstance(blocked.raised, ScanBlocked)
     assert re.search("cuda-only-jit .*fused_metadata_copy.cuh:38", blocked.error), blocked.error
-    # ... until a patch of the queue says it fixes it.
+    # ... and a Fixes-Scan: trailer on a patch that does not touch that file waives nothing
+    # (issue 31, E4: only a patch touching the named file may; tests/unit/test_scan_waivers).
     p2 = next((project / "patches").glob("0002-*.patch"))
     text = p2.read_text()
     marker = "Upstream-Status: Backport [0.5.16]\n"
     waiver = f"Fixes-Scan: cuda-only-jit python/sglang/jit_kernel/{FUSED_METADATA}\n"
     p2.write_text(text.replace(marker, marker + waiver, 1))
-    assert gate(scenario, "pypi:sglang==0.5.14").ok
+    still = gate(scenario, "pypi:sglang==0.5.14")
+    assert still.ok is False and isinstance(still.raised, ScanBlocked)
+    assert re.search("cuda-only-jit .*fused_metadata_copy.cuh:38", still.error), still.error
 
 
 def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Path]) -> None:

@@ -9,6 +9,7 @@ import click
 
 from sglforge.cli.common import json_option, main, print_json
 from sglforge.init import DEFAULT_UPSTREAM, EXAMPLES, init_project
+from sglforge.urls import shown
 
 
 @main.command("init")
@@ -89,7 +90,9 @@ def init_cmd(
     click.echo(f"new sglforge project in {result.root}:")
     for rel in result.files:
         click.echo(f"  {rel}")
-    click.echo(f"upstream: {result.upstream} (patches/upstream.toml)")
+    click.echo(f"upstream: {shown(result.upstream)} (patches/upstream.toml)")
+    if result.note:
+        click.echo(f"note: {result.note}")
     click.echo(f"CI installs: {result.install} ({result.install_origin})")
     if result.git == "initialised":
         click.echo(f"git: new repository on branch {result.branch}")

@@ -12,6 +12,7 @@ from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import upstream_option
 from sglforge.errors import EXIT_PROBLEMS
+from sglforge.urls import shown
 from sglforge.util import plural, printable
 
 
@@ -60,7 +61,7 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
     if as_json:
         print_json(
             {
-                "pin": {"url": q.pin.url, "ref": q.pin.ref, "commit": q.pin.commit},
+                "pin": {"url": shown(q.pin.url), "ref": q.pin.ref, "commit": q.pin.commit},
                 "hash": q.hash,
                 "patches": rows,
                 "top": stack.top,
@@ -69,7 +70,7 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"upstream {q.pin.url} @ {q.pin.ref}  queue {q.hash[:12]}")
+    click.echo(f"upstream {shown(q.pin.url)} @ {q.pin.ref}  queue {q.hash[:12]}")
     click.echo(
         table(
             ["", "#", "file", "subject", "status", "kind", "files", "+/-"],

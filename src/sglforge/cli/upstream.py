@@ -6,6 +6,7 @@ import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.cli.options import upstream_option
+from sglforge.urls import shown
 from sglforge.util import plural
 
 
@@ -38,7 +39,7 @@ def tags_cmd(st: State, spec: str, pre: bool, upstream: str | None, as_json: boo
     up = open_upstream(st.root, pin, upstream)
     tags = select_tags(up, spec, pre=pre)
     if as_json:
-        print_json({"upstream": up.source, "pin": pin.ref, "spec": spec, "tags": tags})
+        print_json({"upstream": shown(up.source), "pin": pin.ref, "spec": spec, "tags": tags})
         return
-    click.echo(f"upstream {up.source}: {plural(len(tags), 'tag')} matching {spec}")
+    click.echo(f"upstream {shown(up.source)}: {plural(len(tags), 'tag')} matching {spec}")
     click.echo(table(["tag", ""], [[t, "<- pin" if t == pin.ref else ""] for t in tags]))

@@ -172,13 +172,14 @@ class RegistrySession:
         resp = self._send(method, url, **kwargs)
         if resp.status_code == 401 and not self._authorised:
             scheme, params = _challenge(resp)
+            if scheme != "bearer" and not (scheme == "basic" and self.creds):
+                return resp
+            resp.close()  # a streamed answer holds its socket until closed
             if scheme == "bearer":
                 token = self._token(params)
                 self._http.headers["Authorization"] = f"Bearer {token}"
-            elif scheme == "basic" and self.creds:
+            elif self.creds:
                 self._http.auth = (self.creds.username, self.creds.password)
-            else:
-                return resp
             self._authorised = True
             resp = self._send(method, url, **kwargs)
         return resp

@@ -15,7 +15,6 @@ Labels of a remote image and tag lists are read over the registry's own HTTP API
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +45,7 @@ from sglforge.engine.errors import (
     RegistryUnreachable,
 )
 from sglforge.engine.reference import ImageRef, parse
+from sglforge.util import abort_response, deadline, loads_bounded
 
 __all__ = [
     "MANIFEST_ACCEPT",
@@ -68,6 +68,12 @@ __all__ = [
 
 REGISTRY_TIMEOUT = 10.0
 MAX_TAG_PAGES = 20
+
+# A manifest larger than this is refused (distribution's own limit is 4 MiB), as is an image
+# config blob larger than BLOB_CAP; a whole answer has READ_DEADLINE seconds.
+MANIFEST_CAP = 4 << 20
+BLOB_CAP = 16 << 20
+READ_DEADLINE = 120.0
 
 # Every manifest type a registry may hold for an image; without them a registry may convert
 # the manifest (schema 1) and answer with a digest that is not the pushed one.
@@ -347,12 +353,21 @@ def verify(ref: str, pushed_digest: str, creds: Credentials | None = None) -> st
 
 
 def _get(
-    session: RegistrySession, ref: ImageRef, path: str, what: str, accept: str | None = None
+    session: RegistrySession,
+    ref: ImageRef,
+    path: str,
+    what: str,
+    accept: str | None = None,
+    cap: int = MANIFEST_CAP,
+    seconds: float | None = None,
 ) -> bytes:
-    """``GET /v2/<repository>/<path>`` (or ``/v2/`` for an empty repository); the body."""
+    """``GET /v2/<repository>/<path>`` (or ``/v2/`` for an empty repository); the body,
+    read with a size cap and an overall deadline."""
     url = f"{ref.base_url}/v2/{ref.repository}/{path}" if ref.repository else f"{ref.base_url}/v2/"
     name = str(ref) if ref.repository else ref.registry
-    resp = session.request("GET", url, headers={"Accept": accept} if accept else {})
+    resp = session.request("GET", url, headers={"Accept": accept} if accept else {}, stream=True)
+    if resp.status_code >= 400:
+        resp.close()  # streamed: its socket is held until closed
     if resp.status_code in (401, 403):
         who = f"the login of {session.creds.username!r}" if session.creds else "anonymous access"
         raise RegistryAuthRefused(
@@ -364,7 +379,32 @@ def _get(
         raise ManifestMissing(f"{name}: the registry has no {path} (HTTP 404)")
     if resp.status_code >= 400:
         raise RegistryError(f"{name}: registry answered HTTP {resp.status_code} while {what}")
-    return resp.content
+    return _capped(resp, cap, READ_DEADLINE if seconds is None else seconds, name, what)
+
+
+def _capped(resp: requests.Response, cap: int, seconds: float, name: str, what: str) -> bytes:
+    """The body of ``resp``, streamed: RegistryError past ``cap`` bytes or ``seconds`` (a
+    timer shuts the socket: a registry trickling bytes never ends a read on its own)."""
+    chunks: list[bytes] = []
+    size = 0
+    with resp, deadline(seconds, lambda: abort_response(resp)) as fired:
+        try:
+            for chunk in resp.iter_content(1 << 16):
+                size += len(chunk)
+                if size > cap:
+                    raise RegistryError(
+                        f"{name}: the registry's answer is larger than {cap >> 20} MiB while "
+                        f"{what}; not read"
+                    )
+                chunks.append(chunk)
+        except (requests.RequestException, OSError, AttributeError, ValueError) as exc:
+            if not fired.is_set():
+                raise RegistryError(
+                    f"{name}: the registry's answer broke off while {what} ({type(exc).__name__})"
+                ) from None
+        if fired.is_set():
+            raise RegistryError(f"{name}: no complete answer within {seconds:g} s while {what}")
+    return b"".join(chunks)
 
 
 def check_login(registry: str, creds: Credentials | None) -> None:
@@ -384,31 +424,61 @@ def check_login(registry: str, creds: Credentials | None) -> None:
 
 
 def registry_labels(ref: str, creds: Credentials | None = None) -> dict[str, str]:
-    """The labels of the image ``ref`` names in the registry (manifest -> config blob)."""
+    """The labels of the image ``ref`` names in the registry (manifest -> config blob).
+
+    Every answer is read bounded (size, deadline, nesting) and checked for its shape: a
+    manifest, an index or a config of another shape is a RegistryError naming ``ref``."""
     parsed = parse(ref, require_registry=True)
     what = "reading the image config"
     with RegistrySession(parsed.registry, creds) as session:
         body = _get(session, parsed, f"manifests/{parsed.tag}", what, MANIFEST_ACCEPT)
-        manifest = json.loads(body or b"{}")
+        manifest = _object(body, ref, "manifest")
         if "manifests" in manifest:  # an index: the linux/amd64 image (what the engine runs)
+            entries = manifest["manifests"]
+            if not isinstance(entries, list) or not all(isinstance(m, dict) for m in entries):
+                raise RegistryError(f"{ref}: the registry's index lists no manifests")
             chosen = next(
                 (
                     m
-                    for m in manifest["manifests"]
-                    if (m.get("platform") or {}).get("architecture") in ("amd64", None)
+                    for m in entries
+                    if _platform(m).get("architecture") in ("amd64", None)
+                    and isinstance(m.get("digest"), str)
                 ),
                 None,
             )
             if chosen is None:
                 return {}
             body = _get(session, parsed, f"manifests/{chosen['digest']}", what, MANIFEST_ACCEPT)
-            manifest = json.loads(body or b"{}")
-        config_digest = (manifest.get("config") or {}).get("digest")
-        if not config_digest:
+            manifest = _object(body, ref, "manifest")
+        config_ref = manifest.get("config")
+        config_digest = config_ref.get("digest") if isinstance(config_ref, dict) else None
+        if not config_digest or not isinstance(config_digest, str):
             return {}
-        config = json.loads(_get(session, parsed, f"blobs/{config_digest}", what) or b"{}")
-    labels = (config.get("config") or {}).get("Labels") or {}
+        blob = _get(session, parsed, f"blobs/{config_digest}", what, cap=BLOB_CAP)
+        config = _object(blob, ref, "image config")
+    inner = config.get("config") or {}
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict):
+        raise RegistryError(f"{ref}: the image config's Labels are not an object")
     return {str(k): str(v) for k, v in labels.items()}
+
+
+def _object(body: bytes, ref: str, what: str) -> dict[str, Any]:
+    """``body`` as a JSON object (bounded); RegistryError for any other answer."""
+    try:
+        data = loads_bounded(body or b"{}")
+    except ValueError as exc:
+        raise RegistryError(f"{ref}: the registry's {what} is not readable ({exc})") from None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{ref}: the registry's {what} is a JSON {type(data).__name__}")
+    return data
+
+
+def _platform(entry: dict[str, Any]) -> dict[str, Any]:
+    platform = entry.get("platform")
+    return platform if isinstance(platform, dict) else {}
 
 
 def remote_tags(repository: str, timeout: float = REGISTRY_TIMEOUT) -> list[str] | None:
@@ -433,11 +503,17 @@ def _tag_pages(session: RegistrySession, url: str) -> list[str] | None:
     # Registries page long lists (Docker Hub's lmsysorg/sglang has thousands of tags).
     tags: list[str] = []
     for _ in range(MAX_TAG_PAGES):
-        resp = session.request("GET", url)
+        resp = session.request("GET", url, stream=True)
         if resp.status_code != 200:
+            resp.close()
             return None
-        body: Any = resp.json()
-        tags.extend(body.get("tags") or [])
+        body = _object(
+            _capped(resp, MANIFEST_CAP, READ_DEADLINE, url, "listing tags"), url, "tag list"
+        )
+        listed = body.get("tags") or []
+        if not isinstance(listed, list):
+            return None
+        tags.extend(t for t in listed if isinstance(t, str))
         nxt = resp.links.get("next", {}).get("url")
         if not nxt:
             break

@@ -91,6 +91,7 @@ from sglforge.git.worktrees import (
     move_branch,
     prune_worktrees,
     remove_worktree,
+    repair_worktree,
     reset_worktree,
     staged_gitlinks,
     uncommitted,
@@ -98,6 +99,7 @@ from sglforge.git.worktrees import (
     untracked,
     user_identity,
     worktree_branches,
+    worktree_home,
 )
 
 __all__ = [
@@ -155,6 +157,7 @@ __all__ = [
     "prune_worktrees",
     "public_url",
     "remove_worktree",
+    "repair_worktree",
     "renames",
     "reset_worktree",
     "resolve",
@@ -172,4 +175,5 @@ __all__ = [
     "valid_branch_name",
     "version",
     "worktree_branches",
+    "worktree_home",
 ]

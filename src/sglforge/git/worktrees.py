@@ -3,6 +3,7 @@ repository."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -154,3 +155,36 @@ def common_dir(wt: Path) -> Path | None:
     """The repository a worktree belongs to (its common git folder); None when unknown."""
     res = _run(wt, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
     return Path(res.stdout) if res.status == 0 and res.stdout else None
+
+
+def worktree_home(wt: Path) -> tuple[Path, Path] | None:
+    """(the worktree folder git's records of ``wt`` name, those records) when they name
+    another folder than ``wt``: the project was copied or moved with its ``build/`` (a
+    worktree's ``.git`` file holds an absolute path, and its records point back at the folder
+    they were made for). None when ``wt`` is not a linked worktree, or its records are its own.
+    """
+    dotgit = wt / ".git"
+    try:
+        if not dotgit.is_file():
+            return None
+        first = dotgit.read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if not first.startswith("gitdir:"):
+        return None
+    admin = Path(first[len("gitdir:") :].strip())
+    admin = admin if admin.is_absolute() else wt / admin
+    try:
+        back = Path((admin / "gitdir").read_text(errors="replace").strip())
+    except OSError:
+        return None
+    back = back if back.is_absolute() else admin / back
+    if os.path.realpath(back.parent) == os.path.realpath(wt):
+        return None
+    return back.parent, admin
+
+
+def repair_worktree(wt: Path) -> None:
+    """Point git's records of the linked worktree ``wt`` back at it (``git worktree repair``,
+    run in the worktree: for a worktree whose folder was moved)."""
+    _run(wt, "worktree", "repair", identity=False)

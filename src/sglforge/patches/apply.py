@@ -133,7 +133,31 @@ def safe_ref(ref: str) -> str:
 
 
 def worktree_path(root: Path, ref: str) -> Path:
-    return confined(root / "build" / "worktrees", safe_ref(ref), "worktree for ref", "--ref")
+    wt = confined(root / "build" / "worktrees", safe_ref(ref), "worktree for ref", "--ref")
+    _own_worktree(wt, ref)
+    return wt
+
+
+def _own_worktree(wt: Path, ref: str) -> None:
+    """Refuse a worktree whose git records belong to another project's worktree (this project
+    is a copy made with its build/: git would commit there); repair one whose project moved."""
+    home = git.worktree_home(wt)
+    if home is None:
+        return
+    other, admin = home
+    if (other / ".git").exists():
+        raise PatchError(
+            f"worktree {wt} is a copy: its git records ({admin}) belong to {other}, another "
+            "project's worktree (this project was copied with its build/); git would commit "
+            "there, so nothing was done",
+            f"copy out any edits you need, `rm -rf {wt}`, then `sglforge patches apply --ref "
+            f"{ref}` (it makes this project's own worktree)",
+        )
+    git.repair_worktree(wt)
+    progress.current().warn(
+        f"worktree {wt} was made at {other} (the project moved): its git records were "
+        "pointed back at it (git worktree repair)"
+    )
 
 
 def record_path(root: Path, ref: str) -> Path:
@@ -487,7 +511,7 @@ def prune_worktrees(project: Project, dry_run: bool = False) -> list[Pruned]:
 def _remove_worktree(wt: Path) -> None:
     """The worktree and its branch, from the upstream cache it belongs to."""
     common = None
-    if _usable(wt):
+    if _usable(wt) and git.worktree_home(wt) is None:  # a copy's records are another's
         common = git.common_dir(wt)
         branch = git.current_branch(wt)
     if common is not None and common.is_dir():

@@ -28,6 +28,7 @@ from sglforge.queue.series import (
     split_patch,
     validate_patch,
 )
+from sglforge.urls import scrub, scrub_text, shown
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 # git format-patch's mbox separator: one per commit in a file (a pull request's .patch).
@@ -140,24 +141,27 @@ def import_patches(
     URL: ``Submitted [URL]``; a file: Pending), and ``trailers`` win over them.
     """
     given = check_trailers(dict(trailers or {}))
+    said = shown(source)
     with project_lock(project.root):
         queue = project.fresh_queue()
         texts, found = _fetch(project, queue, source)
+        # every trailer is committed and carried into images: no URL keeps a credential
+        recorded = {k: scrub_text(v, record=True) for k, v in {**found, **given}.items()}
         files: dict[Path, str | bytes | None] = {}
         names = _names(queue)
         added: list[str] = []
         for i, text in enumerate(texts):
-            text = set_trailers(text, {**found, **given})
+            text = set_trailers(text, recorded)
             header, diff = split_patch(text)
             if not diff.strip():
                 raise PatchError(
-                    f"{source}: no diff in it (part {i + 1}): not a patch",
+                    f"{said}: no diff in it (part {i + 1}): not a patch",
                     "pass a `git format-patch` file, a pull request's .patch URL or a commit",
                 )
-            subject = _parsed(text).subject or Path(source).stem
+            subject = _parsed(text, said).subject or Path(scrub(source)).stem
             wanted = name if name and len(texts) == 1 else subject
             new = _numbered(names, wanted)
-            path = confined(project.root / "patches", new, "new patch", source)
+            path = confined(project.root / "patches", new, "new patch", said)
             if path.exists():
                 raise ConfigError(
                     f"patches/{new} exists already (not in the series)",
@@ -168,20 +172,35 @@ def import_patches(
             added.append(new)
         files[project.root / "patches" / "series"] = _series_text(project.root, names)
         commit_files(project.root / "patches", files)
-    return Edited("import", tuple(added), tuple(names), source)
+    return Edited("import", tuple(added), tuple(names), said)
 
 
-def _parsed(text: str) -> Patch:
+def _parsed(text: str, source: str) -> Patch:
     """``text`` parsed and validated as the queue's patches are (paths stay in the tree, a
-    valid Applies-To), through a scratch file since parse_patch reads files."""
+    valid Applies-To), through a scratch file since parse_patch reads files. A refusal names
+    ``source`` (the user's file or URL) and "the upstream tree", not the scratch file and the
+    stand-in root the check uses."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="sglforge-import-") as tmp:
         path = Path(tmp) / "import.patch"
         path.write_text(text, encoding="utf-8")
-        patch = parse_patch(path)
-        validate_patch(patch)
+        try:
+            patch = parse_patch(path)
+            validate_patch(patch)
+        except ConfigError as exc:
+            raise ConfigError(
+                _renamed(exc.message, tmp, source), _renamed(exc.hint or "", tmp, source) or None
+            ) from None
         return patch
+
+
+def _renamed(text: str, tmp: str, source: str) -> str:
+    from sglforge.queue.series import _TREE
+
+    for scratch in (f"{tmp}/import.patch", "patches/import.patch", "import.patch"):
+        text = text.replace(scratch, source)
+    return text.replace(str(_TREE), "the upstream tree")
 
 
 def _numbered(names: list[str], wanted: str) -> str:
@@ -199,9 +218,11 @@ def _fetch(project: Project, queue: Queue, source: str) -> tuple[list[str], dict
     at_pin = {"Applies-To": f">={pin_version}"} if pin_version else {}
     if re.match(r"^https?://", source):
         text = _download(source)
-        m = re.search(r"/commit/([0-9a-f]{7,40})(?:\.patch)?$", source)
-        status = f"Backport [{m.group(1)[:12]}]" if m else f"Submitted [{_pr_url(source)}]"
-        return _split_mbox(text), {"Origin": source, "Upstream-Status": status, **at_pin}
+        # recorded without userinfo, query or fragment (a committed file: sglforge.urls)
+        origin = scrub(source)
+        m = re.search(r"/commit/([0-9a-f]{7,40})(?:\.patch)?$", origin)
+        status = f"Backport [{m.group(1)[:12]}]" if m else f"Submitted [{_pr_url(origin)}]"
+        return _split_mbox(text), {"Origin": origin, "Upstream-Status": status, **at_pin}
     path = Path(source).expanduser()
     if path.is_file():
         text = read_exact(path)
@@ -224,22 +245,62 @@ def _pr_url(url: str) -> str:
     return re.sub(r"\.(patch|diff)$", "", url)
 
 
-def _download(url: str) -> str:
+# A patch URL's answer larger than this is refused (a pull request's .patch is kilobytes; the
+# largest queue patch sglforge has seen is 50 MB), and the whole download has a deadline.
+PATCH_CAP = 64 << 20
+_READS_PER_DOWNLOAD = 4  # the overall deadline, in per-read timeouts ($SGLFORGE_PIP_TIMEOUT)
+
+
+def _download(url: str, cap: int = PATCH_CAP) -> str:
+    """The body of ``url``, streamed with a size cap, a per-read timeout and an overall
+    deadline (a server trickling bytes is cut off too)."""
     import requests
 
+    from sglforge.index import TIMEOUT_ENV, timeouts
+    from sglforge.util import abort_response, deadline
+
+    each, _ = timeouts()
+    total = each * _READS_PER_DOWNLOAD
+    where = shown(url)
     try:
-        res = requests.get(url, timeout=60)
+        res = requests.get(url, timeout=each, stream=True)
     except requests.RequestException as exc:
         raise UpstreamError(
-            f"{url}: could not fetch it ({type(exc).__name__})",
+            f"{where}: could not fetch it ({type(exc).__name__})",
             "check the address, or download it and pass the file",
         ) from None
-    if res.status_code != 200:
-        raise UpstreamError(
-            f"{url}: HTTP {res.status_code}",
-            "check the address (a pull request's patch is https://github.com/ORG/REPO/pull/N.patch)",
-        )
-    return res.content.decode("utf-8", errors="replace")
+    with res, deadline(total, lambda: abort_response(res)) as fired:
+        if res.status_code != 200:
+            raise UpstreamError(
+                f"{where}: HTTP {res.status_code}",
+                "check the address (a pull request's patch is "
+                "https://github.com/ORG/REPO/pull/N.patch)",
+            )
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            for chunk in res.iter_content(1 << 16):
+                size += len(chunk)
+                if size > cap:
+                    raise UpstreamError(
+                        f"{where}: the answer is larger than {cap >> 20} MiB: not a patch "
+                        "sglforge imports; nothing was written",
+                        "check the address, or download it and pass the file",
+                    )
+                chunks.append(chunk)
+        except (requests.RequestException, OSError, AttributeError, ValueError) as exc:
+            if not fired.is_set():
+                raise UpstreamError(
+                    f"{where}: the answer broke off ({type(exc).__name__}); nothing was written",
+                    "retry, or download it and pass the file",
+                ) from None
+        if fired.is_set():
+            raise UpstreamError(
+                f"{where}: no complete answer within {total:g} s; nothing was written",
+                f"check the network, or download it and pass the file; ${TIMEOUT_ENV}=SECONDS "
+                f"sets the per-read wait (a download may take {_READS_PER_DOWNLOAD}x)",
+            )
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _split_mbox(text: str) -> list[str]:
@@ -272,7 +333,7 @@ def _from_commit(project: Project, commit: str) -> tuple[list[str], dict[str, st
     sha = up.resolve(commit)
     text = format_commit(up.cache, sha)
     released = _first_release(up.cache, sha)
-    trailers = {"Origin": f"{project.queue.pin.url}, commit {sha}"}
+    trailers = {"Origin": f"{scrub(project.queue.pin.url)}, commit {sha}"}
     if released is not None:
         trailers["Upstream-Status"] = f"Backport [{released}]"
         trailers["Upstream-Fixed-In"] = str(released)

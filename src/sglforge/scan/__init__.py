@@ -15,7 +15,6 @@ not to), the model's ``config.json`` and the scenario's launch flags, and report
 
 from __future__ import annotations
 
-import json
 import shutil
 import tarfile
 import tempfile
@@ -64,8 +63,10 @@ def read_model_config(model_dir: Path) -> dict[str, Any]:
             "pass --model DIR, the folder of the checkpoint (the one holding config.json)",
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        from sglforge.util import read_json
+
+        data = read_json(path)  # bounded: size and nesting (issue 31, E7)
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})", f"fix {path}") from None
     if not isinstance(data, dict) or not isinstance(data.get("architectures"), list):
         raise ConfigError(
@@ -220,7 +221,6 @@ def report_of(
 def blocking_findings(project: Project, report: ScanReport) -> list[Finding]:
     """The fails of ``report`` that block ``upgrade``/``publish``: those no ``Fixes-Scan:``
     trailer of a queue patch names (``KIND FILE`` or ``KIND ENTRY``, see ``Finding.key``)."""
-    from sglforge.scan.findings import blocking
+    from sglforge.scan.waivers import blocking  # a waiver only from a patch touching the file
 
-    queue = project.queue
-    return blocking(report.findings, [t for p in queue.patches for t in p.trailers])
+    return blocking(report.findings, project.queue.patches)
