@@ -10,13 +10,13 @@ systems are replaced, each by a small stand-in that counts:
   local_tags, remove) and the registry (``engine.registry``), in memory;
 - the probe containers of ``bases`` (sglang's version, aiter's tables) and the self-check;
 - the GPU probe (``smoke.preflight.detect_gpus``);
-- the two construction children (``scan.construction.build``, ``construct.build``);
+- the construction child (``construct.build_many``: the one child program);
 - the smoke's container: ``run_smoke`` is its own ``_prepare`` and ``expected_arch`` (the smoke
   run's reads), then a passing report;
 - the release records' registry side (``release.registry_records``, ``push_release_record``).
 
 Counting wrappers call through to the real readers everywhere else (``load_scenario``,
-``load_pin``, ``load_targets``, ``open_upstream``, ``git._fetch``).
+``load_pin``, ``load_targets``, ``open_upstream``, ``git.mirror._fetch``).
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ from click.testing import CliRunner
 
 import sglforge
 from helpers_build import VERSION, make_build_project
-from sglforge import bases, construct, git, selfcheck
+from sglforge import bases, construct, selfcheck
 from sglforge.cli import main
+from sglforge.construct.built import Construction, Model, Tokens
 from sglforge.engine import images, registry
 from sglforge.engine.images import ImageInfo
 from sglforge.engine.registry import Pushed, RemoteTag
-from sglforge.patches import series, upstream
-from sglforge.scan import construction as scan_construction
+from sglforge.git import mirror
+from sglforge.queue import series, upstream
 from sglforge.smoke.preflight import GpuInventory
 from sglforge.smoke.report import Check, SmokeReport
 from sglforge.targets import Targets
@@ -144,7 +145,7 @@ def counted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Counter[str]:
         for held in _modules():
             if getattr(held, attr, None) is real:
                 monkeypatch.setattr(held, attr, wrapped)
-    monkeypatch.setattr(git, "_fetch", _counting(counted, "upstream fetched", git._fetch))
+    monkeypatch.setattr(mirror, "_fetch", _counting(counted, "upstream fetched", mirror._fetch))
     monkeypatch.setattr(Targets, "resolve", _counting(counted, "resolve", Targets.resolve))
     _outside_systems(monkeypatch, counted)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
@@ -187,17 +188,17 @@ def _outside_systems(monkeypatch: pytest.MonkeyPatch, counted: Counter[str]) -> 
             engine.local[ref].id, version, "/sgl-workspace/sglang/python/sglang", "3.12"
         )
 
-    def aiter_configs(ref: str, labels: Any = None) -> dict[str, Any]:
+    def aiter_configs(ref: str, labels: Any = None) -> bases.AiterTables:
         counted["aiter probe"] += 1
         header = "cu_num,token,model_dim,inter_dim,expert,topk,act_type,dtype,q_dtype_a,"
         header += "q_dtype_w,q_type,use_g1u1,doweight_stage1,kernelName1,_tag"
-        return {
-            "root": "/sgl-workspace/aiter",
-            "configs_dir": "/sgl-workspace/aiter/aiter/configs",
-            "tuned_fmoe": header + "\n",
-            "untuned_fmoe_header": None,
-            "model_configs": {},
-        }
+        return bases.AiterTables(
+            root="/sgl-workspace/aiter",
+            configs_dir="/sgl-workspace/aiter/aiter/configs",
+            tuned_fmoe=header + "\n",
+            untuned_fmoe_header=None,
+            model_configs={},
+        )
 
     monkeypatch.setattr(bases, "sglang_info", sglang_info)
     monkeypatch.setattr(bases, "aiter_configs", aiter_configs)
@@ -209,20 +210,25 @@ def _outside_systems(monkeypatch: pytest.MonkeyPatch, counted: Counter[str]) -> 
 
     monkeypatch.setattr(preflight, "detect_gpus", detect_gpus)
 
-    def scan_child(tree: Path, config: Any, launch: Any, model_path: str) -> Any:
-        counted["construction child (scan)"] += 1
-        literal = scan_construction.literal_launch(launch)
-        return scan_construction.Built(launch=literal, dsa=False, models={"main": {}})
-
-    def construct_child(tree: Path, cases: Any) -> dict[str, construct.Built]:
-        counted["construction child (construct)"] += 1
-        tokens = {"capture_bs": [1, 2, 4], "chunked_prefill_size": 8192}
+    def construction_child(tree: Path, requests: Any, device: Any) -> dict[str, Any]:
+        # construct's one child program: MoE shapes and quant decisions in one run
+        counted["construction child"] += 1
+        tokens: Tokens = {
+            "capture_bs": [1, 2, 4],
+            "chunked_prefill_size": 8192,
+            "speculative": False,
+            "cuda_graph_disabled": False,
+            "tokens_per_bs": {"decode": 1},
+        }
+        model = Model("GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLM", {}, (), tokens, (), None)
         return {
-            c.id: construct.Built("GlmMoeDsaForCausalLM", {}, (), tokens, {}, {}) for c in cases
+            r.id: Construction(
+                device, construct.literal_launch(r.launch), False, None, {"main": model}
+            )
+            for r in requests
         }
 
-    monkeypatch.setattr(scan_construction, "build", scan_child)
-    monkeypatch.setattr(construct, "build", construct_child)
+    monkeypatch.setattr(construct, "build_many", construction_child)
 
     def run_smoke(project: Any, image: str, req: Any, progress: Any = None, gpus: Any = None):
         # The smoke run's own reads (its scenario, options, report folder and the arch the
@@ -285,14 +291,15 @@ def _run(root: Path, *args: str) -> dict[str, Any]:
     return json.loads(res.stdout)
 
 
+# upstream.toml: the one parse of the queue, and the build's apply reading it again under the
+# project lock to refuse a queue another command changed meanwhile (issue 32, N14): 2.
 ONCE = {
     "scenario parsed": 1,
-    "upstream.toml read": 1,
+    "upstream.toml read": 2,
     "targets.toml read": 1,
     "upstream fetched": 1,
     "GPU probes": 1,
-    "construction child (scan)": 1,
-    "construction child (construct)": 1,
+    "construction child": 1,
     "aiter probe": 1,
     "engine build": 1,
     "smoke runs": 1,
@@ -333,8 +340,9 @@ def test_a_full_upgrade_with_publish_reads_and_asks_each_thing_once(
     assert gates["scan"]["ok"] and gates["coverage"]["ok"] and gates["smoke"]["ok"], gates
     assert not gates["bench"]["ran"]
     # upstream.toml is read once per state of the queue: the project's, the staged copy's,
-    # and the staged copy's again after the refresh rewrote it (the new pin).
-    once = dict(ONCE, **{"upstream.toml read": 3})
+    # and the staged copy's again after the refresh rewrote it (the new pin); plus the
+    # apply's check under the lock.
+    once = dict(ONCE, **{"upstream.toml read": 4})
     assert {k: counted[k] for k in once} == once, counted
 
 

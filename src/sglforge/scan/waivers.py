@@ -28,7 +28,7 @@ WAIVERS_LABEL = "io.sglforge.scan-waivers"
 
 
 class PatchLike(Protocol):
-    """What the rule reads of a queue patch (``patches.series.Patch`` has it)."""
+    """What the rule reads of a queue patch (``queue.series.Patch`` has it)."""
 
     @property
     def name(self) -> str: ...
