@@ -73,6 +73,9 @@ LABEL_SCAN_WAIVERS = PREFIX + "scan-waivers"
 # The labels every image sglforge builds carries; an image with some but not all of them is
 # reported naming the missing ones (``Provenance.missing_labels``).
 REQUIRED_LABELS = (LABEL_QUEUE, LABEL_PATCHES, LABEL_TARGET)
+# Any of these says the image claims to be one sglforge built (``io.sglforge.managed`` alone
+# does not: the engine puts it on every object it creates, test bases included).
+IMAGE_LABELS = (*REQUIRED_LABELS, LABEL_INPUTS, LABEL_MODE, LABEL_GPU_ARCH, LABEL_UPSTREAM_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -584,7 +587,7 @@ class Provenance:
         return (
             self.manifest_found
             or bool(self.queue_hash)
-            or any(k.startswith(PREFIX) for k in self.labels)
+            or any(self.labels.get(k) for k in IMAGE_LABELS)
         )
 
     @property

@@ -11,7 +11,7 @@ import click
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import ConfigError, SglforgeError
 from sglforge.inspect import inspect_image
-from sglforge.provenance import Provenance
+from sglforge.provenance import MANIFEST_PATH, REQUIRED_LABELS, Provenance
 from sglforge.release import bench_line
 from sglforge.util import one_line, plural, printable
 
@@ -133,8 +133,8 @@ def render_provenance(p: Provenance) -> str:
     """Provenance for people."""
     if not p.is_sglforge_image:
         return (
-            f"{p.image}: not built by sglforge (no io.sglforge.* labels and no "
-            "/opt/sglforge/manifest.json)"
+            f"{p.image}: not built by sglforge (none of the labels an sglforge image carries, "
+            f"such as {', '.join(REQUIRED_LABELS)}, and no {MANIFEST_PATH})"
         )
     lines = []
     if p.missing_labels:
