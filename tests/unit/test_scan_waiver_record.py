@@ -9,6 +9,7 @@ import json
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_build_plan import overlay, target, worktree  # noqa: F401 (fixtures)
@@ -184,3 +185,27 @@ def test_the_release_record_keeps_the_scan_and_inspect_shows_it() -> None:
     assert "scan      not run at publish time: no model" in render_provenance(
         replace(none, scan={"not_run": "no model"})
     )
+
+
+def test_publish_records_the_gate_it_ran_or_why_not() -> None:
+    from types import SimpleNamespace
+
+    from sglforge.gates import skipped
+    from sglforge.publish import _scan_record
+
+    def run(results: dict[str, object] | None) -> Any:
+        return SimpleNamespace(cand=None if results is None else SimpleNamespace(results=results))
+
+    ran = _gate([GIVER, LIAR], [F_KERNEL])
+    assert _scan_record(run({"scan": ran})) == {
+        "waived": [{"finding": F_KERNEL.key, "patch": GIVER.name, "file": KERNEL}],
+        "refused": [
+            {"finding": F_OTHER.key, "patch": LIAR.name, "why": "no such fail in this scan"}
+        ],
+    }
+    none = _gate([NONE], [F_KERNEL])
+    assert _scan_record(run({"scan": none})) == {"waived": [], "refused": []}
+    why = "no config.json in /m on this host"
+    assert _scan_record(run({"scan": skipped("scan", why)})) == {"not_run": why}
+    assert _scan_record(run({})) == {"not_run": "the scan gate was not run"}
+    assert _scan_record(run(None)) == {"not_run": "the scan gate was not run"}
