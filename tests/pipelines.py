@@ -94,6 +94,7 @@ def plan_at(mode: str, **kwargs: Any) -> Any:
         upstream=kwargs.pop("upstream"),
         queue_hash=kwargs.pop("queue_hash"),
         patches=tuple(kwargs.pop("patches")),
+        scan_waivers=tuple(kwargs.pop("scan_waivers", ())),
     )
     kwargs["changed_files"] = tuple(kwargs["changed_files"])
     kwargs["tags"] = tuple(kwargs.get("tags", ()))

@@ -60,6 +60,7 @@ from sglforge.provenance import (
     UpstreamFacts,
     describe,
     manifest_bytes,
+    queue_scan_waivers,
     source_labels,
 )
 from sglforge.requests import BuildRequest, check_mode
@@ -602,6 +603,7 @@ def _facts(
         upstream=up,
         queue_hash=queue.hash,
         patches=tuple(PatchFacts.of(p) for p in queue.patches),
+        scan_waivers=queue_scan_waivers(queue.patches),
     )
     given = PlanInputs(
         worktree=applied.worktree,

@@ -119,6 +119,7 @@ def inspect_image(image: str, root: Path | None = None, pull: bool = False) -> P
                 smoke=record.smoke,
                 tested=record.tested,
                 coverage=record.coverage,
+                scan=record.scan,
             )
     seen = local_smoke(root, info.id)
     if seen is not None:

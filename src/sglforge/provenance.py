@@ -68,6 +68,14 @@ LABEL_RELEASE = PREFIX + "release"
 LABEL_RELEASE_FOR = PREFIX + "release-for"
 # On a release record's image: "gpu", or "standin-cpu" when the smoke and bench ran on a stand-in.
 LABEL_SMOKE_HARDWARE = PREFIX + "smoke.hardware"
+# The scan waivers the queue's Fixes-Scan: trailers give (compact JSON, "[]" for none; issue 31).
+LABEL_SCAN_WAIVERS = PREFIX + "scan-waivers"
+# The labels every image sglforge builds carries; an image with some but not all of them is
+# reported naming the missing ones (``Provenance.missing_labels``).
+REQUIRED_LABELS = (LABEL_QUEUE, LABEL_PATCHES, LABEL_TARGET)
+# Any of these says the image claims to be one sglforge built (``io.sglforge.managed`` alone
+# does not: the engine puts it on every object it creates, test bases included).
+IMAGE_LABELS = (*REQUIRED_LABELS, LABEL_INPUTS, LABEL_MODE, LABEL_GPU_ARCH, LABEL_UPSTREAM_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,85 @@ class ContextFile:
 
 
 @dataclass(frozen=True)
+class ScanWaiver:
+    """A scan fail (``finding``: ``KIND WHERE``) a queue patch waives, touching ``file``."""
+
+    finding: str
+    patch: str
+    file: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"finding": self.finding, "patch": self.patch, "file": self.file}
+
+
+FIXES_SCAN = "Fixes-Scan"  # the trailer (sglforge.scan.findings.FIXES_SCAN; a test holds it)
+
+
+class TrailedPatch(Protocol):
+    """What :func:`queue_scan_waivers` reads of a queue patch (``queue.series.Patch``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def files(self) -> tuple[str, ...]: ...
+    @property
+    def paths(self) -> tuple[str, ...]: ...
+    @property
+    def trailers(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def queue_scan_waivers(patches: Sequence[TrailedPatch]) -> tuple[ScanWaiver, ...]:
+    """The waivers the queue alone can give, as the image records them (no scan needed, so
+    the same queue keeps the same manifest and tag): each ``Fixes-Scan: KIND FILE`` whose
+    patch touches FILE (the rule of ``sglforge.scan.waivers``), and each ``KIND ENTRY``
+    naming a config entry (no ``/``) on a patch that changes some file, kept with its first
+    file. A trailer naming a file its patch does not touch is no waiver and is left out.
+    Which of them a scan used, and which it refused, is the release record's ``scan``."""
+    out: list[ScanWaiver] = []
+    for patch in patches:
+        touched = sorted(
+            {p.removeprefix("a/").removeprefix("b/") for p in (*patch.files, *patch.paths)}
+        )
+        for k, v in patch.trailers:
+            key = " ".join(v.split())
+            if k.lower() != FIXES_SCAN.lower() or not key:
+                continue
+            where = key.partition(" ")[2]
+            if where in touched:
+                out.append(ScanWaiver(key, patch.name, where))
+            elif where and "/" not in where and touched:
+                out.append(ScanWaiver(key, patch.name, touched[0]))
+    return tuple(out)
+
+
+def waivers_label(waivers: Sequence[ScanWaiver]) -> str:
+    """The ``io.sglforge.scan-waivers`` label: compact sorted JSON, ``[]`` when none."""
+    return json.dumps([w.to_dict() for w in waivers], separators=(",", ":"), sort_keys=True)
+
+
+def _waivers_from(value: object) -> tuple[ScanWaiver, ...] | None:
+    """Waivers read back from a manifest list or a label's JSON; None when absent or not of
+    the shape written (an image may hold anything there)."""
+    if isinstance(value, str):
+        if len(value) > MANIFEST_MAX_BYTES:
+            return None
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(value, list):
+        return None
+    out = []
+    for row in value:
+        if not isinstance(row, dict) or not all(
+            isinstance(row.get(k), str) for k in ("finding", "patch", "file")
+        ):
+            return None
+        out.append(ScanWaiver(row["finding"], row["patch"], row["file"]))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class ImageFacts:
     """What an image is made of: the facts its labels, manifest and inputs key all state.
 
@@ -176,6 +263,9 @@ class ImageFacts:
     upstream: UpstreamFacts
     queue_hash: str
     patches: tuple[PatchFacts, ...]
+    # What the queue's Fixes-Scan: trailers waive (scan.waivers.queue_waivers): from the
+    # queue alone, so the same inputs keep the same manifest and tag.
+    scan_waivers: tuple[ScanWaiver, ...] = ()
 
     def image_ref(self, inputs: str | None = None) -> str:
         """``<repository>:v<version>-<rocm>-<target>-q<queue>[-i<inputs>]``."""
@@ -261,6 +351,7 @@ class Manifest(TypedDict):
     deleted: list[str]
     sglforge: str
     configs: NotRequired[list[dict[str, Any]]]  # config items (``overlay_configs.Staged``)
+    scan_waivers: NotRequired[list[dict[str, str]]]  # ``ScanWaiver.to_dict`` rows (issue 31)
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -313,6 +404,7 @@ def make_manifest(
         ],
         "deleted": list(deleted),
         "sglforge": __version__,
+        "scan_waivers": [w.to_dict() for w in facts.scan_waivers],
     }
 
 
@@ -366,6 +458,7 @@ def make_labels(
         ),
         LABEL_SGLANG_VERSION: version,
         LABEL_TOOL: __version__,
+        LABEL_SCAN_WAIVERS: waivers_label(facts.scan_waivers),
     }
     if base is not None:
         labels[OCI_BASE_NAME] = base.ref
@@ -478,6 +571,11 @@ class Provenance:
     local_smoke: Smoke | None = None
     local_smoke_report: str = ""
     local_smoke_at: str = ""
+    # The scan waivers the image records (manifest, else label); None: the image records
+    # none (built before issue 31, or unreadable). ``scan``: the release's scan gate as its
+    # record keeps it (waived and refused trailers, or why it did not run).
+    scan_waivers: tuple[ScanWaiver, ...] | None = None
+    scan: Mapping[str, Any] | None = None
 
     @property
     def upstream_version(self) -> str:
@@ -486,7 +584,16 @@ class Provenance:
     @property
     def is_sglforge_image(self) -> bool:
         """True when the image carries sglforge's labels or manifest."""
-        return self.manifest_found or bool(self.queue_hash)
+        return (
+            self.manifest_found
+            or bool(self.queue_hash)
+            or any(self.labels.get(k) for k in IMAGE_LABELS)
+        )
+
+    @property
+    def missing_labels(self) -> tuple[str, ...]:
+        """The required ``io.sglforge.*`` labels the image lacks (``REQUIRED_LABELS``)."""
+        return tuple(k for k in REQUIRED_LABELS if not self.labels.get(k))
 
 
 def _a_commit(*candidates: object) -> str:
@@ -524,6 +631,7 @@ _TOP: dict[str, tuple[type, ...]] = {
     "files": (list,),
     "deleted": (list,),
     "configs": (list,),
+    "scan_waivers": (list,),
 }
 
 
@@ -556,7 +664,8 @@ def manifest_shape_ok(data: object) -> bool:
     queue = data.get("queue") or {}
     if not isinstance(queue.get("hash", ""), str):
         return False
-    for rows in (queue.get("patches"), data.get("patches"), data.get("files"), data.get("configs")):
+    rows_of = ("patches", "files", "configs", "scan_waivers")
+    for rows in (queue.get("patches"), *(data.get(k) for k in rows_of)):
         if rows is not None and not (isinstance(rows, list) and all(_flat(r) for r in rows)):
             return False
     return all(isinstance(d, str) for d in data.get("deleted") or [])
@@ -633,6 +742,9 @@ def provenance_from(
         built_by=str(m.get("sglforge") or label(LABEL_TOOL)),
         created=label(OCI_CREATED),
         manifest_found=bool(m),
+        scan_waivers=_waivers_from(m["scan_waivers"])
+        if "scan_waivers" in m
+        else _waivers_from(labels.get(LABEL_SCAN_WAIVERS)),
         labels={
             k: str(v)
             for k, v in sorted(labels.items())

@@ -510,7 +510,7 @@ def _last_release_image(run: _Run) -> tuple[str | None, str]:
 def _record(run: _Run) -> tuple[Release, Recorded]:
     """The release record and CHANGELOG entry, then the record pushed next to the image."""
     req = run.req
-    release = replace(_release(run), coverage=run.coverage)
+    release = replace(_release(run), coverage=run.coverage, scan=_scan_record(run))
     recorded = record_release(
         run.root, release, req.changelog, _repository(run.immutable), run.creds
     )
@@ -526,6 +526,19 @@ def _record(run: _Run) -> tuple[Release, Recorded]:
         run.clock.done("record-push", False, f"release record not pushed: {exc.message}")
         run.say(f"release record not pushed: {exc.message}")
     return release, recorded
+
+
+def _scan_record(run: _Run) -> dict[str, Any]:
+    """The scan gate as the release record keeps it: the waivers given and the trailers
+    refused (issue 31), or why the gate did not run."""
+    from sglforge.gates import GateResult, ScanRecord
+
+    gate = run.cand.results.get("scan") if run.cand is not None else None
+    if not isinstance(gate, GateResult):
+        return {"not_run": "the scan gate was not run"}
+    if isinstance(gate.record, ScanRecord):
+        return gate.record.to_dict()
+    return {"not_run": gate.why or gate.detail}
 
 
 def _repository(ref: str) -> str:

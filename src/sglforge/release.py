@@ -73,6 +73,9 @@ class Release:
     # The publish coverage gate (sglforge.coverage.Gate.to_dict, or {"not_run": why}); None in
     # records written before it existed.
     coverage: Mapping[str, Any] | None = None
+    # The publish scan gate (issue 31): {"waived": [{finding, patch, file}], "refused":
+    # [{finding, patch, why}]}, or {"not_run": why}; None in records written before it.
+    scan: Mapping[str, Any] | None = None
 
     @property
     def tested(self) -> bool:
@@ -137,6 +140,7 @@ def to_dict(release: Release) -> dict[str, Any]:
         }
     )
     data["coverage"] = None if release.coverage is None else dict(release.coverage)
+    data["scan"] = None if release.scan is None else dict(release.scan)
     data["tested"] = release.tested
     return data
 
@@ -182,12 +186,34 @@ def from_dict(data: object, source: Path | str = "<record>") -> Release:
             digests=tuple(str(d) for d in data.get("digests", ())),
             schema=int(data.get("schema", RECORD_SCHEMA)),
             coverage=dict(data["coverage"]) if data.get("coverage") is not None else None,
+            scan=_scan_of(data.get("scan")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(
             f"{source}: not a valid release record ({type(exc).__name__}: {one_line(exc, 160)})",
             "remove the file; the next sglforge publish writes it again",
         ) from None
+
+
+def _scan_of(value: object) -> dict[str, Any] | None:
+    """The record's ``scan`` (waived and refused rows of strings, or ``not_run``); TypeError
+    (a malformed record) when of another shape."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError("scan is not an object")
+    if "not_run" in value:
+        return {"not_run": str(value["not_run"])}
+    out: dict[str, Any] = {}
+    for key, fields in (
+        ("waived", ("finding", "patch", "file")),
+        ("refused", ("finding", "patch", "why")),
+    ):
+        rows = value.get(key) or []
+        if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+            raise TypeError(f"scan.{key} is not a list of objects")
+        out[key] = [{f: str(r.get(f, "")) for f in fields} for r in rows]
+    return out
 
 
 def load_record(path: Path) -> Release:

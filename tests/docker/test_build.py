@@ -220,6 +220,7 @@ def test_labels_manifest_and_entrypoint(
     assert (lab["io.sglforge.target"], lab["io.sglforge.gpu-arch"]) == ("mi355x", "gfx950")
     assert (lab["io.sglforge.rocm"], lab["io.sglforge.mode"]) == ("rocm700", "overlay")
     assert lab["io.sglforge.managed"] == "1"
+    assert lab["io.sglforge.scan-waivers"] == "[]"  # "none" is recorded too (issue 31)
 
     manifest = json.loads(
         read_file(docker_client, result.image, "/opt/sglforge/manifest.json", docker_labels)
@@ -233,6 +234,7 @@ def test_labels_manifest_and_entrypoint(
     assert manifest["base"] == {"name": build_base, "digest": lab[oci + "base.digest"]}
     assert manifest["upstream"]["commit"] == lab["io.sglforge.upstream.revision"]
     assert manifest["deleted"] == [f"{WS}/{OBSOLETE}"]
+    assert manifest["scan_waivers"] == []
 
     # The run contract of the release image is kept: WORKDIR, CMD and no ENTRYPOINT, so
     # the command line that runs the base runs ours, reaching the same server.

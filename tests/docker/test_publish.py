@@ -367,6 +367,7 @@ def test_skip_smoke_pushes_only_the_immutable_tag_and_records_untested(
     assert manifest_digest(r, "v0.5.14-rocm700-mi355x") is None
     record = json.loads(Path(out["release_record"]).read_text())
     assert record["tested"] is False and record["smoke"] is None
+    assert record["scan"] == {"not_run": "no smoke scenario (--skip-smoke)"}
     assert "**untested**" in (project.root / "CHANGELOG.md").read_text()
 
 

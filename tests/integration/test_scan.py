@@ -338,6 +338,12 @@ def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
     still = gate(scenario, "pypi:sglang==0.5.14")
     assert still.ok is False and isinstance(still.raised, ScanBlocked)
     assert re.search("cuda-only-jit .*fused_metadata_copy.cuh:38", still.error), still.error
+    # the refused trailer is said, with its patch and why, and nothing is waived
+    assert "1 Fixes-Scan trailer(s) refused: cuda-only-jit python/sglang/jit_kernel/" in (
+        still.detail
+    )
+    assert f"({p2.name}: the patch does not touch python/sglang/jit_kernel/" in still.detail
+    assert still.record.waived == () and [r.patch for r in still.record.refused] == [p2.name]
 
 
 def test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16(trees: dict[str, Path]) -> None:

@@ -11,7 +11,7 @@ import click
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
 from sglforge.errors import ConfigError, SglforgeError
 from sglforge.inspect import inspect_image
-from sglforge.provenance import Provenance
+from sglforge.provenance import MANIFEST_PATH, REQUIRED_LABELS, Provenance
 from sglforge.release import bench_line
 from sglforge.util import one_line, plural, printable
 
@@ -122,6 +122,9 @@ def prov_json(p: Provenance) -> dict[str, Any]:
             "started_at": p.local_smoke_at,
         },
         "coverage": None if p.coverage is None else dict(p.coverage),
+        "scan_waivers": None if p.scan_waivers is None else [w.to_dict() for w in p.scan_waivers],
+        "scan": None if p.scan is None else dict(p.scan),
+        "missing_labels": list(p.missing_labels),
         "labels": dict(p.labels),
     }
 
@@ -130,10 +133,17 @@ def render_provenance(p: Provenance) -> str:
     """Provenance for people."""
     if not p.is_sglforge_image:
         return (
-            f"{p.image}: not built by sglforge (no io.sglforge.* labels and no "
-            "/opt/sglforge/manifest.json)"
+            f"{p.image}: not built by sglforge (none of the labels an sglforge image carries, "
+            f"such as {', '.join(REQUIRED_LABELS)}, and no {MANIFEST_PATH})"
         )
-    lines = [
+    lines = []
+    if p.missing_labels:
+        # Some of our labels and not others: not an image sglforge built as it is (D33).
+        lines.append(
+            f"labels    INCOMPLETE: missing {', '.join(p.missing_labels)} (an image sglforge "
+            "builds carries them all; its provenance below is what the rest says)"
+        )
+    lines += [
         f"image     {p.image}",
         f"id        {p.id}",
     ]
@@ -178,11 +188,36 @@ def render_provenance(p: Provenance) -> str:
             for c in p.configs
         ]
         lines.append(table(["config item", "upstream status", "sha256", "installed"], cfg_rows))
+    lines.append(_waivers_line(p))
     lines.append("")
     lines += _release_lines(p)
     if p.coverage is not None:
         lines.append(_coverage_line(p.coverage))
+    lines += _scan_lines(p.scan)
     return "\n".join(lines)
+
+
+def _waivers_line(p: Provenance) -> str:
+    """The scan waivers the image records (its queue's ``Fixes-Scan:`` trailers)."""
+    if p.scan_waivers is None:
+        return "waivers   not recorded (an image built before sglforge recorded scan waivers)"
+    if not p.scan_waivers:
+        return "waivers   none (no Fixes-Scan: trailer in the queue waives a scan finding)"
+    listed = "; ".join(f"{w.finding} by {w.patch} (touches {w.file})" for w in p.scan_waivers)
+    return one_line(f"waivers   {len(p.scan_waivers)}: {listed}", 2000)
+
+
+def _scan_lines(scan: Mapping[str, Any] | None) -> list[str]:
+    """The publish scan gate as its release record keeps it: waived and refused trailers."""
+    if scan is None:
+        return []
+    if "not_run" in scan:
+        return [one_line(f"scan      not run at publish time: {scan['not_run']}", 1000)]
+    waived, refused = scan.get("waived") or [], scan.get("refused") or []
+    lines = [f"scan      at publish time: {len(waived)} waived, {len(refused)} trailer(s) refused"]
+    lines += [f"  waived  {w['finding']} by {w['patch']} (touches {w['file']})" for w in waived]
+    lines += [f"  refused {r['finding']} ({r['patch']}: {r['why']})" for r in refused]
+    return [one_line(x, 1000) for x in lines]
 
 
 def _release_lines(p: Provenance) -> list[str]:

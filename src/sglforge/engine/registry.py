@@ -15,6 +15,7 @@ Labels of a remote image and tag lists are read over the registry's own HTTP API
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -52,6 +53,7 @@ __all__ = [
     "PASSWORD_ENV",
     "USER_ENV",
     "Credentials",
+    "DigestMismatch",
     "Pushed",
     "RemoteTag",
     "check_login",
@@ -116,6 +118,10 @@ _TRANSIENT_PATTERNS = (
 )
 _STATUS_5XX = re.compile(r"\b5\d\d\b")
 _MISSING = re.compile(r"manifest unknown|not found|no such manifest|does not exist", re.I)
+
+
+class DigestMismatch(RegistryError):
+    """The registry serves another digest for a tag than the image pushed (exit 8)."""
 
 
 @dataclass(frozen=True)
@@ -332,21 +338,73 @@ def remote_tag(ref: str) -> RemoteTag:
 
 
 def verify(ref: str, pushed_digest: str, creds: Credentials | None = None) -> str:
-    """Check registry digest == local RepoDigest == the digest the push reported."""
-    remote = registry_digest(ref, creds)
+    """Check registry digest == local RepoDigest == the digest the push reported.
+
+    A registry (or a proxy in front of it) that answers the tag with another digest than the
+    manifest's own makes the engine look up that digest and find "manifest unknown": the
+    registry's answer is then read over its HTTP API, and a digest that is not the pushed one
+    is a DigestMismatch naming the image and both digests (D25)."""
+    try:
+        remote = registry_digest(ref, creds)
+    except ManifestMissing:
+        _served_digest_matches(ref, pushed_digest, creds)
+        raise
+    if remote != pushed_digest:
+        raise DigestMismatch(
+            f"{ref}: digest mismatch: the registry serves {remote} for this tag, the image "
+            f"pushed is {pushed_digest}",
+            "someone else may be pushing the same tag, or a proxy rewrites digests; "
+            "rerun sglforge publish",
+        )
     local_digests = local.repo_digests(ref, ref)
     if not local_digests:
         raise RegistryError(
             f"{ref}: the engine recorded no RepoDigest for this repository after the push",
             "rerun sglforge publish",
         )
-    if not (remote == pushed_digest and remote in local_digests):
-        raise RegistryError(
-            f"{ref}: digest mismatch: registry {remote}, local {', '.join(local_digests)}, "
-            f"push reported {pushed_digest}",
-            "someone else may be pushing the same tag; rerun sglforge publish",
+    if remote not in local_digests:
+        raise DigestMismatch(
+            f"{ref}: digest mismatch: the registry serves {remote} for this tag, the image "
+            f"pushed is {pushed_digest}, the engine's RepoDigests {', '.join(local_digests)}",
+            "someone else may be pushing the same tag, or a proxy rewrites digests; "
+            "rerun sglforge publish",
         )
     return remote
+
+
+def _served_digest_matches(ref: str, pushed_digest: str, creds: Credentials | None) -> None:
+    """DigestMismatch when the registry answers tag ``ref`` with a digest (its
+    ``Docker-Content-Digest`` header, or the manifest's own sha256) other than
+    ``pushed_digest``; nothing when it agrees or cannot be asked (the caller's error stands)."""
+    parsed = parse(ref, require_registry=True)
+    headers: dict[str, str] = {}
+    try:
+        with RegistrySession(parsed.registry, creds) as session:
+            body = _get(
+                session,
+                parsed,
+                f"manifests/{parsed.tag}",
+                "checking the digest",
+                MANIFEST_ACCEPT,
+                headers=headers,
+            )
+    except RegistryError:
+        return
+    said = headers.get("docker-content-digest", "")
+    own = "sha256:" + hashlib.sha256(body).hexdigest()
+    if said and said != pushed_digest:
+        detail = f"the registry answers {said} for this tag"
+        if own != said:
+            detail += f" (its manifest's own sha256 is {own})"
+    elif own != pushed_digest and not said:
+        detail = f"the registry serves a manifest of sha256 {own} for this tag"
+    else:
+        return
+    raise DigestMismatch(
+        f"{ref}: digest mismatch: {detail}, the image pushed is {pushed_digest}",
+        f"the registry {parsed.registry} (or a proxy in front of it) does not serve what was "
+        "pushed: check it, then rerun sglforge publish",
+    )
 
 
 # --- the registry HTTP API -----------------------------------------------------------------
@@ -360,12 +418,15 @@ def _get(
     accept: str | None = None,
     cap: int = MANIFEST_CAP,
     seconds: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> bytes:
     """``GET /v2/<repository>/<path>`` (or ``/v2/`` for an empty repository); the body,
-    read with a size cap and an overall deadline."""
+    read with a size cap and an overall deadline (``headers`` gets the answer's, lowercased)."""
     url = f"{ref.base_url}/v2/{ref.repository}/{path}" if ref.repository else f"{ref.base_url}/v2/"
     name = str(ref) if ref.repository else ref.registry
     resp = session.request("GET", url, headers={"Accept": accept} if accept else {}, stream=True)
+    if headers is not None:
+        headers.update({k.lower(): v for k, v in resp.headers.items()})
     if resp.status_code >= 400:
         resp.close()  # streamed: its socket is held until closed
     if resp.status_code in (401, 403):

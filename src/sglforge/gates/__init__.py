@@ -19,13 +19,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sglforge.gates.result import BenchRecord, GateResult, Record, failed, passed, skipped
+from sglforge.gates.result import (
+    BenchRecord,
+    GateResult,
+    Record,
+    ScanRecord,
+    failed,
+    passed,
+    skipped,
+)
 
 if TYPE_CHECKING:
     from sglforge.candidate import Candidate
 
 __all__ = ["GATES", "BenchRecord", "GateResult", "Record", "failed", "first_failure", "passed"]
-__all__ += ["run", "skipped"]
+__all__ += ["ScanRecord", "run", "skipped"]
 
 GATES = ("scan", "coverage", "smoke", "bench")
 BEFORE_BUILD = ("scan",)  # the gates that need no image

@@ -12,10 +12,27 @@ if TYPE_CHECKING:
     from sglforge.coverage import Gate
     from sglforge.errors import SglforgeError
     from sglforge.scan import ScanReport
+    from sglforge.scan.waivers import Refused, Waiver
     from sglforge.smoke.report import SmokeReport
 
 # What a gate that ran keeps: the scan's report, the coverage gate, the smoke report, the bench.
-Record = Union["ScanReport", "Gate", "SmokeReport", "BenchRecord", None]
+Record = Union["ScanRecord", "Gate", "SmokeReport", "BenchRecord", None]
+
+
+@dataclass(frozen=True)
+class ScanRecord:
+    """The scan gate's record: the report, the waivers the queue's ``Fixes-Scan:`` trailers
+    gave, and the trailers refused (with why), for the outputs and the release record."""
+
+    report: ScanReport
+    waived: tuple[Waiver, ...] = ()
+    refused: tuple[Refused, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        """The release record's ``scan`` (and the JSON outputs' ``waived``/``refused``)."""
+        from sglforge.scan.waivers import record, refused_record
+
+        return {"waived": record(self.waived), "refused": refused_record(self.refused)}
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,8 @@ class GateResult:
             "detail": self.detail,
             "why": self.why or None,
             "error": self.error or None,
+            # the scan's waivers (issue 31): each finding waived and its patch, each refusal
+            **(self.record.to_dict() if isinstance(self.record, ScanRecord) else {}),
         }
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sglforge.gates.result import GateResult, failed, passed, skipped
+from sglforge.gates.result import GateResult, ScanRecord, failed, passed, skipped
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sglforge.candidate import Candidate
+    from sglforge.scan.waivers import Refused, Waiver
 
 NAME = "scan"
 
@@ -18,6 +21,7 @@ def check(c: Candidate) -> GateResult:
     """Scan the candidate's patched tree for its model and launch; ScanBlocked as ``raised``."""
     from sglforge.errors import EXIT_PROBLEMS, ScanBlocked
     from sglforge.scan import blocking_findings, launch_of, report_of, scan_tree
+    from sglforge.scan.waivers import waivers
 
     sc = c.scenario
     if sc is None:
@@ -40,10 +44,13 @@ def check(c: Candidate) -> GateResult:
     )
     report = report_of(c.model, sc, (out.ref, out.commit, out.applied), found)
     blocked = blocking_findings(c.project, report)
+    given, refused = waivers(report.findings, c.project.queue.patches)
+    record = ScanRecord(report, tuple(given), tuple(refused))
+    said = waivers_text(given, refused)
     if not blocked:
-        detail = f"{len(report.findings)} finding(s), none blocking"
+        detail = f"{len(report.findings)} finding(s), none blocking" + said
         c.say(f"scan: {detail}")
-        return passed(NAME, detail, report)
+        return passed(NAME, detail, record)
     shown = "; ".join(
         f"{f.kind} {f.file if f.line is not None else f.entry}"
         + (f":{f.line}" if f.line is not None else "")
@@ -52,10 +59,25 @@ def check(c: Candidate) -> GateResult:
     more = f" (+{len(blocked) - 3} more)" if len(blocked) > 3 else ""
     message = (
         f"scan at {report.ref} with the queue: {len(blocked)} blocking finding(s): {shown}{more}"
+        + said
     )
     error = ScanBlocked(
         message,
         f"sglforge scan --model {c.model} --scenario {sc.path}; fix it in the queue, or "
         "add a 'Fixes-Scan: KIND WHERE' trailer to the patch that does",
     )
-    return failed(NAME, message, str(error), EXIT_PROBLEMS, report, raised=error)
+    return failed(NAME, message, str(error), EXIT_PROBLEMS, record, raised=error)
+
+
+def waivers_text(given: Sequence[Waiver], refused: Sequence[Refused]) -> str:
+    """``; N waived: FINDING by PATCH, ...; N Fixes-Scan trailer(s) refused: FINDING (PATCH:
+    why), ...`` ("" when the queue names no finding): every output of the gate shows it."""
+    parts = []
+    if given:
+        parts.append(f"{len(given)} waived: " + ", ".join(f"{w.key} by {w.patch}" for w in given))
+    if refused:
+        parts.append(
+            f"{len(refused)} Fixes-Scan trailer(s) refused: "
+            + ", ".join(f"{r.key} ({r.patch}: {r.why})" for r in refused)
+        )
+    return "".join(f"; {p}" for p in parts)

@@ -109,10 +109,16 @@ def record(given: Sequence[Waiver]) -> list[dict[str, str]]:
     return [{"finding": w.key, "patch": w.patch, "file": w.file} for w in given]
 
 
+def refused_record(refused: Sequence[Refused]) -> list[dict[str, str]]:
+    """The refused trailers as the release record holds them (``scan.refused``)."""
+    return [{"finding": r.key, "patch": r.patch, "why": r.why} for r in refused]
+
+
 def label_value(given: Sequence[Waiver]) -> str:
     """The waivers as the ``io.sglforge.scan-waivers`` label holds them (compact JSON;
     an empty list when none were given, so that "none" is recorded too)."""
     return json.dumps(record(given), separators=(",", ":"), sort_keys=True)
 
 
-__all__ = ["WAIVERS_LABEL", "Refused", "Waiver", "blocking", "label_value", "record", "waivers"]
+__all__ = ["WAIVERS_LABEL", "Refused", "Waiver", "blocking", "label_value"]
+__all__ += ["record", "refused_record", "waivers"]
