@@ -435,12 +435,19 @@ def _digest(engine_images: Any, image: str) -> str | None:
     return (info.digest or info.id) if info else None
 
 
-def ensure_local(ref: str, say: Callable[[str], None] | None = None) -> str:
-    """``ref`` present on the engine: pulled (with its registry's login) when it is not."""
+def ensure_local(
+    ref: str, say: Callable[[str], None] | None = None, creds: Any = None
+) -> str:
+    """``ref`` present on the engine, pulled (with its registry's login, or ``creds``) when it
+    is not; the name to run it by: ``REPO@sha256:...`` for a digest reference (the engine
+    keeps no tag for an image pulled by digest), else ``ref`` itself."""
     from sglforge.engine import images as engine_images
+    from sglforge.engine.reference import parse
 
-    if engine_images.inspect(ref) is None:
+    r = parse(ref, allow_digest=True)
+    name = f"{r.name}@{r.digest}" if r.digest else ref
+    if engine_images.inspect(name) is None:
         if say:
-            say(f"pulling {ref}")
-        engine_images.pull(ref)
-    return ref
+            say(f"pulling {name}")
+        engine_images.pull(name, creds)
+    return name

@@ -88,7 +88,7 @@ def bench_cmd(
         check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
     say = current().info
     if against:
-        ensure_local(against, lambda m: say(f"bench: {m}"))
+        against = ensure_local(against, lambda m: say(f"bench: {m}"))
     req = SmokeRequest(
         scenario=Path(scenario),
         model=Path(model) if model else None,
