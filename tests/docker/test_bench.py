@@ -19,14 +19,14 @@ from click.testing import CliRunner, Result
 
 from helpers_build import make_build_project
 from junit_schema import assert_valid_junit
-from sglforge.bench.spec import (
+from sglforge.cli import main
+from sglforge.smoke import load_scenario
+from sglforge.smoke.bench_spec import (
     GENERATED_SHARED_PREFIX,
     RANDOM_IDS_SHARED_PREFIX,
     point_args,
     single_stream_args,
 )
-from sglforge.cli import main
-from sglforge.smoke import load_scenario
 from standin.base import ensure_sglang_base
 from standin.registry import free_port
 
@@ -110,7 +110,7 @@ def test_bench_on_the_replica_gives_the_table_chart_and_the_analytic_knee(
     # Every flag sglforge passes is one the released bench_serving declares.
     b = load_scenario(scenario).bench
     assert b is not None
-    kw = {"port": 1, "tokenizer": "/t", "output_file": "o", "seed": 1}
+    kw = {"port": 1, "tokenizer": "/t", "output_file": "o"}
     for args in (
         point_args(b, GENERATED_SHARED_PREFIX, 3.0, **kw),  # type: ignore[arg-type]
         point_args(b, RANDOM_IDS_SHARED_PREFIX, 3.0, **kw),  # type: ignore[arg-type]

@@ -17,8 +17,8 @@ from sglforge.errors import ConfigError
 from sglforge.util import confined
 
 if TYPE_CHECKING:
-    from sglforge.bench.spec import Bench
     from sglforge.engine.containers import Profile
+    from sglforge.smoke.bench_spec import Bench
 from sglforge.smoke.constants import (
     ACCELERATORS,
     DEFAULT_ACCEPT_LENGTH,
@@ -287,7 +287,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
         )
 
     checks = _parse_checks(top.table("checks"), path)
-    from sglforge.bench.spec import parse_bench
+    from sglforge.smoke.bench_spec import parse_bench
 
     bench = parse_bench(top.table("bench"), path)
     accepted = _parse_coverage(top.table("coverage"), path)
