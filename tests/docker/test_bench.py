@@ -20,6 +20,8 @@ from click.testing import CliRunner, Result
 from helpers_build import make_build_project
 from junit_schema import assert_valid_junit
 from sglforge.cli import main
+from sglforge.engine import images as engine_images
+from sglforge.engine.registry import push
 from sglforge.smoke import load_scenario
 from sglforge.smoke.bench_spec import (
     GENERATED_SHARED_PREFIX,
@@ -114,60 +116,82 @@ def test_bench_on_the_replica_gives_the_table_chart_and_the_analytic_knee(
     for args in (
         point_args(b, GENERATED_SHARED_PREFIX, 3.0, **kw),  # type: ignore[arg-type]
         point_args(b, RANDOM_IDS_SHARED_PREFIX, 3.0, **kw),  # type: ignore[arg-type]
-        single_stream_args(b, **kw),  # type: ignore[arg-type]
+        single_stream_args(b, dataset_path="/d", **kw),  # type: ignore[arg-type]
     ):
         flags = {a for a in args if a.startswith("--")}
         known = flags - {"--random-shared-prefix-len"}  # newer trees only (the other dataset)
         assert {f for f in known if f not in help_text} == set()
     rates = [p["request_rate"] for p in doc["sweep"]]
-    assert rates == [3, 6, 9, 18]
     for p in doc["sweep"]:
         assert p["success_rate"] == 1.0 and p["refused"] is None
         # measured on the server, within the scenario's tolerance of the declared 60 %
         assert abs(p["cache_hit_rate"] - doc["expected_cache_hit_rate"]) <= 0.1
-    # The knee against the cost model's analytic one: never above the saturation rate, and at
-    # least every swept rate up to half of it (queueing near saturation, and a loaded shared
-    # machine, may stop the knee a step early); the rate above saturation is past the knee.
+        # the input the server counted is the declared one (a point 2 % off is refused)
+        assert abs(p["input_tokens_server"] / 400 - 1) <= 0.02
+    # The knee is searched: up the list until the rule breaks, then two bisections. Against
+    # the cost model's analytic capacity: never above saturation, and at least half of it
+    # (queueing near saturation, and a loaded shared machine, may stop it early).
     capacity = _analytic_capacity(scenario)
-    found = doc["knee"]["request_rate"]
-    assert max(r for r in rates if r <= capacity / 2) <= found <= capacity < 18
-    assert doc["sweep"][-1]["ttft_p95_s"] > 1.0
+    knee = doc["knee"]
+    assert rates[:2] == [3, 6] and len(rates) <= 6
+    assert capacity / 2 <= knee["request_rate"] <= capacity
+    assert knee["failed_at"] is not None and knee["request_rate"] < knee["failed_at"]
+    assert knee["output_tok_s"] < knee["total_tok_s"]  # output only; the total is labelled so
+    assert doc["speed"]["output_tok_s"] > 0 and doc["comparison"]["ran"] is False
+    assert doc["cost"]["planned"]["node_minutes"] > 0 and doc["cost"]["spent_node_minutes"] > 0
     single = doc["single_stream"]
     assert 300 < single["decode_tok_s"] < 450  # the stand-in decodes 400 tok/s at batch 1
     assert 3.0 < single["accept_length"] < 3.5  # STANDIN_ACCEPT_LENGTH 3.4, read by bench_serving
     assert doc["baseline"] is None and doc["regression"] is None
     svg = (out / "chart.svg").read_text()
     assert svg.startswith("<svg") and "STAND-IN" in svg
-    assert "| RPS | total tok/s/node |" in (out / "bench.md").read_text()
-    assert "| RPS | total tok/s/node |" in summary.read_text()
+    header = "| offered RPS | sustained RPS | output tok/s/node |"
+    assert header in (out / "bench.md").read_text() and header in summary.read_text()
     assert_valid_junit(junit)
     assert 'name="bench.knee"' in junit.read_text()
     server_log = next(out.glob("candidate-0.server.log")).read_text()
     assert '"enable_metrics": true' in server_log and "Cache flushed" in server_log
+    # The generated-shared-prefix dataset is generated once and reused from the cache.
+    assert list((out / "home" / ".cache" / "sglang" / "benchmark").glob("gen_shared_prefix_*"))
 
 
-def test_a_slower_image_is_a_regression_and_noise_is_not(
+def test_a_baseline_only_in_a_registry_is_compared_and_a_slower_image_refused(
     bench_replica: str,
     tmp_path: Path,
+    registry: Any,
     docker_client: docker.DockerClient,
     docker_labels: dict[str, str],
 ) -> None:
-    slow = _derived(docker_client, bench_replica, "STANDIN_SLOWDOWN=1.10", docker_labels)
-    scenario = _scenario(tmp_path, {"request_rates": "[6]", "repeats": "3", "num_prompts": "2"})
-    noise = {"STANDIN_NOISE": "0.02"}
+    # The baseline exists only in the registry: pushed, then removed here, and named by digest
+    # as publish's last-release lookup names it.
+    reg_ = registry()
+    baseline = _derived(docker_client, bench_replica, "STANDIN_ROLE=baseline", docker_labels)
+    remote = f"{reg_.address}/sglforge-test/bench-base:v1"
+    engine_images.tag(baseline, remote)
+    digest = push(remote, None, attempts=1).digest
+    engine_images.remove(remote)
+    engine_images.remove(baseline)
+    against = f"{reg_.address}/sglforge-test/bench-base@{digest}"
+    assert engine_images.inspect(against) is None
+
+    slow = _derived(docker_client, bench_replica, "STANDIN_SLOWDOWN=1.05", docker_labels)
+    scenario = _scenario(tmp_path, {"request_rates": "[6]", "repeats": "2"})
     common = ["--scenario", str(scenario), "--port", str(free_port())]
-    for k, v in noise.items():
+    for k, v in {"STANDIN_NOISE": "0.02", "STANDIN_JITTER": "0.1"}.items():
         common += ["--env", f"{k}={v}"]
 
-    result, doc = _bench("--image", slow, "--against", bench_replica, *common)
+    result, doc = _bench("--image", slow, "--against", against, *common)
     assert result.exit_code == 1, result.output
     assert doc["ok"] is False and doc["regression"]["regressed"] is True
+    assert doc["baseline"]["digest"] == digest and doc["comparison"]["conclusive"] is True
     changes = {c["figure"]: c for c in doc["regression"]["changes"]}
-    single = changes["single_stream_decode_tok_s"]
-    assert single["regressed"] and single["ci"][1] < -0.05 and len(single["paired_deltas"]) == 3
-    assert doc["baseline"]["image"] == bench_replica
+    speed = changes["decode_tok_s_per_request_at_concurrency_2"]
+    # 5 % slower costs 1 - 1/1.05 = 4.8 % of speed: the figure moves with the server.
+    assert speed["regressed"] and -0.07 <= speed["delta"] <= -0.03, speed
+    assert speed["boots"] == {"baseline": 2, "candidate": 2} and speed["requests"]["baseline"] > 100
+    assert speed["minimum_detectable_effect"] < 0.05
 
-    result, doc = _bench("--image", bench_replica, "--against", bench_replica, *common)
+    result, doc = _bench("--image", bench_replica, "--against", against, *common)
     assert result.exit_code == 0, result.output
     assert doc["ok"] is True and doc["regression"]["regressed"] is False
 
@@ -203,7 +227,7 @@ class BenchProject:
         (self.root / "smoke").mkdir(exist_ok=True)
         self.scenario = _scenario(
             self.root / "smoke",
-            {"request_rates": "[6]", "repeats": "2", "num_prompts": "2"},
+            {"request_rates": "[6]", "repeats": "2"},
             target="mi355x",
         )
 

@@ -44,6 +44,7 @@ class SingleStream:
     accept_length: float | None
     ttft_s: float = 0.0
     output_tok_s: float = 0.0
+    input_tokens: float | None = None  # mean per request, counted by the server
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class ImageRun:
                 accept_length=statistics.median(accepts) if accepts else None,
                 ttft_s=statistics.median(s.ttft_s for s in singles),
                 output_tok_s=statistics.median(s.output_tok_s for s in singles),
+                input_tokens=_median_or_none([s.input_tokens for s in singles]),
             )
         return cls(image, digest, tuple(rows), knee, single, speed, knee_above)
 
@@ -178,6 +180,11 @@ class BenchReport:
         return ""
 
 
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None or not math.isfinite(x) else round(x, nd)
 
@@ -231,6 +238,7 @@ def _single_dict(s: SingleStream | None) -> dict[str, Any] | None:
     return {
         "decode_tok_s": round(s.decode_tok_s, 3),
         "accept_length": None if s.accept_length is None else round(s.accept_length, 3),
+        "input_tokens_server": _r(s.input_tokens, 1),
     }
 
 

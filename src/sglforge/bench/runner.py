@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.bench.cost import PlannedCost, planned_cost
+from sglforge.bench.prompts import program_args
 from sglforge.bench.report import BenchReport, ImageRun, SingleStream, write_outputs
 from sglforge.bench.stats import (
     HIT_GAUGE,
+    PROMPT_TOKENS,
     Block,
     Change,
     Point,
@@ -81,6 +83,7 @@ class _Ctx:
     timeout: float
     dataset: str = ""
     client_runs: int = 0
+    refused: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -217,8 +220,17 @@ def _dataset_choices(ctx: _Ctx, image: str) -> list[str]:
     return [c.strip() for c in m.group(1).split(",")]
 
 
-def _client(ctx: _Ctx, image: str, args: list[str], name: str, *, expect_file: bool = True) -> str:
-    """Run bench_serving in a container of ``image``; its output (or the JSONL's last line)."""
+def _client(
+    ctx: _Ctx,
+    image: str,
+    args: list[str],
+    name: str,
+    *,
+    expect_file: bool = True,
+    command: tuple[str, ...] = BENCH_COMMAND,
+) -> str:
+    """Run bench_serving (or ``command``) in a container of ``image``; its output (or the
+    JSONL's last line)."""
     from sglforge.engine import containers
 
     ctx.client_runs += 1
@@ -231,7 +243,7 @@ def _client(ctx: _Ctx, image: str, args: list[str], name: str, *, expect_file: b
     with containers.running(
         image,
         entrypoint=(),
-        command=[*BENCH_COMMAND, *args],
+        command=[*command, *args],
         profile=profile,
         log_path=log,
         role="bench-client",
@@ -248,7 +260,7 @@ def _client(ctx: _Ctx, image: str, args: list[str], name: str, *, expect_file: b
     if code != 0:
         tail = " | ".join(text.strip().splitlines()[-3:])
         raise BenchError(
-            f"{image}: python3 -m sglang.bench_serving {name} exited {code}: {tail}",
+            f"{image}: {' '.join(command[:3]) or args[0]} {name} exited {code}: {tail}",
             f"read {log}",
         )
     if not expect_file:
@@ -429,19 +441,39 @@ def _measure(
     return _Measured(side, order, tuple(points), speed, single, samples, time.monotonic() - t0)
 
 
+PROMPTS = "single-stream-prompts.jsonl"
+
+
 def _single_stream(
     ctx: _Ctx, image: str, order: int, side: str
 ) -> tuple[SingleStream, tuple[float, ...]]:
+    """The single stream: text prompts through the chat template (``custom``), generated once
+    per bench with the image's tokenizer; the server's count confirms their length."""
+    b = ctx.bench
+    ss = b.single_stream
+    assert ss is not None
     name = f"{side}-{order}-single-stream"
+    tokenizer = b.tokenizer or ctx.scenario.model_mount
+    if not (ctx.report_dir / PROMPTS).is_file():
+        ctx.say(f"writing {ss.num_prompts} single-stream prompts of {ss.input_len} tokens")
+        args = program_args(
+            tokenizer, f"{CLIENT_MOUNT}/{PROMPTS}", ss.input_len, ss.num_prompts, ss.chat_template
+        )
+        _client(ctx, image, args, "single-stream-prompts", expect_file=False, command=())
     ctx.say(f"{side} boot {order + 1}: single stream")
-    tokenizer = ctx.bench.tokenizer or ctx.scenario.model_mount
     args = single_stream_args(
-        ctx.bench,
+        b,
         port=ctx.port,
         tokenizer=tokenizer,
         output_file=f"{CLIENT_MOUNT}/{name}.jsonl",
+        dataset_path=f"{CLIENT_MOUNT}/{PROMPTS}",
     )
+    before = _scrape(ctx)
     result = json.loads(_client(ctx, image, args, name))
+    after = _scrape(ctx)
+    served = after.get(REQUESTS, 0.0) - before.get(REQUESTS, 0.0)
+    prompt = after.get(PROMPT_TOKENS, 0.0) - before.get(PROMPT_TOKENS, 0.0)
+    mean_in = prompt / served if served > 0 else None
     point = point_from_result(math.inf, result, None)
     tpot = result.get("mean_tpot_ms")
     decode = 1000.0 / tpot if isinstance(tpot, int | float) and tpot > 0 else 0.0
@@ -452,7 +484,14 @@ def _single_stream(
         accept_length=float(accept) if isinstance(accept, int | float) else None,
         ttft_s=float(result.get("median_ttft_ms") or 0.0) / 1000,
         output_tok_s=float(result.get("output_throughput") or 0.0),
+        input_tokens=mean_in,
     )
+    if mean_in is None or abs(mean_in / ss.input_len - 1) > INPUT_TOLERANCE:
+        shown = "none" if mean_in is None else f"{mean_in:.0f}"
+        ctx.refused.append(
+            f"single stream: mean input {shown} tokens counted by the server, declared "
+            f"{ss.input_len} +- {INPUT_TOLERANCE:.0%}"
+        )
     return single, point.decode_tok_s
 
 
@@ -511,6 +550,7 @@ def _report(
                 )
             )
     refused = [p.refused for m in boots for p in (*m.points, m.speed) if p.refused]
+    refused += ctx.refused
     spent = planned_cost(b, compared=bool(against))
     return BenchReport(
         scenario=ctx.scenario.name,

@@ -236,8 +236,11 @@ def point_args(
     return args
 
 
-def single_stream_args(bench: Bench, *, port: int, tokenizer: str, output_file: str) -> list[str]:
-    """Flags for the single-stream run: one request in flight, chat-templated prompts."""
+def single_stream_args(
+    bench: Bench, *, port: int, tokenizer: str, output_file: str, dataset_path: str
+) -> list[str]:
+    """Flags for the single-stream run: one request in flight, text prompts from the JSONL
+    at ``dataset_path`` (``custom`` dataset; see sglforge.bench.prompts), chat-templated."""
     ss = bench.single_stream
     assert ss is not None
     args = [
@@ -250,14 +253,11 @@ def single_stream_args(bench: Bench, *, port: int, tokenizer: str, output_file: 
         "--tokenizer",
         tokenizer,
         "--dataset-name",
-        # Random token ids: "random" samples ShareGPT text, which needs the hub.
-        "random-ids",
-        "--random-input-len",
-        str(ss.input_len),
-        "--random-output-len",
+        "custom",
+        "--dataset-path",
+        dataset_path,
+        "--sharegpt-output-len",
         str(ss.output_len),
-        "--random-range-ratio",
-        "1.0",
         "--num-prompts",
         str(ss.num_prompts),
         "--max-concurrency",
@@ -273,7 +273,7 @@ def single_stream_args(bench: Bench, *, port: int, tokenizer: str, output_file: 
         "--output-details",
     ]
     if ss.chat_template:
-        # MTP acceptance drops on raw prompts: the model's chat template wraps each prompt.
+        # MTP acceptance drops on raw prompts: custom wraps each one in the chat template.
         args.append("--apply-chat-template")
     if bench.flush_cache:
         args.append("--flush-cache")
