@@ -435,7 +435,7 @@ def test_a_stand_in_release_is_recorded_as_one(tmp_path: Path) -> None:
 
     bench = {
         "hardware": "standin-cpu",
-        "knee": {"request_rate": 9.0, "total_tok_s": 5076.2},
+        "knee": {"request_rate": 9.0, "total_tok_s": 5076.2, "output_tok_s": 507.6},
         "single_stream": {"decode_tok_s": 360.9, "accept_length": 3.37},
         "regression": {
             "regressed": True,
@@ -454,7 +454,7 @@ def test_a_stand_in_release_is_recorded_as_one(tmp_path: Path) -> None:
     record_release(tmp_path, release)
     entry = (tmp_path / "CHANGELOG.md").read_text()
     assert "smoke passed on a **STAND-IN** (standin-cpu, not a GPU run)" in entry
-    assert "bench (stand-in): knee 9 RPS at 5076 tok/s/node" in entry
+    assert "bench (stand-in): knee 9 RPS at 508 output tok/s/node" in entry
     assert "single_stream_decode_tok_s -9.0% vs last release" in entry
     assert "regression accepted: known: new kernel" in entry
 
@@ -489,7 +489,8 @@ def test_the_upgrade_report_carries_the_bench_and_its_delta() -> None:
     result = UpgradeResult("v0.5.14", "v0.5.16", None, True, True, "", (), (target,), (), {})
     text = markdown(result)
     assert "## Serving benchmark" in text
-    assert "- mi355x: bench: knee 2.4 RPS at 2626 tok/s/node, single stream 213 tok/s" in text
+    # A record from before output tok/s: its total is labelled as the total.
+    assert "- mi355x: bench: knee 2.4 RPS at 2626 total tok/s (in+out), single stream" in text
     assert "knee_total_tok_s +1.2% vs last release" in text
     assert to_dict(result)["targets"][0]["bench"] == bench
 

@@ -122,6 +122,7 @@ class BenchReport:
     planned: PlannedCost | None = None
     boot_seconds: tuple[float, ...] = ()
     input_len: int = 0
+    notes: tuple[str, ...] = ()
 
     @property
     def regressed(self) -> tuple[Change, ...]:
@@ -268,6 +269,7 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
             "conclusive": report.compared,
             "reason": report.no_baseline or None,
         },
+        "notes": list(report.notes),
         "cost": {
             "planned": report.planned.as_dict() if report.planned else None,
             "spent_node_minutes": report.spent_node_minutes,
@@ -348,6 +350,7 @@ def text(report: BenchReport) -> list[str]:
     lines.append(_comparison_line(report))
     lines += [f"vs baseline: {_change_line(c)}" for c in report.changes]
     lines.append(_cost_line(report))
+    lines += [f"note: {n}" for n in report.notes]
     if report.accepted_regression:
         lines.append(f"regression accepted: {report.accepted_regression}")
     lines.append(

@@ -114,6 +114,10 @@ class Bench:
     speed: Speed = Speed()
     cost: Cost = Cost()
     probe_prompts: int = 0  # requests per knee-search probe (0: num_prompts)
+    # generated-shared-prefix lengths are text targets (random ids decoded, then re-encoded by
+    # the server): the bench measures the server's count once and scales the requested lengths
+    # by declared / counted, for every later point of both images (sglforge.bench.runner).
+    length_scale: float = 1.0
 
     def gsp_lengths(self) -> tuple[int, int]:
         """(system prompt, question) lengths whose expected hit is ``prefix_hit``.
@@ -211,7 +215,7 @@ def point_args(
             str(n),
         ]
     else:
-        system, question = bench.gsp_lengths()
+        system, question = (round(x * bench.length_scale) for x in bench.gsp_lengths())
         groups = bench.groups(n)
         args += [
             "--gsp-system-prompt-len",
