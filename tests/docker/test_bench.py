@@ -292,9 +292,11 @@ def test_publish_gates_on_a_regression_against_the_last_release(
     second, out2 = project.publish(reg.address, "--allow-standin", "--base-image", slow)
     assert second.exit_code == 1, second.output
     assert out2["pushed"] == [] and "bench failed" in out2["error"]["message"]
-    assert "--accept-regression" in out2["error"]["message"]
     regression = out2["bench"]["regression"]
-    assert regression["regressed"] is True and regression["accepted"] is None
+    # Refused as a drop, or (a loaded machine's boots spreading beyond the declared noise) as
+    # inconclusive: neither is a pass, and --accept-regression REASON waives either.
+    assert (regression["regressed"] or regression["inconclusive"]) is True
+    assert regression["accepted"] is None
     assert out2["bench"]["baseline"]["digest"] == out["digest"]
     bench_step = [s for s in out2["steps"] if s["name"] == "bench"]
     assert bench_step and bench_step[0]["ok"] is False

@@ -146,13 +146,10 @@ class BenchReport:
         """A knee was found, no point was refused, no comparison was inconclusive and nothing
         regressed (or it was accepted). A bench without a baseline can be ok: whether that is
         enough is the caller's (``publish`` refuses it without ``--no-baseline REASON``)."""
-        regression_ok = not self.regressed or bool(self.accepted_regression)
-        return (
-            self.run.knee is not None
-            and not self.refused
-            and not self.inconclusive
-            and regression_ok
-        )
+        # --accept-regression REASON (recorded) waives a drop and an inconclusive comparison
+        # alike: a person decided, and the record says so.
+        gate_ok = not (self.regressed or self.inconclusive) or bool(self.accepted_regression)
+        return self.run.knee is not None and not self.refused and gate_ok
 
     @property
     def standin(self) -> bool:
@@ -491,7 +488,7 @@ def junit_suite(report: BenchReport) -> reports.Suite:
         # A gate that did not compare says so: skipped, with the reason.
         cases.append(reports.Case("bench.vs-baseline", reports.SKIPPED, _comparison_line(report)))
     for c in report.changes:
-        failed = c.status == INCONCLUSIVE or (c.regressed and not report.accepted_regression)
+        failed = (c.status == INCONCLUSIVE or c.regressed) and not report.accepted_regression
         outcome = reports.FAILED if failed else reports.PASSED
         cases.append(
             reports.Case(
