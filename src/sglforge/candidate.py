@@ -100,6 +100,9 @@ class Candidate:
         self.standin = bool(scenario and scenario.standin)
         self.baseline: Baseline = _no_baseline
         self.accept_regression: str | None = None
+        # publish must compare with the last release, or be told why not (--no-baseline)
+        self.baseline_required = False
+        self.no_baseline: str | None = None
         # the gates run on it, by name (sglforge.gates keeps its GateResults here: each gate
         # runs at most once per candidate, also when upgrade hands the candidate to publish)
         self.results: dict[str, object] = {}

@@ -46,6 +46,7 @@ from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
 
 if TYPE_CHECKING:
+    from sglforge.bench.cost import PlannedCost
     from sglforge.build import BuildResult
     from sglforge.candidate import Candidate
     from sglforge.gates import BenchRecord, GateResult
@@ -287,6 +288,8 @@ def _publish(run: _Run, cand: Candidate) -> PublishResult:
     cand.with_build(run.build_result, run.candidate)
     cand.standin = run.standin
     cand.baseline = lambda: _last_release_image(run)
+    cand.baseline_required = True  # a publish compares, or says why not (--no-baseline)
+    cand.no_baseline = run.req.no_baseline
     cand.accept_regression = run.req.accept_regression
     result = _gated(run, result, _gates(run, cand, gates.AFTER_BUILD))
     if result.error:
@@ -412,13 +415,51 @@ def _build(run: _Run, built: BuildResult | None) -> PublishResult:
 
 
 def _dry_run(run: _Run, result: PublishResult) -> PublishResult:
-    """The steps a real run would take, none of them run."""
+    """Every stage a real run would take, none of them run: the gates with what each will
+    use (the bench with its planned node-minutes), the push and the tags."""
     steps = [*run.clock.steps]
-    smoke_detail = "skipped (--skip-smoke)" if run.scenario is None else str(run.scenario.path)
-    steps.append(Step("smoke", None, detail=smoke_detail))
+    planned = _planned_bench(run)
+    for name, detail in _planned_gates(run, planned):
+        steps.append(Step(name, None, detail=detail))
     steps.append(Step("push", None, detail=run.immutable))
     steps += [Step("tag", None, detail=ref) for ref in run.moving]
-    return replace(result, steps=tuple(steps))
+    bench = {"planned": planned.as_dict()} if planned is not None else None
+    return replace(result, steps=tuple(steps), bench=bench)
+
+
+def _planned_bench(run: _Run) -> PlannedCost | None:
+    """The bench's planned cost (None: no bench runs)."""
+    from sglforge.bench.runner import plan
+
+    sc = run.scenario
+    return plan(sc) if sc is not None and sc.bench is not None else None
+
+
+def _planned_gates(run: _Run, planned: PlannedCost | None) -> list[tuple[str, str]]:
+    """(gate, what it will use) for each gate, in the order a real run takes them."""
+    from sglforge.gates import GATES
+
+    sc = run.scenario
+    if sc is None:
+        return [(name, "skipped (--skip-smoke)") for name in GATES]
+    model = _model(run.req) or sc.model_path
+    rocm = sc.accelerator == "rocm"
+    analysis = f"the patched tree at the pin, {model}/config.json when on this host"
+    out = [
+        ("scan", f"before the build: {analysis}" if rocm else "skipped (not a ROCm scenario)"),
+        ("coverage", f"the base's aiter tables and the queue's config items; {analysis}"),
+        ("smoke", str(sc.path)),
+    ]
+    if planned is None:
+        out.append(("bench", "skipped (the scenario has no [bench] table)"))
+    else:
+        against = (
+            f"--no-baseline: {run.req.no_baseline}"
+            if run.req.no_baseline
+            else f"the last release in {run.req.registry}"
+        )
+        out.append(("bench", f"{planned.node_minutes:.0f} node-minutes planned, against {against}"))
+    return out
 
 
 def _push_and_record(run: _Run, result: PublishResult) -> PublishResult:
@@ -501,10 +542,10 @@ def _last_release_image(run: _Run) -> tuple[str | None, str]:
     against = f"{previous.image.rpartition(':')[0]}@{previous.digest}"
     run.say(f"bench against the last release {previous.version} ({against})")
     try:
-        ensure_local(against, run.say)
+        name = ensure_local(against, run.say, run.creds)
     except (SglforgeError, EngineError) as exc:
         return None, f"the last release's image {against} cannot be pulled ({exc})"
-    return against, ""
+    return name, ""
 
 
 def _record(run: _Run) -> tuple[Release, Recorded]:

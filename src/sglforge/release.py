@@ -452,10 +452,14 @@ def bench_line(bench: Mapping[str, Any] | None) -> str:
     parts = []
     knee = bench.get("knee") or {}
     if knee:
-        parts.append(
-            f"knee {_fmt_figure(knee.get('request_rate'))} RPS at "
-            f"{_fmt_figure(knee.get('total_tok_s'))} tok/s/node"
+        # Output tok/s per node is the case study's column; older records kept only the total.
+        out = knee.get("output_tok_s")
+        figure = (
+            f"{_fmt_figure(out)} output tok/s/node"
+            if out is not None
+            else (f"{_fmt_figure(knee.get('total_tok_s'))} total tok/s (in+out)")
         )
+        parts.append(f"knee {_fmt_figure(knee.get('request_rate'))} RPS at {figure}")
     single = bench.get("single_stream") or {}
     if single:
         parts.append(f"single stream {_fmt_figure(single.get('decode_tok_s'))} tok/s")

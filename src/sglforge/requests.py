@@ -98,6 +98,7 @@ class PublishRequest:
     backoff: float = 2.0
     date: str | None = None  # the release date (None: today, UTC)
     changelog: Path | None = None  # None: the project's CHANGELOG.md
+    no_baseline: str | None = None  # why publishing with no bench comparison is fine
 
     @property
     def target(self) -> BuildTarget:
@@ -124,6 +125,7 @@ class PublishOptions:
     backoff: float = 2.0
     date: str | None = None  # the release date (None: today, UTC)
     changelog: Path | None = None  # None: the project's CHANGELOG.md
+    no_baseline: str | None = None  # why publishing with no bench comparison is fine
 
     def request(self, build: BuildRequest, smoke: SmokeRequest | None) -> PublishRequest:
         """The publish of ``build`` (and ``smoke``) with these options, every one kept."""
@@ -137,6 +139,7 @@ class PublishOptions:
             backoff=self.backoff,
             date=self.date,
             changelog=self.changelog,
+            no_baseline=self.no_baseline,
         )
 
 

@@ -93,3 +93,23 @@ def test_a_dry_run_publish_resolves_the_target_once_and_reads_the_queue_once(
     assert calls["resolve"] == 1, calls
     assert calls["load_queue"] == 1, calls
     assert doc["dry_run"] is True
+
+
+def test_a_dry_run_publish_lists_every_stage_and_the_bench_s_planned_cost(
+    tmp_path: Path,
+) -> None:
+    # The GLM-5.2 TP8 scenario as shipped: every gate is listed with what it will use, and
+    # the bench states its planned node-minutes (issue 29: at most 30 per target).
+    p = make_build_project(tmp_path)
+    scenario = str(REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml")
+    args = ["publish", "--upstream", str(p.upstream), "--registry", "127.0.0.1:9/ns"]
+    doc = run(p.root, *args, "--scenario", scenario, "--dry-run", "--json")
+    steps = {s["name"]: s["detail"] for s in doc["steps"]}
+    assert {"build", "scan", "coverage", "smoke", "bench", "push", "tag"} <= set(steps), steps
+    assert "against the last release in 127.0.0.1:9/ns" in steps["bench"]
+    planned = doc["bench"]["planned"]
+    assert 0 < planned["node_minutes"] <= 30, planned
+    assert sum(part["minutes"] for part in planned["parts"]) == pytest.approx(
+        planned["node_minutes"], abs=0.2
+    )
+    assert f"{planned['node_minutes']:.0f} node-minutes" in steps["bench"]

@@ -125,6 +125,9 @@ The serving cost model (what ``sglforge bench`` measures through the image's own
 - ``STANDIN_SLOWDOWN`` (default 1.0) multiplies every cost (an injected regression);
   ``STANDIN_NOISE`` (default 0) draws one factor per boot uniformly in ``1 +- NOISE``
   (``STANDIN_NOISE_SEED`` fixes the draw), the run-to-run noise of a real node;
+  ``STANDIN_JITTER`` (default 0) draws one more factor per request uniformly in
+  ``1 +- JITTER`` (seeded from ``STANDIN_NOISE_SEED`` too), the request-to-request spread a
+  real server shows under load. ``bench/power_study.py`` draws exactly this arithmetic;
 - ``/metrics`` with ``--enable-metrics`` only (``http_server.py:270-272``), Prometheus text
   from the engine's own counters: ``sglang:prompt_tokens_total``,
   ``sglang:generation_tokens_total``, ``sglang:num_requests_total`` and
@@ -484,12 +487,19 @@ class CostModel:
         seed = env.get("STANDIN_NOISE_SEED")
         draw = random.Random(seed if seed is not None else os.urandom(8)).uniform(-noise, noise)
         self.factor = float(env.get("STANDIN_SLOWDOWN", "1.0")) * (1.0 + draw)
+        self.jitter = float(env.get("STANDIN_JITTER", "0"))
+        self.requests = random.Random(f"{seed}-jitter" if seed is not None else os.urandom(8))
 
-    def prefill(self, uncached: int) -> float:
-        return uncached * self.prefill_s * self.factor
+    def request_factor(self) -> float:
+        """One request's own cost factor, uniform in ``1 +- STANDIN_JITTER``."""
+        return 1.0 + self.requests.uniform(-self.jitter, self.jitter) if self.jitter else 1.0
 
-    def decode(self, tokens: int, running: int) -> float:
-        return tokens / self.tok_s * self.factor * (1.0 + self.growth * max(running - 1, 0))
+    def prefill(self, uncached: int, request: float = 1.0) -> float:
+        return uncached * self.prefill_s * self.factor * request
+
+    def decode(self, tokens: int, running: int, request: float = 1.0) -> float:
+        growth = 1.0 + self.growth * max(running - 1, 0)
+        return tokens / self.tok_s * self.factor * request * growth
 
 
 def load_tokenizer(path: str):
@@ -754,7 +764,8 @@ class Engine:
             cached = self.cache.match_and_insert(ids) if counted else 0
             if counted:
                 self.cache_hit_rate = cached / prompt_tokens if prompt_tokens else 0.0
-        time.sleep(max(0.001, self.cost.prefill(prompt_tokens - cached)))  # "prefill"
+        jitter = self.cost.request_factor()
+        time.sleep(max(0.001, self.cost.prefill(prompt_tokens - cached, jitter)))  # "prefill"
         done, verify, correct = 0, 0, 0
         histogram: list[int] = []
         carry = 0.0
@@ -776,7 +787,7 @@ class Engine:
                 self.aiter_lookup(self.draft_tokens if self.spec else 1)
                 self._decode_batch(step)
             step = min(step, len(words) - done)
-            time.sleep(self.cost.decode(step, self.running))
+            time.sleep(self.cost.decode(step, self.running, jitter))
             done += step
             last = done >= len(words)
             if emit is not None:

@@ -187,3 +187,18 @@ def test_the_gates_stand_between_the_pipelines_and_the_analyses() -> None:
             assert not imported & gates, f"{name} imports the gates above it"
     for gate in gates - {"sglforge.gates"}:
         assert not GRAPH[gate] & {"sglforge.publish", "sglforge.upgrade"}, gate
+
+
+def test_the_bench_builds_on_smoke_and_never_the_other_way() -> None:
+    # The [bench] table is part of the scenario format (smoke.bench_spec); the bench runs the
+    # server through smoke's public wait_ready/http_request. An arrow back would be a cycle.
+    assert "sglforge.smoke.bench_spec" in GRAPH["sglforge.smoke.scenario"]
+    assert {"sglforge.smoke.runner", "sglforge.smoke.checks"} <= GRAPH["sglforge.bench.runner"]
+    back = sorted(
+        f"{m} -> {d}"
+        for m, deps in GRAPH.items()
+        if m.startswith("sglforge.smoke")
+        for d in deps
+        if d.startswith("sglforge.bench")
+    )
+    assert back == [], "smoke imports bench: " + "; ".join(back)

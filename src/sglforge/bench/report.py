@@ -4,6 +4,7 @@ table as text and Markdown, JUnit, the CI step summary and an SVG chart beside t
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
@@ -13,19 +14,25 @@ from pathlib import Path
 from typing import Any
 
 from sglforge import reports
-from sglforge.bench.spec import Knee
-from sglforge.bench.stats import Change, Point
+from sglforge.bench.cost import PlannedCost
+from sglforge.bench.stats import INCONCLUSIVE, Change, Point
+from sglforge.smoke.bench_spec import Knee
 from sglforge.util import atomic_write
 
 JSON_SCHEMA = 1
+# The case study's columns as it means them: sustained RPS, output tok/s per node (its
+# 2626 tok/s at 2.4 RPS is about 1.1k tokens per request for a 1k output), TTFT p50/p95 and
+# success; then what the server counted, and the total (input + output) labelled as total.
 TABLE_HEADERS: tuple[str, ...] = (
-    "RPS",
-    "total tok/s/node",
-    "output tok/s",
+    "offered RPS",
+    "sustained RPS",
+    "output tok/s/node",
     "TTFT p50",
     "TTFT p95",
     "success",
     "hit",
+    "input tok (server)",
+    "total tok/s (in+out)",
 )
 
 
@@ -37,17 +44,21 @@ class SingleStream:
     accept_length: float | None
     ttft_s: float = 0.0
     output_tok_s: float = 0.0
+    input_tokens: float | None = None  # mean per request, counted by the server
 
 
 @dataclass(frozen=True)
 class ImageRun:
-    """One image's figures over every repeat: the sweep (medians), its knee, single stream."""
+    """One image's figures: the knee search's points, the knee (and the lowest failing rate
+    above it), the speed probe of every boot, the single stream (median over boots)."""
 
     image: str
     digest: str | None
     sweep: tuple[Point, ...]
     knee: Point | None
     single: SingleStream | None
+    speed: tuple[Point, ...] = ()
+    knee_above: float | None = None
 
     @classmethod
     def of(
@@ -57,6 +68,9 @@ class ImageRun:
         rows: Sequence[Point],
         knee: Point | None,
         singles: Sequence[SingleStream],
+        *,
+        speed: tuple[Point, ...] = (),
+        knee_above: float | None = None,
     ) -> ImageRun:
         single = None
         if singles:
@@ -66,15 +80,21 @@ class ImageRun:
                 accept_length=statistics.median(accepts) if accepts else None,
                 ttft_s=statistics.median(s.ttft_s for s in singles),
                 output_tok_s=statistics.median(s.output_tok_s for s in singles),
+                input_tokens=_median_or_none([s.input_tokens for s in singles]),
             )
-        return cls(image, digest, tuple(rows), knee, single)
+        return cls(image, digest, tuple(rows), knee, single, speed, knee_above)
+
+    def speed_output_tok_s(self) -> float | None:
+        """The speed probe's output tok/s per node (median over boots)."""
+        return statistics.median(p.output_tok_s for p in self.speed) if self.speed else None
 
     def summary(self) -> dict[str, Any]:
         """The figures a release record keeps (and ``--json``'s ``baseline`` holds)."""
         return {
             "image": self.image,
             "digest": self.digest,
-            "knee": _knee_dict(self.knee),
+            "knee": _knee_dict(self.knee, self.knee_above),
+            "speed": _speed_dict(self),
             "single_stream": _single_dict(self.single),
         }
 
@@ -98,16 +118,38 @@ class BenchReport:
     duration_s: float
     repeats: int
     accepted_regression: str = ""  # --accept-regression REASON
+    no_baseline: str = ""  # why nothing was compared ("" when a baseline ran)
+    planned: PlannedCost | None = None
+    boot_seconds: tuple[float, ...] = ()
+    input_len: int = 0
+    notes: tuple[str, ...] = ()
 
     @property
     def regressed(self) -> tuple[Change, ...]:
         return tuple(c for c in self.changes if c.regressed)
 
     @property
+    def inconclusive(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.status == INCONCLUSIVE)
+
+    @property
+    def compared(self) -> bool:
+        """A baseline ran and every comparison reached a verdict."""
+        return self.baseline is not None and bool(self.changes) and not self.inconclusive
+
+    @property
+    def spent_node_minutes(self) -> float:
+        return round(self.duration_s / 60, 2)
+
+    @property
     def ok(self) -> bool:
-        """A knee was found, no point was refused and nothing regressed (or it was accepted)."""
-        regression_ok = not self.regressed or bool(self.accepted_regression)
-        return self.run.knee is not None and not self.refused and regression_ok
+        """A knee was found, no point was refused, no comparison was inconclusive and nothing
+        regressed (or it was accepted). A bench without a baseline can be ok: whether that is
+        enough is the caller's (``publish`` refuses it without ``--no-baseline REASON``)."""
+        # --accept-regression REASON (recorded) waives a drop and an inconclusive comparison
+        # alike: a person decided, and the record says so.
+        gate_ok = not (self.regressed or self.inconclusive) or bool(self.accepted_regression)
+        return self.run.knee is not None and not self.refused and gate_ok
 
     @property
     def standin(self) -> bool:
@@ -117,6 +159,9 @@ class BenchReport:
     def reason(self) -> str:
         if self.refused:
             return f"sweep point refused: {self.refused[0]}"
+        if self.inconclusive:
+            c = self.inconclusive[0]
+            return f"{c.figure}: comparison inconclusive ({c.why}); not a pass"
         if self.run.knee is None:
             rule = self.knee_rule
             return (
@@ -128,28 +173,61 @@ class BenchReport:
             against = self.baseline.image if self.baseline else "?"
             return (
                 f"{c.figure} dropped {-c.mean:.1%} against {against}"
-                f" ({c.confidence:.0%} CI {c.low:+.1%}..{c.high:+.1%}, tolerance {c.tolerance:.0%})"
+                f" (one-sided {c.confidence:.0%} bound {c.high:+.1%}, tolerance {c.tolerance:.0%})"
             )
         return ""
 
 
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, nd)
+
+
 def _point_dict(p: Point) -> dict[str, Any]:
     return {
-        "request_rate": p.request_rate,
-        "total_tok_s": round(p.total_tok_s, 3),
+        "request_rate": p.request_rate if math.isfinite(p.request_rate) else None,
+        "sustained_rps": _r(p.sustained_rps, 4),
         "output_tok_s": round(p.output_tok_s, 3),
+        "total_tok_s": round(p.total_tok_s, 3),
         "ttft_p50_s": round(p.ttft_p50_s, 4),
         "ttft_p95_s": round(p.ttft_p95_s, 4),
+        "ttft_p95_upper_s": _r(p.ttft_p95_upper_s, 4),
         "success_rate": round(p.success_rate, 4),
-        "cache_hit_rate": None if p.cache_hit_rate is None else round(p.cache_hit_rate, 4),
+        "cache_hit_rate": _r(p.cache_hit_rate, 4),
+        "input_tokens_server": _r(p.input_tokens, 1),
+        "output_tokens_server": _r(p.output_tokens, 1),
+        "requests": p.requests,
         "refused": p.refused or None,
     }
 
 
-def _knee_dict(p: Point | None) -> dict[str, Any] | None:
+def _knee_dict(p: Point | None, above: float | None = None) -> dict[str, Any] | None:
     if p is None:
         return None
-    return {"request_rate": p.request_rate, "total_tok_s": round(p.total_tok_s, 3)}
+    return {
+        "request_rate": p.request_rate,
+        "sustained_rps": _r(p.sustained_rps, 4),
+        "output_tok_s": round(p.output_tok_s, 3),
+        "total_tok_s": round(p.total_tok_s, 3),
+        "ttft_p95_s": round(p.ttft_p95_s, 4),
+        # The knee lies in [request_rate, failed_at): the search's uncertainty.
+        "failed_at": above,
+    }
+
+
+def _speed_dict(run: ImageRun) -> dict[str, Any] | None:
+    if not run.speed:
+        return None
+    per_boot = [p.output_tok_s for p in run.speed]
+    return {
+        "output_tok_s": _r(run.speed_output_tok_s()),
+        "output_tok_s_per_boot": [round(x, 3) for x in per_boot],
+        "requests_per_boot": [len(p.decode_tok_s) for p in run.speed],
+    }
 
 
 def _single_dict(s: SingleStream | None) -> dict[str, Any] | None:
@@ -158,6 +236,7 @@ def _single_dict(s: SingleStream | None) -> dict[str, Any] | None:
     return {
         "decode_tok_s": round(s.decode_tok_s, 3),
         "accept_length": None if s.accept_length is None else round(s.accept_length, 3),
+        "input_tokens_server": _r(s.input_tokens, 1),
     }
 
 
@@ -167,6 +246,7 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
     if report.changes:
         regression = {
             "regressed": bool(report.regressed),
+            "inconclusive": bool(report.inconclusive),
             "accepted": report.accepted_regression or None,
             "changes": [c.as_dict() for c in report.changes],
         }
@@ -174,10 +254,24 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
         "schema": JSON_SCHEMA,
         "ok": report.ok,
         "sweep": [_point_dict(p) for p in report.run.sweep],
-        "knee": _knee_dict(report.run.knee),
+        "knee": _knee_dict(report.run.knee, report.run.knee_above),
+        "speed": _speed_dict(report.run),
+        "speed_points": [_point_dict(p) for p in report.run.speed],
         "single_stream": _single_dict(report.run.single),
         "baseline": report.baseline.summary() if report.baseline else None,
         "regression": regression,
+        # Never silent: whether a comparison ran, and why not.
+        "comparison": {
+            "ran": report.baseline is not None,
+            "conclusive": report.compared,
+            "reason": report.no_baseline or None,
+        },
+        "notes": list(report.notes),
+        "cost": {
+            "planned": report.planned.as_dict() if report.planned else None,
+            "spent_node_minutes": report.spent_node_minutes,
+            "boot_seconds": list(report.boot_seconds),
+        },
         "hardware": report.hardware,
         "scenario": report.scenario,
         "image": report.run.image,
@@ -199,14 +293,17 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
 def record_figures(report: BenchReport) -> dict[str, Any]:
     """What a release record keeps of a bench (``inspect`` and the CHANGELOG read it)."""
     data = report_dict(report)
-    keep = ("hardware", "scenario", "dataset", "knee", "single_stream", "sweep", "regression")
+    keep = (
+        "hardware", "scenario", "dataset", "knee", "speed", "single_stream", "sweep",
+        "regression", "comparison",
+    )  # fmt: skip
     out = {k: data[k] for k in keep}
     out["baseline"] = report.baseline.summary() if report.baseline else None
     return out
 
 
 def table_rows(report: BenchReport) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """The case study's table: RPS, total tok/s per node, TTFT p50/p95, success."""
+    """The case study's table over the knee search's points (see TABLE_HEADERS)."""
     rows: list[tuple[str, ...]] = []
     for p in report.run.sweep:
         mark = (
@@ -215,12 +312,14 @@ def table_rows(report: BenchReport) -> tuple[tuple[str, ...], list[tuple[str, ..
         rows.append(
             (
                 f"{p.request_rate:g}{mark}",
-                f"{p.total_tok_s:.0f}",
+                f"{p.sustained_rps:.2f}",
                 f"{p.output_tok_s:.0f}",
                 f"{p.ttft_p50_s:.2f} s",
                 f"{p.ttft_p95_s:.2f} s",
                 f"{p.success_rate:.0%}",
                 "-" if p.cache_hit_rate is None else f"{p.cache_hit_rate:.0%}",
+                "-" if p.input_tokens is None else f"{p.input_tokens:.0f}",
+                f"{p.total_tok_s:.0f}",
             )
         )
     return TABLE_HEADERS, rows
@@ -243,8 +342,12 @@ def text(report: BenchReport) -> list[str]:
     ]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lines.append(_knee_line(report))
+    lines.append(_speed_line(report))
     lines.append(_single_line(report))
+    lines.append(_comparison_line(report))
     lines += [f"vs baseline: {_change_line(c)}" for c in report.changes]
+    lines.append(_cost_line(report))
+    lines += [f"note: {n}" for n in report.notes]
     if report.accepted_regression:
         lines.append(f"regression accepted: {report.accepted_regression}")
     lines.append(
@@ -256,10 +359,28 @@ def text(report: BenchReport) -> list[str]:
 
 def _knee_line(report: BenchReport) -> str:
     k, rule = report.run.knee, report.knee_rule
-    where = f"TTFT p95 <= {rule.ttft_p95_max_s:g} s, success >= {rule.min_success:.0%}"
+    where = f"TTFT p95 <= {rule.ttft_p95_max_s:g} s at 95 % confidence, all requests served"
     if k is None:
         return f"knee: none ({where})"
-    return f"knee: {k.request_rate:g} RPS, {k.total_tok_s:.0f} tok/s/node ({where})"
+    above = report.run.knee_above
+    bracket = (
+        f"between {k.request_rate:g} and {above:g}" if above else f"at least {k.request_rate:g}"
+    )
+    return (
+        f"knee: {k.request_rate:g} RPS offered ({bracket}), {k.sustained_rps:.2f} sustained, "
+        f"{k.output_tok_s:.0f} output tok/s/node ({k.total_tok_s:.0f} total in+out) ({where})"
+    )
+
+
+def _speed_line(report: BenchReport) -> str:
+    run = report.run
+    out = run.speed_output_tok_s()
+    if out is None:
+        return "speed probe: not run"
+    return (
+        f"speed probe: {out:.0f} output tok/s/node at fixed concurrency (median of "
+        f"{len(run.speed)} boot(s))"
+    )
 
 
 def _single_line(report: BenchReport) -> str:
@@ -270,11 +391,33 @@ def _single_line(report: BenchReport) -> str:
     return f"single stream: {s.decode_tok_s:.1f} decode tok/s, accept length {accept}"
 
 
+def _comparison_line(report: BenchReport) -> str:
+    if report.baseline is None:
+        return f"comparison: NOT RUN ({report.no_baseline})"
+    return f"comparison against {report.baseline.image}: " + (
+        "inconclusive" if report.inconclusive else "ran"
+    )
+
+
 def _change_line(c: Change) -> str:
-    verdict = "REGRESSION" if c.regressed else "within the noise band"
+    verdict = {"regressed": "REGRESSION", "passed": "no significant drop"}.get(
+        c.status, f"INCONCLUSIVE ({c.why})"
+    )
+    level = 1 - 2 * (1 - c.confidence)
     return (
-        f"{c.figure} {c.baseline:.1f} -> {c.candidate:.1f} ({c.mean:+.1%}, {c.confidence:.0%} CI "
-        f"{c.low:+.1%}..{c.high:+.1%}, tolerance {c.tolerance:.0%}): {verdict}"
+        f"{c.figure} {c.baseline:.1f} -> {c.candidate:.1f} ({c.mean:+.1%}, {level:.0%} CI "
+        f"{c.low:+.1%}..{c.high:+.1%}, {c.boots[0]}+{c.boots[1]} boots, "
+        f"{c.requests[0]}+{c.requests[1]} requests, minimum detectable drop {c.mde:.1%}): "
+        f"{verdict}"
+    )
+
+
+def _cost_line(report: BenchReport) -> str:
+    planned = report.planned.node_minutes if report.planned else None
+    shown = "-" if planned is None else f"{planned:.1f}"
+    return (
+        f"cost: {report.spent_node_minutes:.1f} node-minutes spent "
+        f"({len(report.boot_seconds)} boots), {shown} planned for a GPU node"
     )
 
 
@@ -288,7 +431,10 @@ def markdown(report: BenchReport) -> str:
         f"- image: `{report.run.image}` (`{report.run.digest or '-'}`)",
         f"- dataset: `{report.dataset}`, declared prefix-cache hit {report.expected_hit:.0%}",
         f"- {_knee_line(report)}",
+        f"- {_speed_line(report)}",
         f"- {_single_line(report)}",
+        f"- {_comparison_line(report)}",
+        f"- {_cost_line(report)}",
     ]
     lines += [
         f"- vs `{report.baseline.image}`: {_change_line(c)}"
@@ -319,7 +465,8 @@ def junit_suite(report: BenchReport) -> reports.Suite:
         elif p.within(rule):
             cases.append(
                 reports.Case(
-                    name, output=f"{p.total_tok_s:.1f} tok/s, TTFT p95 {p.ttft_p95_s:.3f} s"
+                    name,
+                    output=f"{p.output_tok_s:.1f} output tok/s, TTFT p95 {p.ttft_p95_s:.3f} s",
                 )
             )
         else:
@@ -337,10 +484,12 @@ def junit_suite(report: BenchReport) -> reports.Suite:
         else reports.Case("bench.knee", reports.FAILED, _knee_line(report))
     )
     cases.append(reports.Case("bench.single-stream", output=_single_line(report)))
+    if report.baseline is None:
+        # A gate that did not compare says so: skipped, with the reason.
+        cases.append(reports.Case("bench.vs-baseline", reports.SKIPPED, _comparison_line(report)))
     for c in report.changes:
-        outcome = (
-            reports.FAILED if c.regressed and not report.accepted_regression else reports.PASSED
-        )
+        failed = (c.status == INCONCLUSIVE or c.regressed) and not report.accepted_regression
+        outcome = reports.FAILED if failed else reports.PASSED
         cases.append(
             reports.Case(
                 f"bench.vs-baseline.{c.figure}",
@@ -354,7 +503,9 @@ def junit_suite(report: BenchReport) -> reports.Suite:
         "image": report.run.image,
         "dataset": report.dataset,
         "knee_rps": report.run.knee.request_rate if report.run.knee else None,
-        "knee_tok_s": round(report.run.knee.total_tok_s, 3) if report.run.knee else None,
+        "knee_output_tok_s": round(report.run.knee.output_tok_s, 3) if report.run.knee else None,
+        "compared": report.compared,
+        "no_baseline": report.no_baseline or None,
     }
     return reports.Suite(
         f"sglforge bench {report.scenario}",
@@ -370,54 +521,125 @@ def junit_xml(report: BenchReport) -> str:
     return reports.junit_xml([junit_suite(report)], "sglforge bench")
 
 
-def svg(report: BenchReport, width: int = 640, height: int = 360) -> str:
-    """Total tok/s against RPS (bars) with TTFT p95 (line) and the knee limit, as SVG."""
-    rows = report.run.sweep
-    pad_l, pad_r, pad_t, pad_b = 60, 60, 40, 50
+def ticks(high: float, count: int = 5) -> list[float]:
+    """Round tick values from 0 to at least ``high`` (steps of 1, 2 or 5 x 10^k)."""
+    high = max(high, 1e-9)
+    raw = high / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    n = math.ceil(high / step - 1e-9)
+    return [round(i * step, 10) for i in range(n + 1)]
+
+
+def svg(report: BenchReport, width: int = 720, height: int = 400) -> str:
+    """The knee search as a chart: output tok/s/node and TTFT p95 against the offered rate,
+    both axes with ticks, the TTFT limit, the knee marked, and a legend."""
+    rows = [p for p in report.run.sweep if math.isfinite(p.request_rate)]
+    pad_l, pad_r, pad_t, pad_b = 70, 70, 50, 60
     w, h = width - pad_l - pad_r, height - pad_t - pad_b
-    tok_max = max([p.total_tok_s for p in rows] + [1.0])
     limit = report.knee_rule.ttft_p95_max_s
-    ttft_max = max([p.ttft_p95_s for p in rows] + [limit]) * 1.1
-    n = max(len(rows), 1)
-    slot = w / n
+    x_ticks = ticks(max([p.request_rate for p in rows] + [1.0]))
+    tok_ticks = ticks(max([p.output_tok_s for p in rows] + [1.0]))
+    ttft_ticks = ticks(max([p.ttft_p95_s for p in rows] + [limit]) * 1.05)
+    x_max, tok_max, ttft_max = x_ticks[-1], tok_ticks[-1], ttft_ticks[-1]
+
+    def x(v: float) -> float:
+        return pad_l + v / x_max * w
+
+    def y_tok(v: float) -> float:
+        return pad_t + h - v / tok_max * h
+
+    def y_ttft(v: float) -> float:
+        return pad_t + h - min(v, ttft_max) / ttft_max * h
+
     name, label = escape(report.scenario), escape(_label(report))
+    base = pad_t + h
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f"<title>{name}: tok/s and TTFT p95 by request rate ({label})</title>",
+        f"<title>{name}: output tok/s/node and TTFT p95 by request rate ({label})</title>",
         f'<rect width="{width}" height="{height}" fill="white"/>',
         f'<text x="{pad_l}" y="20" font-size="13">{name} ({label})</text>',
-        f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" stroke="black"/>',
-        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + h}" stroke="black"/>',
-        f'<text x="10" y="{pad_t - 8}">tok/s</text>',
-        f'<text x="{pad_l + w - 10}" y="{pad_t - 8}">TTFT p95 (s)</text>',
-        f'<text x="{pad_l + w / 2 - 20}" y="{height - 10}">request rate (RPS)</text>',
+        f'<line x1="{pad_l}" y1="{base}" x2="{pad_l + w}" y2="{base}" stroke="black"/>',
+        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{base}" stroke="black"/>',
+        f'<line x1="{pad_l + w}" y1="{pad_t}" x2="{pad_l + w}" y2="{base}" stroke="black"/>',
     ]
-    y_limit = pad_t + h - limit / ttft_max * h
+    for t in x_ticks:
+        out.append(
+            f'<line x1="{x(t):.1f}" y1="{base}" x2="{x(t):.1f}" y2="{base + 5}" stroke="black"/>'
+        )
+        out.append(f'<text x="{x(t):.1f}" y="{base + 17}" text-anchor="middle">{t:g}</text>')
+    for t in tok_ticks:
+        yy = y_tok(t)
+        out.append(
+            f'<line x1="{pad_l - 5}" y1="{yy:.1f}" x2="{pad_l}" y2="{yy:.1f}" stroke="black"/>'
+        )
+        out.append(
+            f'<line x1="{pad_l}" y1="{yy:.1f}" x2="{pad_l + w}" y2="{yy:.1f}" stroke="#eee"/>'
+        )
+        out.append(f'<text x="{pad_l - 8}" y="{yy + 4:.1f}" text-anchor="end">{t:g}</text>')
+    for t in ttft_ticks:
+        yy = y_ttft(t)
+        out.append(
+            f'<line x1="{pad_l + w}" y1="{yy:.1f}" x2="{pad_l + w + 5}" y2="{yy:.1f}" '
+            'stroke="#d70"/>'
+        )
+        out.append(f'<text x="{pad_l + w + 8}" y="{yy + 4:.1f}" fill="#d70">{t:g}</text>')
+    out += [
+        f'<text x="{pad_l + w / 2}" y="{height - 22}" text-anchor="middle">'
+        "offered request rate (requests/s)</text>",
+        f'<text transform="translate(16 {pad_t + h / 2}) rotate(-90)" text-anchor="middle">'
+        "output tok/s per node</text>",
+        f'<text transform="translate({width - 12} {pad_t + h / 2}) rotate(90)" '
+        'text-anchor="middle" fill="#d70">TTFT p95 (s)</text>',
+    ]
+    y_limit = y_ttft(limit)
     out.append(
         f'<line x1="{pad_l}" y1="{y_limit:.1f}" x2="{pad_l + w}" y2="{y_limit:.1f}" '
         'stroke="red" stroke-dasharray="4 3"/>'
     )
-    out.append(f'<text x="{pad_l + w + 4}" y="{y_limit + 4:.1f}" fill="red">{limit:g} s</text>')
-    line = []
-    for i, p in enumerate(rows):
-        x = pad_l + i * slot + slot * 0.2
-        bh = p.total_tok_s / tok_max * h
-        is_knee = report.run.knee is not None and p.request_rate == report.run.knee.request_rate
-        fill = "#2a7" if is_knee else "#58a"
+    k = report.run.knee
+    if k is not None:
+        xk = x(k.request_rate)
         out.append(
-            f'<rect x="{x:.1f}" y="{pad_t + h - bh:.1f}" width="{slot * 0.6:.1f}" '
-            f'height="{bh:.1f}" fill="{fill}"><title>{p.request_rate:g} RPS: '
-            f"{p.total_tok_s:.0f} tok/s, TTFT p95 {p.ttft_p95_s:.2f} s</title></rect>"
+            f'<line x1="{xk:.1f}" y1="{pad_t}" x2="{xk:.1f}" y2="{base}" stroke="#2a7" '
+            'stroke-width="2" stroke-dasharray="6 3"/>'
         )
-        out.append(f'<text x="{x:.1f}" y="{pad_t + h + 14}">{p.request_rate:g}</text>')
-        out.append(f'<text x="{x:.1f}" y="{pad_t + h - bh - 3:.1f}">{p.total_tok_s:.0f}</text>')
-        line.append(
-            (pad_l + i * slot + slot / 2, pad_t + h - min(p.ttft_p95_s, ttft_max) / ttft_max * h)
+        out.append(
+            f'<text x="{xk + 4:.1f}" y="{pad_t + 12}" fill="#2a7">knee {k.request_rate:g} RPS, '
+            f"{k.output_tok_s:.0f} tok/s</text>"
         )
-    if line:
-        pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in line)
-        out.append(f'<polyline points="{pts}" fill="none" stroke="#d70" stroke-width="2"/>')
+    for series, color, yf in (
+        ([(p.request_rate, p.output_tok_s) for p in rows], "#58a", y_tok),
+        ([(p.request_rate, p.ttft_p95_s) for p in rows], "#d70", y_ttft),
+    ):
+        if series:
+            pts = " ".join(f"{x(a):.1f},{yf(b):.1f}" for a, b in series)
+            out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for a, b in series:
+            out.append(
+                f'<circle cx="{x(a):.1f}" cy="{yf(b):.1f}" r="3.5" fill="{color}">'
+                f"<title>{a:g} RPS: {b:.2f}</title></circle>"
+            )
+    lx, ly = pad_l + 10, pad_t + 8
+    legend = (
+        ("#58a", "", "output tok/s/node"),
+        ("#d70", "", "TTFT p95"),
+        ("red", "4 3", f"TTFT limit {limit:g} s"),
+        ("#2a7", "6 3", "knee"),
+    )
+    out.append(
+        f'<rect x="{lx - 6}" y="{ly - 4}" width="150" height="{len(legend) * 16 + 6}" '
+        'fill="white" stroke="#999"/>'
+    )
+    for i, (color, dash, text_) in enumerate(legend):
+        yy = ly + 8 + i * 16
+        style = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(
+            f'<line x1="{lx}" y1="{yy}" x2="{lx + 24}" y2="{yy}" stroke="{color}" '
+            f'stroke-width="2"{style}/>'
+        )
+        out.append(f'<text x="{lx + 30}" y="{yy + 4}">{escape(text_)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -2,8 +2,10 @@
 ``python3 -m sglang.bench_serving`` in a second container of the same image (host network, the
 report folder mounted), one run per sweep point, and read its JSONL.
 
-With a baseline image the repeats are paired: each repeat boots the baseline, measures it,
-then boots the candidate and measures it, so the node's drift falls on both alike.
+With a baseline image the boots alternate in ABBA blocks (``repeats`` boots per side): every
+boot runs the compared speed probe (fixed concurrency, closed loop) and the single stream; the
+first candidate boot also searches the knee. The comparison is ``stats.compare`` over the
+per-request samples of each boot.
 """
 
 from __future__ import annotations
@@ -20,26 +22,33 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sglforge.bench.cost import PlannedCost, planned_cost
+from sglforge.bench.prompts import program_args
 from sglforge.bench.report import BenchReport, ImageRun, SingleStream, write_outputs
-from sglforge.bench.spec import (
+from sglforge.bench.stats import (
+    HIT_GAUGE,
+    PROMPT_TOKENS,
+    Block,
+    Change,
+    Point,
+    abba,
+    capacity,
+    compare,
+    hit_rate,
+    metric_sums,
+    point_from_result,
+    require_finite,
+)
+from sglforge.errors import BenchError, ConfigError
+from sglforge.requests import SmokeRequest
+from sglforge.smoke.bench_spec import (
+    RANDOM_IDS_SHARED_PREFIX,
     Bench,
     choose_dataset,
     point_args,
     single_stream_args,
 )
-from sglforge.bench.stats import (
-    HIT_GAUGE,
-    Point,
-    aggregate,
-    hit_rate,
-    knee,
-    metric_sums,
-    paired_change,
-    point_from_result,
-)
-from sglforge.errors import BenchError, ConfigError
-from sglforge.requests import SmokeRequest
-from sglforge.smoke.checks import HttpError, _request
+from sglforge.smoke.checks import HttpError, http_request
 from sglforge.smoke.preflight import port_in_use, refuse_simulated_acceptance
 from sglforge.smoke.scenario import Scenario
 from sglforge.util import check_output_dir, confined, work_dir
@@ -47,6 +56,15 @@ from sglforge.util import check_output_dir, confined, work_dir
 BENCH_COMMAND = ("python3", "-m", "sglang.bench_serving")
 STANDIN_HARDWARE = "standin-cpu"
 CLIENT_MOUNT = "/sglforge-bench"
+# HOME of the client: bench_serving caches generated datasets under ~/.cache/sglang/benchmark
+# (0.5.14 benchmark/datasets/generated_shared_prefix.py:140), kept in the report folder so a
+# dataset is generated once per bench, not once per point.
+CLIENT_HOME = f"{CLIENT_MOUNT}/home"
+# Counters the server bumps per finished request (0.5.14 srt/observability/
+# metrics_collector.py:1428-1431, :1645-1673): what it counted, not what the client meant.
+REQUESTS = "sglang:num_requests_total"
+GENERATED = "sglang:generation_tokens_total"
+INPUT_TOLERANCE = 0.02  # a point whose mean input is further off its declared length is refused
 _CHOICES = re.compile(r"--dataset-name\s+\{([^}]*)\}")
 
 
@@ -66,6 +84,8 @@ class _Ctx:
     timeout: float
     dataset: str = ""
     client_runs: int = 0
+    refused: list[str] = field(default_factory=list)
+    calibrated: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -75,15 +95,19 @@ def run_bench(
     req: SmokeRequest,
     *,
     against: str | None = None,
+    no_baseline: str = "",
     point_timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
 ) -> BenchReport:
-    """Benchmark ``image`` with ``req``'s scenario's ``[bench]`` workload (paired with
-    ``against``); ``req.log_dir`` is the report folder (default: a new one under build/bench/).
+    """Benchmark ``image`` with ``req``'s scenario's ``[bench]`` workload, compared with
+    ``against`` (a local image, or ``REPO@sha256:...`` made local by :func:`ensure_local`);
+    ``req.log_dir`` is the report folder (default: a new one under build/bench/).
 
-    Raises ConfigError for a scenario without ``[bench]`` or simulated acceptance in the
-    environment, BenchError when the server or bench_serving cannot run. A regression is a
-    report (``ok`` False), not an exception.
+    Without ``against``, ``no_baseline`` says why (the report carries it: a gate that did
+    not compare is never silent). Raises ConfigError for a scenario without ``[bench]`` or
+    simulated acceptance in the environment, BenchError when the server or bench_serving
+    cannot run or a figure is not finite. A regression, an inconclusive comparison or a
+    refused point is a report (``ok`` False), not an exception.
     """
     ctx = _prepare(root, req, point_timeout)
     ctx.say = progress or (lambda _m: None)
@@ -92,15 +116,26 @@ def run_bench(
     _reap()
     ctx.dataset = choose_dataset(_dataset_choices(ctx, image))
     ctx.say(f"dataset {ctx.dataset} (from {image}'s own bench_serving)")
-    candidate: list[_Measured] = []
-    baseline: list[_Measured] = []
-    for repeat in range(ctx.bench.repeats):
-        if against:
-            baseline.append(_measure(ctx, against, repeat, "baseline"))
-        candidate.append(_measure(ctx, image, repeat, "candidate"))
-    report = _report(ctx, image, against, candidate, baseline, started, time.monotonic() - t0)
+    order = abba(ctx.bench.repeats) if against else ("candidate",)
+    boots: list[_Measured] = []
+    searched = False
+    for i, side in enumerate(order):
+        ref = against if side == "baseline" and against else image
+        search = side == "candidate" and not searched
+        searched = searched or search
+        boots.append(_measure(ctx, ref, i, side, len(order), search=search))
+    report = _report(ctx, image, against, no_baseline, boots, started, time.monotonic() - t0)
     write_outputs(report)
     return report
+
+
+def plan(sc: Scenario, *, compared: bool = True) -> PlannedCost:
+    """The node-minutes a bench of the scenario plans (``publish --dry-run`` states it)."""
+    if sc.bench is None:
+        raise ConfigError(
+            f"{sc.path}: the scenario has no [bench] table", "add one (see docs/bench.md)"
+        )
+    return planned_cost(sc.bench, compared=compared)
 
 
 def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
@@ -144,10 +179,16 @@ def _reap() -> None:
 
 @dataclass(frozen=True)
 class _Measured:
-    """One boot of one image: its sweep points and its single-stream run."""
+    """One boot of one image: the knee search (first candidate boot), the speed probe and
+    the single-stream run, and the seconds it took."""
 
+    side: str
+    order: int
     points: tuple[Point, ...]
+    speed: Point
     single: SingleStream | None
+    single_samples: tuple[float, ...]
+    seconds: float
 
 
 def _profile(ctx: _Ctx, extra_mounts: tuple[Any, ...] = ()) -> Any:
@@ -180,8 +221,17 @@ def _dataset_choices(ctx: _Ctx, image: str) -> list[str]:
     return [c.strip() for c in m.group(1).split(",")]
 
 
-def _client(ctx: _Ctx, image: str, args: list[str], name: str, *, expect_file: bool = True) -> str:
-    """Run bench_serving in a container of ``image``; its output (or the JSONL's last line)."""
+def _client(
+    ctx: _Ctx,
+    image: str,
+    args: list[str],
+    name: str,
+    *,
+    expect_file: bool = True,
+    command: tuple[str, ...] = BENCH_COMMAND,
+) -> str:
+    """Run bench_serving (or ``command``) in a container of ``image``; its output (or the
+    JSONL's last line)."""
     from sglforge.engine import containers
 
     ctx.client_runs += 1
@@ -189,11 +239,12 @@ def _client(ctx: _Ctx, image: str, args: list[str], name: str, *, expect_file: b
     mount = containers.Mount(str(ctx.report_dir), CLIENT_MOUNT, read_only=False)
     profile = _profile(ctx, (mount,))
     # No hub: the tokenizer is a local folder (the model's own, or the scenario's).
-    profile = replace(profile, env={**profile.env, "HF_HUB_OFFLINE": "1"})
+    profile = replace(profile, env={**profile.env, "HF_HUB_OFFLINE": "1", "HOME": CLIENT_HOME})
+    (ctx.report_dir / "home").mkdir(exist_ok=True)
     with containers.running(
         image,
         entrypoint=(),
-        command=[*BENCH_COMMAND, *args],
+        command=[*command, *args],
         profile=profile,
         log_path=log,
         role="bench-client",
@@ -210,7 +261,7 @@ def _client(ctx: _Ctx, image: str, args: list[str], name: str, *, expect_file: b
     if code != 0:
         tail = " | ".join(text.strip().splitlines()[-3:])
         raise BenchError(
-            f"{image}: python3 -m sglang.bench_serving {name} exited {code}: {tail}",
+            f"{image}: {' '.join(command[:3]) or args[0]} {name} exited {code}: {tail}",
             f"read {log}",
         )
     if not expect_file:
@@ -228,7 +279,7 @@ def _client(ctx: _Ctx, image: str, args: list[str], name: str, *, expect_file: b
 @contextmanager
 def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
     from sglforge.engine import containers
-    from sglforge.smoke.runner import _wait_ready
+    from sglforge.smoke.runner import wait_ready
 
     log = ctx.report_dir / f"{name}.server.log"
     if port_in_use(ctx.port):
@@ -247,7 +298,7 @@ def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
         role="bench",
         labels={"io.sglforge.bench": ctx.scenario.name, **ctx.labels},
     ) as box:
-        ready = _wait_ready(box, ctx.port, ctx.scenario.load_timeout, ctx.say)
+        ready = wait_ready(box, ctx.port, ctx.scenario.load_timeout, ctx.say)
         if not ready.passed:
             raise BenchError(f"{image}: {ready.detail}", f"read {log}")
         yield
@@ -261,7 +312,7 @@ def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
 def _scrape(ctx: _Ctx) -> dict[str, float]:
     url = f"http://127.0.0.1:{ctx.port}/metrics"
     try:
-        status, body = _request(url, None, timeout=30)
+        status, body = http_request(url, None, timeout=30)
     except HttpError as exc:
         raise BenchError(f"{url}: {exc}", "the server must run with --enable-metrics") from None
     if status != 200:
@@ -272,146 +323,251 @@ def _scrape(ctx: _Ctx) -> dict[str, float]:
     return metric_sums(body.decode(errors="replace"))
 
 
-def _rates(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
-    """The sweep, or the automatic search: double until the knee rule breaks, then bisect."""
+def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
+    """The knee search. With ``[bench.search]``: double from ``start`` until the rule breaks
+    (the last probe at ``max_rate``); with ``request_rates``: up the list until it breaks.
+    Then ``steps`` bisections (2 for a list) between the last pass and the first failure."""
     b = ctx.bench
-    if b.search is None:
-        return [measure(rate) for rate in b.request_rates]
     points: list[Point] = []
-    rate, good, bad = b.search.start, 0.0, math.inf
-    while rate <= b.search.max_rate:
+    good, bad = 0.0, math.inf
+    if b.search is None:
+        rates, steps = list(b.request_rates), 2
+    else:
+        rates, r, steps = [], b.search.start, b.search.steps
+        while r < b.search.max_rate:
+            rates.append(r)
+            r *= 2
+        rates.append(b.search.max_rate)
+    for rate in rates:
         p = measure(rate)
         points.append(p)
         if not p.within(b.knee):
             bad = rate
             break
-        good, rate = rate, rate * 2
-    for _ in range(b.search.steps if math.isfinite(bad) and good > 0 else 0):
+        good = rate
+    for _ in range(steps if math.isfinite(bad) and good > 0 else 0):
         mid = round((good + bad) / 2, 3)
+        if mid in (good, bad):
+            break
         p = measure(mid)
         points.append(p)
         good, bad = (mid, bad) if p.within(b.knee) else (good, mid)
-    return points
+    return sorted(points, key=lambda p: p.request_rate)
 
 
-def _measure(ctx: _Ctx, image: str, repeat: int, side: str) -> _Measured:
+def _point(
+    ctx: _Ctx,
+    image: str,
+    name: str,
+    rate: float,
+    *,
+    num_prompts: int = 0,
+    concurrency: int = 0,
+) -> Point:
+    """One bench_serving run, with the server's own counts: the hit rate and the mean input
+    and output tokens; refused when either is off what the scenario declares."""
     b = ctx.bench
     tokenizer = b.tokenizer or ctx.scenario.model_mount
-    expected = b.expected_hit(ctx.dataset)
-    with _server(ctx, image, f"{side}-{repeat}"):
-
-        def measure(rate: float) -> Point:
-            name = f"{side}-{repeat}-rate-{rate:g}"
-            ctx.say(f"{side} repeat {repeat + 1}/{b.repeats}: request rate {rate:g}/s")
-            before = _scrape(ctx)
-            args = point_args(
-                b,
-                ctx.dataset,
-                rate,
-                port=ctx.port,
-                tokenizer=tokenizer,
-                output_file=f"{CLIENT_MOUNT}/{name}.jsonl",
-                seed=b.seed,
-            )
-            result = json.loads(_client(ctx, image, args, name))
-            after = _scrape(ctx)
-            hit = hit_rate(before, after)
-            point = point_from_result(rate, result, hit)
-            gauge = after.get(HIT_GAUGE)
-            if hit is None or abs(hit - expected) > b.hit_tolerance:
-                shown = "none" if hit is None else f"{hit:.3f}"
-                point = replace(
-                    point,
-                    refused=f"prefix-cache hit {shown} on the server (sglang:cached_tokens_total"
-                    f" / sglang:prompt_tokens_total; gauge {gauge}), declared {expected:.3f}"
-                    f" +- {b.hit_tolerance:g}",
-                )
-            return point
-
-        points = _rates(ctx, measure)
-        single = _single_stream(ctx, image, repeat, side, tokenizer) if b.single_stream else None
-    return _Measured(tuple(points), single)
-
-
-def _single_stream(ctx: _Ctx, image: str, repeat: int, side: str, tokenizer: str) -> SingleStream:
-    name = f"{side}-{repeat}-single-stream"
-    ctx.say(f"{side} repeat {repeat + 1}: single stream")
-    args = single_stream_args(
-        ctx.bench,
+    before = _scrape(ctx)
+    args = point_args(
+        b,
+        ctx.dataset,
+        rate,
         port=ctx.port,
         tokenizer=tokenizer,
         output_file=f"{CLIENT_MOUNT}/{name}.jsonl",
-        seed=ctx.bench.seed,
+        num_prompts=num_prompts,
+        concurrency=concurrency,
     )
     result = json.loads(_client(ctx, image, args, name))
+    after = _scrape(ctx)
+    hit = hit_rate(before, after)
+    served = after.get(REQUESTS, 0.0) - before.get(REQUESTS, 0.0)
+    counted = (
+        (
+            after.get("sglang:prompt_tokens_total", 0.0)
+            - before.get("sglang:prompt_tokens_total", 0.0)
+        )
+        / served
+        if served > 0
+        else None,
+        (after.get(GENERATED, 0.0) - before.get(GENERATED, 0.0)) / served if served > 0 else None,
+    )
+    point = point_from_result(rate, result, hit, counted, b.gate.confidence)
+    require_finite(f"{name} output tok/s", [point.output_tok_s])
+    expected = b.expected_hit(ctx.dataset)
+    why = []
+    if hit is None or abs(hit - expected) > b.hit_tolerance:
+        shown = "none" if hit is None else f"{hit:.3f}"
+        gauge = after.get(HIT_GAUGE)
+        why.append(
+            f"prefix-cache hit {shown} on the server (sglang:cached_tokens_total"
+            f" / sglang:prompt_tokens_total; gauge {gauge}), declared {expected:.3f}"
+            f" +- {b.hit_tolerance:g}"
+        )
+    mean_in = counted[0]
+    off = mean_in is None or abs(mean_in / b.input_len - 1) > INPUT_TOLERANCE
+    if off and mean_in and not ctx.calibrated and ctx.dataset != RANDOM_IDS_SHARED_PREFIX:
+        # Text lengths: scale what is asked by what the server counted, once, and measure
+        # this point again; every later point of either image uses the same prompts.
+        ctx.calibrated = True
+        scale = b.length_scale * b.input_len / mean_in
+        ctx.bench = replace(b, length_scale=scale)
+        ctx.notes.append(
+            f"calibrated generated-shared-prefix lengths x{scale:.4f}: the server counted "
+            f"{mean_in:.0f} input tokens for {b.input_len} declared"
+        )
+        ctx.say(ctx.notes[-1])
+        return _point(ctx, image, f"{name}-calibrated", rate, num_prompts=num_prompts,
+                      concurrency=concurrency)  # fmt: skip
+    ctx.calibrated = True
+    if off:
+        shown = "none" if mean_in is None else f"{mean_in:.0f}"
+        why.append(
+            f"mean input {shown} tokens counted by the server (sglang:prompt_tokens_total /"
+            f" {REQUESTS}), declared {b.input_len} +- {INPUT_TOLERANCE:.0%}"
+        )
+    return replace(point, refused="; ".join(why)) if why else point
+
+
+def _measure(
+    ctx: _Ctx, image: str, order: int, side: str, total: int, *, search: bool
+) -> _Measured:
+    b = ctx.bench
+    t0 = time.monotonic()
+    with _server(ctx, image, f"{side}-{order}"):
+        where = f"{side} boot {order + 1}/{total}"
+
+        def measure(rate: float) -> Point:
+            ctx.say(f"{where}: knee probe at {rate:g} requests/s")
+            return _point(
+                ctx, image, f"{side}-{order}-rate-{rate:g}", rate, num_prompts=b.probe_prompts
+            )
+
+        points = _search(ctx, measure) if search else []
+        c = b.speed.concurrency
+        ctx.say(
+            f"{where}: speed probe, {b.prompts(b.speed.num_prompts)} requests at concurrency {c}"
+        )
+        speed = _point(
+            ctx, image, f"{side}-{order}-speed", math.inf,
+            num_prompts=b.speed.num_prompts, concurrency=c,
+        )  # fmt: skip
+        single, samples = _single_stream(ctx, image, order, side) if b.single_stream else (None, ())
+    return _Measured(side, order, tuple(points), speed, single, samples, time.monotonic() - t0)
+
+
+PROMPTS = "single-stream-prompts.jsonl"
+
+
+def _single_stream(
+    ctx: _Ctx, image: str, order: int, side: str
+) -> tuple[SingleStream, tuple[float, ...]]:
+    """The single stream: text prompts through the chat template (``custom``), generated once
+    per bench with the image's tokenizer; the server's count confirms their length."""
+    b = ctx.bench
+    ss = b.single_stream
+    assert ss is not None
+    name = f"{side}-{order}-single-stream"
+    tokenizer = b.tokenizer or ctx.scenario.model_mount
+    if not (ctx.report_dir / PROMPTS).is_file():
+        ctx.say(f"writing {ss.num_prompts} single-stream prompts of {ss.input_len} tokens")
+        args = program_args(
+            tokenizer, f"{CLIENT_MOUNT}/{PROMPTS}", ss.input_len, ss.num_prompts, ss.chat_template
+        )
+        _client(ctx, image, args, "single-stream-prompts", expect_file=False, command=())
+    ctx.say(f"{side} boot {order + 1}: single stream")
+    args = single_stream_args(
+        b,
+        port=ctx.port,
+        tokenizer=tokenizer,
+        output_file=f"{CLIENT_MOUNT}/{name}.jsonl",
+        dataset_path=f"{CLIENT_MOUNT}/{PROMPTS}",
+    )
+    before = _scrape(ctx)
+    result = json.loads(_client(ctx, image, args, name))
+    after = _scrape(ctx)
+    served = after.get(REQUESTS, 0.0) - before.get(REQUESTS, 0.0)
+    prompt = after.get(PROMPT_TOKENS, 0.0) - before.get(PROMPT_TOKENS, 0.0)
+    mean_in = prompt / served if served > 0 else None
+    point = point_from_result(math.inf, result, None)
     tpot = result.get("mean_tpot_ms")
     decode = 1000.0 / tpot if isinstance(tpot, int | float) and tpot > 0 else 0.0
+    require_finite(f"{name} decode tok/s", [decode])
     accept = result.get("accept_length")
-    return SingleStream(
+    single = SingleStream(
         decode_tok_s=decode,
         accept_length=float(accept) if isinstance(accept, int | float) else None,
         ttft_s=float(result.get("median_ttft_ms") or 0.0) / 1000,
         output_tok_s=float(result.get("output_throughput") or 0.0),
+        input_tokens=mean_in,
     )
+    if mean_in is None or abs(mean_in / ss.input_len - 1) > INPUT_TOLERANCE:
+        shown = "none" if mean_in is None else f"{mean_in:.0f}"
+        ctx.refused.append(
+            f"single stream: mean input {shown} tokens counted by the server, declared "
+            f"{ss.input_len} +- {INPUT_TOLERANCE:.0%}"
+        )
+    return single, point.decode_tok_s
 
 
-def _knee_tok_s(ctx: _Ctx, m: _Measured) -> float:
-    found = knee(aggregate(m.points), ctx.bench.knee)
-    return found.total_tok_s if found else 0.0
+def speed_figure(bench: Bench) -> str:
+    """The compared figure's name: per-request decode tok/s at the probe's concurrency."""
+    return f"decode_tok_s_per_request_at_concurrency_{bench.speed.concurrency}"
 
 
 def _report(
     ctx: _Ctx,
     image: str,
     against: str | None,
-    candidate: list[_Measured],
-    baseline: list[_Measured],
+    no_baseline: str,
+    boots: list[_Measured],
     started: str,
     seconds: float,
 ) -> BenchReport:
     from sglforge.engine import images as engine_images
 
     b = ctx.bench
-    rows = aggregate([p for m in candidate for p in m.points])
-    found = knee(rows, b.knee)
-    singles = [m.single for m in candidate if m.single is not None]
-    run = ImageRun.of(image, _digest(engine_images, image), rows, found, singles)
+    cand = [m for m in boots if m.side == "candidate"]
+    base = [m for m in boots if m.side == "baseline"]
+    rows = [p for m in cand for p in m.points]
+    found = capacity(rows, b.knee)
+    singles = [m.single for m in cand if m.single is not None]
+    run = ImageRun.of(
+        image, _digest(engine_images, image), rows, found.point if found else None, singles,
+        speed=tuple(m.speed for m in cand), knee_above=found.above if found else None,
+    )  # fmt: skip
     base_run = None
-    changes = []
-    if against and baseline:
-        base_rows = aggregate([p for m in baseline for p in m.points])
-        base_singles = [m.single for m in baseline if m.single is not None]
+    changes: list[Change] = []
+    if against:
         base_run = ImageRun.of(
             against,
             _digest(engine_images, against),
-            base_rows,
-            knee(base_rows, b.knee),
-            base_singles,
+            (),
+            None,
+            [m.single for m in base if m.single is not None],
+            speed=tuple(m.speed for m in base),
         )
         g = b.gate
-        for figure, base_values, cand_values in (
-            (
-                "knee_total_tok_s",
-                [_knee_tok_s(ctx, m) for m in baseline],
-                [_knee_tok_s(ctx, m) for m in candidate],
-            ),
-            (
-                "single_stream_decode_tok_s",
-                [m.single.decode_tok_s for m in baseline if m.single],
-                [m.single.decode_tok_s for m in candidate if m.single],
-            ),
-        ):
+        kw = {"boot_sd": g.boot_sd, "confidence": g.confidence, "tolerance": g.tolerance}
+        changes.append(
+            compare(
+                speed_figure(b),
+                [Block(m.side, m.order, m.speed.decode_tok_s) for m in boots],
+                **kw,
+            )
+        )
+        if b.single_stream:
             changes.append(
-                paired_change(
-                    figure,
-                    base_values,
-                    cand_values,
-                    confidence=g.confidence,
-                    tolerance=g.tolerance,
-                    resamples=g.resamples,
+                compare(
+                    "single_stream_decode_tok_s",
+                    [Block(m.side, m.order, m.single_samples) for m in boots],
+                    **kw,
                 )
             )
-    refused = [r for r in rows if r.refused]
+    refused = [p.refused for m in boots for p in (*m.points, m.speed) if p.refused]
+    refused += ctx.refused
+    spent = planned_cost(b, compared=bool(against))
     return BenchReport(
         scenario=ctx.scenario.name,
         scenario_path=ctx.scenario.path,
@@ -421,12 +577,17 @@ def _report(
         knee_rule=b.knee,
         run=run,
         baseline=base_run,
-        changes=tuple(c for c in changes if c is not None),
-        refused=tuple(r.refused for r in refused),
+        changes=tuple(changes),
+        refused=tuple(dict.fromkeys(refused)),
         report_dir=ctx.report_dir,
         started_at=started,
         duration_s=round(seconds, 3),
         repeats=b.repeats,
+        no_baseline="" if against else (no_baseline or "no --against image was given"),
+        planned=spent,
+        notes=tuple(ctx.notes),
+        boot_seconds=tuple(round(m.seconds, 1) for m in boots),
+        input_len=b.input_len,
     )
 
 
@@ -435,12 +596,17 @@ def _digest(engine_images: Any, image: str) -> str | None:
     return (info.digest or info.id) if info else None
 
 
-def ensure_local(ref: str, say: Callable[[str], None] | None = None) -> str:
-    """``ref`` present on the engine: pulled (with its registry's login) when it is not."""
+def ensure_local(ref: str, say: Callable[[str], None] | None = None, creds: Any = None) -> str:
+    """``ref`` present on the engine, pulled (with its registry's login, or ``creds``) when it
+    is not; the name to run it by: ``REPO@sha256:...`` for a digest reference (the engine
+    keeps no tag for an image pulled by digest), else ``ref`` itself."""
     from sglforge.engine import images as engine_images
+    from sglforge.engine.reference import parse
 
-    if engine_images.inspect(ref) is None:
+    r = parse(ref, allow_digest=True)
+    name = f"{r.name}@{r.digest}" if r.digest else ref
+    if engine_images.inspect(name) is None:
         if say:
-            say(f"pulling {ref}")
-        engine_images.pull(ref)
-    return ref
+            say(f"pulling {name}")
+        engine_images.pull(name, creds)
+    return name

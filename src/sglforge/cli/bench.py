@@ -30,7 +30,8 @@ from sglforge.util import check_output_file
     "--against",
     "against",
     metavar="REF",
-    help="The last release's image: run it paired with IMAGE and compare (noise band, CI).",
+    help="The last release's image (REPO:TAG or REPO@sha256:...): boot it alternately with "
+    "IMAGE (ABBA) and compare.",
 )
 @click.option(
     "--model", type=click.Path(), help="Model folder on this host (overrides the scenario)."
@@ -57,20 +58,23 @@ def bench_cmd(
 ) -> None:
     """Measure serving performance the case study's way, with the image's own client.
 
-    Launches the server as `sglforge smoke` does (plus --enable-metrics), then runs
-    `python3 -m sglang.bench_serving` from inside the image, one run per request rate of the
-    scenario's [bench] sweep (or its automatic search), with warm-up, --flush-cache and a seed,
-    and reads its JSONL. The prefix-cache hit rate is read on the server (sglang's Prometheus
-    counters); a point whose hit is far from the declared one is refused. Writes the table
-    (RPS, total tok/s per node, TTFT p50/p95, success), the knee (largest rate whose TTFT p95
-    is within the limit with full success), single-stream decode tok/s and accept length, a
-    chart (chart.svg) and bench.md beside report.json.
+    Launches the server as `sglforge smoke` does (plus --enable-metrics) and runs
+    `python3 -m sglang.bench_serving` from inside the image. The knee is searched (the
+    scenario's request rates or [bench.search], then bisections), each probe passing when all
+    requests are served and a 95 % upper bound of its TTFT p95 is within the limit; every point
+    records the tokens the server counted (refused 2 % off the declared input, or far from the
+    declared prefix-cache hit). Writes the table (sustained RPS, output tok/s per node, TTFT
+    p50/p95, success; total in+out labelled as total), the knee with its bracket, the speed at
+    a fixed concurrency, single-stream decode tok/s and accept length (text prompts through the
+    chat template), a chart (chart.svg) and bench.md beside report.json, and the node-minutes
+    it spent and plans.
 
-    With --against REF the last release runs paired with IMAGE (baseline then candidate, each
-    repeat) and the knee throughput and single-stream tok/s are compared with a bootstrap
-    confidence interval: a drop whose whole interval is beyond the scenario's tolerance fails.
-    A scenario with accelerator = "none" is a stand-in: its figures are labelled
-    "standin-cpu", never a GPU run.
+    With --against REF (a local image, REPO:TAG, or REPO@sha256:... pulled from its registry)
+    baseline and candidate boot alternately in ABBA blocks, `repeats` boots each, and each
+    request's decode tok/s at the fixed concurrency (and the single stream's) is compared: a
+    drop whose one-sided 95 % bound is below the tolerance fails; a comparison that cannot
+    conclude fails too. Without --against the output says no comparison ran. A scenario with
+    accelerator = "none" is a stand-in: its figures are labelled "standin-cpu", never a GPU run.
 
     Exit code 0 when a knee was found and nothing regressed, 1 otherwise, 7 when it cannot run.
 
@@ -88,7 +92,7 @@ def bench_cmd(
         check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
     say = current().info
     if against:
-        ensure_local(against, lambda m: say(f"bench: {m}"))
+        against = ensure_local(against, lambda m: say(f"bench: {m}"))
     req = SmokeRequest(
         scenario=state.project.scenario_file(Path(scenario)),
         model=Path(model) if model else None,

@@ -123,8 +123,9 @@ def base_image_option(f: F) -> F:
 
 
 def publish_options(f: F) -> F:
-    """``--accept-regression``, ``--retries`` and ``--backoff``: how a publish goes (publish and
-    ``upgrade --publish`` alike, copied into each target's publish)."""
+    """``--accept-regression``, ``--no-baseline``, ``--retries`` and ``--backoff``: how a
+    publish goes (publish and ``upgrade --publish`` alike, copied into each target's
+    publish)."""
     f = click.option(
         "--backoff",
         type=click.FloatRange(0, 300),
@@ -138,6 +139,13 @@ def publish_options(f: F) -> F:
         default=3,
         show_default=True,
         help="Retries of a push after a transient registry error (exponential backoff).",
+    )(f)
+    f = click.option(
+        "--no-baseline",
+        metavar="REASON",
+        help="Publish with no bench comparison when no earlier release can be compared (the "
+        "first release, say); REASON is recorded. Without it, a bench that cannot compare "
+        "refuses the publish.",
     )(f)
     return click.option(
         "--accept-regression",

@@ -89,6 +89,7 @@ def upgrade_cmd(
     do_publish: bool,
     allow_standin: bool,
     accept_regression: str | None,
+    no_baseline: str | None,
     retries: int,
     backoff: float,
     registry: str | None,
@@ -123,6 +124,7 @@ def upgrade_cmd(
             registry=registry or "",
             allow_standin=allow_standin,
             accept_regression=accept_regression,
+            no_baseline=no_baseline,
             attempts=retries + 1,
             backoff=backoff,
         )

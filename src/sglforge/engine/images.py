@@ -284,33 +284,48 @@ def buildx(
 
 
 def pull(ref: str, creds: Credentials | None = None) -> ImageInfo:
-    """Pull ``ref`` through the engine, reading every event; the image pulled.
+    """Pull ``ref`` (``REPO:TAG`` or ``REPO[:TAG]@sha256:...``) through the engine, reading
+    every event; the image pulled.
 
-    ``creds`` default to the login for its registry (environment or Docker config).
-    ImageMissing when the registry has no such tag, RegistryError for other failures.
+    A digest wins over a tag: the engine fetches that manifest (the Engine API's ``tag``
+    parameter takes a digest) and the image is then named ``REPO@sha256:...``, which is what
+    a runner without the image locally needs for a release it only knows by digest.
+    ``creds`` default to the login for its registry (environment or Docker config); they are
+    never put in a message. ImageMissing when the registry has no such tag or digest,
+    RegistryAuthRefused for a refused login, RegistryError for other failures.
     """
-    r = parse(ref)
+    r = parse(ref, allow_digest=True)
+    wanted = f"{r.name}@{r.digest}" if r.digest else f"{r.name}:{r.tag}"
     auth = creds.auth_config() if creds else auth_config(r.registry)
     error: str | None = None
+    check = "the digest" if r.digest else "the tag"
     try:
-        events = _api().pull(r.name, tag=r.tag, stream=True, decode=True, auth_config=auth)
+        events = _api().pull(
+            r.name, tag=r.digest or r.tag, stream=True, decode=True, auth_config=auth
+        )
         for event in events:  # read to the end, as in push
             if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
                 error = error or scrub(str(event.get("error")), creds)
     except docker.errors.APIError as exc:
         text = scrub(str(exc.explanation or exc), creds)
         if exc.status_code == 404 or re.search(r"manifest unknown|not found", text, re.I):
-            raise ImageMissing(f"pull {ref}: {text}", f"check the tag: docker pull {ref}") from None
+            raise ImageMissing(
+                f"pull {wanted}: {text}", f"check {check}: docker pull {wanted}"
+            ) from None
         if exc.status_code in (401, 403) or re.search(r"unauthorized|denied", text, re.I):
-            raise RegistryAuthRefused(f"pull {ref}: {text}", f"docker login {r.registry}") from None
-        raise RegistryError(f"pull {ref}: {text}", f"docker pull {ref}") from None
+            raise RegistryAuthRefused(
+                f"pull {wanted}: {text}", f"docker login {r.registry}"
+            ) from None
+        raise RegistryError(f"pull {wanted}: {text}", f"docker pull {wanted}") from None
     if error:
         if re.search(r"manifest unknown|not found|does not exist", error, re.I):
-            raise ImageMissing(f"pull {ref}: {error}", f"check the tag: docker pull {ref}")
-        raise RegistryError(f"pull {ref}: {error}", f"check the registry: docker pull {ref}")
-    info = inspect(ref)
+            raise ImageMissing(f"pull {wanted}: {error}", f"check {check}: docker pull {wanted}")
+        if re.search(r"unauthorized|denied|authentication required", error, re.I):
+            raise RegistryAuthRefused(f"pull {wanted}: {error}", f"docker login {r.registry}")
+        raise RegistryError(f"pull {wanted}: {error}", f"check the registry: docker pull {wanted}")
+    info = inspect(wanted)
     if info is None:
-        raise EngineError(f"pull {ref}: the engine has no image after the pull")
+        raise EngineError(f"pull {wanted}: the engine has no image after the pull")
     return info
 
 

@@ -27,11 +27,28 @@ def check(c: Candidate) -> GateResult:
     if sc.bench is None:
         return skipped(NAME, "the scenario has no [bench] table")
     against, unevaluated = c.baseline()
+    if against is None and c.baseline_required and not c.no_baseline:
+        why = f"no bench comparison: {unevaluated}"
+        return failed(
+            NAME,
+            why,
+            f"bench: {why}; a publish compares with the last release, so nothing was pushed "
+            "and no tag moved\n  next: fix the registry or the last release, or pass "
+            "--no-baseline REASON (the first release, say) to publish without a comparison",
+            EXIT_PROBLEMS,
+        )
     if against is None:
+        if c.no_baseline:
+            unevaluated = f"{unevaluated}; --no-baseline: {c.no_baseline}"
         c.say(f"bench: no comparison ({unevaluated})")
     try:
         report = run_bench(
-            c.project.root, c.build_result.image, req, against=against, progress=c.say
+            c.project.root,
+            c.build_result.image,
+            req,
+            against=against,
+            no_baseline=unevaluated if against is None else "",
+            progress=c.say,
         )
     except SglforgeError as exc:
         return failed(

@@ -27,7 +27,7 @@ from sglforge.patches.check import (
     git_reason,
 )
 from sglforge.project import Project
-from sglforge.queue.series import Patch, Pin, Queue, load_queue, ref_version
+from sglforge.queue.series import Patch, Pin, Queue, load_queue, queue_stamp, ref_version
 from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.util import atomic_write, confined, project_lock
 
@@ -197,6 +197,8 @@ def _queue_under_lock(project: Project) -> Queue:
     build names its image by the queue hash) is refused when another command changed it
     since: applying the old queue would record old names a later export writes back."""
     seen = project.queue
+    if queue_stamp(project.root) == seen.stamp:
+        return seen  # nothing under patches/ changed: no second read of the queue
     now = load_queue(project.root)
     if now.hash != seen.hash:
         raise PatchError(

@@ -160,6 +160,9 @@ class Queue:
     patches: tuple[Patch, ...]
     hash: str
     configs: tuple[ConfigItem, ...] = ()
+    # patches/ as it stood just before it was read (``queue_stamp``): what a later check under
+    # the project lock compares, without reading the queue again
+    stamp: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def patches_dir(self) -> Path:
@@ -694,6 +697,21 @@ def queue_hash(pin: Pin, entries: tuple[SeriesEntry, ...], root: Path) -> str:
     return h.hexdigest()
 
 
+def queue_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every file under ``patches/`` with its modification time (ns) and size: equal stamps
+    mean nothing there was written, renamed or removed in between (read from the folder, not
+    the files)."""
+    base = root / "patches"
+    out = []
+    for path in sorted(base.rglob("*")) if base.is_dir() else ():
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        out.append((path.relative_to(base).as_posix(), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
 def load_queue(root: Path) -> Queue:
     """The queue at ``root``, validated before any command acts on it.
 
@@ -703,6 +721,7 @@ def load_queue(root: Path) -> Queue:
     not a PEP 440 specifier. ``sglforge patches lint`` reports the same as findings.
     """
     recover_transactions(root / "patches")
+    stamp = queue_stamp(root)
     pin = load_pin(root)
     if not (root / "patches" / "series").is_file():
         raise ConfigError(
@@ -737,6 +756,7 @@ def load_queue(root: Path) -> Queue:
         patches=tuple(patches),
         hash=queue_hash(pin, entries, root),
         configs=load_items(root),
+        stamp=stamp,
     )
 
 

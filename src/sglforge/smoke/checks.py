@@ -86,7 +86,7 @@ def _lines(resp: Any, budget: _Budget) -> Iterator[bytes]:
         yield bytes(pending)
 
 
-def _request(
+def http_request(
     url: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0
 ) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else None
@@ -104,7 +104,7 @@ def _request(
 
 
 def _json(url: str, body: Mapping[str, Any] | None = None, timeout: float = 30.0) -> Any:
-    status, raw = _request(url, body, timeout)
+    status, raw = http_request(url, body, timeout)
     if status != 200:
         raise HttpError(f"{url}: HTTP {status}: {printable(raw[:200].decode(errors='replace'))}")
     try:
@@ -398,10 +398,10 @@ class _Session:
 
     def spec_server(self) -> Check:
         source = "/server_info"
-        status, raw = _request(f"{self.base}/server_info", None, 30)
+        status, raw = http_request(f"{self.base}/server_info", None, 30)
         if status == 404:
             source = "/get_server_info"
-            status, raw = _request(f"{self.base}/get_server_info", None, 30)
+            status, raw = http_request(f"{self.base}/get_server_info", None, 30)
         if status != 200:
             raise HttpError(f"{self.base}{source}: HTTP {status}")
         try:

@@ -19,9 +19,9 @@ from sglforge.requests import SmokeRequest
 from sglforge.smoke.checks import (
     CHECK_ORDER,
     HttpError,
-    _request,
     _Session,
     _timed,
+    http_request,
     logs_check,
     scan_log,
     scan_required,
@@ -228,7 +228,7 @@ def _launch(run: _Run, env: Mapping[str, str] | None, labels: Mapping[str, str] 
         log_path=run.log_path,
         labels={"io.sglforge.smoke": scenario.name, **dict(labels or {})},
     ) as box:
-        ready = _wait_ready(box, run.port, run.timeout, say)
+        ready = wait_ready(box, run.port, run.timeout, say)
         out.checks.append(ready)
         if ready.passed:
             run.figures["ready_s"] = ready.value
@@ -351,7 +351,7 @@ def _finish(run: _Run, out: _Outcome) -> SmokeReport:
     return report
 
 
-def _wait_ready(box: Any, port: int, timeout: float, say: Callable[[str], None]) -> Check:
+def wait_ready(box: Any, port: int, timeout: float, say: Callable[[str], None]) -> Check:
     """Poll ``GET /health_generate`` until 200, the container exits, or ``timeout`` passes."""
     url = f"http://127.0.0.1:{port}/health_generate"
     started = time.monotonic()
@@ -368,7 +368,7 @@ def _wait_ready(box: Any, port: int, timeout: float, say: Callable[[str], None])
                 f"{time.monotonic() - started:.1f} s, before it was ready",
             )
         try:
-            status, _ = _request(
+            status, _ = http_request(
                 url, None, timeout=min(10.0, max(0.5, deadline - time.monotonic()))
             )
             if status == 200:

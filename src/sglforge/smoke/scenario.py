@@ -17,8 +17,8 @@ from sglforge.errors import ConfigError
 from sglforge.util import confined
 
 if TYPE_CHECKING:
-    from sglforge.bench.spec import Bench
     from sglforge.engine.containers import Profile
+    from sglforge.smoke.bench_spec import Bench
 from sglforge.smoke.constants import (
     ACCELERATORS,
     DEFAULT_ACCEPT_LENGTH,
@@ -231,7 +231,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     container = _parse_container(top.table("container"), path)
 
     checks = _parse_checks(top.table("checks"), path)
-    from sglforge.bench.spec import parse_bench
+    from sglforge.smoke.bench_spec import parse_bench
 
     bench = parse_bench(top.table("bench"), path)
     accepted = _parse_coverage(top.table("coverage"), path)

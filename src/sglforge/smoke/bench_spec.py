@@ -57,20 +57,42 @@ class SingleStream:
 
 @dataclass(frozen=True)
 class Gate:
-    """When a drop against the last release fails a publish.
+    """When a drop against the last release fails a publish (sglforge.bench.stats.compare).
 
-    A drop fails when the confidence interval of the paired relative change lies entirely
-    below ``-tolerance`` (significant and beyond the tolerance).
+    The candidate regresses when the one-sided ``confidence`` upper bound of its change is
+    below ``-tolerance``. ``boot_sd`` is the node's declared per-boot noise: the standard
+    deviation of one boot's log speed (+-2 % uniform is 0.0115), which the data then check.
     """
 
-    tolerance: float = 0.05
+    tolerance: float = 0.0
     confidence: float = 0.95
-    resamples: int = 2000
+    boot_sd: float = 0.0115
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The compared speed probe of every boot: ``num_prompts`` shared-prefix requests at a
+    fixed ``concurrency``, closed loop (``--max-concurrency``, ``--request-rate inf``), so the
+    server is loaded whatever its speed; each request's decode tok/s is one sample."""
+
+    concurrency: int = 16
+    num_prompts: int = 64
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Planning figures for the gate's node-minutes (measure them once on the node):
+    ``boot_minutes`` from start to ready, ``output_tok_s`` the node's output tok/s at the
+    speed probe's concurrency, ``single_stream_tok_s`` one stream's decode speed."""
+
+    boot_minutes: float = 2.0
+    output_tok_s: float = 1000.0
+    single_stream_tok_s: float = 100.0
 
 
 @dataclass(frozen=True)
 class Bench:
-    """The ``[bench]`` table."""
+    """The ``[bench]`` table. ``repeats`` is the boots per side of a comparison (ABBA)."""
 
     input_len: int
     output_len: int
@@ -89,6 +111,13 @@ class Bench:
     single_stream: SingleStream | None
     gate: Gate
     tokenizer: str | None  # a path in the container; None: the model's own
+    speed: Speed = Speed()
+    cost: Cost = Cost()
+    probe_prompts: int = 0  # requests per knee-search probe (0: num_prompts)
+    # generated-shared-prefix lengths are text targets (random ids decoded, then re-encoded by
+    # the server): the bench measures the server's count once and scales the requested lengths
+    # by declared / counted, for every later point of both images (sglforge.bench.runner).
+    length_scale: float = 1.0
 
     def gsp_lengths(self) -> tuple[int, int]:
         """(system prompt, question) lengths whose expected hit is ``prefix_hit``.
@@ -109,8 +138,13 @@ class Bench:
         p = self.prompts_per_group
         return system / self.input_len * (p - 1) / p
 
-    def groups(self) -> int:
-        return max(1, math.ceil(self.num_prompts / self.prompts_per_group))
+    def groups(self, num_prompts: int = 0) -> int:
+        """Prompt groups for ``num_prompts`` requests (default: the table's ``num_prompts``)."""
+        return max(1, math.ceil((num_prompts or self.num_prompts) / self.prompts_per_group))
+
+    def prompts(self, num_prompts: int = 0) -> int:
+        """The request count bench_serving really sends: whole groups of prompts."""
+        return self.groups(num_prompts) * self.prompts_per_group
 
 
 def choose_dataset(choices: Sequence[str]) -> str:
@@ -134,9 +168,17 @@ def point_args(
     port: int,
     tokenizer: str,
     output_file: str,
-    seed: int,
+    num_prompts: int = 0,
+    concurrency: int = 0,
 ) -> list[str]:
-    """``python3 -m sglang.bench_serving`` flags for one sweep point at ``rate``."""
+    """``python3 -m sglang.bench_serving`` flags for one point at ``rate`` (``inf`` with a
+    ``concurrency``: the closed-loop speed probe), ``num_prompts`` requests (default the
+    table's). With the table's ``--seed`` and the same lengths every boot sends the same
+    prompts, and 0.5.14 caches a generated-shared-prefix dataset under
+    ``~/.cache/sglang/benchmark`` keyed by them
+    (benchmark/datasets/generated_shared_prefix.py:123-151, :197-202, :322-324),
+    so a mounted cache folder generates it once per bench, not once per point."""
+    n = num_prompts or bench.num_prompts
     args = [
         "--backend",
         bench.backend,
@@ -151,7 +193,7 @@ def point_args(
         "--request-rate",
         _num(rate),
         "--seed",
-        str(seed),
+        str(bench.seed),
         "--warmup-requests",
         str(bench.warmup_requests),
         "--output-file",
@@ -170,11 +212,11 @@ def point_args(
             "--random-shared-prefix-len",
             str(round(bench.prefix_hit * bench.input_len)),
             "--num-prompts",
-            str(bench.num_prompts),
+            str(n),
         ]
     else:
-        system, question = bench.gsp_lengths()
-        groups = bench.groups()
+        system, question = (round(x * bench.length_scale) for x in bench.gsp_lengths())
+        groups = bench.groups(n)
         args += [
             "--gsp-system-prompt-len",
             str(system),
@@ -191,15 +233,18 @@ def point_args(
             "--num-prompts",
             str(groups * bench.prompts_per_group),
         ]
+    if concurrency:
+        args += ["--max-concurrency", str(concurrency)]
     if bench.flush_cache:
         args.append("--flush-cache")
     return args
 
 
 def single_stream_args(
-    bench: Bench, *, port: int, tokenizer: str, output_file: str, seed: int
+    bench: Bench, *, port: int, tokenizer: str, output_file: str, dataset_path: str
 ) -> list[str]:
-    """Flags for the single-stream run: one request in flight, chat-templated prompts."""
+    """Flags for the single-stream run: one request in flight, text prompts from the JSONL
+    at ``dataset_path`` (``custom`` dataset; see sglforge.bench.prompts), chat-templated."""
     ss = bench.single_stream
     assert ss is not None
     args = [
@@ -212,14 +257,11 @@ def single_stream_args(
         "--tokenizer",
         tokenizer,
         "--dataset-name",
-        # Random token ids: "random" samples ShareGPT text, which needs the hub.
-        "random-ids",
-        "--random-input-len",
-        str(ss.input_len),
-        "--random-output-len",
+        "custom",
+        "--dataset-path",
+        dataset_path,
+        "--sharegpt-output-len",
         str(ss.output_len),
-        "--random-range-ratio",
-        "1.0",
         "--num-prompts",
         str(ss.num_prompts),
         "--max-concurrency",
@@ -227,7 +269,7 @@ def single_stream_args(
         "--request-rate",
         "inf",
         "--seed",
-        str(seed),
+        str(bench.seed),
         "--warmup-requests",
         str(bench.warmup_requests),
         "--output-file",
@@ -235,7 +277,7 @@ def single_stream_args(
         "--output-details",
     ]
     if ss.chat_template:
-        # MTP acceptance drops on raw prompts: the model's chat template wraps each prompt.
+        # MTP acceptance drops on raw prompts: custom wraps each one in the chat template.
         args.append("--apply-chat-template")
     if bench.flush_cache:
         args.append("--flush-cache")
@@ -269,7 +311,7 @@ def parse_bench(bt: Table, path: Path) -> Bench | None:
     warmup = bt.number("warmup_requests", "int", 1, strict=False)
     flush = bt.get("flush_cache", "bool", True)
     seed = bt.get("seed", "int", 1)
-    repeats = bt.number("repeats", "int", 3)
+    repeats = bt.number("repeats", "int", 4)
     hit_tol = bt.number("hit_rate_tolerance", "float", 0.1)
     backend = bt.get("backend", "str", "sglang")
     if backend not in BACKENDS:
@@ -299,13 +341,29 @@ def parse_bench(bt: Table, path: Path) -> Bench | None:
     st.done()
     gt = bt.table("gate")
     gate = Gate(
-        tolerance=gt.number("tolerance", "float", 0.05),
+        tolerance=gt.number("tolerance", "float", 0.0, strict=False),
         confidence=gt.number("confidence", "float", 0.95),
-        resamples=gt.number("resamples", "int", 2000),
+        boot_sd=gt.number("boot_sd", "float", 0.0115, strict=False),
     )
     gt.done()
-    if not gate.confidence < 1:
-        raise ConfigError(f"{path}: 'bench.gate.confidence' must be below 1", f"fix {path}")
+    if not 0.5 < gate.confidence < 1:
+        raise ConfigError(
+            f"{path}: 'bench.gate.confidence' must be between 0.5 and 1", f"fix {path}"
+        )
+    spt = bt.table("speed")
+    speed = Speed(
+        concurrency=spt.number("concurrency", "int", 16),
+        num_prompts=spt.number("num_prompts", "int", 64),
+    )
+    spt.done()
+    ct = bt.table("cost")
+    cost = Cost(
+        boot_minutes=ct.number("boot_minutes", "float", 2.0),
+        output_tok_s=ct.number("output_tok_s", "float", 1000.0),
+        single_stream_tok_s=ct.number("single_stream_tok_s", "float", 100.0),
+    )
+    ct.done()
+    probe_prompts = bt.number("probe_prompts", "int", 0, strict=False)
     bt.done()
     return Bench(
         input_len=input_len,
@@ -325,6 +383,9 @@ def parse_bench(bt: Table, path: Path) -> Bench | None:
         single_stream=single,
         gate=gate,
         tokenizer=tokenizer,
+        speed=speed,
+        cost=cost,
+        probe_prompts=probe_prompts,
     )
 
 

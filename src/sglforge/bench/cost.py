@@ -1,0 +1,109 @@
+"""The node-minutes a bench (and the publish gate) plans to spend, from a scenario's ``[bench]``
+table alone: boots, the knee search, the compared speed probes and the single streams.
+
+Durations are planning figures: arrivals (requests / rate) plus one request's drain for an
+open-loop probe, the output tokens over the node's output tok/s for a closed-loop probe, and the
+``[bench.cost]`` boot time. ``sglforge bench`` reports what it really spent beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sglforge.smoke.bench_spec import Bench
+
+
+@dataclass(frozen=True)
+class CostPart:
+    """One line of the plan: what, how many, minutes each, minutes in all."""
+
+    name: str
+    count: int
+    minutes_each: float
+
+    @property
+    def minutes(self) -> float:
+        return self.count * self.minutes_each
+
+
+@dataclass(frozen=True)
+class PlannedCost:
+    """The node-minutes one bench plans for one target (one node), and its parts."""
+
+    parts: tuple[CostPart, ...]
+    boots: int
+    compared: bool
+
+    @property
+    def node_minutes(self) -> float:
+        return math.fsum(p.minutes for p in self.parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node_minutes": round(self.node_minutes, 1),
+            "boots": self.boots,
+            "compared": self.compared,
+            "parts": [
+                {
+                    "name": p.name,
+                    "count": p.count,
+                    "minutes_each": round(p.minutes_each, 2),
+                    "minutes": round(p.minutes, 1),
+                }
+                for p in self.parts
+            ],
+        }
+
+
+def search_rates(bench: Bench) -> int:
+    """The most probes the knee search makes: the rate list (or the doubling from ``start``
+    up to ``max_rate``), then its bisections."""
+    if bench.search is None:
+        return len(bench.request_rates) + 2
+    s = bench.search
+    doublings = max(0, math.ceil(math.log2(s.max_rate / s.start))) + 1
+    return doublings + s.steps
+
+
+def _search_minutes(bench: Bench) -> float:
+    """Minutes of the knee search's probes (arrivals plus one request's drain each)."""
+    if bench.search is None:
+        rates = list(bench.request_rates)
+        rates += [rates[-1]] * 2  # the bisections stay below the last listed rate
+    else:
+        s = bench.search
+        rates, r = [], s.start
+        while r < s.max_rate:
+            rates.append(r)
+            r *= 2
+        rates.append(s.max_rate)
+        rates += [s.max_rate * 0.75] * s.steps  # bisections between the last pass and fail
+    n = bench.prompts(bench.probe_prompts)
+    drain = _request_seconds(bench)
+    return math.fsum((n / r + drain) / 60 for r in rates)
+
+
+def _request_seconds(bench: Bench) -> float:
+    """One request under load: its output at the speed probe's per-stream share."""
+    per_stream = bench.cost.output_tok_s / max(bench.speed.concurrency, 1)
+    return bench.output_len / per_stream
+
+
+def planned_cost(bench: Bench, *, compared: bool = True) -> PlannedCost:
+    """The plan for one bench of ``bench`` (``compared``: against a baseline, ABBA)."""
+    boots = 2 * bench.repeats if compared else 1
+    c = bench.cost
+    speed_n = bench.prompts(bench.speed.num_prompts)
+    speed_minutes = (speed_n * bench.output_len / c.output_tok_s + _request_seconds(bench)) / 60
+    parts = [
+        CostPart("boots", boots, c.boot_minutes),
+        CostPart(f"knee search, at most {search_rates(bench)} probes", 1, _search_minutes(bench)),
+        CostPart(f"speed probe at concurrency {bench.speed.concurrency}", boots, speed_minutes),
+    ]
+    ss = bench.single_stream
+    if ss is not None:
+        each = ss.num_prompts * (ss.output_len / c.single_stream_tok_s) / 60
+        parts.append(CostPart("single stream", boots, each))
+    return PlannedCost(tuple(parts), boots, compared)

@@ -1,0 +1,107 @@
+"""The gate's statistics: ABBA boots, per-request samples, an interval whose coverage the seeded
+power study checks (its table in docs/bench.md is held here), non-finite figures refused and an
+unevaluated comparison never a pass."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from sglforge.bench.stats import (
+    INCONCLUSIVE,
+    PASSED,
+    REGRESSED,
+    Block,
+    abba,
+    compare,
+)
+from sglforge.errors import BenchError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _study() -> ModuleType:
+    path = ROOT / "bench" / "power_study.py"
+    spec = importlib.util.spec_from_file_location("power_study", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["power_study"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_power_table_in_the_docs_is_the_studys_and_meets_the_target() -> None:
+    ps = _study()
+    (row,) = ps.study(2000, 29, (ps.CHOSEN,))
+    # The target of issue 29: a 3 % slowdown found with >= 90 % power at <= 5 % false alarms,
+    # +-2 % per-boot noise and per-request jitter; the 90 % interval covers about 90 %.
+    assert row.power >= 0.90 and row.false_alarm <= 0.05, row
+    assert 0.87 <= row.coverage <= 0.93 and row.inconclusive <= 0.01, row
+    line = (
+        f"| {row.boots} | {row.requests} | {row.false_alarm:.1%} | {row.power:.1%} | "
+        f"{row.coverage:.1%} | {row.inconclusive:.1%} | {row.mde:.2%} |"
+    )
+    docs = (ROOT / "docs" / "bench.md").read_text()
+    assert line in docs, f"docs/bench.md lacks the study's row: {line}"
+
+
+def _blocks(base: list[list[float]], cand: list[list[float]]) -> list[Block]:
+    order = abba(max(len(base), len(cand)))
+    queues = {"baseline": list(base), "candidate": list(cand)}
+    out = []
+    for i, side in enumerate(order):
+        if queues[side]:
+            out.append(Block(side, i, tuple(queues[side].pop(0))))
+    return out
+
+
+def test_abba_balances_order_and_drift() -> None:
+    assert abba(1) == ("baseline", "candidate")
+    assert abba(2) == ("baseline", "candidate", "candidate", "baseline")
+    order = abba(4)
+    for side in ("baseline", "candidate"):
+        positions = [i for i, s in enumerate(order) if s == side]
+        assert len(positions) == 4 and sum(positions) == 14  # linear drift cancels
+        assert sum(p % 2 for p in positions) == 2  # second of a pair as often as first
+
+
+@pytest.mark.parametrize("drop", [0.9, 0.5, 0.2, 0.1])
+def test_one_boot_each_still_flags_a_large_drop(drop: float) -> None:
+    # E10: one pair used to mean "never flags"; the declared boot noise makes it a test.
+    blocks = _blocks([[1000.0] * 8], [[1000.0 * (1 - drop)] * 8])
+    c = compare("decode_tok_s", blocks, boot_sd=0.0115)
+    assert c.status == REGRESSED and c.regressed and c.mde < drop
+    assert math.isclose(c.mean, -drop, rel_tol=1e-9)
+
+
+def test_no_change_passes_and_states_its_minimum_detectable_effect() -> None:
+    blocks = _blocks([[1000.0, 1010.0, 990.0]] * 4, [[1001.0, 1009.0, 991.0]] * 4)
+    c = compare("decode_tok_s", blocks, boot_sd=0.0115)
+    assert c.status == PASSED and not c.regressed and c.evaluated
+    assert 0.0 < c.mde < 0.05 and c.boots == (4, 4) and c.requests == (12, 12)
+    assert c.as_dict()["minimum_detectable_effect"] == c.mde
+
+
+@pytest.mark.parametrize(
+    "bad", [math.nan, math.inf, -math.inf, 0.0, -5.0], ids=["nan", "inf", "-inf", "zero", "neg"]
+)
+def test_a_non_finite_or_impossible_figure_is_an_error_never_a_verdict(bad: float) -> None:
+    # E11: NaN used to count as "not regressed".
+    for base, cand in (([[1000.0, bad]], [[1000.0]]), ([[1000.0]], [[bad, 900.0]])):
+        with pytest.raises(BenchError, match="not a finite speed"):
+            compare("decode_tok_s", _blocks(base, cand), boot_sd=0.01)
+
+
+def test_an_unevaluated_comparison_is_inconclusive_not_a_pass() -> None:
+    alone = compare("decode_tok_s", _blocks([], [[1000.0]]), boot_sd=0.01)
+    assert alone.status == INCONCLUSIVE and not alone.regressed and "no baseline" in alone.why
+    # Boots that spread far beyond the declared noise: the interval would not hold.
+    wild = _blocks([[1000.0]] * 4 + [[700.0]] * 0, [[1000.0]] * 4)
+    wild = [Block(b.side, b.order, (1000.0 * (1.3 if b.order % 3 == 0 else 0.8),)) for b in wild]
+    spread = compare("decode_tok_s", wild, boot_sd=0.005)
+    assert spread.status == INCONCLUSIVE and "beyond the declared" in spread.why
