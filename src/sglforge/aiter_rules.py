@@ -75,7 +75,9 @@ class Buckets:
         return 1 << (m - 1).bit_length()
 
     def describe(self) -> str:
-        out = f"1..{self.floor} -> {self.floor}, then the next power of two"
+        out = "the next power of two"
+        if self.floor > 1:
+            out = f"1..{self.floor} -> {self.floor}, then the next power of two"
         if self.cap is not None:
             out += f", {self.cap} from {self.cap} on"
         if self.tiers:
