@@ -86,6 +86,7 @@ def test_each_known_rule_is_what_its_commit_s_code_says() -> None:
     assert aiter_rules.known_rule("7d604af", "x").key == old.key
 
 
+@pytest.mark.pypi  # the amd-aiter wheel, from the cache or PyPI
 def test_the_0_1_7_wheel_pads_1_to_16_and_caps_at_1024() -> None:
     text = wheel_fused_moe()
     src = text.splitlines()
@@ -142,6 +143,7 @@ def main_misses(rule: aiter_rules.AiterRule, flat_readable: bool) -> list[int]:
     ]
 
 
+@pytest.mark.pypi  # the amd-aiter wheel, from the cache or PyPI
 def test_the_readme_launch_s_misses_at_2_4_8_are_the_base_s_aiter_s_decision() -> None:
     # The item's rows for 257/9 at inter_dim 256 and tokens 2, 4, 8 are FLAT rows (flat=1,
     # xbf16=1): a base whose tables have no flat column leaves them out of the image.
