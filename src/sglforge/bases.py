@@ -13,15 +13,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge.engine.errors import BuildFailed, ImageMissing
 from sglforge.errors import BaseImageMissing, BaseImageUnreachable, BuildError, SglforgeError
 from sglforge.provenance import Base
 from sglforge.targets import DATE_FIELD, BuildTarget, is_dated, newest_dated_tag, tag_regex
 from sglforge.util import atomic_write, work_dir
+
+if TYPE_CHECKING:
+    from sglforge.aiter_rules import AiterRule
 
 OFFLINE_ENV = "SGLFORGE_OFFLINE"
 
@@ -393,6 +396,32 @@ if spec is not None and spec.submodule_search_locations:
         for name in sorted(os.listdir(model)):
             if name.endswith(".csv") and "tuned_fmoe" in name and "untuned" not in name:
                 out["model_configs"][name] = read(os.path.join(model, name))
+    # Its lookup code and its commit: the checkout's .git (a folder, or a file naming one),
+    # else the installed distribution's metadata.
+    out["fused_moe"] = read(os.path.join(pkg, "fused_moe.py"))
+    git = os.path.join(out["root"], ".git")
+    if os.path.isfile(git):
+        line = (read(git) or "").strip()
+        if line.startswith("gitdir:"):
+            git = os.path.join(out["root"], line[len("gitdir:"):].strip())
+    out["git"] = {}
+    head = read(os.path.join(git, "HEAD")) if os.path.isdir(git) else None
+    if head is not None:
+        out["git"]["HEAD"] = head
+        ref = head.strip()[len("ref: "):] if head.startswith("ref: ") else None
+        for name in [n for n in (ref, "packed-refs") if n]:
+            text = read(os.path.join(git, name))
+            if text is not None:
+                out["git"][name] = text
+    import importlib.metadata as md
+    for dist in ("amd-aiter", "aiter"):
+        try:
+            found = md.distribution(dist)
+        except md.PackageNotFoundError:
+            continue
+        out["dist"] = dist + " " + found.version
+        out["direct_url"] = found.read_text("direct_url.json")
+        break
 print("SGLFORGE-AITER " + json.dumps(out))
 """
 
@@ -408,6 +437,8 @@ class AiterTables:
     tuned_fmoe: str | None
     untuned_fmoe_header: str | None
     model_configs: Mapping[str, str]
+    fused_moe: str | None = None  # aiter/fused_moe.py's text (its lookup rule)
+    found: Mapping[str, Any] = field(default_factory=dict)  # git / dist / direct_url, raw
 
 
 def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> AiterTables | None:
@@ -443,7 +474,29 @@ def aiter_tables_from(ref: str, data: Any) -> AiterTables | None:
         tuned_fmoe=data.get("tuned_fmoe"),
         untuned_fmoe_header=data.get("untuned_fmoe_header"),
         model_configs=dict(model_configs),
+        fused_moe=data.get("fused_moe"),
+        found={k: data[k] for k in ("git", "dist", "direct_url") if data.get(k)},
     )
+
+
+def aiter_rule(ref: str, tables: AiterTables) -> AiterRule:
+    """The lookup rule of image ``ref``'s aiter: read from its own ``fused_moe.py``, with the
+    commit its checkout (or distribution) records; a known commit's rule when the file is gone."""
+    from sglforge import aiter_rules
+
+    commit, source = aiter_rules.commit_of(tables.found, tables.root)
+    where = f"image {ref}: {tables.root}/aiter/fused_moe.py"
+    if tables.fused_moe is not None:
+        return aiter_rules.rule_from_source(
+            tables.fused_moe, commit, f"{source}; rule read from {where}", where
+        )
+    if commit is None:
+        raise BuildFailed(
+            f"{where}: not found, and the image records no aiter commit: its lookup rule is "
+            "unknown",
+            f"docker run --rm {ref} ls {tables.root}/aiter",
+        )
+    return aiter_rules.known_rule(commit, f"{source} (no fused_moe.py: sglforge's reading)")
 
 
 def _first_line(text: str) -> str:

@@ -3,15 +3,19 @@
 The shapes come from running the pinned sglang's own construction (:mod:`sglforge.construct`):
 every fused-MoE layer of the main model and of the MTP draft as built for the scenario's flags,
 and the token counts its CUDA-graph runners and chunked prefill run. They are resolved with
-aiter's own rules, as ROCm/aiter 9127c94a18e4 (the commit sglang 0.5.14's ROCm image pins, see
-docs/aiter-tuned-configs.md) writes them; lines are that commit's:
+the lookup rule of the base's own aiter (:mod:`sglforge.aiter_rules` reads it from the base's
+``aiter/fused_moe.py``: key columns, token bucket, fallbacks; the base's tables carry it as
+``BaseTables.aiter``). Without one, the rule of ROCm/aiter 9127c94a18e4 applies, and the report
+says so. Which aiter sglang 0.5.14's image builds is not established (docs/aiter-tuned-configs.md,
+"The image's aiter"). That commit's rule, lines of that commit:
 
 - the key (``aiter/fused_moe.py:1176-1191``, index columns ``:1065-1080``): ``gfx, cu_num,
   token, model_dim, inter_dim, expert, topk, act_type, dtype, q_dtype_a, q_dtype_w, q_type,
-  use_g1u1, doweight_stage1``; ``topk -= 1`` with expert parallelism (``:1175``); a row with a
-  non-empty ``_tag`` is not a tuned row (``:1101-1102``); a row without ``gfx`` gets it from
-  ``cu_num`` (``:1082-1094``); an ``act_type`` mismatch still hits the act-disabled fallback
-  dict (``:1113-1126``, ``:1234-1236``);
+  use_g1u1, doweight_stage1`` (7d604afe5fa7's index, ``:981-995``, has no ``gfx``);
+  ``topk -= 1`` with expert parallelism (``:1175``); a row with a non-empty ``_tag`` is not a
+  tuned row (``:1101-1102``); a row without ``gfx`` gets it from ``cu_num`` (``:1082-1094``); an
+  ``act_type`` mismatch still hits the act-disabled fallback dict (``:1113-1126``,
+  ``:1234-1236``);
 - the shape: ``E, model_dim, inter_dim = get_inter_dim(w1.shape, w2.shape)`` (``:251-257``,
   called at ``:389``): ``E = w2.shape[0]``, ``inter_dim = w2.shape[2] * (model_dim //
   w1.shape[-1])``; ``topk = topk_ids.shape[1]`` (``:388``); ``use_g1u1 = inter_dim !=
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglforge import construct
+from sglforge.aiter_rules import AiterRule, Buckets, default_rule
 from sglforge.errors import ConfigError
 from sglforge.queue.configs import BaseTables, ConfigItem, render, unfit_rows
 from sglforge.targets import Device, device_of_gfx
@@ -49,24 +54,18 @@ if TYPE_CHECKING:
     from sglforge.project import Project
     from sglforge.smoke.scenario import Scenario
 
-AITER_RULES = "ROCm/aiter 9127c94a18e4398e1eba91f6639e910f0994ad02"
 TUNED_BASE, TUNED_ITEM, MISS = "tuned-base", "tuned-item", "miss"
 # aiter/jit/utils/chip_info.py gfx_from_cu_num: 256 -> gfx950 (MI355X), 304/80 -> gfx942.
 CU_NUM = {"gfx950": 256, "gfx942": 304}
-_TIERS = (32768, 131072)  # aiter/fused_moe.py:855 _PADDED_M_TIERS
 # What an sglang MoE scheme hands aiter: (q_type, weight dtype as aiter sees it).
 SCHEMES = {"QuarkW4A4MXFp4MoE": ("QuantType.per_1x32", "torch.float4_e2m1fn_x2")}
 ACTIVATIONS = {"silu": "ActivationType.Silu", "gelu": "ActivationType.Gelu"}
 
 
-def padded_m(m: int) -> int:
-    """aiter's token bucket for a forward of ``m`` tokens (``get_padded_M``)."""
-    if m < _TIERS[0]:
-        return 1 if m <= 1 else 1 << (m - 1).bit_length()
-    for tier in reversed(_TIERS):
-        if m >= tier:
-            return tier
-    return _TIERS[0]
+def padded_m(m: int, rule: AiterRule | None = None) -> int:
+    """``rule``'s aiter's token bucket for a forward of ``m`` tokens (its ``get_padded_M``;
+    default: :func:`sglforge.aiter_rules.default_rule`)."""
+    return (rule or default_rule()).buckets(m)
 
 
 @dataclass(frozen=True)
@@ -131,6 +130,7 @@ class Coverage:
     tables: tuple[str, ...]  # the files aiter merges, in order
     lookups: tuple[Lookup, ...]
     notes: tuple[str, ...] = field(default=())
+    aiter: AiterRule = field(default_factory=default_rule)  # whose lookup rule was applied
 
     @property
     def misses(self) -> int:
@@ -144,7 +144,8 @@ class Coverage:
             "gfx": self.gfx,
             "cu_num": self.cu_num,
             "sglang": self.sglang,
-            "aiter_rules": AITER_RULES,
+            "aiter_rules": f"ROCm/aiter {self.aiter.commit}" if self.aiter.commit else None,
+            "aiter": self.aiter.to_dict(),
             "tables": list(self.tables),
             "lookups": [x.to_dict() for x in self.lookups],
             "misses": self.misses,
@@ -197,17 +198,23 @@ def layers_of(model: str, built: construct.Model, dtype: str) -> list[Layer]:
     return out
 
 
-def token_buckets(tokens: Mapping[str, Any]) -> tuple[list[int], list[int]]:
-    """(decode buckets, prefill buckets) aiter is asked for, from sglang's token counts."""
+def token_buckets(
+    tokens: Mapping[str, Any], buckets: Buckets | None = None
+) -> tuple[list[int], list[int]]:
+    """(decode buckets, prefill buckets) aiter is asked for, from sglang's token counts:
+    decode at every CUDA-graph size, prefill at any count up to the chunk (``buckets``: the
+    base's aiter's ``get_padded_M``)."""
+    pad = buckets or default_rule().buckets
     per_bs = [int(v) for v in (tokens.get("tokens_per_bs") or {"decode": 1}).values()]
     capture = [int(b) for b in tokens.get("capture_bs") or [1]]
-    decode = sorted({padded_m(b * n) for b in capture for n in per_bs})
+    decode = sorted({pad(b * n) for b in capture for n in per_bs})
     chunk = int(tokens.get("chunked_prefill_size") or 0)
-    top = padded_m(chunk) if chunk > 0 else padded_m(max(capture) * max(per_bs))
-    prefill, b = [], 1
-    while b <= top:
-        prefill.append(b)
-        b *= 2
+    top = chunk if chunk > 0 else max(capture) * max(per_bs)
+    # The bucket is a step function that changes only after 1, a power of two, a tier or the
+    # cap, so these counts reach every bucket 1..top reaches.
+    counts = {1, top, *pad.tiers, *([pad.cap] if pad.cap else [])}
+    counts |= {1 << e for e in range(top.bit_length() + 1)}
+    prefill = sorted({pad(m) for m in counts if 1 <= m <= top})
     return decode, prefill
 
 
@@ -230,38 +237,40 @@ def _norm_int(value: str) -> int | str:
         return (value or "").strip()
 
 
-def _key(record: Mapping[str, str], gfx_of_cu: Mapping[int, str]) -> tuple[Any, ...]:
-    cu = _norm_int(record.get("cu_num", ""))
-    gfx = (record.get("gfx") or "").strip()
-    if gfx in ("", "0", "nan", "None"):
-        gfx = gfx_of_cu.get(cu if isinstance(cu, int) else -1, "")
-    return (
-        gfx,
-        cu,
-        _norm_int(record.get("token", "")),
-        _norm_int(record.get("model_dim", "")),
-        _norm_int(record.get("inter_dim", "")),
-        _norm_int(record.get("expert", "")),
-        _norm_int(record.get("topk", "")),
-        (record.get("act_type") or "").strip(),
-        (record.get("dtype") or "").strip(),
-        (record.get("q_dtype_a") or "").strip(),
-        (record.get("q_dtype_w") or "").strip(),
-        (record.get("q_type") or "").strip(),
-        _norm_int(record.get("use_g1u1", "")),
-        _norm_int(record.get("doweight_stage1", "")),
-    )
-
-
+_INT_COLUMNS = frozenset(
+    ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "use_g1u1", "doweight_stage1")
+)
+# aiter/jit/utils/chip_info.py gfx_from_cu_num (9127c94a18e4): 256 -> gfx950, 304/80 -> gfx942.
 _GFX_OF_CU = {256: "gfx950", 304: "gfx942", 80: "gfx942"}
 
 
-def _table(name: str, status: str, records: Iterable[Mapping[str, str]]) -> Table:
+def _key(record: Mapping[str, str], rule: AiterRule) -> tuple[Any, ...]:
+    """A table row's key in ``rule``'s columns, normalised as pandas reads them."""
+    out: list[Any] = []
+    for column in rule.key:
+        value = record.get(column, "")
+        if column in _INT_COLUMNS:
+            out.append(_norm_int(value))
+        elif column == "gfx":
+            gfx = (value or "").strip()
+            if gfx in ("", "0", "nan", "None") and rule.gfx_from_cu:
+                cu = _norm_int(record.get("cu_num", ""))
+                gfx = _GFX_OF_CU.get(cu if isinstance(cu, int) else -1, "")
+            out.append(gfx)
+        else:
+            out.append((value or "").strip())
+    return tuple(out)
+
+
+def _table(
+    name: str, status: str, records: Iterable[Mapping[str, str]], rule: AiterRule | None = None
+) -> Table:
+    rule = rule or default_rule()
     rows: dict[tuple[Any, ...], Mapping[str, str]] = {}
     for record in records:
-        if (record.get("_tag") or "").strip():
+        if rule.skips_tagged and (record.get("_tag") or "").strip():
             continue  # tagged rows (e.g. flydsl_fallback) are not tuned rows
-        rows.setdefault(_key(record, _GFX_OF_CU), record)
+        rows.setdefault(_key(record, rule), record)
     return Table(name, status, rows)
 
 
@@ -272,12 +281,15 @@ def merged_tables(
     import csv
     import io
 
+    rule = base.aiter or default_rule()
     by_source: dict[str, list[Mapping[str, str]]] = {}
     for record, source in zip(base.rows, base.sources, strict=True):
         by_source.setdefault(source, []).append(record)
     default = f"{base.table}.csv"
-    tables = [_table(f"aiter/configs/{default}", TUNED_BASE, by_source.pop(default, []))]
-    models = [_table(f"aiter/configs/{s}", TUNED_BASE, r) for s, r in sorted(by_source.items())]
+    tables = [_table(f"aiter/configs/{default}", TUNED_BASE, by_source.pop(default, []), rule)]
+    models = [
+        _table(f"aiter/configs/{s}", TUNED_BASE, r, rule) for s, r in sorted(by_source.items())
+    ]
     notes = []
     for item in items:
         records = list(csv.DictReader(io.StringIO(render(item, base).decode())))
@@ -287,7 +299,7 @@ def merged_tables(
                 f"{item.name}: {len(left)} row(s) left out, the base's aiter has no column for "
                 f"them ({left[0][1]}=...)"
             )
-        models.append(_table(item.csv_file, TUNED_ITEM, records))
+        models.append(_table(item.csv_file, TUNED_ITEM, records, rule))
     chosen = (env or {}).get("AITER_CONFIG_FMOE", "").strip()
     if not chosen:
         return tables + models, notes
@@ -310,6 +322,7 @@ def resolve(
     tables: Sequence[Table],
     gfx: str,
     cu_num: int,
+    rule: AiterRule | None = None,
 ) -> list[Lookup]:
     """Every (shape, token) lookup against ``tables``, grouped by shape and answer."""
     grouped: dict[tuple[str, Shape], list[str]] = {}
@@ -324,7 +337,7 @@ def resolve(
         decode, prefill = buckets[model]
         answers: dict[tuple[str, str | None], list[int]] = {}
         for token in sorted(set(decode) | set(prefill)):
-            status, file = _answer(shape, token, tables, gfx, cu_num)
+            status, file = _answer(shape, token, tables, gfx, cu_num, rule)
             answers.setdefault((status, file), []).append(token)
         for (status, file), tokens in answers.items():
             out.append(
@@ -334,23 +347,34 @@ def resolve(
 
 
 def _answer(
-    shape: Shape, token: int, tables: Sequence[Table], gfx: str, cu_num: int
+    shape: Shape,
+    token: int,
+    tables: Sequence[Table],
+    gfx: str,
+    cu_num: int,
+    rule: AiterRule | None = None,
 ) -> tuple[str, str | None]:
+    """The table that answers one lookup the way ``rule``'s aiter does: the exact key, then
+    the act-disabled key, then (from the first tier on) the smaller tiers, largest first."""
+    rule = rule or default_rule()
     tiers = [token]
-    if token > _TIERS[0]:
-        at = _TIERS.index(token) if token in _TIERS else 0
-        tiers += list(reversed(_TIERS[:at]))
+    pad = rule.buckets.tiers
+    if rule.tier_fallback and pad and token > pad[0]:
+        at = pad.index(token) if token in pad else -1
+        tiers += list(reversed(pad[:at]))
+    values: dict[str, Any] = {"gfx": gfx, "cu_num": cu_num, **vars(shape)}
+    act = rule.key.index("act_type") if "act_type" in rule.key else None
     for t in tiers:
-        key = (gfx, cu_num, t, shape.model_dim, shape.inter_dim, shape.expert, shape.topk)
-        tail = (shape.dtype, shape.q_dtype_a, shape.q_dtype_w, shape.q_type)
-        flags = (shape.use_g1u1, shape.doweight_stage1)
-        exact = key + (shape.act_type,) + tail + flags
+        values["token"] = t
+        exact = tuple(values[c] for c in rule.key)
         for table in tables:
             if exact in table.rows:
                 return table.status, table.name
+        if not rule.act_fallback or act is None:
+            continue
         for table in tables:  # the act_type-disabled fallback dict
             for k in table.rows:
-                if k[:7] == key and k[8:12] == tail and k[12:] == flags:
+                if k[:act] == exact[:act] and k[act + 1 :] == exact[act + 1 :]:
                     return table.status, table.name
     return MISS, None
 
@@ -378,17 +402,22 @@ def read_model(model_dir: Path) -> dict[str, Any]:
 
 
 def shapes(
-    tree: Path, model_dir: Path, args: Sequence[str], device: Device
+    tree: Path,
+    model_dir: Path,
+    args: Sequence[str],
+    device: Device,
+    pad: Buckets | None = None,
 ) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], construct.Construction]:
-    """The fused-MoE layers and token buckets of the main model and (with MTP) the draft."""
+    """The fused-MoE layers and token buckets of the main model and (with MTP) the draft
+    (``pad``: the base's aiter's token bucket)."""
     config = read_model(model_dir)
     built = construct.build(tree, config, launch_args(args, model_dir), device)
-    layers, buckets = shapes_of(built, config)
+    layers, buckets = shapes_of(built, config, pad)
     return layers, buckets, built
 
 
 def shapes_of(
-    built: construct.Construction, config: Mapping[str, Any]
+    built: construct.Construction, config: Mapping[str, Any], pad: Buckets | None = None
 ) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]]]:
     """aiter's view of one construction of ``config``: its layers and token buckets."""
     dtype = {"bfloat16": "torch.bfloat16", "float16": "torch.float16"}.get(
@@ -398,7 +427,7 @@ def shapes_of(
     buckets = {}
     for name, model in built.models.items():
         layers += layers_of(name, model, dtype)
-        buckets[name] = token_buckets(model.tokens)
+        buckets[name] = token_buckets(model.tokens, pad)
     return layers, buckets
 
 
@@ -419,12 +448,14 @@ def coverage(
     ``gfx``), or a construction a caller already ran on it (``Candidate.construction``)."""
     if gfx not in CU_NUM:
         raise ConfigError(f"gfx {gfx!r}: no known CU count (known: {', '.join(sorted(CU_NUM))})")
+    rule = base.aiter or default_rule()
     if isinstance(on, construct.Construction):
-        layers, buckets = shapes_of(on, read_model(model_dir))
+        layers, buckets = shapes_of(on, read_model(model_dir), rule.buckets)
     else:
-        layers, buckets, _built = shapes(tree, model_dir, args, on or device_of_gfx(gfx))
+        device = on or device_of_gfx(gfx)
+        layers, buckets, _built = shapes(tree, model_dir, args, device, rule.buckets)
     tables, notes = merged_tables(base, items, env)
-    lookups = resolve(layers, buckets, tables, gfx, CU_NUM[gfx])
+    lookups = resolve(layers, buckets, tables, gfx, CU_NUM[gfx], rule)
     for layer in layers:
         if layer.shape is None:
             notes.append(
@@ -433,6 +464,11 @@ def coverage(
             )
     if any(layer.ep for layer in layers):
         notes.append("expert parallelism: expert counts are per rank (w2.shape[0])")
+        if not rule.strips_ep_slot:
+            notes.append(
+                "this aiter does not strip the fake expert-parallel slot from topk: its lookups "
+                "may ask topk + 1, which sglforge does not model"
+            )
     return Coverage(
         gfx=gfx,
         cu_num=CU_NUM[gfx],
@@ -440,6 +476,7 @@ def coverage(
         tables=tuple(t.name for t in tables),
         lookups=tuple(lookups),
         notes=tuple(notes),
+        aiter=rule,
     )
 
 

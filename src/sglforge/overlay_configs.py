@@ -11,14 +11,14 @@ aborts the merge on duplicate keys at run time and rewrites its own CSVs (ROCm/a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from sglforge.errors import BuildError
+from sglforge.errors import BuildError, SglforgeError
 from sglforge.provenance import ContextFile, config_label
 from sglforge.queue.configs import (
     BaseTables,
@@ -43,18 +43,24 @@ class Staged:
 
 def base_aiter(ref: str, labels: Mapping[str, str] | None = None) -> BaseTables | None:
     """The base image's own tuned_fmoe table, or None when the image has no aiter."""
-    from sglforge.bases import aiter_configs
+    from sglforge.aiter_rules import default_rule
+    from sglforge.bases import aiter_configs, aiter_rule
 
     tables = aiter_configs(ref, labels)
     if tables is None or tables.tuned_fmoe is None:
         return None
-    return base_tables(
+    found = base_tables(
         tables.configs_dir,
         "tuned_fmoe",
         tables.tuned_fmoe,
         tables.untuned_fmoe_header,
         tables.model_configs,
     )
+    try:
+        rule = aiter_rule(ref, tables)
+    except SglforgeError as exc:  # a build does not need the rule; coverage reports the gap
+        rule = replace(default_rule(), source=f"{exc.message.rstrip('.')}; {default_rule().source}")
+    return replace(found, aiter=rule)
 
 
 def stage(

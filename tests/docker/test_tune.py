@@ -116,10 +116,10 @@ def load_scenario_args(path: Path) -> tuple[str, ...]:
 def test_coverage_of_the_glm52_launches_on_the_0_5_14_replica(
     tmp_path: Path, docker_client: docker.DockerClient, scenario: str
 ) -> None:
-    # The replica's aiter is the 0.1.7 wheel (no GLM-5 table, no flat column): with the queue's
-    # item every lookup hits except the tokens only FLAT rows tune (left out there). The lookup
-    # rules are the release image's aiter's (9127c94a18e4: buckets 1, 2, 4, ...), not the
-    # wheel's: the replica stands in for the image's tables, not for its aiter's code.
+    # The replica's aiter is the 0.1.7 wheel (no GLM-5 table, no flat column): the FLAT rows of
+    # the queue's item are left out there. The lookup rule is the replica's own aiter's, read
+    # from its fused_moe.py: 1..16 -> 16, capped at 1024 (fused_moe.py:484-492), so the FLAT
+    # rows at 2, 4 and 8 are never asked and only those at 16 and 32 miss.
     import subprocess
     import sys
 
@@ -151,7 +151,14 @@ def test_coverage_of_the_glm52_launches_on_the_0_5_14_replica(
             key = (int(r["expert"]), int(r["topk"]), int(r["inter_dim"]), int(r["token"]))
             flat.add(key)
     inter = 256 if "tp4" not in scenario else 512
-    expected = {("main" if e == 257 else "draft", e, k, i, t) for e, k, i, t in flat if i == inter}
+    asked = {(x["model"], t) for x in doc["lookups"] for t in x["tokens"]}
+    assert min(t for _, t in asked) == 16 and max(t for _, t in asked) == 1024
+    assert doc["aiter"]["commit"] is None and "records no commit" in doc["aiter"]["source"]
+    expected = {
+        ("main" if e == 257 else "draft", e, k, i, t)
+        for e, k, i, t in flat
+        if i == inter and ("main" if e == 257 else "draft", t) in asked
+    }
     assert missed == expected, sorted(missed ^ expected)
     assert proc.returncode == (1 if any(m[0] == "main" for m in missed) else 0), proc.stderr
     print(scenario, "misses", doc["misses"], "hot", doc["hot_misses"], sorted(missed))
@@ -163,9 +170,10 @@ def test_coverage_of_the_glm52_launches_on_the_0_5_14_replica(
 def test_coverage_on_a_replica_with_the_release_image_s_aiter(
     tmp_path: Path, docker_client: docker.DockerClient, docker_labels: dict[str, str], scenario: str
 ) -> None:
-    # The replica whose aiter is ROCm/aiter at 9127c94a18e4 (the commit sglang 0.5.14's
-    # Dockerfile pins), taken from a clone: its tables read the FLAT rows, so the queue's item
-    # answers every GLM-5.2 lookup of both launches.
+    # The replica whose aiter is ROCm/aiter at 9127c94a18e4 (first pinned by sglang PR #29816,
+    # after the v0.5.14 wheel; which aiter v0.5.14's image builds is not established), taken
+    # from a clone: its tables read the FLAT rows and its rule (read from its fused_moe.py)
+    # asks 1, 2, 4, ..., so the queue's item answers every GLM-5.2 lookup of both launches.
     import os
     import subprocess
     import sys
@@ -210,5 +218,6 @@ def test_coverage_on_a_replica_with_the_release_image_s_aiter(
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["misses"] == 0 and doc["ok"]
+    assert doc["aiter"]["key"][0] == "gfx" and "get_padded_M" not in doc["aiter"]["tokens"]
     assert {x["file"] for x in doc["lookups"]} == {"patches/configs/glm52-mxfp4-moe-gfx950.csv"}
     print(scenario, "lookups", sum(len(x["tokens"]) for x in doc["lookups"]), "misses 0")

@@ -68,6 +68,8 @@ def aiter_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dest = out / name.removeprefix("aiter/configs/")
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(aiter_data.blob(AITER_COMMIT, name))
+    # Its lookup code next to them, as in a checkout: coverage reads the rule from it.
+    (out.parent / "fused_moe.py").write_bytes(aiter_data.blob(AITER_COMMIT, "aiter/fused_moe.py"))
     return out
 
 
@@ -87,7 +89,8 @@ def run_coverage(tree: Path, model: Path, scenario: Path, configs: Path) -> dict
     proc = subprocess.run(
         [sys.executable, "-m", "sglforge", "--root", str(REPO), "configs", "coverage"]
         + ["--model", str(model), "--scenario", str(scenario)]
-        + ["--aiter-configs", str(configs), "--sglang", str(tree), "--json"],
+        + ["--aiter-configs", str(configs), "--aiter-commit", AITER_COMMIT]
+        + ["--sglang", str(tree), "--json"],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
@@ -96,6 +99,9 @@ def run_coverage(tree: Path, model: Path, scenario: Path, configs: Path) -> dict
     assert proc.returncode in (0, 1), proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     assert doc["schema"] == 1 and doc["ok"] == (proc.returncode == 0)
+    # The rule applied is the one read from that commit's fused_moe.py, and the report says so.
+    assert doc["aiter"]["commit"] == AITER_COMMIT and doc["aiter"]["key"][0] == "gfx"
+    assert "rule read from" in doc["aiter"]["source"]
     return doc
 
 

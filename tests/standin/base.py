@@ -427,8 +427,9 @@ def aiter_tree(dest: Path, version: str = AITER_VERSION) -> Path:
     return dest
 
 
-# The aiter sglang 0.5.14's ROCm image builds (docker/rocm.Dockerfile AITER_COMMIT_DEFAULT; how it
-# was found: docs/aiter-tuned-configs.md, "The image's aiter").
+# A ROCm/aiter a release image may build: 9127c94a18e4, pinned by sglang PR #29816 (after the
+# v0.5.14 release; which aiter 0.5.14's image builds is not established, see
+# docs/aiter-tuned-configs.md, "The image's aiter").
 RELEASE_AITER_COMMIT = "9127c94a18e4398e1eba91f6639e910f0994ad02"
 AITER_MIRROR = Path("/work/.mirror/ROCm+aiter/repo")
 
@@ -762,7 +763,7 @@ def ensure_sglang_base(
     at ``/sgl-workspace/aiter`` from the PyPI wheel, editable: the build puts the queue's config
     items where it merges them, so a replica without it cannot take the real queue.
     ``aiter=False`` gives the older aiter-less replica (default tag suffix ``-noaiter``).
-    ``aiter_commit`` (e.g. :data:`RELEASE_AITER_COMMIT`, what the release image builds) takes
+    ``aiter_commit`` (e.g. :data:`RELEASE_AITER_COMMIT`, a pin of the release images) takes
     aiter's tree from a ROCm/aiter clone at that commit instead of the wheel (:func:`aiter_tree_at`;
     tag suffix ``-aiter<commit[:12]>``).
     ``bench=True`` adds what ``sglang.bench_serving`` needs and the stand-in tokenizer (default

@@ -2,7 +2,8 @@
 
 The rules (bucket, key, tagged rows, gfx from cu_num, act_type fallback, tier fallback, the
 ``AITER_CONFIG_FMOE`` replace trap) are exercised on small tables built here. The last test
-reads ROCm/aiter at 9127c94a18e4 (the aiter coverage's default key is taken from) and fails if
+reads ROCm/aiter at 9127c94a18e4 (the rule coverage applies when no base's aiter is read;
+tests/unit/test_aiter_rules.py reads each base's) and fails if
 the cited lines no longer say what coverage.py relies on: from a clone when one is present
 (``$SGLFORGE_AITER_REPO`` or the search tool's mirror), else from the copies shipped under
 tests/data/aiter with their blob ids (``tests/aiter_data.py``), so it runs in CI too.

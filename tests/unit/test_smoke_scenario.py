@@ -818,7 +818,7 @@ def test_the_aiter_scenarios_require_our_table_and_fail_on_covered_fallbacks() -
     s = smoke.load_scenario(TP4DP2)
     assert s.gpus_needed == 8 and "--tp 4 --dp 2" in " ".join(s.args)
     assert "--speculative-num-draft-tokens 6" in " ".join(s.args)
-    # The release image's aiter (9127c94a18e4) prefixes the key with gfx; the shapes are what
+    # aiter 9127c94a18e4 prefixes the key with gfx (7d604afe5fa7 does not); the shapes are what
     # `sglforge configs coverage` lists (tests/integration/test_coverage_differential.py).
     act = "<ActivationType.Silu: 0>, 'torch.bfloat16', 'torch.float4_e2m1fn_x2', "
     tail = act + "'torch.float4_e2m1fn_x2', 'QuantType.per_1x32', True, False) "

@@ -41,6 +41,12 @@ def configs_group() -> None:
     help="The base's aiter/configs folder (instead of --base-image).",
 )
 @click.option(
+    "--aiter-commit",
+    metavar="SHA",
+    help="With --aiter-configs: the aiter commit whose lookup rule applies (default: the "
+    "checkout's fused_moe.py next to DIR, else aiter 9127c94a18e4's rule).",
+)
+@click.option(
     "--sglang",
     "tree",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -61,6 +67,7 @@ def coverage_cmd(
     scenario: Path,
     base_image: str | None,
     aiter_configs: Path | None,
+    aiter_commit: str | None,
     tree: Path | None,
     gfx: str | None,
     untuned: Path | None,
@@ -69,13 +76,15 @@ def coverage_cmd(
     """List every fused-MoE lookup a launch makes and whether a tuned row answers it.
 
     The shapes come from the pinned sglang's own model construction (main model and MTP
-    draft) for the scenario's flags; they are matched the way aiter looks rows up against the
-    base's tables plus the queue's config items. Exits 1 when a hot shape (the main model's
-    layers) misses.
+    draft) for the scenario's flags; they are matched the way the base's aiter looks rows up
+    (its key columns and token buckets, read from its own aiter/fused_moe.py) against its
+    tables plus the queue's config items. Exits 1 when a hot shape (the main model's layers)
+    misses.
 
     \b
     Example:
-      git -C AITER archive 9127c94a18e4 aiter/configs | tar -x -C build/aiter-base
+      git -C AITER archive 9127c94a18e4 aiter/configs aiter/fused_moe.py \\
+          | tar -x -C build/aiter-base   # its fused_moe.py gives the lookup rule
       sglforge configs coverage --model /data/GLM-5.2-MXFP4 \\
           --scenario smoke/glm5-mxfp4-mtp-mi355x.toml --aiter-configs build/aiter-base/aiter/configs
       # the misses as the tuner's input, for aiter's gemm_moe_tune.py -i on the GPU node:
@@ -89,8 +98,19 @@ def coverage_cmd(
             "give exactly one of --base-image IMG and --aiter-configs DIR",
             "docker cp $(docker create IMG):/sgl-workspace/aiter/aiter/configs build/aiter-configs",
         )
+    if aiter_commit is not None and aiter_configs is None:
+        raise ConfigError(
+            "--aiter-commit names the aiter of --aiter-configs DIR; with --base-image the "
+            "image's own aiter says which commit it is",
+            "drop --aiter-commit",
+        )
     if aiter_configs is not None:
-        base = base_tables_from_dir(aiter_configs)
+        from dataclasses import replace
+
+        from sglforge.aiter_rules import rule_of_dir
+
+        rule = rule_of_dir(aiter_configs, aiter_commit)
+        base = replace(base_tables_from_dir(aiter_configs), aiter=rule)
     else:
         from sglforge.overlay_configs import base_aiter
 
@@ -111,6 +131,9 @@ def coverage_cmd(
     if as_json:
         print_json(result.to_dict(), ok=not hot)
     else:
+        rule = result.aiter
+        click.echo(f"aiter {rule.commit or '(commit unknown)'}: {rule.source}")
+        click.echo(f"  key {', '.join(rule.key)}; tokens {rule.buckets.describe()}")
         click.echo(f"aiter tables ({result.gfx}, cu_num {result.cu_num}), merged in this order:")
         for name in result.tables:
             click.echo(f"  {name}")

@@ -16,6 +16,9 @@ What remains a stand-in, and why (the real packages cannot run or install here):
   decisions read the device (``is_hip()``, the shared-experts-fusion check, aiter's
   ``get_cu_num``): the shims describe the target's GPU from images/targets.toml instead;
 - triton, aiter, sgl_kernel, flashinfer and other GPU kernels: import-time surface only;
+- not a stand-in: msgspec (0.5.23's ``ServerArgs`` is a msgspec struct) is the real package,
+  at the version the release's metadata requires, from the package index
+  (:mod:`sglforge.construct.packages`);
 - transformers: not installed in the child yet; the checkpoint's config.json is presented as
   transformers 5.x presents it (:mod:`sglforge.construct.hfconfig`, lines cited there);
 - the GPU memory (``get_device_memory_capacity``): the target's, handed in.
@@ -102,9 +105,13 @@ def device_json(device: Device) -> dict[str, Any]:
 
 
 def _run_child(tree: Path, stdin: str) -> dict[str, Any]:
+    from sglforge.construct.packages import install
+
     src = Path(__file__).resolve().parents[2]
+    real = install(tree)  # the release's own packages that need no GPU (msgspec, ...)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(src)  # sglforge only; the release comes from ``tree``
+    # sglforge and those packages; the release comes from ``tree``
+    env["PYTHONPATH"] = os.pathsep.join([str(src), *map(str, real.paths)])
     with tempfile.TemporaryDirectory(prefix="sglforge-construct-") as cwd:
         try:  # an empty working folder: nothing in it shadows the stubbed packages
             proc = subprocess.run(
@@ -125,8 +132,9 @@ def _run_child(tree: Path, stdin: str) -> dict[str, Any]:
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        gaps = f" (stubbed, not installed: {'; '.join(real.missing)})" if real.missing else ""
         raise ConstructionError(
-            f"{tree}: sglang's model construction failed: {tail[0]}",
+            f"{tree}: sglang's model construction failed: {tail[0]}{gaps}",
             "run `python -m sglforge.construct.child TREE` with the requests on stdin to see all",
         )
     out: dict[str, Any] = json.loads(lines[-1])

@@ -33,6 +33,8 @@ traceback's last lines) and the others still run.
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import logging
 import sys
@@ -55,11 +57,56 @@ def _hand_in(config: dict, gpu: dict) -> None:
     import sglang.srt.configs.model_config as model_config
     import sglang.srt.server_args as server_args
 
-    model_config.get_config = lambda *a, **k: HFConfig(**config)
+    answer = lambda *a, **k: HFConfig(**config)  # noqa: E731
+    original = model_config.get_config
+    model_config.get_config = answer
+    # 0.5.23 also reads the config while resolving the arguments, through its own import of
+    # get_config (srt/arg_groups/muse_spark_hook.py:10, called from pipeline.py:122): every
+    # loaded sglang module holding that function gets the answer.
+    try:
+        importlib.import_module("sglang.srt.arg_groups.pipeline")
+    except ImportError:
+        pass  # older releases: no argument pipeline
+    _everywhere("get_config", original, answer)
     model_config.get_hf_text_config = lambda c: c
     model_config.get_generation_config = lambda *a, **k: None
     memory_mib = float(int(gpu["memory_gib"]) * 1024)
-    server_args.get_device_memory_capacity = lambda *a, **k: memory_mib
+    # 0.5.23 reads it in arg_groups/memory_hook.py:78 (its own import) as well.
+    _config_as_mapping()
+    name = "get_device_memory_capacity"
+    common = sys.modules.get("sglang.srt.utils.common")
+    found = (getattr(server_args, name, None), getattr(common, name, None))
+    if found[0] is not None:  # server_args imported it (0.5.14): its own name, as before
+        setattr(server_args, name, lambda *a, **k: memory_mib)
+    _everywhere(name, found, lambda *a, **k: memory_mib)
+
+
+def _config_as_mapping() -> None:
+    """0.5.23 reads the quantization metadata from ``PretrainedConfig.to_dict()``
+    (srt/model_loader/checkpoint_quantization.py:42-50); transformers is a stub here, so the
+    config handed in is given as the mapping ``to_dict()`` would return (its fields)."""
+    try:
+        cq = importlib.import_module("sglang.srt.model_loader.checkpoint_quantization")
+    except ImportError:
+        return  # older releases read the attribute directly
+    original = cq._as_config_mapping
+
+    def as_mapping(value, source):
+        return dict(vars(value)) if isinstance(value, HFConfig) else original(value, source)
+
+    cq._as_config_mapping = as_mapping
+
+
+def _everywhere(name: str, originals, new) -> None:
+    """``new`` for ``name`` in every loaded sglang module that holds one of ``originals``."""
+    if not isinstance(originals, tuple):
+        originals = (originals,)
+    originals = tuple(o for o in originals if o is not None)
+    for mod_name, module in list(sys.modules.items()):
+        if mod_name.startswith("sglang") and any(
+            getattr(module, name, None) is o for o in originals
+        ):
+            setattr(module, name, new)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,9 +146,14 @@ def _topology(sa):
     from sglang.srt.runtime_context import get_parallel
 
     tp, ep = sa.tp_size, max(sa.ep_size, 1)
-    _, attn_tp, _, attn_dp = compute_dp_attention_world_info(
-        sa.enable_dp_attention, 0, tp, sa.dp_size
-    )
+    params = list(inspect.signature(compute_dp_attention_world_info).parameters)
+    if params[0] == "enable_dp_attention":  # 0.5.14 (srt/layers/dp_attention.py:245)
+        _, attn_tp, _, attn_dp = compute_dp_attention_world_info(
+            sa.enable_dp_attention, 0, tp, sa.dp_size
+        )
+    else:  # 0.5.22, 0.5.23 (:401): (tp_rank, tp_size, attn_dp_size); the caller applies DP
+        attn_dp_size = sa.dp_size if sa.enable_dp_attention else 1
+        _, attn_tp, _, attn_dp = compute_dp_attention_world_info(0, tp, attn_dp_size)
     moe_tp = tp // ep
     sizes = dict(
         _WORLD=tp,
@@ -116,7 +168,7 @@ def _topology(sa):
     for name, size in sizes.items():
         setattr(parallel_state, name, _group(size))
     facts = dict(tp=tp, attn_tp=attn_tp, attn_dp=attn_dp, moe_tp=moe_tp, moe_ep=ep)
-    return facts, get_parallel().override(
+    values = dict(
         tp_size=tp,
         tp_rank=0,
         pp_size=1,
@@ -133,6 +185,15 @@ def _topology(sa):
         attn_dp_rank=0,
         pp_group=_group(1),
     )
+    # 0.5.23 reads the groups through the same context (moe_tp_group, tp_group, ...;
+    # srt/runtime_context.py _parallel_fields): each known *_group, as wide as its *_size.
+    import sglang.srt.runtime_context as context
+
+    fields = getattr(context, "_parallel_fields", None)
+    for field in sorted(fields() if fields is not None else ()):
+        if field.endswith("_group") and field not in values:
+            values[field] = _group(int(values.get(field.removesuffix("_group") + "_size", 1)))
+    return facts, get_parallel().override(**values)
 
 
 def _label(module) -> dict:
@@ -244,12 +305,13 @@ def _token_counts(sa, draft: bool) -> dict:
     )
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    raw, sa = sa, _resolved(sa)
     spec = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
     decode_bs = list(sa.cuda_graph_config.decode.bs)
     # req_to_token_pool.size comes from memory profiling at start-up (unknown here): taken as
     # the largest configured capture size, so nothing is clamped away.
     runner = types.SimpleNamespace(
-        server_args=sa, req_to_token_pool=types.SimpleNamespace(size=max(decode_bs))
+        server_args=raw, req_to_token_pool=types.SimpleNamespace(size=max(decode_bs))
     )
     capture_bs, _ = get_batch_sizes_to_capture(runner)
     out = {
@@ -263,9 +325,11 @@ def _token_counts(sa, draft: bool) -> dict:
         # eagle_draft_cuda_graph_runner.py: the draft's steps run topk tokens per request;
         # eagle_draft_extend_cuda_graph_runner.py: the draft's extend after a verify runs
         # speculative_num_draft_tokens per request.
-        verify = spec.get_num_tokens_per_bs_for_target_verify(
-            sa.speculative_num_draft_tokens, draft
-        )
+        # 0.5.14 spec_info.py:183 ..._per_bs_...; 0.5.23 renamed it ..._per_req_...
+        # (called from speculative/spec_utils.py:105-107).
+        per = getattr(spec, "get_num_tokens_per_req_for_target_verify", None)
+        per = per or spec.get_num_tokens_per_bs_for_target_verify
+        verify = per(sa.speculative_num_draft_tokens, draft)
         out["tokens_per_bs"] = (
             {"draft_decode": int(sa.speculative_eagle_topk or 1)}
             | {"draft_extend": int(sa.speculative_num_draft_tokens)}
@@ -275,6 +339,17 @@ def _token_counts(sa, draft: bool) -> dict:
     else:
         out["tokens_per_bs"] = {"decode": 1}
     return out
+
+
+def _resolved(sa):
+    """What the arguments resolved to: 0.5.23 keeps what its resolution pipeline decided in a
+    declaration overlay read through ``resolved_view`` (srt/arg_groups/model_override_base.py:
+    133-135), not on the record; older releases set the record itself."""
+    try:
+        from sglang.srt.arg_groups.model_override_base import resolved_view
+    except ImportError:
+        return sa
+    return resolved_view(sa)
 
 
 def _launch(sa) -> dict:

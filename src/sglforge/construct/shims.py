@@ -679,6 +679,8 @@ def _torch_library() -> None:
 def _torch_nn() -> None:
     _module("torch.backends")
     _module("torch.backends.mps", is_available=lambda: False, is_built=lambda: False)
+    # 0.5.23 asks torch.mps.is_available() (srt/utils/common.py:239 is_mps): no MPS here.
+    _module("torch.mps", is_available=lambda: False)
     _module("torch.backends.cuda")
     _module("torch.backends.cudnn")
     _module("torch.distributed", is_initialized=lambda: False, is_available=lambda: True)

@@ -21,10 +21,14 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from sglforge.errors import BuildError, ConfigError
+
+if TYPE_CHECKING:
+    from sglforge.aiter_rules import AiterRule
 
 CONFIGS_DIR = "patches/configs"
 TOOLS = {"aiter": ("tuned_fmoe",)}
@@ -138,6 +142,7 @@ class BaseTables:
     key_columns: tuple[str, ...]
     rows: tuple[Mapping[str, str], ...] = field(default=())
     sources: tuple[str, ...] = field(default=())  # one per row: the file it came from
+    aiter: AiterRule | None = None  # the base's aiter's lookup rule, when it was read
 
     @property
     def model_configs_dir(self) -> str:

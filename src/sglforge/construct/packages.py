@@ -1,0 +1,164 @@
+"""The packages a release requires, installed for real into the construction's environment.
+
+A stub cannot stand in for a package whose behaviour the construction runs: sglang 0.5.23's
+``ServerArgs`` is built by ``msgspec.defstruct`` (``srt/server_args.py:551``), which the
+last-resort stub of :mod:`sglforge.construct.shims` breaks ("object.__new__(X): X is not a type
+object"). So the packages in :data:`REAL` that the release's own metadata requires (the
+``Requires-Dist`` of its wheel, at the version it asks) are taken from the package index the
+way sglforge takes sglang's wheels (``sglforge.index``: the configured indexes, sha256 checked),
+cached under the PyPI cache, unpacked once per wheel and put on the child's ``sys.path`` ahead
+of the stubs. Only packages that install without a GPU, and whose wheel matches this
+interpreter, are listed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import sys_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from sglforge.errors import SglforgeError
+
+# Installed for real when the release requires them (each installs without a GPU; why each is
+# needed is in the module docstring).
+REAL = ("msgspec",)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The folders to put on the child's ``sys.path``, and what could not be had (why)."""
+
+    paths: tuple[Path, ...]
+    missing: tuple[str, ...]
+
+
+def release_version(tree: Path) -> str | None:
+    """The release ``tree`` (its ``python/`` folder) holds, from ``sglang/_version.py``."""
+    path = tree / "sglang" / "_version.py"
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    found = re.search(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", text, re.M)
+    return found.group(1) if found else None
+
+
+def requirements(version: str) -> dict[str, Requirement]:
+    """The unconditional ``Requires-Dist`` of sglang ``version``'s wheel, by package name."""
+    from sglforge import cache, pypi
+
+    wheel = pypi.wheel(cache.pypi_cache(), "sglang", version)
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(name).decode(errors="replace")
+    out: dict[str, Requirement] = {}
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        try:
+            req = Requirement(line.removeprefix("Requires-Dist:").strip())
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        out[canonicalize_name(req.name)] = req
+    return out
+
+
+def _site_root() -> Path:
+    from sglforge import cache
+
+    return cache.pypi_cache() / "construct-site"
+
+
+def _unpacked(wheel: Path) -> Path:
+    """``wheel`` unpacked into its own folder under the cache, once (temp folder + rename)."""
+    dest = _site_root() / wheel.stem
+    if dest.is_dir():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            for member in zf.namelist():
+                target = (tmp / member).resolve()
+                if tmp.resolve() not in target.parents:
+                    raise SglforgeError(f"{wheel}: member {member} leaves the folder; refused")
+            zf.extractall(tmp)
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process unpacked it first
+            if not dest.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _compatible(filename: str, project: str) -> Version | None:
+    try:
+        name, version, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    if name != canonicalize_name(project):
+        return None
+    supported = set(sys_tags())
+    return version if any(t in supported for t in tags) else None
+
+
+def _cached(project: str, req: Requirement) -> Path | None:
+    """An unpacked wheel already in the cache that satisfies ``req`` on this interpreter."""
+    root = _site_root()
+    best: tuple[Version, Path] | None = None
+    for folder in (
+        root.glob(f"{canonicalize_name(project).replace('-', '_')}-*") if root.is_dir() else []
+    ):
+        version = _compatible(folder.name + ".whl", project)
+        if version is not None and req.specifier.contains(version, prereleases=True):
+            if best is None or version > best[0]:
+                best = (version, folder)
+    return best[1] if best else None
+
+
+def _fetch(project: str, req: Requirement) -> Path:
+    """The newest wheel of ``project`` satisfying ``req`` for this interpreter, unpacked."""
+    from sglforge import cache, index
+
+    files = []
+    for f in index.files(project):
+        version = _compatible(f.filename, project)
+        if version is not None and not f.yanked and req.specifier.contains(version):
+            files.append((version, f))
+    if not files:
+        raise SglforgeError(f"no wheel of {req} for this Python on the index")
+    version, chosen = max(files, key=lambda vf: (vf[0], vf[1].filename))
+    dest = cache.pypi_cache() / f"pypi-{canonicalize_name(project)}" / "wheels" / chosen.filename
+    if not dest.is_file():
+        index.download(chosen, dest, what=f"downloading pypi:{project}=={version}")
+    return _unpacked(dest)
+
+
+def install(tree: Path) -> Installed:
+    """The real packages of :data:`REAL` that the release in ``tree`` requires."""
+    version = release_version(tree)
+    if version is None:
+        return Installed((), tuple(f"{p}: the tree has no sglang/_version.py" for p in REAL))
+    try:
+        wanted = requirements(version)
+    except (SglforgeError, OSError, StopIteration, zipfile.BadZipFile) as exc:
+        return Installed((), (f"sglang {version}'s requirements: {exc}",))
+    paths, missing = [], []
+    for project in REAL:
+        req = wanted.get(canonicalize_name(project))
+        if req is None:
+            continue
+        try:
+            paths.append(_cached(project, req) or _fetch(project, req))
+        except (SglforgeError, OSError) as exc:
+            missing.append(f"{project}: {str(exc).splitlines()[0]}")
+    return Installed(tuple(paths), tuple(missing))
