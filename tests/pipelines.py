@@ -21,7 +21,7 @@ from sglforge.requests import (
     SmokeRequest,
     UpgradeRequest,
 )
-from sglforge.smoke.scenario import Scenario, load_scenario
+from sglforge.scenario.file import Scenario, load_scenario
 
 Where = Project | Path | str
 

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from sglforge.project import Project
     from sglforge.queue.configs import BaseTables
     from sglforge.requests import SmokeRequest
+    from sglforge.scenario.file import Scenario
     from sglforge.smoke.preflight import GpuInventory
-    from sglforge.smoke.scenario import Scenario
     from sglforge.targets import BuildTarget
 
 # The last release to bench against: (image, "") or (None, why there is none).

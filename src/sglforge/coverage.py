@@ -52,7 +52,7 @@ from sglforge.targets import Device, device_of_gfx
 
 if TYPE_CHECKING:
     from sglforge.project import Project
-    from sglforge.smoke.scenario import Scenario
+    from sglforge.scenario.file import Scenario
 
 TUNED_BASE, TUNED_ITEM, MISS = "tuned-base", "tuned-item", "miss"
 # aiter/jit/utils/chip_info.py gfx_from_cu_num: 256 -> gfx950 (MI355X), 304/80 -> gfx942.
@@ -581,7 +581,7 @@ def describe(x: Lookup) -> str:
 
 def gate(cov: Coverage, accepted: Sequence[Any] = ()) -> Gate:
     """Hot misses (the main model's lookups) fail, except those a ``[[coverage.accept]]`` names
-    (``smoke.scenario.AcceptedMiss``: model, expert, topk, inter_dim, optional tokens)."""
+    (``scenario.file.AcceptedMiss``: model, expert, topk, inter_dim, optional tokens)."""
     failing, allowed = [], []
     for x in cov.hot_misses():
         s = x.shape

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sglforge.queue.series import Queue
     from sglforge.queue.upstream import Upstream
-    from sglforge.smoke.scenario import Scenario
+    from sglforge.scenario.file import Scenario
     from sglforge.targets import BuildTarget, Targets
 
 # the lazily read parts, forgotten by reload(): the queue's files. Not the fetched upstream
@@ -91,13 +91,13 @@ class Project:
 
     def scenario_for(self, target: BuildTarget) -> Scenario:
         """The smoke scenario (``smoke/*.toml``) whose ``target`` names this target, parsed once."""
-        from sglforge.smoke.scenario import find_scenario
+        from sglforge.scenario.file import find_scenario
 
         return self.scenario_file(find_scenario(self.root, target.name, target.key))
 
     def scenario_file(self, path: Path) -> Scenario:
         """The smoke scenario in ``path``, parsed once for the life of the project."""
-        from sglforge.smoke.scenario import load_scenario
+        from sglforge.scenario.file import load_scenario
 
         path = Path(path)
         if path not in self._scenarios:

@@ -40,8 +40,8 @@ from sglforge.provenance import LABEL_INPUTS, OCI_VERSION, PatchFacts, Smoke, pr
 from sglforge.release import Recorded, Release, push_release_record, record_release
 from sglforge.reports import FAILED, SKIPPED, Case, Suite
 from sglforge.requests import PublishRequest
+from sglforge.scenario.file import run_line
 from sglforge.smoke.report import Check
-from sglforge.smoke.scenario import run_line
 from sglforge.targets import BuildTarget
 from sglforge.util import Progress, raise_held, signals_held
 
@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from sglforge.build import BuildResult
     from sglforge.candidate import Candidate
     from sglforge.gates import BenchRecord, GateResult
+    from sglforge.scenario.file import Scenario
     from sglforge.smoke.report import SmokeReport
-    from sglforge.smoke.scenario import Scenario
 
 STANDIN_HARDWARE = "standin-cpu"  # what a scenario with accelerator = "none" records
 _QUEUE_SUFFIX = re.compile(r"-q[0-9a-f]{6,64}(?:-i[0-9a-f]{6,64})?$")

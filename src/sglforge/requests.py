@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from sglforge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sglforge.smoke.scenario import Scenario
+    from sglforge.scenario.file import Scenario
     from sglforge.targets import BuildTarget
 
 MODES = ("auto", "overlay", "source")

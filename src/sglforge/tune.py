@@ -37,7 +37,7 @@ from sglforge.util import atomic_write
 
 if TYPE_CHECKING:
     from sglforge.coverage import Coverage
-    from sglforge.smoke.scenario import Scenario
+    from sglforge.scenario.file import Scenario
 
 TUNER = "csrc/ck_gemm_moe_2stages_codegen/gemm_moe_tune.py"
 WORK = "/sglforge-tune"
@@ -134,7 +134,7 @@ def _misses(root: Path, req: TuneRequest, say: Callable[[str], None]) -> _Tuning
     """The launch's lookups the image's aiter tables do not answer, as aiter's untuned CSV."""
     from sglforge.overlay_configs import base_aiter
     from sglforge.project import Project
-    from sglforge.smoke.scenario import load_scenario
+    from sglforge.scenario.file import load_scenario
 
     scenario = load_scenario(req.scenario)
     base = base_aiter(req.image, req.labels)

@@ -22,13 +22,13 @@ from junit_schema import assert_valid_junit
 from sglforge.cli import main
 from sglforge.engine import images as engine_images
 from sglforge.engine.registry import push
-from sglforge.smoke import load_scenario
-from sglforge.smoke.bench_spec import (
+from sglforge.scenario.bench import (
     GENERATED_SHARED_PREFIX,
     RANDOM_IDS_SHARED_PREFIX,
     point_args,
     single_stream_args,
 )
+from sglforge.smoke import load_scenario
 from standin.base import ensure_sglang_base
 from standin.registry import free_port
 

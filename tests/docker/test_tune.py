@@ -105,7 +105,7 @@ def test_tune_turns_the_standin_tuner_s_rows_into_a_pending_item(
 
 
 def load_scenario_args(path: Path) -> tuple[str, ...]:
-    from sglforge.smoke.scenario import load_scenario
+    from sglforge.scenario.file import load_scenario
 
     return load_scenario(path).args
 

@@ -31,7 +31,7 @@ import pytest
 
 from sglforge import construct, coverage
 from sglforge.scan import quant
-from sglforge.smoke.scenario import load_scenario
+from sglforge.scenario.file import load_scenario
 from sglforge.targets import Device, load_targets
 
 pytestmark = pytest.mark.pypi

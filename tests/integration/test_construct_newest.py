@@ -18,7 +18,7 @@ import pytest
 from sglforge import construct, coverage
 from sglforge.construct.packages import install, release_version
 from sglforge.scan import quant
-from sglforge.smoke.scenario import load_scenario
+from sglforge.scenario.file import load_scenario
 from sglforge.targets import load_targets
 
 pytestmark = pytest.mark.pypi

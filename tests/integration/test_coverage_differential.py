@@ -30,7 +30,7 @@ import pytest
 
 import aiter_data
 from sglforge import construct, coverage
-from sglforge.smoke.scenario import load_scenario
+from sglforge.scenario.file import load_scenario
 from sglforge.targets import load_targets
 
 pytestmark = pytest.mark.pypi

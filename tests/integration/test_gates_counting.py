@@ -50,7 +50,7 @@ from sglforge.targets import Targets
 # the modules (sglforge.smoke exports functions under some of these names)
 preflight = importlib.import_module("sglforge.smoke.preflight")
 runner = importlib.import_module("sglforge.smoke.runner")
-scenario = importlib.import_module("sglforge.smoke.scenario")
+scenario = importlib.import_module("sglforge.scenario.file")
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = "127.0.0.1:9/ns"
 

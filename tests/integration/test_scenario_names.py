@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from sglforge.cli import main
 from sglforge.defaults import defaults_root
 from sglforge.errors import ConfigError
-from sglforge.smoke.scenario import scenario_path
+from sglforge.scenario.file import scenario_path
 
 
 @pytest.fixture

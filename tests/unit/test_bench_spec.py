@@ -26,8 +26,7 @@ from sglforge.bench.stats import (
     quantile_upper_bound,
 )
 from sglforge.errors import ConfigError
-from sglforge.smoke import load_scenario
-from sglforge.smoke.bench_spec import (
+from sglforge.scenario.bench import (
     GENERATED_SHARED_PREFIX,
     RANDOM_IDS_SHARED_PREFIX,
     Knee,
@@ -35,6 +34,7 @@ from sglforge.smoke.bench_spec import (
     point_args,
     single_stream_args,
 )
+from sglforge.smoke import load_scenario
 from standin import server
 
 ROOT = Path(__file__).resolve().parents[2]

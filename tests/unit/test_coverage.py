@@ -218,7 +218,7 @@ def lookup(model: str, status: str, tokens: tuple[int, ...] = (1, 2)) -> coverag
 
 
 def test_the_gate_fails_on_hot_misses_unless_the_scenario_accepts_them(tmp_path: Path) -> None:
-    from sglforge.smoke.scenario import load_scenario
+    from sglforge.scenario.file import load_scenario
 
     cov = coverage.Coverage(
         "gfx950",

@@ -20,8 +20,8 @@ from sglforge.publish import (
     registry_prefix,
     summary,
 )
+from sglforge.scenario.file import find_scenario
 from sglforge.smoke.report import Check
-from sglforge.smoke.scenario import find_scenario
 
 IMAGE = "sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d"
 

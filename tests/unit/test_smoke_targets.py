@@ -6,8 +6,8 @@ from pathlib import Path
 
 from test_workflows import load
 
+from sglforge.scenario.file import find_scenario
 from sglforge.smoke import load_scenario
-from sglforge.smoke.scenario import find_scenario
 from sglforge.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sglforge.smoke.bench_spec import Bench
+from sglforge.scenario.bench import Bench
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from sglforge import reports
 from sglforge.bench.cost import PlannedCost
 from sglforge.bench.stats import INCONCLUSIVE, Change, Point
-from sglforge.smoke.bench_spec import Knee
+from sglforge.scenario.bench import Knee
 from sglforge.util import atomic_write
 
 JSON_SCHEMA = 1

@@ -41,16 +41,16 @@ from sglforge.bench.stats import (
 )
 from sglforge.errors import BenchError, ConfigError
 from sglforge.requests import SmokeRequest
-from sglforge.smoke.bench_spec import (
+from sglforge.scenario.bench import (
     RANDOM_IDS_SHARED_PREFIX,
     Bench,
     choose_dataset,
     point_args,
     single_stream_args,
 )
+from sglforge.scenario.file import Scenario
 from sglforge.smoke.checks import HttpError, http_request
 from sglforge.smoke.preflight import port_in_use, refuse_simulated_acceptance
-from sglforge.smoke.scenario import Scenario
 from sglforge.util import check_output_dir, confined, work_dir
 
 BENCH_COMMAND = ("python3", "-m", "sglang.bench_serving")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sglforge.smoke.bench_spec import Knee
+from sglforge.scenario.bench import Knee
 
 # sglang 0.5.14 srt/observability/metrics_collector.py:1428-1431 and :1507-1511: counters bumped
 # per finished request; the hit rate over a sweep point is their growth's ratio.

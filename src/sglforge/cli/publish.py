@@ -36,7 +36,7 @@ from sglforge.publish import (
     summary,
 )
 from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest
-from sglforge.smoke.scenario import scenario_path
+from sglforge.scenario.file import scenario_path
 from sglforge.util import atomic_write, check_output_file, printable
 
 

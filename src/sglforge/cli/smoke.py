@@ -19,7 +19,7 @@ from sglforge.requests import SmokeRequest
 from sglforge.util import check_output_file
 
 if TYPE_CHECKING:
-    from sglforge.smoke.scenario import Scenario
+    from sglforge.scenario.file import Scenario
 
 
 def _target_scenario(state: State, image: str) -> Scenario:
@@ -27,7 +27,7 @@ def _target_scenario(state: State, image: str) -> Scenario:
     from sglforge.engine import images
     from sglforge.errors import ConfigError
     from sglforge.provenance import LABEL_ROCM, LABEL_TARGET
-    from sglforge.smoke.scenario import find_scenario
+    from sglforge.scenario.file import find_scenario
 
     labels = images.require(image).labels
     target = labels.get(LABEL_TARGET)
@@ -102,7 +102,7 @@ def smoke_cmd(
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
 
-    from sglforge.smoke.scenario import scenario_path
+    from sglforge.scenario.file import scenario_path
 
     chosen = (
         state.project.scenario_file(scenario_path(state.root, scenario))

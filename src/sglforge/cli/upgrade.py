@@ -20,7 +20,7 @@ from sglforge.cli.options import (
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.progress import current
 from sglforge.requests import UpgradeRequest
-from sglforge.smoke.scenario import scenario_path
+from sglforge.scenario.file import scenario_path
 
 
 @main.command("upgrade")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from sglforge.construct.built import Construction
 
 if TYPE_CHECKING:
-    from sglforge.smoke.scenario import Scenario
+    from sglforge.scenario.file import Scenario
 
 INCOMPLETE = "scan-incomplete"
 

@@ -11,19 +11,7 @@ The names most callers use are re-exported here.
 
 from __future__ import annotations
 
-from sglforge.smoke.checks import (
-    CHECK_ORDER,
-    HttpError,
-    accept_length_from_meta,
-    accept_length_from_server_info,
-    answer_matches,
-    decode_speed,
-    logs_check,
-    scan_log,
-    scan_required,
-    strip_reasoning,
-)
-from sglforge.smoke.constants import (
+from sglforge.scenario.constants import (
     ACCELERATORS,
     DEFAULT_ACCEPT_LENGTH,
     DEFAULT_COMMAND,
@@ -35,6 +23,28 @@ from sglforge.smoke.constants import (
     PLACEHOLDERS,
     SEVERITIES,
     Value,
+)
+from sglforge.scenario.file import (
+    Checks,
+    ForbiddenPattern,
+    LogMatch,
+    Question,
+    RequiredPattern,
+    Scenario,
+    load_scenario,
+    parse_scenario,
+)
+from sglforge.smoke.checks import (
+    CHECK_ORDER,
+    HttpError,
+    accept_length_from_meta,
+    accept_length_from_server_info,
+    answer_matches,
+    decode_speed,
+    logs_check,
+    scan_log,
+    scan_required,
+    strip_reasoning,
 )
 from sglforge.smoke.preflight import (
     GpuInventory,
@@ -61,16 +71,6 @@ from sglforge.smoke.report import (
 from sglforge.smoke.runner import (
     new_report_dir,
     run_smoke,
-)
-from sglforge.smoke.scenario import (
-    Checks,
-    ForbiddenPattern,
-    LogMatch,
-    Question,
-    RequiredPattern,
-    Scenario,
-    load_scenario,
-    parse_scenario,
 )
 
 __all__ = [

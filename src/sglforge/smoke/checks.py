@@ -19,9 +19,9 @@ from sglforge.util import printable
 
 if TYPE_CHECKING:
     pass
-from sglforge.smoke.constants import HTTP_FAILED, Value
+from sglforge.scenario.constants import HTTP_FAILED, Value
+from sglforge.scenario.file import ForbiddenPattern, LogMatch, RequiredPattern, Scenario
 from sglforge.smoke.report import Check
-from sglforge.smoke.scenario import ForbiddenPattern, LogMatch, RequiredPattern, Scenario
 
 
 class HttpError(Exception):

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import SglforgeError
 from sglforge.provenance import LABEL_GPU_ARCH, LABEL_TARGET
+from sglforge.scenario.file import Scenario
 from sglforge.smoke.report import Check
-from sglforge.smoke.scenario import Scenario
 from sglforge.util import CANNOT_RUN, NOT_FOUND, run_probe
 
 if TYPE_CHECKING:

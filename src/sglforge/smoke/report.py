@@ -15,8 +15,8 @@ from sglforge.util import atomic_write
 
 if TYPE_CHECKING:
     pass
-from sglforge.smoke.constants import Value
-from sglforge.smoke.scenario import LogMatch
+from sglforge.scenario.constants import Value
+from sglforge.scenario.file import LogMatch
 
 
 @dataclass(frozen=True)

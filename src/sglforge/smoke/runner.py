@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import ConfigError, SmokeError
 from sglforge.requests import SmokeRequest
+from sglforge.scenario.constants import EXIT_GRACE_S, HTTP_FAILED, LOG_TAIL_LINES, Value
+from sglforge.scenario.file import LogMatch, Scenario
 from sglforge.smoke.checks import (
     CHECK_ORDER,
     HttpError,
@@ -26,7 +28,6 @@ from sglforge.smoke.checks import (
     scan_log,
     scan_required,
 )
-from sglforge.smoke.constants import EXIT_GRACE_S, HTTP_FAILED, LOG_TAIL_LINES, Value
 from sglforge.smoke.preflight import (
     GpuInventory,
     Host,
@@ -36,7 +37,6 @@ from sglforge.smoke.preflight import (
     refuse_simulated_acceptance,
 )
 from sglforge.smoke.report import Check, SmokeReport, report_dict
-from sglforge.smoke.scenario import LogMatch, Scenario
 from sglforge.util import atomic_write, check_output_dir, confined, work_dir
 
 if TYPE_CHECKING:

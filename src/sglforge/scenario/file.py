@@ -18,8 +18,8 @@ from sglforge.util import confined
 
 if TYPE_CHECKING:
     from sglforge.engine.containers import Profile
-    from sglforge.smoke.bench_spec import Bench
-from sglforge.smoke.constants import (
+    from sglforge.scenario.bench import Bench
+from sglforge.scenario.constants import (
     ACCELERATORS,
     DEFAULT_ACCEPT_LENGTH,
     DEFAULT_COMMAND,
@@ -231,7 +231,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     container = _parse_container(top.table("container"), path)
 
     checks = _parse_checks(top.table("checks"), path)
-    from sglforge.smoke.bench_spec import parse_bench
+    from sglforge.scenario.bench import parse_bench
 
     bench = parse_bench(top.table("bench"), path)
     accepted = _parse_coverage(top.table("coverage"), path)
