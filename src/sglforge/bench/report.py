@@ -576,12 +576,15 @@ class _Chart:
         return self.pad_l + self.w
 
     def x(self, v: float) -> float:
+        """The pixel column of request rate ``v``."""
         return self.pad_l + v / self.x_ticks[-1] * self.w
 
     def y_tok(self, v: float) -> float:
+        """The pixel row of output tok/s ``v`` (left axis)."""
         return self.pad_t + self.h - v / self.tok_ticks[-1] * self.h
 
     def y_ttft(self, v: float) -> float:
+        """The pixel row of TTFT ``v`` (right axis), clipped at its top."""
         ttft_max = self.ttft_ticks[-1]
         return self.pad_t + self.h - min(v, ttft_max) / ttft_max * self.h
 

@@ -338,6 +338,7 @@ class _Logs:
 
     @classmethod
     def of(cls, by_side: Mapping[str, Sequence[Block]]) -> _Logs:
+        """The log figures of each side's blocks (at least one block a side)."""
         means = {s: [b.log_mean() for b in by_side[s]] for s in SIDES}
         within = {s: [b.log_var_of_mean() for b in by_side[s]] for s in SIDES}
         mb, mc = statistics.fmean(means["baseline"]), statistics.fmean(means["candidate"])
@@ -345,6 +346,7 @@ class _Logs:
 
     @property
     def boots(self) -> tuple[int, int]:
+        """The blocks on each side: (baseline, candidate)."""
         return len(self.means["baseline"]), len(self.means["candidate"])
 
     def standard_error(self, boot_sd: float) -> float:
