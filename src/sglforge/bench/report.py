@@ -531,107 +531,186 @@ def ticks(high: float, count: int = 5) -> list[float]:
     return [round(i * step, 10) for i in range(n + 1)]
 
 
+@dataclass(frozen=True)
+class _Chart:
+    """The chart's geometry: the plot area inside its padding, each axis's ticks (the last
+    tick is the axis's top) and the TTFT limit; maps values to pixels."""
+
+    width: int
+    height: int
+    pad_l: int
+    pad_t: int
+    w: int
+    h: int
+    limit: float
+    x_ticks: list[float]
+    tok_ticks: list[float]
+    ttft_ticks: list[float]
+
+    @classmethod
+    def of(cls, rows: Sequence[Point], limit: float, width: int, height: int) -> _Chart:
+        """The padding, and ticks covering every point's rate, output tok/s and TTFT p95
+        (and the limit, with 5 % headroom above the highest TTFT)."""
+        pad_l, pad_r, pad_t, pad_b = 70, 70, 50, 60
+        return cls(
+            width=width,
+            height=height,
+            pad_l=pad_l,
+            pad_t=pad_t,
+            w=width - pad_l - pad_r,
+            h=height - pad_t - pad_b,
+            limit=limit,
+            x_ticks=ticks(max([p.request_rate for p in rows] + [1.0])),
+            tok_ticks=ticks(max([p.output_tok_s for p in rows] + [1.0])),
+            ttft_ticks=ticks(max([p.ttft_p95_s for p in rows] + [limit]) * 1.05),
+        )
+
+    @property
+    def base(self) -> int:
+        """The x axis's pixel row (the bottom of the plot area)."""
+        return self.pad_t + self.h
+
+    @property
+    def right(self) -> int:
+        """The right-hand (TTFT) axis's pixel column."""
+        return self.pad_l + self.w
+
+    def x(self, v: float) -> float:
+        """The pixel column of request rate ``v``."""
+        return self.pad_l + v / self.x_ticks[-1] * self.w
+
+    def y_tok(self, v: float) -> float:
+        """The pixel row of output tok/s ``v`` (left axis)."""
+        return self.pad_t + self.h - v / self.tok_ticks[-1] * self.h
+
+    def y_ttft(self, v: float) -> float:
+        """The pixel row of TTFT ``v`` (right axis), clipped at its top."""
+        ttft_max = self.ttft_ticks[-1]
+        return self.pad_t + self.h - min(v, ttft_max) / ttft_max * self.h
+
+
 def svg(report: BenchReport, width: int = 720, height: int = 400) -> str:
     """The knee search as a chart: output tok/s/node and TTFT p95 against the offered rate,
     both axes with ticks, the TTFT limit, the knee marked, and a legend."""
     rows = [p for p in report.run.sweep if math.isfinite(p.request_rate)]
-    pad_l, pad_r, pad_t, pad_b = 70, 70, 50, 60
-    w, h = width - pad_l - pad_r, height - pad_t - pad_b
-    limit = report.knee_rule.ttft_p95_max_s
-    x_ticks = ticks(max([p.request_rate for p in rows] + [1.0]))
-    tok_ticks = ticks(max([p.output_tok_s for p in rows] + [1.0]))
-    ttft_ticks = ticks(max([p.ttft_p95_s for p in rows] + [limit]) * 1.05)
-    x_max, tok_max, ttft_max = x_ticks[-1], tok_ticks[-1], ttft_ticks[-1]
+    chart = _Chart.of(rows, report.knee_rule.ttft_p95_max_s, width, height)
+    out = _chart_frame(chart, escape(report.scenario), escape(_label(report)))
+    out += _chart_ticks(chart)
+    out += _chart_axis_titles(chart)
+    out += _chart_limit_and_knee(chart, report.run.knee)
+    out += _chart_series(chart, rows)
+    out += _chart_legend(chart)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
-    def x(v: float) -> float:
-        return pad_l + v / x_max * w
 
-    def y_tok(v: float) -> float:
-        return pad_t + h - v / tok_max * h
-
-    def y_ttft(v: float) -> float:
-        return pad_t + h - min(v, ttft_max) / ttft_max * h
-
-    name, label = escape(report.scenario), escape(_label(report))
-    base = pad_t + h
-    out = [
+def _chart_frame(c: _Chart, name: str, label: str) -> list[str]:
+    """The opening tag, the title, the white background and the three axis lines."""
+    width, height, pad_l, pad_t, base, right = c.width, c.height, c.pad_l, c.pad_t, c.base, c.right
+    return [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
         f"<title>{name}: output tok/s/node and TTFT p95 by request rate ({label})</title>",
         f'<rect width="{width}" height="{height}" fill="white"/>',
         f'<text x="{pad_l}" y="20" font-size="13">{name} ({label})</text>',
-        f'<line x1="{pad_l}" y1="{base}" x2="{pad_l + w}" y2="{base}" stroke="black"/>',
+        f'<line x1="{pad_l}" y1="{base}" x2="{right}" y2="{base}" stroke="black"/>',
         f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{base}" stroke="black"/>',
-        f'<line x1="{pad_l + w}" y1="{pad_t}" x2="{pad_l + w}" y2="{base}" stroke="black"/>',
+        f'<line x1="{right}" y1="{pad_t}" x2="{right}" y2="{base}" stroke="black"/>',
     ]
-    for t in x_ticks:
+
+
+def _chart_ticks(c: _Chart) -> list[str]:
+    """Each axis's ticks and labels: the rate below, output tok/s on the left (with grid
+    lines), TTFT p95 on the right."""
+    pad_l, base, right = c.pad_l, c.base, c.right
+    out = []
+    for t in c.x_ticks:
         out.append(
-            f'<line x1="{x(t):.1f}" y1="{base}" x2="{x(t):.1f}" y2="{base + 5}" stroke="black"/>'
+            f'<line x1="{c.x(t):.1f}" y1="{base}" x2="{c.x(t):.1f}" y2="{base + 5}" '
+            'stroke="black"/>'
         )
-        out.append(f'<text x="{x(t):.1f}" y="{base + 17}" text-anchor="middle">{t:g}</text>')
-    for t in tok_ticks:
-        yy = y_tok(t)
+        out.append(f'<text x="{c.x(t):.1f}" y="{base + 17}" text-anchor="middle">{t:g}</text>')
+    for t in c.tok_ticks:
+        yy = c.y_tok(t)
         out.append(
             f'<line x1="{pad_l - 5}" y1="{yy:.1f}" x2="{pad_l}" y2="{yy:.1f}" stroke="black"/>'
         )
-        out.append(
-            f'<line x1="{pad_l}" y1="{yy:.1f}" x2="{pad_l + w}" y2="{yy:.1f}" stroke="#eee"/>'
-        )
+        out.append(f'<line x1="{pad_l}" y1="{yy:.1f}" x2="{right}" y2="{yy:.1f}" stroke="#eee"/>')
         out.append(f'<text x="{pad_l - 8}" y="{yy + 4:.1f}" text-anchor="end">{t:g}</text>')
-    for t in ttft_ticks:
-        yy = y_ttft(t)
+    for t in c.ttft_ticks:
+        yy = c.y_ttft(t)
         out.append(
-            f'<line x1="{pad_l + w}" y1="{yy:.1f}" x2="{pad_l + w + 5}" y2="{yy:.1f}" '
-            'stroke="#d70"/>'
+            f'<line x1="{right}" y1="{yy:.1f}" x2="{right + 5}" y2="{yy:.1f}" stroke="#d70"/>'
         )
-        out.append(f'<text x="{pad_l + w + 8}" y="{yy + 4:.1f}" fill="#d70">{t:g}</text>')
-    out += [
-        f'<text x="{pad_l + w / 2}" y="{height - 22}" text-anchor="middle">'
+        out.append(f'<text x="{right + 8}" y="{yy + 4:.1f}" fill="#d70">{t:g}</text>')
+    return out
+
+
+def _chart_axis_titles(c: _Chart) -> list[str]:
+    """What each axis measures: the rate below, output tok/s left, TTFT p95 right."""
+    return [
+        f'<text x="{c.pad_l + c.w / 2}" y="{c.height - 22}" text-anchor="middle">'
         "offered request rate (requests/s)</text>",
-        f'<text transform="translate(16 {pad_t + h / 2}) rotate(-90)" text-anchor="middle">'
+        f'<text transform="translate(16 {c.pad_t + c.h / 2}) rotate(-90)" text-anchor="middle">'
         "output tok/s per node</text>",
-        f'<text transform="translate({width - 12} {pad_t + h / 2}) rotate(90)" '
+        f'<text transform="translate({c.width - 12} {c.pad_t + c.h / 2}) rotate(90)" '
         'text-anchor="middle" fill="#d70">TTFT p95 (s)</text>',
     ]
-    y_limit = y_ttft(limit)
-    out.append(
-        f'<line x1="{pad_l}" y1="{y_limit:.1f}" x2="{pad_l + w}" y2="{y_limit:.1f}" '
+
+
+def _chart_limit_and_knee(c: _Chart, k: Point | None) -> list[str]:
+    """The TTFT limit as a dashed red line, and the knee (when found) as a dashed green
+    line with its rate and output tok/s."""
+    y_limit = c.y_ttft(c.limit)
+    out = [
+        f'<line x1="{c.pad_l}" y1="{y_limit:.1f}" x2="{c.right}" y2="{y_limit:.1f}" '
         'stroke="red" stroke-dasharray="4 3"/>'
-    )
-    k = report.run.knee
+    ]
     if k is not None:
-        xk = x(k.request_rate)
+        xk = c.x(k.request_rate)
         out.append(
-            f'<line x1="{xk:.1f}" y1="{pad_t}" x2="{xk:.1f}" y2="{base}" stroke="#2a7" '
+            f'<line x1="{xk:.1f}" y1="{c.pad_t}" x2="{xk:.1f}" y2="{c.base}" stroke="#2a7" '
             'stroke-width="2" stroke-dasharray="6 3"/>'
         )
         out.append(
-            f'<text x="{xk + 4:.1f}" y="{pad_t + 12}" fill="#2a7">knee {k.request_rate:g} RPS, '
+            f'<text x="{xk + 4:.1f}" y="{c.pad_t + 12}" fill="#2a7">knee {k.request_rate:g} RPS, '
             f"{k.output_tok_s:.0f} tok/s</text>"
         )
+    return out
+
+
+def _chart_series(c: _Chart, rows: Sequence[Point]) -> list[str]:
+    """Output tok/s (blue, left axis) and TTFT p95 (orange, right axis) by rate: a line
+    through the points and a dot with a tooltip at each."""
+    out = []
     for series, color, yf in (
-        ([(p.request_rate, p.output_tok_s) for p in rows], "#58a", y_tok),
-        ([(p.request_rate, p.ttft_p95_s) for p in rows], "#d70", y_ttft),
+        ([(p.request_rate, p.output_tok_s) for p in rows], "#58a", c.y_tok),
+        ([(p.request_rate, p.ttft_p95_s) for p in rows], "#d70", c.y_ttft),
     ):
         if series:
-            pts = " ".join(f"{x(a):.1f},{yf(b):.1f}" for a, b in series)
+            pts = " ".join(f"{c.x(a):.1f},{yf(b):.1f}" for a, b in series)
             out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
         for a, b in series:
             out.append(
-                f'<circle cx="{x(a):.1f}" cy="{yf(b):.1f}" r="3.5" fill="{color}">'
+                f'<circle cx="{c.x(a):.1f}" cy="{yf(b):.1f}" r="3.5" fill="{color}">'
                 f"<title>{a:g} RPS: {b:.2f}</title></circle>"
             )
-    lx, ly = pad_l + 10, pad_t + 8
+    return out
+
+
+def _chart_legend(c: _Chart) -> list[str]:
+    """A boxed legend in the top left corner: both series, the limit and the knee."""
+    lx, ly = c.pad_l + 10, c.pad_t + 8
     legend = (
         ("#58a", "", "output tok/s/node"),
         ("#d70", "", "TTFT p95"),
-        ("red", "4 3", f"TTFT limit {limit:g} s"),
+        ("red", "4 3", f"TTFT limit {c.limit:g} s"),
         ("#2a7", "6 3", "knee"),
     )
-    out.append(
+    out = [
         f'<rect x="{lx - 6}" y="{ly - 4}" width="150" height="{len(legend) * 16 + 6}" '
         'fill="white" stroke="#999"/>'
-    )
+    ]
     for i, (color, dash, text_) in enumerate(legend):
         yy = ly + 8 + i * 16
         style = f' stroke-dasharray="{dash}"' if dash else ""
@@ -640,8 +719,7 @@ def svg(report: BenchReport, width: int = 720, height: int = 400) -> str:
             f'stroke-width="2"{style}/>'
         )
         out.append(f'<text x="{lx + 30}" y="{yy + 4}">{escape(text_)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def write_outputs(report: BenchReport) -> None:

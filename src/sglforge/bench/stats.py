@@ -326,6 +326,66 @@ def chi2_quantile(p: float, df: int) -> float:
     return k * (1 - 2 / (9 * k) + z * math.sqrt(2 / (9 * k))) ** 3
 
 
+@dataclass(frozen=True)
+class _Logs:
+    """Each side's blocks as log figures: every block's mean log sample, the variance of
+    that mean from its requests' spread, and each side's mean over its blocks."""
+
+    means: dict[str, list[float]]
+    within: dict[str, list[float]]
+    mb: float  # the baseline's mean log figure
+    mc: float  # the candidate's
+
+    @classmethod
+    def of(cls, by_side: Mapping[str, Sequence[Block]]) -> _Logs:
+        """The log figures of each side's blocks (at least one block a side)."""
+        means = {s: [b.log_mean() for b in by_side[s]] for s in SIDES}
+        within = {s: [b.log_var_of_mean() for b in by_side[s]] for s in SIDES}
+        mb, mc = statistics.fmean(means["baseline"]), statistics.fmean(means["candidate"])
+        return cls(means, within, mb, mc)
+
+    @property
+    def boots(self) -> tuple[int, int]:
+        """The blocks on each side: (baseline, candidate)."""
+        return len(self.means["baseline"]), len(self.means["candidate"])
+
+    def standard_error(self, boot_sd: float) -> float:
+        """The declared per-boot noise over each side's boots, plus the requests' own spread
+        within each block."""
+        nb, nc = self.boots
+        var = boot_sd**2 * (1 / nb + 1 / nc)
+        var += sum(self.within["baseline"]) / nb**2 + sum(self.within["candidate"]) / nc**2
+        return math.sqrt(var)
+
+    def spread(self, boot_sd: float, noise_check: float) -> tuple[float | None, str, str]:
+        """(the blocks' observed sd around their side's mean, PASSED or INCONCLUSIVE, why):
+        INCONCLUSIVE when the spread is beyond the declared noise (chi-square at
+        ``noise_check``); no observed sd with one block a side."""
+        nb, nc = self.boots
+        dof = nb + nc - 2
+        if dof <= 0:
+            return None, PASSED, ""
+        ss = sum((m - self.mb) ** 2 for m in self.means["baseline"])
+        ss += sum((m - self.mc) ** 2 for m in self.means["candidate"])
+        observed = math.sqrt(ss / dof)
+        expected = boot_sd**2 + statistics.fmean(self.within["baseline"] + self.within["candidate"])
+        if expected <= 0 or ss / expected > chi2_quantile(noise_check, dof):
+            why = (
+                f"the boots spread {observed:.2%} (sd of log speed), beyond the declared "
+                f"per-boot noise {boot_sd:.2%}: the interval would not hold"
+            )
+            return observed, INCONCLUSIVE, why
+        return observed, PASSED, ""
+
+
+def _blocks_by_side(figure: str, blocks: Sequence[Block]) -> dict[str, list[Block]]:
+    """Each side's blocks that have samples (BenchError for a non-finite or non-positive
+    sample, naming the side and boot)."""
+    for b in blocks:
+        require_finite(figure, b.samples, f"{b.side} boot {b.order + 1}")
+    return {side: [b for b in blocks if b.side == side and b.samples] for side in SIDES}
+
+
 def compare(
     figure: str,
     blocks: Sequence[Block],
@@ -348,9 +408,7 @@ def compare(
     spread beyond the declared noise (chi-square at ``noise_check``), it is INCONCLUSIVE.
     Non-finite samples raise BenchError.
     """
-    for b in blocks:
-        require_finite(figure, b.samples, f"{b.side} boot {b.order + 1}")
-    by_side = {side: [b for b in blocks if b.side == side and b.samples] for side in SIDES}
+    by_side = _blocks_by_side(figure, blocks)
     nb, nc = len(by_side["baseline"]), len(by_side["candidate"])
     reqs = (
         sum(len(b.samples) for b in by_side["baseline"]),
@@ -366,27 +424,11 @@ def compare(
             figure, 0.0, 0.0, 0.0, 0.0, 0.0, confidence, tolerance, math.inf, power,
             (nb, nc), reqs, boot_sd, None, INCONCLUSIVE, f"no {missing} boot measured",
         )  # fmt: skip
-    means = {s: [b.log_mean() for b in by_side[s]] for s in SIDES}
-    within = {s: [b.log_var_of_mean() for b in by_side[s]] for s in SIDES}
-    mb, mc = statistics.fmean(means["baseline"]), statistics.fmean(means["candidate"])
+    logs = _Logs.of(by_side)
+    mb, mc = logs.mb, logs.mc
     d = mc - mb
-    var = boot_sd**2 * (1 / nb + 1 / nc)
-    var += sum(within["baseline"]) / nb**2 + sum(within["candidate"]) / nc**2
-    se = math.sqrt(var)
-    dof = nb + nc - 2
-    observed: float | None = None
-    status, why = PASSED, ""
-    if dof > 0:
-        ss = sum((m - mb) ** 2 for m in means["baseline"])
-        ss += sum((m - mc) ** 2 for m in means["candidate"])
-        observed = math.sqrt(ss / dof)
-        expected = boot_sd**2 + statistics.fmean(within["baseline"] + within["candidate"])
-        if expected <= 0 or ss / expected > chi2_quantile(noise_check, dof):
-            status = INCONCLUSIVE
-            why = (
-                f"the boots spread {observed:.2%} (sd of log speed), beyond the declared "
-                f"per-boot noise {boot_sd:.2%}: the interval would not hold"
-            )
+    se = logs.standard_error(boot_sd)
+    observed, status, why = logs.spread(boot_sd, noise_check)
     high = d + z * se
     low = d - z * se
     if status == PASSED and math.expm1(high) < -tolerance:
@@ -409,5 +451,5 @@ def compare(
         observed_sd=observed,
         status=status,
         why=why,
-        deltas=tuple(math.expm1(m - mb) for m in means["candidate"]),
+        deltas=tuple(math.expm1(m - mb) for m in logs.means["candidate"]),
     )

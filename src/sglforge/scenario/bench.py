@@ -288,10 +288,68 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+@dataclass(frozen=True)
+class _Workload:
+    """The workload part of ``[bench]``: the lengths, the prefix-cache hit, the prompts and
+    the rates to run (a sweep, a search or both)."""
+
+    input_len: int
+    output_len: int
+    prefix_hit: float
+    prompts_per_group: int
+    num_prompts: int
+    request_rates: tuple[float, ...]
+    search: Search | None
+
+
 def parse_bench(bt: Table, path: Path) -> Bench | None:
     """Validate a scenario's ``[bench]`` table (None when the scenario has none)."""
     if not bt.data:
         return None
+    load = _workload(bt, path)
+    warmup = bt.number("warmup_requests", "int", 1, strict=False)
+    flush = bt.get("flush_cache", "bool", True)
+    seed = bt.get("seed", "int", 1)
+    repeats = bt.number("repeats", "int", 4)
+    hit_tol = bt.number("hit_rate_tolerance", "float", 0.1)
+    backend = bt.get("backend", "str", "sglang")
+    if backend not in BACKENDS:
+        raise bt._bad("backend", " or ".join(repr(b) for b in BACKENDS))
+    tokenizer = bt.get("tokenizer", "str", None)
+    knee = _knee(bt.table("knee"), path)
+    single = _single_stream(bt.table("single_stream"))
+    gate = _gate(bt.table("gate"), path)
+    speed = _speed(bt.table("speed"))
+    cost = _cost(bt.table("cost"))
+    probe_prompts = bt.number("probe_prompts", "int", 0, strict=False)
+    bt.done()
+    return Bench(
+        input_len=load.input_len,
+        output_len=load.output_len,
+        prefix_hit=load.prefix_hit,
+        num_prompts=load.num_prompts,
+        prompts_per_group=load.prompts_per_group,
+        request_rates=load.request_rates,
+        search=load.search,
+        warmup_requests=warmup,
+        flush_cache=flush,
+        seed=seed,
+        repeats=repeats,
+        hit_tolerance=hit_tol,
+        backend=backend,
+        knee=knee,
+        single_stream=single,
+        gate=gate,
+        tokenizer=tokenizer,
+        speed=speed,
+        cost=cost,
+        probe_prompts=probe_prompts,
+    )
+
+
+def _workload(bt: Table, path: Path) -> _Workload:
+    """The lengths, prefix-cache hit, prompts and rates of ``[bench]``, read in this order (an
+    error names the first bad key); a sweep or a ``[bench.search]`` is required."""
     input_len = bt.number("input_len", "int")
     output_len = bt.number("output_len", "int")
     prefix_hit = bt.number("prefix_cache_hit", "float", 0.0, strict=False)
@@ -308,16 +366,11 @@ def parse_bench(bt: Table, path: Path) -> Bench | None:
             f"{path}: [bench] needs 'request_rates' (a sweep) or a [bench.search] table",
             f"add request_rates = [1.0, 2.0] to [bench] in {path}",
         )
-    warmup = bt.number("warmup_requests", "int", 1, strict=False)
-    flush = bt.get("flush_cache", "bool", True)
-    seed = bt.get("seed", "int", 1)
-    repeats = bt.number("repeats", "int", 4)
-    hit_tol = bt.number("hit_rate_tolerance", "float", 0.1)
-    backend = bt.get("backend", "str", "sglang")
-    if backend not in BACKENDS:
-        raise bt._bad("backend", " or ".join(repr(b) for b in BACKENDS))
-    tokenizer = bt.get("tokenizer", "str", None)
-    kt = bt.table("knee")
+    return _Workload(input_len, output_len, prefix_hit, ppg, num_prompts, rates, search)
+
+
+def _knee(kt: Table, path: Path) -> Knee:
+    """``[bench.knee]``: the TTFT p95 limit and the least success (a fraction)."""
     knee = Knee(
         ttft_p95_max_s=kt.number("ttft_p95_max_s", "float", 5.0),
         min_success=kt.number("min_success", "float", 1.0),
@@ -327,7 +380,11 @@ def parse_bench(bt: Table, path: Path) -> Bench | None:
         raise ConfigError(
             f"{path}: 'bench.knee.min_success' is a fraction (1.0 = 100 %)", f"fix {path}"
         )
-    st = bt.table("single_stream")
+    return knee
+
+
+def _single_stream(st: Table) -> SingleStream | None:
+    """``[bench.single_stream]`` (None when absent: no single-stream run)."""
     single = (
         SingleStream(
             input_len=st.number("input_len", "int", 10000),
@@ -339,7 +396,12 @@ def parse_bench(bt: Table, path: Path) -> Bench | None:
         else None
     )
     st.done()
-    gt = bt.table("gate")
+    return single
+
+
+def _gate(gt: Table, path: Path) -> Gate:
+    """``[bench.gate]``: the tolerance, the one-sided confidence (between 0.5 and 1) and the
+    declared per-boot noise."""
     gate = Gate(
         tolerance=gt.number("tolerance", "float", 0.0, strict=False),
         confidence=gt.number("confidence", "float", 0.95),
@@ -350,43 +412,28 @@ def parse_bench(bt: Table, path: Path) -> Bench | None:
         raise ConfigError(
             f"{path}: 'bench.gate.confidence' must be between 0.5 and 1", f"fix {path}"
         )
-    spt = bt.table("speed")
+    return gate
+
+
+def _speed(spt: Table) -> Speed:
+    """``[bench.speed]``: the speed probe's concurrency and request count."""
     speed = Speed(
         concurrency=spt.number("concurrency", "int", 16),
         num_prompts=spt.number("num_prompts", "int", 64),
     )
     spt.done()
-    ct = bt.table("cost")
+    return speed
+
+
+def _cost(ct: Table) -> Cost:
+    """``[bench.cost]``: the planning figures for the gate's node-minutes."""
     cost = Cost(
         boot_minutes=ct.number("boot_minutes", "float", 2.0),
         output_tok_s=ct.number("output_tok_s", "float", 1000.0),
         single_stream_tok_s=ct.number("single_stream_tok_s", "float", 100.0),
     )
     ct.done()
-    probe_prompts = bt.number("probe_prompts", "int", 0, strict=False)
-    bt.done()
-    return Bench(
-        input_len=input_len,
-        output_len=output_len,
-        prefix_hit=prefix_hit,
-        num_prompts=num_prompts,
-        prompts_per_group=ppg,
-        request_rates=rates,
-        search=search,
-        warmup_requests=warmup,
-        flush_cache=flush,
-        seed=seed,
-        repeats=repeats,
-        hit_tolerance=hit_tol,
-        backend=backend,
-        knee=knee,
-        single_stream=single,
-        gate=gate,
-        tokenizer=tokenizer,
-        speed=speed,
-        cost=cost,
-        probe_prompts=probe_prompts,
-    )
+    return cost
 
 
 def _rates(bt: Table, key: str) -> tuple[float, ...]:
