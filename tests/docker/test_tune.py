@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import docker
@@ -23,6 +24,7 @@ import pytest
 
 from real_project import copy_real_project
 from sglforge import coverage
+from sglforge.overlay_configs import base_aiter
 from sglforge.queue.configs import base_tables_from_dir, load_items, upstream_findings
 from sglforge.tune import TuneRequest, tune
 from standin.base import ensure_sglang_base
@@ -73,10 +75,14 @@ def test_tune_turns_the_standin_tuner_s_rows_into_a_pending_item(
     work = Path(out.work)
     untuned = (work / "untuned_fmoe.csv").read_text().splitlines()
     assert untuned[0] == coverage.UNTUNED_HEADER
-    # TP4: main 257/9 and draft 256/8 at inter_dim 512, tokens 1..16384 (15 buckets each).
-    assert out.asked == len(untuned) - 1 == 30 and out.rows == 30 and out.not_tuned == 0
+    # TP4: main 257/9 and draft 256/8 at inter_dim 512, at the token buckets the replica's
+    # aiter asks (the amd-aiter 0.1.7 wheel: 1..16 tokens look up 16, capped at 1024;
+    # tests/unit/test_aiter_rules.py cites its lines): 7 buckets each.
+    tokens = sorted({int(row.split(",")[0]) for row in untuned[1:]})
+    assert tokens == [16, 32, 64, 128, 256, 512, 1024], tokens
+    assert out.asked == len(untuned) - 1 == 14 and out.rows == 14 and out.not_tuned == 0
     log = (work / "tuner.log").read_text()
-    assert "STAND-IN tuner: 30 key(s)" in log
+    assert "STAND-IN tuner: 14 key(s)" in log
     (item,) = load_items(root)
     # The tuner's lines, unchanged (header included), and nothing else.
     tuned = (work / "tuned_fmoe.csv").read_text().splitlines()
@@ -99,7 +105,10 @@ def test_tune_turns_the_standin_tuner_s_rows_into_a_pending_item(
             tar.extractall(tmp_path / "x", filter="data")
     finally:
         raw.remove(force=True)
-    base = base_tables_from_dir(tmp_path / "x" / "configs")
+    # ...looked up by the replica's own aiter rule (its key and token buckets)
+    probed = base_aiter(image, docker_labels)
+    assert probed is not None
+    base = replace(base_tables_from_dir(tmp_path / "x" / "configs"), aiter=probed.aiter)
     cov = coverage.coverage(tree, model, load_scenario_args(scenario), base, load_items(root))
     assert cov.misses == 0, json.dumps(cov.to_dict()["lookups"])[:2000]
 
