@@ -44,8 +44,11 @@ def _rebase_apply(wt: Path) -> Path:
 
 def uncommitted(wt: Path | str, *paths: str) -> list[str]:
     """The files with uncommitted changes, untracked ones included (under ``paths`` only, when
-    given), as ``git status`` names them."""
-    listing = _run(wt, "status", "--porcelain", "--untracked-files=normal", "--", *paths).stdout
+    given), as ``git status`` names them. Read-only: git takes no optional lock and writes no
+    refreshed index (the worktree's records may be another project's)."""
+    listing = _run(
+        wt, "--no-optional-locks", "status", "--porcelain", "--untracked-files=normal", "--", *paths
+    ).stdout
     return [line[3:] for line in listing.splitlines() if line]
 
 

@@ -132,20 +132,31 @@ def safe_ref(ref: str) -> str:
     return name
 
 
-def worktree_path(root: Path, ref: str) -> Path:
+def worktree_path(root: Path, ref: str, discard_copy: bool = False) -> Path:
     wt = confined(root / "build" / "worktrees", safe_ref(ref), "worktree for ref", "--ref")
-    _own_worktree(wt, ref)
+    _own_worktree(wt, ref, discard_copy)
     return wt
 
 
-def _own_worktree(wt: Path, ref: str) -> None:
+def _own_worktree(wt: Path, ref: str, discard_copy: bool = False) -> None:
     """Refuse a worktree whose git records belong to another project's worktree (this project
-    is a copy made with its build/: git would commit there); repair one whose project moved."""
+    is a copy made with its build/: git would commit there); repair one whose project moved.
+
+    ``discard_copy`` (``apply --force``): a copy holding no edit of its own is removed (this
+    project's folder only; the other project's records are not touched), and the apply makes
+    this project's own worktree. A copy with edits is always refused: they would be lost."""
     home = git.worktree_home(wt)
     if home is None:
         return
     other, admin = home
     if (other / ".git").exists():
+        if discard_copy and not git.uncommitted(wt):
+            shutil.rmtree(wt)
+            progress.current().warn(
+                f"worktree {wt} was a copy of {other} (its git records are that project's) "
+                "with no edits of its own: removed (--force); this project's own is made"
+            )
+            return
         raise PatchError(
             f"worktree {wt} is a copy: its git records ({admin}) belong to {other}, another "
             "project's worktree (this project was copied with its build/); git would commit "
@@ -213,7 +224,7 @@ def apply_at(
     queue: Queue, up: Upstream, ref: str, commit: str, pin_commit: str, force: bool = False
 ) -> Applied:
     root = queue.root
-    wt = worktree_path(root, ref)
+    wt = worktree_path(root, ref, discard_copy=force)
     with git.cache_lock(up.cache):
         branch = _branch_for(up.cache, wt, ref)
     run = _Run(queue, up, ref, commit, wt, branch)
