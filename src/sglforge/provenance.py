@@ -181,7 +181,7 @@ class ScanWaiver:
         return {"finding": self.finding, "patch": self.patch, "file": self.file}
 
 
-FIXES_SCAN = "Fixes-Scan"  # the trailer (sglforge.scan.findings.FIXES_SCAN; a test holds it)
+FIXES_SCAN = "Fixes-Scan"  # the trailer that waives a scan finding (scan.findings uses it)
 
 
 class TrailedPatch(Protocol):
@@ -197,6 +197,18 @@ class TrailedPatch(Protocol):
     def trailers(self) -> tuple[tuple[str, str], ...]: ...
 
 
+def fixes_scan_keys(patch: TrailedPatch) -> list[str]:
+    """The ``KIND WHERE`` keys ``patch``'s ``Fixes-Scan:`` trailers name (whitespace folded)."""
+    keys = (" ".join(v.split()) for k, v in patch.trailers if k.lower() == FIXES_SCAN.lower())
+    return [key for key in keys if key]
+
+
+def touched_paths(patch: TrailedPatch) -> set[str]:
+    """Every path ``patch`` changes or reads (a rename's old path too), without ``a/``/``b/``:
+    the files a ``Fixes-Scan:`` trailer of it may name."""
+    return {p.removeprefix("a/").removeprefix("b/") for p in (*patch.files, *patch.paths)}
+
+
 def queue_scan_waivers(patches: Sequence[TrailedPatch]) -> tuple[ScanWaiver, ...]:
     """The waivers the queue alone can give, as the image records them (no scan needed, so
     the same queue keeps the same manifest and tag): each ``Fixes-Scan: KIND FILE`` whose
@@ -206,13 +218,8 @@ def queue_scan_waivers(patches: Sequence[TrailedPatch]) -> tuple[ScanWaiver, ...
     Which of them a scan used, and which it refused, is the release record's ``scan``."""
     out: list[ScanWaiver] = []
     for patch in patches:
-        touched = sorted(
-            {p.removeprefix("a/").removeprefix("b/") for p in (*patch.files, *patch.paths)}
-        )
-        for k, v in patch.trailers:
-            key = " ".join(v.split())
-            if k.lower() != FIXES_SCAN.lower() or not key:
-                continue
+        touched = sorted(touched_paths(patch))
+        for key in fixes_scan_keys(patch):
             where = key.partition(" ")[2]
             if where in touched:
                 out.append(ScanWaiver(key, patch.name, where))

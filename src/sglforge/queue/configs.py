@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from sglforge.aiter_rules import KNOWN_COLUMNS
 from sglforge.errors import BuildError, ConfigError
 
 if TYPE_CHECKING:
@@ -34,21 +35,7 @@ CONFIGS_DIR = "patches/configs"
 TOOLS = {"aiter": ("tuned_fmoe",)}
 # aiter/fused_moe.py's lookup key (amd-aiter 0.1.7.post2.dev18 fused_moe.py:525-567; newer
 # aiter prefixes gfx). A row without these cannot be looked up.
-LOOKUP_KEY = (
-    "cu_num",
-    "token",
-    "model_dim",
-    "inter_dim",
-    "expert",
-    "topk",
-    "act_type",
-    "dtype",
-    "q_dtype_a",
-    "q_dtype_w",
-    "q_type",
-    "use_g1u1",
-    "doweight_stage1",
-)
+LOOKUP_KEY = KNOWN_COLUMNS[1:]  # every key column but gfx
 # What a tuned row chooses; equal choices on equal keys mean upstream carries the row.
 CHOICE = ("block_m", "ksplit", "kernelName1", "kernelName2")
 REQUIRED = LOOKUP_KEY + CHOICE + ("us",)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from sglforge.provenance import FIXES_SCAN
+
 FAIL = "fail"
 WARN = "warn"
 
@@ -31,9 +33,6 @@ class Finding:
         """How a ``Fixes-Scan:`` trailer names this finding: ``KIND FILE`` for a source
         finding (no line: lines move between releases), ``KIND ENTRY`` otherwise."""
         return f"{self.kind} {self.file if self.line is not None else self.entry}"
-
-
-FIXES_SCAN = "Fixes-Scan"
 
 
 def waived(findings: Sequence[Finding], trailers: Iterable[tuple[str, str]]) -> set[str]:

@@ -19,28 +19,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from sglforge.scan.findings import FAIL, FIXES_SCAN, Finding
+from sglforge.provenance import (
+    LABEL_SCAN_WAIVERS,
+    TrailedPatch,
+    fixes_scan_keys,
+    touched_paths,
+)
+from sglforge.scan.findings import FAIL, Finding
 
-# The image label holding the waivers (compact JSON, ``label_value``).
-WAIVERS_LABEL = "io.sglforge.scan-waivers"
-
-
-class PatchLike(Protocol):
-    """What the rule reads of a queue patch (``queue.series.Patch`` has it)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def files(self) -> tuple[str, ...]: ...
-
-    @property
-    def paths(self) -> tuple[str, ...]: ...
-
-    @property
-    def trailers(self) -> tuple[tuple[str, str], ...]: ...
+# The image label holding the waivers (compact JSON, ``label_value``): provenance's.
+WAIVERS_LABEL = LABEL_SCAN_WAIVERS
+PatchLike = TrailedPatch  # what the rule reads of a queue patch (``queue.series.Patch``)
 
 
 @dataclass(frozen=True)
@@ -62,14 +52,6 @@ class Refused:
     why: str
 
 
-def _named(patch: PatchLike) -> list[str]:
-    return [" ".join(v.split()) for k, v in patch.trailers if k.lower() == FIXES_SCAN.lower() and v]
-
-
-def _touched(patch: PatchLike) -> set[str]:
-    return {p.removeprefix("a/").removeprefix("b/") for p in (*patch.files, *patch.paths)}
-
-
 def waivers(
     findings: Sequence[Finding], patches: Iterable[PatchLike]
 ) -> tuple[list[Waiver], list[Refused]]:
@@ -82,8 +64,8 @@ def waivers(
     given: list[Waiver] = []
     refused: list[Refused] = []
     for patch in patches:
-        touched = _touched(patch)
-        for key in _named(patch):
+        touched = touched_paths(patch)
+        for key in fixes_scan_keys(patch):
             found = fails.get(key)
             if found is None:
                 refused.append(Refused(key, patch.name, "no such fail in this scan"))
