@@ -91,9 +91,9 @@ def test_import_a_file_a_plain_diff_and_a_series_of_commits(
     one.write_text(format_patch(scratch, "python/pkg/b.py", 20, "b FIXED", "pkg: fix b"))
     code, out, err = cli(project, "patches", "import", str(one))
     assert code == 0, err
-    assert series(project) == ["0001-fix-a.patch", "0002-pkg-fix-b.patch"]
-    assert trailer(project, "0002-pkg-fix-b.patch", "Upstream-Status") == "Pending"
-    assert trailer(project, "0002-pkg-fix-b.patch", "Applies-To") == ">=1.0"
+    assert series(project) == ["0001-fix-a.patch", "0002-b.patch"]  # the file's name
+    assert trailer(project, "0002-b.patch", "Upstream-Status") == "Pending"
+    assert trailer(project, "0002-b.patch", "Applies-To") == ">=1.0"
     assert "next: sglforge patches check" in out
     # a plain `git diff` (no mail headers): authored by the user, git am can apply it
     edit(scratch, "python/pkg/c.py", 10, "c FIXED")
@@ -118,6 +118,54 @@ def test_import_a_file_a_plain_diff_and_a_series_of_commits(
     code, out, err = cli(project, "patches", "apply")
     assert code == 0, err
     assert cli(project, "patches", "lint")[0] == 0
+
+
+def test_import_keeps_the_file_s_own_trailers_and_name(
+    project: Path, scratch: Path, tmp_path: Path
+) -> None:
+    """N2: a file's own Upstream-Status / Applies-To / name are kept (and said), an option
+    overrides only what it names; a long subject is cut at a word's end."""
+    text = format_patch(scratch, "python/pkg/b.py", 20, "b FIXED", "pkg: fix b")
+    text = text.replace(
+        "Why: a user's fix.",
+        "Why: a user's fix.\n\nUpstream-Status: Backport [1.1]\nApplies-To: >=0.9,<1.1",
+    )
+    (tmp_path / "q").mkdir()
+    mine = tmp_path / "q" / "0002-glm-draft.patch"
+    mine.write_text(text)
+    code, out, err = cli(project, "patches", "import", str(mine))
+    assert code == 0, err
+    assert series(project) == ["0001-fix-a.patch", "0002-glm-draft.patch"]
+    assert trailer(project, "0002-glm-draft.patch", "Upstream-Status") == "Backport [1.1]"
+    assert trailer(project, "0002-glm-draft.patch", "Applies-To") == ">=0.9,<1.1"
+    assert "kept its own Upstream-Status: Backport [1.1]  (--status overrides)" in out
+    assert "kept its own Applies-To: >=0.9,<1.1  (--applies-to overrides)" in out
+    assert "kept the file's name" in out
+    # an option overrides the trailer it names and only that one; --name the name
+    other = tmp_path / "pr-7.patch"
+    other.write_text(text)
+    code, out, err = cli(
+        project, "patches", "import", str(other), "--status", "Pending", "--name", "mine"
+    )
+    assert code == 0, err
+    assert series(project)[-1] == "0003-mine.patch"
+    assert trailer(project, "0003-mine.patch", "Upstream-Status") == "Pending"
+    assert trailer(project, "0003-mine.patch", "Applies-To") == ">=0.9,<1.1"
+    assert "kept the file's name" not in out and "Upstream-Status" not in out
+    code, out, err = cli(project, "patches", "import", str(other), "--json")
+    assert code == 0, err
+    assert json.loads(out)["kept"] == {
+        "0004-pr-7.patch": ["Upstream-Status: Backport [1.1]", "Applies-To: >=0.9,<1.1", "name"]
+    }
+
+
+def test_a_long_subject_is_cut_at_a_word_s_end() -> None:
+    from sglforge.patches.export import slug
+
+    long = "glm_moe_dsa: build the GLM-5.2 MTP draft as GlmMoeDsa instead of DeepseekV3"
+    assert slug(long) == "glm-moe-dsa-build-the-glm-5-2-mtp-draft-as-glmmoedsa"
+    assert slug("x" * 80) == "x" * 52
+    assert slug("a-" + "b" * 60) == "a"
 
 
 def test_import_a_url(project: Path, scratch: Path, served: tuple[str, Path]) -> None:

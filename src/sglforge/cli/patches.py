@@ -478,8 +478,10 @@ def import_cmd(
 
     A URL is e.g. an upstream pull request's .patch (Upstream-Status: Submitted [PR]); a
     COMMIT of the upstream repository gets Backport [first release holding it] and an
-    Applies-To below that release; a file starts Pending. Origin is filled in; the options
-    win. A file holding several commits (a pull request's) gives one patch per commit.
+    Applies-To below that release; a file starts Pending. Trailers the patch already carries
+    are kept (and said) unless an option overrides them; a file's name is kept (renumbered)
+    unless --name. A file holding several commits (a pull request's) gives one patch per
+    commit.
 
     \b
     Examples:
@@ -570,6 +572,14 @@ def _render_edit(r: Any, as_json: bool) -> None:
     else:
         for n in r.patches:
             click.echo(f"{verbs[r.action]} {n}")
+            for what in (r.kept or {}).get(n, ()):
+                if what == "name":
+                    click.echo("  kept the file's name (--name NAME overrides)")
+                else:
+                    key = what.split(":", 1)[0]
+                    option = {"Upstream-Status": "--status", "Applies-To": "--applies-to"}
+                    flag = option.get(key, f"--{key.lower()}")
+                    click.echo(f"  kept its own {what}  ({flag} overrides)")
         if r.action == "drop":
             click.echo(f"  kept as {r.detail}")
     if r.action == "reorder" and r.detail and r.detail != "unchanged":

@@ -43,6 +43,9 @@ class Edited:
     patches: tuple[str, ...]
     series: tuple[str, ...]
     detail: str = ""
+    # import: what each added patch kept of its own (its trailers, its file's name), so the
+    # user sees that no option overrode it; {patch: ["Upstream-Status: ...", "name"]}
+    kept: dict[str, tuple[str, ...]] | None = None
 
 
 # ---- trailers
@@ -138,7 +141,9 @@ def import_patches(
 
     ``Origin``, ``Upstream-Status`` and ``Applies-To`` are filled in from where it came from
     (a commit of upstream: ``Backport [first release holding it]``, Applies-To below it; a
-    URL: ``Submitted [URL]``; a file: Pending), and ``trailers`` win over them.
+    URL: ``Submitted [URL]``; a file: Pending) where the patch does not carry its own, and
+    ``trailers`` (the options) win over both. A file holding one patch keeps its file's name
+    (renumbered to the end of the queue) unless ``name`` is given.
     """
     given = check_trailers(dict(trailers or {}))
     said = shown(source)
@@ -150,8 +155,13 @@ def import_patches(
         files: dict[Path, str | bytes | None] = {}
         names = _names(queue)
         added: list[str] = []
+        kept: dict[str, tuple[str, ...]] = {}
+        own_name = _file_name(source) if len(texts) == 1 and not name else None
         for i, text in enumerate(texts):
-            text = set_trailers(text, recorded)
+            own = own_trailers(text, (*recorded, *TRAILER_KEYS))
+            text = set_trailers(
+                text, {k: v for k, v in recorded.items() if k in given or k not in own}
+            )
             header, diff = split_patch(text)
             if not diff.strip():
                 raise PatchError(
@@ -159,8 +169,11 @@ def import_patches(
                     "pass a `git format-patch` file, a pull request's .patch URL or a commit",
                 )
             subject = _parsed(text, said).subject or Path(scrub(source)).stem
-            wanted = name if name and len(texts) == 1 else subject
+            wanted = name if name and len(texts) == 1 else own_name or subject
             new = _numbered(names, wanted)
+            kept[new] = tuple(f"{k}: {v}" for k, v in own.items() if k not in given) + (
+                ("name",) if own_name else ()
+            )
             path = confined(project.root / "patches", new, "new patch", said)
             if path.exists():
                 raise ConfigError(
@@ -172,7 +185,38 @@ def import_patches(
             added.append(new)
         files[project.root / "patches" / "series"] = _series_text(project.root, names)
         commit_files(project.root / "patches", files)
-    return Edited("import", tuple(added), tuple(names), said)
+    return Edited("import", tuple(added), tuple(names), said, kept)
+
+
+# The trailers import fills in when a patch lacks them (and reports when it kept its own).
+TRAILER_KEYS = ("Upstream-Status", "Origin", "Applies-To")
+
+
+def own_trailers(text: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """The trailers among ``keys`` that ``text`` (a format-patch file) already carries in
+    its description, by their spelling in ``keys``, in that order."""
+    header, _diff = split_patch(text)
+    body = header[: _body_end(header)]
+    found: dict[str, str] = {}
+    for key in keys:
+        m = re.search(rf"^{re.escape(key)}:[ \t]*(.*?)[ \t]*$", body, re.M | re.I)
+        if m and key not in found:
+            found[key] = m.group(1)
+    return found
+
+
+def _file_name(source: str) -> str | None:
+    """The name a patch file gives its patch: its stem without a leading ``NNNN-`` (the
+    queue's or format-patch's number; the patch is renumbered to the end of the queue);
+    None for a URL, a commit, or a name with nothing left."""
+    if re.match(r"^https?://", source):
+        return None
+    path = Path(source).expanduser()
+    if not path.is_file():
+        return None
+    stem = re.sub(r"\.(patch|diff|mbox)$", "", path.name)
+    stem = re.sub(r"^\d{4}-", "", stem)
+    return stem or None
 
 
 def _parsed(text: str, source: str) -> Patch:

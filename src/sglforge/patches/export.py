@@ -32,7 +32,10 @@ class Exported:
 
 def slug(text: str) -> str:
     s = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
-    return s[:52].rstrip("-") or "patch"
+    if len(s) > 52:  # cut at a word's end, not inside one
+        cut = s[:53].rfind("-")
+        s = s[: cut if cut > 0 else 52]
+    return s.rstrip("-") or "patch"
 
 
 def format_commit(wt: Path, commit: str, like: str | None = None) -> str:
