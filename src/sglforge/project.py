@@ -95,6 +95,13 @@ class Project:
 
         return self.scenario_file(find_scenario(self.root, target.name, target.key))
 
+    def scenario_named(self, given: str | Path) -> Scenario:
+        """The scenario ``--scenario`` names: a NAME of ``smoke/NAME.toml`` (the project's,
+        else the shipped ones) or a file (``scenario_path``), parsed once."""
+        from sglforge.scenario.file import scenario_path
+
+        return self.scenario_file(scenario_path(self.root, given))
+
     def scenario_file(self, path: Path) -> Scenario:
         """The smoke scenario in ``path``, parsed once for the life of the project."""
         from sglforge.scenario.file import load_scenario

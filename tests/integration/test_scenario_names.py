@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -52,7 +53,12 @@ def test_a_wrong_name_lists_the_real_ones(root: Path, given: str, said: str) -> 
 
 @pytest.mark.parametrize(
     "command",
-    [["smoke", "--image", "x:y"], ["publish", "--registry", "127.0.0.1:5999", "--dry-run"]],
+    [
+        ["smoke", "--image", "x:y"],
+        ["publish", "--registry", "127.0.0.1:5999", "--dry-run"],
+        ["bench", "--image", "x:y"],
+        ["scan", "--model", "no-model"],
+    ],
 )
 def test_commands_resolve_names_before_any_work(root: Path, command: list[str]) -> None:
     res = CliRunner().invoke(main, ["--root", str(root), *command, "--scenario", "stanin-cpu"])
@@ -70,3 +76,38 @@ def test_smoke_without_a_scenario_takes_the_image_s_target(root: Path, docker_cl
     base = ensure_debian_base(docker_client)
     res = CliRunner().invoke(main, ["--root", str(root), "smoke", "--image", base])
     assert res.exit_code == 2 and "no io.sglforge.target label" in res.stderr, res.output
+
+
+def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    out: list[tuple[str, click.Command]] = []
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None
+        out.append((prefix + name, cmd))
+        if isinstance(cmd, click.Group):
+            out += _commands(cmd, prefix + name + " ")
+    return out
+
+
+def test_every_scenario_option_is_the_one_rule() -> None:
+    """N4: every command's --scenario takes a NAME or a file (one option, one resolver:
+    Project.scenario_named) and completes the names; no command takes only a path."""
+    found = {
+        name: p
+        for name, cmd in _commands(main)
+        for p in cmd.params
+        if isinstance(p, click.Option) and "--scenario" in p.opts
+    }
+    assert {"smoke", "publish", "upgrade", "bench", "scan", "configs tune"} <= set(found)
+    for name, p in found.items():
+        assert p.metavar == "NAME|FILE" and p._custom_shell_complete is not None, name
+        assert not isinstance(p.type, click.Path), name
+
+
+def test_a_name_and_a_file_give_the_same_scenario(root: Path) -> None:
+    from sglforge.project import Project
+
+    project = Project(root)
+    by_name = project.scenario_named("standin-cpu")
+    assert by_name is project.scenario_named(by_name.path)  # parsed once, either way

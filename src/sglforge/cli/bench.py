@@ -11,7 +11,7 @@ import click
 from sglforge.bench import report as core_report
 from sglforge.bench.runner import ensure_local, run_bench
 from sglforge.cli.common import State, json_option, main, pass_state, print_json
-from sglforge.cli.options import env_option
+from sglforge.cli.options import env_option, scenario_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
 from sglforge.progress import current
 from sglforge.requests import SmokeRequest
@@ -20,11 +20,9 @@ from sglforge.util import check_output_file
 
 @main.command("bench")
 @click.option("--image", required=True, help="Image to benchmark (tag or ID).")
-@click.option(
-    "--scenario",
+@scenario_option(
+    "Scenario with a [bench] table: NAME (smoke/NAME.toml) or a file, e.g. standin-cpu.",
     required=True,
-    type=click.Path(dir_okay=False),
-    help="Scenario file with a [bench] table, e.g. smoke/glm5-mxfp4-mtp-mi355x.toml.",
 )
 @click.option(
     "--against",
@@ -94,7 +92,7 @@ def bench_cmd(
     if against:
         against = ensure_local(against, lambda m: say(f"bench: {m}"))
     req = SmokeRequest(
-        scenario=state.project.scenario_file(Path(scenario)),
+        scenario=state.project.scenario_named(scenario),
         model=Path(model) if model else None,
         port=port,
         log_dir=Path(report_dir) if report_dir else None,

@@ -8,6 +8,7 @@ import click
 
 from sglforge.build import BuildResult, build_image
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.complete import complete_tags
 from sglforge.cli.options import (
     base_image_option,
     label_option,
@@ -27,7 +28,12 @@ from sglforge.util import one_line, plural, printable
 @mode_option
 @base_image_option
 @upstream_option
-@click.option("--ref", metavar="REF", help="Upstream ref to build (default: the pinned tag).")
+@click.option(
+    "--ref",
+    shell_complete=complete_tags,
+    metavar="REF",
+    help="Upstream ref to build (default: the pinned tag).",
+)
 @click.option("--tag", "tags", multiple=True, metavar="T", help="Extra tag (repeatable).")
 @label_option
 @offline_option

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.options import scenario_option
 from sglforge.errors import EXIT_PROBLEMS, ConfigError
 
 if TYPE_CHECKING:
@@ -28,11 +29,8 @@ def configs_group() -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The checkpoint folder (its config.json; no weights needed).",
 )
-@click.option(
-    "--scenario",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Smoke scenario whose launch flags and container env are used.",
+@scenario_option(
+    "Smoke scenario (NAME or file) whose launch flags and container env are used.", required=True
 )
 @click.option("--base-image", metavar="IMG", help="Read the base's aiter tables from this image.")
 @click.option(
@@ -64,7 +62,7 @@ def configs_group() -> None:
 def coverage_cmd(
     st: State,
     model_dir: Path,
-    scenario: Path,
+    scenario: str,
     base_image: str | None,
     aiter_configs: Path | None,
     aiter_commit: str | None,
@@ -121,7 +119,7 @@ def coverage_cmd(
         base = found
     project = st.project
     result = coverage.for_scenario(
-        project, model_dir, project.scenario_file(scenario), base, tree, gfx
+        project, model_dir, project.scenario_named(scenario), base, tree, gfx
     )
     hot = result.hot_misses()
     if untuned is not None:
@@ -182,11 +180,9 @@ def _by_shape(lookups: Iterable[Lookup]) -> dict[tuple[str, Shape], list[Lookup]
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The checkpoint folder (its config.json).",
 )
-@click.option(
-    "--scenario",
+@scenario_option(
+    "Smoke scenario (NAME or file): the launch whose misses are tuned, and the container profile.",
     required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Smoke scenario: the launch whose misses are tuned, and the container profile.",
 )
 @click.option("--name", required=True, help="Name of the config item to write (patches/configs/).")
 @click.option(
@@ -202,7 +198,7 @@ def tune_cmd(
     st: State,
     image: str,
     model_dir: Path,
-    scenario: Path,
+    scenario: str,
     name: str,
     tree: Path | None,
     tuner_args: tuple[str, ...],
@@ -221,9 +217,11 @@ def tune_cmd(
           --model /data/GLM-5.2-MXFP4 --scenario smoke/glm5-mxfp4-mtp-mi355x.toml \\
           --name glm52-mxfp4-moe-gfx950-tp8
     """
+    from sglforge.scenario.file import scenario_path
     from sglforge.tune import TuneRequest, tune
 
-    req = TuneRequest(image, model_dir, scenario, name, tree=tree, tuner_args=tuner_args)
+    chosen = scenario_path(st.root, scenario)
+    req = TuneRequest(image, model_dir, chosen, name, tree=tree, tuner_args=tuner_args)
     out = tune(st.root, req, say=lambda m: click.echo(m, err=True))
     if as_json:
         print_json(

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from sglforge.cli.complete import complete_scenarios, complete_targets
 from sglforge.errors import ConfigError
 from sglforge.requests import MODES
 
@@ -25,6 +26,7 @@ def target_option(f: F) -> F:
         show_default=True,
         envvar="SGLFORGE_TARGET",
         metavar="NAME[-ROCM]",
+        shell_complete=complete_targets,
         help=TARGET_HELP + " Also $SGLFORGE_TARGET.",
     )(f)
 
@@ -39,8 +41,27 @@ def targets_option(f: F) -> F:
         show_default=True,
         envvar="SGLFORGE_TARGET",
         metavar="NAME[-ROCM]",
+        shell_complete=complete_targets,
         help=TARGET_HELP + " Repeatable; also $SGLFORGE_TARGET.",
     )(f)
+
+
+def scenario_option(help: str, required: bool = False) -> Callable[[F], F]:
+    """``--scenario NAME|FILE``: a NAME of ``smoke/NAME.toml`` (the project's, else the
+    shipped ones) or a file, resolved by ``Project.scenario_named`` (``scenario_path``'s one
+    rule) in every command; completes the names."""
+
+    def deco(f: F) -> F:
+        return click.option(
+            "--scenario",
+            "scenario",
+            required=required,
+            metavar="NAME|FILE",
+            shell_complete=complete_scenarios,
+            help=help,
+        )(f)
+
+    return deco
 
 
 def _upstream(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -10,6 +10,7 @@ import click
 
 from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.complete import complete_patches, complete_tags
 from sglforge.cli.options import upstream_option
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.urls import shown
@@ -194,7 +195,7 @@ def lint_cmd(st: State, aiter_configs: Path | None, aiter_repo: Path | None, as_
 
 
 @patches_group.command("apply")
-@click.option("--ref", help="Upstream ref (default: the pin).")
+@click.option("--ref", shell_complete=complete_tags, help="Upstream ref (default: the pin).")
 @upstream_option
 @click.option("--force", is_flag=True, help="Discard uncommitted or unexported worktree work.")
 @json_option
@@ -224,7 +225,13 @@ def apply_cmd(st: State, ref: str | None, upstream: str | None, force: bool, as_
 
 
 @patches_group.command("check")
-@click.option("--ref", "refs", multiple=True, help="Upstream ref to check (repeatable).")
+@click.option(
+    "--ref",
+    "refs",
+    shell_complete=complete_tags,
+    multiple=True,
+    help="Upstream ref to check (repeatable).",
+)
 @click.option(
     "--tags",
     metavar="SPEC",
@@ -291,6 +298,7 @@ def check_cmd(
 @click.option(
     "--ref",
     "new_ref",
+    shell_complete=complete_tags,
     help="The new upstream ref to rebase the queue onto. Without it: fold the worktree's "
     "edits into the top patch (quilt refresh).",
 )
@@ -365,7 +373,7 @@ def refresh_cmd(
 
 
 @patches_group.command("export")
-@click.option("--ref", help="Worktree ref (default: the pin).")
+@click.option("--ref", shell_complete=complete_tags, help="Worktree ref (default: the pin).")
 @json_option
 @pass_state
 def export_cmd(st: State, ref: str | None, as_json: bool) -> None:
@@ -420,7 +428,7 @@ def _trailers(status: str | None, origin: str | None, applies_to: str | None) ->
 
 @patches_group.command("new")
 @click.argument("name")
-@click.option("--ref", help="Worktree ref (default: the pin).")
+@click.option("--ref", shell_complete=complete_tags, help="Worktree ref (default: the pin).")
 @click.option("-m", "--message", help="Subject line (default: NAME with spaces).")
 @trailer_options
 @json_option
@@ -497,7 +505,7 @@ def import_cmd(
 
 
 @patches_group.command("drop")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patches)
 @click.option("--reason", required=True, help="Why it goes (recorded as its Retired: line).")
 @json_option
 @pass_state
@@ -516,7 +524,7 @@ def drop_cmd(st: State, name: str, reason: str, as_json: bool) -> None:
 
 
 @patches_group.command("rename")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patches)
 @click.argument("new")
 @json_option
 @pass_state
@@ -533,9 +541,13 @@ def rename_cmd(st: State, name: str, new: str, as_json: bool) -> None:
 
 
 @patches_group.command("reorder")
-@click.argument("name")
-@click.option("--before", metavar="OTHER", help="Put NAME just before OTHER.")
-@click.option("--after", metavar="OTHER", help="Put NAME just after OTHER.")
+@click.argument("name", shell_complete=complete_patches)
+@click.option(
+    "--before", metavar="OTHER", shell_complete=complete_patches, help="Put NAME just before OTHER."
+)
+@click.option(
+    "--after", metavar="OTHER", shell_complete=complete_patches, help="Put NAME just after OTHER."
+)
 @click.option("--first", is_flag=True, help="Put NAME first.")
 @click.option("--last", is_flag=True, help="Put NAME last.")
 @json_option
@@ -689,13 +701,15 @@ def _render_stack(s: Any, as_json: bool) -> None:
 
 
 def _stack_options(f: Any) -> Any:
-    f = click.option("--ref", help="Worktree ref (default: the pin).")(f)
+    f = click.option(
+        "--ref", shell_complete=complete_tags, help="Worktree ref (default: the pin)."
+    )(f)
     f = upstream_option(f)
     return json_option(f)
 
 
 @patches_group.command("push")
-@click.argument("patch", required=False, metavar="[N|NAME]")
+@click.argument("patch", required=False, metavar="[N|NAME]", shell_complete=complete_patches)
 @click.option("--all", "all_", is_flag=True, help="Apply every patch of the series.")
 @_stack_options
 @pass_state
@@ -724,7 +738,7 @@ def push_cmd(
 
 
 @patches_group.command("pop")
-@click.argument("patch", required=False, metavar="[N|NAME]")
+@click.argument("patch", required=False, metavar="[N|NAME]", shell_complete=complete_patches)
 @click.option("--all", "all_", is_flag=True, help="Take every patch off.")
 @_stack_options
 @pass_state
@@ -753,7 +767,7 @@ def pop_cmd(
 
 
 @patches_group.command("goto")
-@click.argument("patch", metavar="N|NAME")
+@click.argument("patch", metavar="N|NAME", shell_complete=complete_patches)
 @_stack_options
 @pass_state
 def goto_cmd(st: State, patch: str, ref: str | None, upstream: str | None, as_json: bool) -> None:
@@ -772,7 +786,7 @@ def goto_cmd(st: State, patch: str, ref: str | None, upstream: str | None, as_js
 
 
 @patches_group.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patches)
 @json_option
 @pass_state
 def show_cmd(st: State, name: str, as_json: bool) -> None:
@@ -793,7 +807,7 @@ def show_cmd(st: State, name: str, as_json: bool) -> None:
 
 
 @patches_group.command("header")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patches)
 @click.option(
     "--set",
     "sets",
@@ -841,8 +855,8 @@ def header_cmd(
 
 
 @patches_group.command("fold")
-@click.argument("name")
-@click.argument("into")
+@click.argument("name", shell_complete=complete_patches)
+@click.argument("into", shell_complete=complete_patches)
 @json_option
 @pass_state
 def fold_cmd(st: State, name: str, into: str, as_json: bool) -> None:

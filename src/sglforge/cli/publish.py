@@ -22,6 +22,7 @@ from sglforge.cli.options import (
     offline_option,
     publish_options,
     registry_option,
+    scenario_option,
     target_option,
     upstream_option,
 )
@@ -36,7 +37,6 @@ from sglforge.publish import (
     summary,
 )
 from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest
-from sglforge.scenario.file import scenario_path
 from sglforge.util import atomic_write, check_output_file, printable
 
 
@@ -47,11 +47,9 @@ from sglforge.util import atomic_write, check_output_file, printable
 @click.option(
     "--port", type=click.IntRange(1, 65535), help="Smoke server port (overrides the scenario)."
 )
-@click.option(
-    "--scenario",
-    metavar="NAME|FILE",
-    help="Smoke scenario: NAME (smoke/NAME.toml) or a file (default: the smoke/*.toml whose "
-    "target matches).",
+@scenario_option(
+    "Smoke scenario: NAME (smoke/NAME.toml) or a file (default: the smoke/*.toml whose "
+    "target matches)."
 )
 @click.option(
     "--skip-smoke",
@@ -157,9 +155,7 @@ def publish_cmd(
         smoke = None
         if not skip_smoke:
             chosen = (
-                project.scenario_file(scenario_path(state.root, scenario))
-                if scenario
-                else project.scenario_for(build.target)
+                project.scenario_named(scenario) if scenario else project.scenario_for(build.target)
             )
             smoke = SmokeRequest(
                 scenario=chosen, model=Path(model) if model else None, port=port, labels=labels

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
-from sglforge.cli.options import upstream_option
+from sglforge.cli.complete import complete_tags
+from sglforge.cli.options import scenario_option, upstream_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
 from sglforge.progress import current
 
@@ -20,12 +21,12 @@ from sglforge.progress import current
     type=click.Path(file_okay=False, path_type=Path),
     help="Model folder holding config.json (its quantization_config is read).",
 )
-@click.option("--ref", help="Upstream ref to scan (default: the pin).")
-@click.option("--no-queue", is_flag=True, help="Scan the release as published, no patches.")
 @click.option(
-    "--scenario",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Smoke scenario whose launch flags decide which kernels and layers are in play.",
+    "--ref", shell_complete=complete_tags, help="Upstream ref to scan (default: the pin)."
+)
+@click.option("--no-queue", is_flag=True, help="Scan the release as published, no patches.")
+@scenario_option(
+    "Smoke scenario (NAME or file) whose launch flags decide which kernels and layers are in play."
 )
 @upstream_option
 @json_option
@@ -35,7 +36,7 @@ def scan_cmd(
     model: Path,
     ref: str | None,
     no_queue: bool,
-    scenario: Path | None,
+    scenario: str | None,
     upstream: str | None,
     as_json: bool,
 ) -> None:
@@ -58,7 +59,7 @@ def scan_cmd(
 
     project = st.project
     current().info(f"scan: {model} at {ref or 'the pin'}" + (" (no queue)" if no_queue else ""))
-    parsed = project.scenario_file(scenario) if scenario else None
+    parsed = project.scenario_named(scenario) if scenario else None
     report = core.run_scan(project, model, ref=ref, queue=not no_queue, scenario=parsed)
     if as_json:
         print_json(

@@ -12,7 +12,7 @@ import click
 from sglforge import smoke as core
 from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
-from sglforge.cli.options import env_option, key_value_option
+from sglforge.cli.options import env_option, key_value_option, scenario_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
 from sglforge.progress import current
 from sglforge.requests import SmokeRequest
@@ -43,12 +43,9 @@ def _target_scenario(state: State, image: str) -> Scenario:
 
 @main.command("smoke")
 @click.option("--image", required=True, help="Image to test (tag or ID).")
-@click.option(
-    "--scenario",
-    "scenario",
-    metavar="NAME|FILE",
-    help="Scenario: a NAME of smoke/NAME.toml (standin-cpu) or a file. Default: the one "
-    "whose target is the image's (as publish picks it).",
+@scenario_option(
+    "Scenario: a NAME of smoke/NAME.toml (standin-cpu) or a file. Default: the one "
+    "whose target is the image's (as publish picks it)."
 )
 @click.option(
     "--model", type=click.Path(), help="Model folder on this host (overrides the scenario)."
@@ -102,13 +99,7 @@ def smoke_cmd(
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
 
-    from sglforge.scenario.file import scenario_path
-
-    chosen = (
-        state.project.scenario_file(scenario_path(state.root, scenario))
-        if scenario
-        else _target_scenario(state, image)
-    )
+    chosen = state.project.scenario_named(scenario) if scenario else _target_scenario(state, image)
     req = SmokeRequest(
         scenario=chosen,
         model=Path(model) if model else None,

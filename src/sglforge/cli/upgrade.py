@@ -8,19 +8,20 @@ import click
 
 from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
+from sglforge.cli.complete import complete_tags
 from sglforge.cli.options import (
     base_image_option,
     mode_option,
     offline_option,
     publish_options,
     registry_option,
+    scenario_option,
     targets_option,
     upstream_option,
 )
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.progress import current
 from sglforge.requests import UpgradeRequest
-from sglforge.scenario.file import scenario_path
 
 
 @main.command("upgrade")
@@ -28,6 +29,7 @@ from sglforge.scenario.file import scenario_path
     "--to",
     "to",
     default="latest",
+    shell_complete=complete_tags,
     show_default=True,
     help="Upstream ref to move to, or `latest` (newest release tag).",
 )
@@ -36,11 +38,7 @@ from sglforge.scenario.file import scenario_path
 @targets_option
 @base_image_option
 @click.option("--model", metavar="PATH", help="Model path for the smoke scenario.")
-@click.option(
-    "--scenario",
-    metavar="NAME|FILE",
-    help="Smoke scenario instead of the target's own: NAME (smoke/NAME.toml) or a file.",
-)
+@scenario_option("Smoke scenario instead of the target's own: NAME (smoke/NAME.toml) or a file.")
 @click.option("--port", type=int, help="Port for the smoke server.")
 @click.option("--no-build", is_flag=True, help="Refresh the queue only; no image, no smoke.")
 @click.option(
@@ -138,7 +136,7 @@ def upgrade_cmd(
         mode=mode,
         base_image=base_image,
         model=Path(model) if model else None,
-        scenario=project.scenario_file(scenario_path(st.root, scenario)) if scenario else None,
+        scenario=project.scenario_named(scenario) if scenario else None,
         port=port,
         offline=offline,
         report_dir=report_dir,
