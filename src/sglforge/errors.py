@@ -58,6 +58,14 @@ class UpstreamError(SglforgeError):
     exit_code = EXIT_UPSTREAM
 
 
+class WorktreeMissing(ConfigError):
+    """A command needs the worktree of a ref that no ``patches apply`` (or ``push``) made:
+    a usage error (exit 2; nothing was applied), whose hint is the command that makes it."""
+
+    def __init__(self, ref: str, path: object, hint: str) -> None:
+        super().__init__(f"no sglforge worktree for {ref} at {path}", hint)
+
+
 class PatchError(SglforgeError):
     exit_code = EXIT_PATCH
 

@@ -303,7 +303,11 @@ def check_cmd(
     "edits into the top patch (quilt refresh).",
 )
 @click.option(
-    "--at", "at_ref", metavar="REF", help="Worktree of the top-patch refresh (default: the pin)."
+    "--at",
+    "at_ref",
+    metavar="REF",
+    shell_complete=complete_tags,
+    help="Worktree of the top-patch refresh (default: the pin).",
 )
 @upstream_option
 @click.option(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglforge import git
-from sglforge.errors import ConfigError, NothingToDo, PatchError
+from sglforge.errors import ConfigError, NothingToDo, PatchError, WorktreeMissing
 from sglforge.patches.apply import (
     AppliedPatch,
     WorktreeRecord,
@@ -157,10 +157,7 @@ def _export(root: Path, ref: str | None, new_slug: str | None) -> Exported:
     wt = worktree_path(root, ref)
     record = read_record(root, ref)
     if not (wt / ".git").exists() or not record:
-        raise PatchError(
-            f"no sglforge worktree for {ref} at {wt}",
-            f"run `sglforge patches apply --ref {ref}` first",
-        )
+        raise WorktreeMissing(ref, wt, f"run `sglforge patches apply --ref {ref}` first")
     base = record.upstream_commit
     if git.am_in_progress(wt):
         raise PatchError(
@@ -407,9 +404,8 @@ def _new_patch(
     ref = ref or queue.pin.ref
     wt = worktree_path(root, ref)
     if not (wt / ".git").exists():
-        raise PatchError(
-            f"no sglforge worktree for {ref} at {wt}",
-            f"run `sglforge patches apply --ref {ref}`, edit files there, then rerun",
+        raise WorktreeMissing(
+            ref, wt, f"run `sglforge patches apply --ref {ref}`, edit files there, then rerun"
         )
     if not git.uncommitted(wt):
         raise NothingToDo(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglforge import git
-from sglforge.errors import ConfigError, NothingToDo, PatchError
+from sglforge.errors import ConfigError, NothingToDo, PatchError, WorktreeMissing
 from sglforge.patches.apply import (
     AppliedPatch,
     WorktreeRecord,
@@ -332,9 +332,8 @@ def refresh_top(project: Project, ref: str | None = None) -> Refreshed:
         opened = _open(queue, ref, edits_ok=True)
         wt = worktree_path(queue.root, ref)
         if opened is None:
-            raise PatchError(
-                f"no sglforge worktree for {ref} at {wt}",
-                f"make one: `sglforge patches push{_ref(queue, ref)}` (or `patches apply`)",
+            raise WorktreeMissing(
+                ref, wt, f"make one: `sglforge patches push{_ref(queue, ref)}` (or `patches apply`)"
             )
         stopped = next((p for p in opened.patches if p.status == CONFLICT), None)
         top = stopped.name if stopped else None
