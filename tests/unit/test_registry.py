@@ -159,3 +159,32 @@ def test_a_token_service_refusing_the_login_is_a_clear_publish_error() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    "given", ["ghcr.io/your-org", "ghcr.io/YOUR-ORG", "ghcr.io/Your_Org/sglang", "quay.io/yourorg"]
+)
+def test_a_copied_placeholder_says_to_replace_it(given: str) -> None:
+    """N12: the documentation's namespace placeholder, pasted in any spelling, is refused
+    as a placeholder (not as "must be lowercase"), at parse time, before any build."""
+    from sglforge.engine.reference import check_registry
+
+    with pytest.raises(BadReference) as err:
+        check_registry(given)
+    assert "placeholder" in err.value.message and "replace it" in (err.value.hint or "")
+    assert "lowercase" in (err.value.hint or "")
+
+
+def test_the_readme_s_registry_placeholder_is_lowercase_and_refused_as_one() -> None:
+    import re
+
+    from sglforge.engine.reference import PLACEHOLDERS, check_registry
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"^REGISTRY=(\S+)", readme, re.M)
+    assert m is not None
+    value = m.group(1)
+    assert value == value.lower() and value.rsplit("/", 1)[-1] in PLACEHOLDERS
+    with pytest.raises(BadReference, match="placeholder"):
+        check_registry(value)
+    assert check_registry("ghcr.io/my-team") == "ghcr.io/my-team"

@@ -210,7 +210,7 @@ def registry_option(required: bool) -> Callable[[F], F]:
             envvar="SGLFORGE_REGISTRY",
             metavar="HOST[:PORT][/NS]",
             callback=_registry,
-            help="Registry to push to, e.g. 127.0.0.1:5000 or ghcr.io/ORG. "
+            help="Registry to push to, e.g. 127.0.0.1:5000 or ghcr.io/your-org (yours, lowercase). "
             "Also $SGLFORGE_REGISTRY.",
         )(f)
 

@@ -130,7 +130,7 @@ def publish_cmd(
     \b
     Examples:
       sglforge publish --registry 127.0.0.1:5000 --dry-run
-      sglforge publish --target mi355x --registry ghcr.io/ORG --model /models/glm
+      sglforge publish --target mi355x --registry ghcr.io/your-org --model /models/glm
       sglforge publish --registry 127.0.0.1:5000 --json --junit build/reports/p.xml
     """
 

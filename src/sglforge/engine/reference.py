@@ -118,7 +118,7 @@ def check_registry(text: str, what: str = "--registry") -> str:
     if not value:
         raise BadReference(f"{what} is empty", f"pass {what} HOST[:PORT][/NAMESPACE]")
     host, _, path = value.partition("/")
-    hint = f"e.g. {what} 127.0.0.1:5000 or {what} ghcr.io/org"
+    hint = f"e.g. {what} 127.0.0.1:5000 or {what} ghcr.io/my-team"
     _check_host(host, f"{what} {value!r}", hint)
     _check_path(path, f"{what} {value!r}", hint)
     return value
@@ -132,8 +132,19 @@ def _check_host(host: str, where: str, hint: str) -> None:
         raise BadReference(f"{where}: port {m.group(1)} is not a TCP port", hint)
 
 
+# The placeholders sglforge's own docs write for a namespace (README: ghcr.io/your-org),
+# refused in any spelling: a copied example would otherwise build and smoke, then fail its push.
+PLACEHOLDERS = frozenset({"your-org", "your_org", "yourorg", "your-namespace", "org-name"})
+
+
 def _check_path(path: str, where: str, hint: str) -> None:
     for part in path.split("/") if path else ():
+        if part.lower() in PLACEHOLDERS:
+            raise BadReference(
+                f"{where}: {part!r} is the documentation's placeholder, not a namespace",
+                "replace it with your registry namespace, in lowercase (GHCR: your GitHub "
+                "user or organisation, e.g. --registry ghcr.io/my-team)",
+            )
         if not _COMPONENT.match(part):
             why = "must be lowercase" if _COMPONENT.match(part.lower()) else "is not a valid name"
             raise BadReference(
