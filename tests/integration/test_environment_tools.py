@@ -161,6 +161,43 @@ def test_cache_info_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert not wheels.exists() and "1 entry" in out
 
 
+def test_cache_info_text_tells_entries_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N15: a mirror is named by the upstream it mirrors (credentials never shown, one of the
+    cache's own histories by its place in the cache), wheels and histories by project."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SGLFORGE_CACHE", str(cache))
+    for name in ("pypi-sglang", "pypi-amd-aiter"):
+        (cache / "pypi" / name / "wheels").mkdir(parents=True)
+        (cache / "pypi" / name / "wheels" / "x.whl").write_bytes(b"w" * 2048)
+    history = bare(cache / "pypi" / "pypi-sglang" / "releases-f2.git")
+    remotes = {
+        "a.git": "https://bob:s3cret-pw@git.example/sgl/sglang.git",
+        "b.git": str(history),
+        "c.git": "/srv/clones/sglang",
+    }
+    for name, url in remotes.items():
+        repo = bare(cache / "upstream" / name)
+        subprocess.run(["git", "-C", str(repo), "remote", "add", "origin", url], check=True)
+    bare(cache / "upstream" / "no-remote.git")
+    code, out, err = cli("cache", "info")
+    assert code == 0, err
+    named = [line.split()[-1] for line in out.splitlines()[3:]]
+    assert sorted(named) == sorted(
+        [
+            "pypi-sglang/wheels",
+            "pypi-amd-aiter/wheels",
+            "pypi-sglang/releases-f2.git",
+            "https://***@git.example/sgl/sglang.git",
+            "pypi/pypi-sglang/releases-f2.git",
+            "/srv/clones/sglang",
+            "no-remote.git",
+        ]
+    ), out
+    assert "s3cret" not in out and " of" in out.splitlines()[1]
+
+
 def test_patches_prune_keeps_unsaved_work(tmp_path: Path) -> None:
     root = make_project(
         tmp_path, make_upstream(tmp_path), [("fix-a", "python/pkg/a.py", 5, "A", "")]

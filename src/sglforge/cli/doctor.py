@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 
 from sglforge.cli import colour
 from sglforge.cli.common import json_option, main, print_json, table
 from sglforge.errors import EXIT_PROBLEMS
 from sglforge.util import plural
+
+if TYPE_CHECKING:
+    from sglforge.cache import Entry
 
 
 @main.command("doctor")
@@ -75,10 +82,39 @@ def cache_info_cmd(as_json: bool) -> None:
     click.echo(f"cache {cache_root()}: {total / 1e6:.0f} MB in {count}")
     now = time.time()
     rows = [
-        [e.kind, f"{e.size / 1e6:.0f} MB", f"{(now - e.used) / 86400:.0f} d", e.path.name]
+        [e.kind, f"{e.size / 1e6:.0f} MB", f"{(now - e.used) / 86400:.0f} d", _entry_name(e)]
         for e in found
     ]
-    click.echo(table(["kind", "size", "unused", "name"], rows))
+    click.echo(table(["kind", "size", "unused", "of"], rows))
+
+
+def _entry_name(entry: Entry) -> str:
+    """What a cache entry is of, told apart from the others: a mirror by the upstream it
+    mirrors (its origin URL, credentials scrubbed; one in this cache by its place there),
+    wheels and histories by their PyPI project (``pypi-sglang/wheels``)."""
+    import re
+
+    from sglforge.cache import cache_root
+    from sglforge.urls import shown
+
+    if entry.kind != "mirror":
+        return f"{entry.path.parent.name}/{entry.path.name}"
+    url = None
+    try:
+        section = ""
+        for line in (entry.path / "config").read_text(encoding="utf-8").splitlines():
+            text = line.strip()
+            if text.startswith("["):
+                section = text
+            elif section == '[remote "origin"]' and re.match(r"url\s*=", text):
+                url = text.split("=", 1)[1].strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    if not url:
+        return str(entry.path.name)
+    with contextlib.suppress(ValueError):
+        url = Path(url).resolve().relative_to(cache_root()).as_posix()
+    return shown(url)
 
 
 @cache_group.command("prune")
