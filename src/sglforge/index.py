@@ -85,6 +85,12 @@ class IndexConfig:
         """The indexes as a message names them (never with credentials)."""
         return ", ".join(ix.shown for ix in self.indexes) or "no index (pip's no-index is set)"
 
+    def explain(self) -> str:
+        """The indexes with where each was configured (``-v``), never with credentials."""
+        return ", ".join(
+            f"{ix.shown} (from {ix.origin or 'pip config'})" for ix in self.indexes
+        ) or ("no index (pip's no-index is set)")
+
 
 @dataclass(frozen=True)
 class File:
@@ -205,6 +211,11 @@ def config() -> IndexConfig:
     return result
 
 
+def explain() -> str:
+    """The indexes in force and where each was configured (``IndexConfig.explain``)."""
+    return config().explain()
+
+
 def forget() -> None:
     """Drop what this process read from the indexes (tests, and a long-lived caller)."""
     _MEMO.pages.clear()
@@ -313,12 +324,20 @@ def files(project: str) -> list[File]:
             f"pypi:{project}: no package index configured (pip's no-index is set)",
             f"set ${INDEX_ENV}=URL, or unset PIP_NO_INDEX / no-index in pip.conf",
         )
+    from sglforge.progress import current
+
     found: list[File] = []
     with session(conf) as http:
         for ix in conf.indexes:
             memo = (ix, name)
             if memo not in _MEMO.pages:
                 _MEMO.pages[memo] = _list(http, ix, name, project)
+                # -v: which index answered, and where that index was configured
+                kind = "find-links" if ix.find_links else "index"
+                current().detail(
+                    f"{kind} {ix.shown} (from {ix.origin or 'pip config'}): "
+                    f"{len(_MEMO.pages[memo])} files of {project}"
+                )
             found.extend(_MEMO.pages[memo])
     return found
 

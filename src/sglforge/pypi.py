@@ -407,6 +407,7 @@ def _wheel(
                 break
     if found is not None:
         if _verified(found, project, version, say):
+            say.detail(f"{step} {project}=={version}: {found} (cached, sha256 checked)")
             return found
         found.unlink(missing_ok=True)
         _sidecar(found).unlink(missing_ok=True)
@@ -418,6 +419,13 @@ def _wheel(
         )
     dest = wheels / chosen.file.filename
     label = f"{step} {chosen.file.filename}"
+    from sglforge.urls import shown as shown_url
+
+    where = chosen.file.index
+    say.detail(
+        f"{step} {project}=={version}: {shown_url(chosen.file.url)} (index {where.shown}, "
+        f"from {where.origin or 'pip config'}) -> {dest}"
+    )
     tasks: list[Task] = []
 
     def on_bytes(n: int, total: int | None) -> None:

@@ -427,3 +427,38 @@ def test_index_credentials_reach_no_output_of_any_command(
         assert secret not in path.name
         if path.is_file() and path.stat().st_size < (1 << 20):
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_verbose_says_which_index_and_mirror_and_wheel(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N17: `-v` names the index in use and where it was configured, each wheel's URL (or
+    its cached file) and the mirror; the index's credentials never."""
+    from click.testing import CliRunner
+
+    from sglforge.cli import main
+
+    secret = "tok-5e4d3c2b1a"
+    root = tmp_path / "proj"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "series").write_text("")
+    (root / "patches" / "upstream.toml").write_text(
+        f'url = "pypi:{PROJECT}>=0.1"\nref = "v0.2.0"\n'
+    )
+    monkeypatch.setenv("SGLFORGE_CACHE", str(tmp_path / "cache"))
+    with serve(IndexServer(folder, auth=("ann", secret))) as server:
+        monkeypatch.setenv("PIP_INDEX_URL", server.url())
+        args = ["--root", str(root), "-v", "patches", "check", "--tags", ">=0.1"]
+        first = CliRunner().invoke(main, args)
+        index.forget()
+        again = CliRunner().invoke(main, args)
+    assert first.exit_code == 0 and again.exit_code == 0, first.output + again.output
+    err = first.stderr
+    host = f"127.0.0.1:{server.port}"
+    assert f"index http://***@{host}/simple (from $PIP_INDEX_URL): 2 files of {PROJECT}" in err
+    assert f" {PROJECT}==0.2.0: http://***@{host}/files/" in err, err
+    assert f"(index http://***@{host}/simple, from $PIP_INDEX_URL) -> " in err
+    assert f"upstream pypi:{PROJECT}>=0.1: mirror " in err
+    assert f"wheels from http://***@{host}/simple (from $PIP_INDEX_URL)" in err
+    assert f"upstream pypi:{PROJECT}>=0.1: mirror " in again.stderr, again.stderr
+    assert secret not in err + first.stdout + again.stderr + again.stdout

@@ -206,6 +206,20 @@ def upstream_source(pin: Pin, upstream: str | None = None) -> str:
     return upstream or pin.url
 
 
+def _said_where(source: str, mirror: Path, history: Path | None = None) -> None:
+    """-v: where the upstream's commits come from (the mirror; a PyPI history's store and
+    the indexes its wheels come from), credentials never shown."""
+    from sglforge.progress import current
+    from sglforge.urls import shown
+
+    say = current().detail
+    say(f"upstream {shown(source)}: mirror {mirror}")
+    if history is not None:
+        from sglforge import index
+
+        say(f"upstream {shown(source)}: history {history}; wheels from {index.explain()}")
+
+
 def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream:
     """Open (fetching into the cache) the source ``upstream_source`` names."""
     from sglforge import cache as shared
@@ -230,10 +244,12 @@ def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream
             src.cache_root, project, [pinned] if pinned else [], exact=True, seed=src.seed
         )
         cache = _pypi_mirror(cache_root, store)
+        _said_where(source, cache, store)
         return Upstream(
             source=source, key=f"pypi:{project}", cache=cache, python_only=True, pypi=src
         )
     cache = git.ensure_cache(cache_root, source)
+    _said_where(source, cache)
     key = source if source == pin.url else _normalise(source)
     return Upstream(source=source, key=key, cache=cache, python_only=False)
 
