@@ -248,7 +248,7 @@ def _conflict_reason(run: _Upgrade, refreshed: RefreshResult) -> str:
     hint = hint_upstream(run.project.upstream, run.project.queue.pin)
     new_ref = run.new_ref
     conflicts = [p for p in refreshed.patches if p.action == "conflict"]
-    hunks = "; ".join(h for p in conflicts for h in (p.hunks or (p.detail,)))
+    hunks = "; ".join(p.where for p in conflicts)
     return (
         f"{', '.join(p.name for p in conflicts)} conflict at {new_ref} ({hunks}); "
         f"resolve with `{with_upstream(f'sglforge patches apply --ref {new_ref}', hint)}`"
@@ -562,7 +562,7 @@ def markdown(result: UpgradeResult) -> str:
             "|---|---|---|---|",
         ]
         for p in result.patches:
-            detail = "; ".join(p.hunks) or p.detail
+            detail = p.where
             lines.append(f"| {p.name} | {p.action} | {p.status} | {detail.replace('|', '/')} |")
         lines.append("")
     if result.targets:

@@ -156,10 +156,7 @@ def upgrade_cmd(
             click.echo(
                 table(
                     ["patch", "action", "status", "detail"],
-                    [
-                        [p.name, p.action, p.status, "; ".join(p.hunks) or p.detail]
-                        for p in r.patches
-                    ],
+                    [[p.name, p.action, p.status, p.where] for p in r.patches],
                 )
             )
         for t in r.targets:

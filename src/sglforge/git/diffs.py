@@ -134,6 +134,22 @@ def find_line(repo: Path, commit: str, text: str, limit: int = 3) -> list[str]:
     return [":".join(ln.removeprefix(f"{commit}:").split(":", 2)[:2]) for ln in found]
 
 
+def grep_lines(repo: Path, commit: str, lines: Sequence[str]) -> list[tuple[str, int, str]]:
+    """(path, line number, text) of every line of the tree of ``commit`` holding one of
+    ``lines`` (fixed strings), in one ``git grep``."""
+    if not lines:
+        return []
+    patterns = [a for ln in lines for a in ("-e", ln)]
+    res = _run(repo, "grep", "-F", "-n", "--full-name", *patterns, commit, "--", ":/", check=False)
+    out: list[tuple[str, int, str]] = []
+    for row in res.stdout.splitlines():
+        path, _, rest = row.removeprefix(f"{commit}:").partition(":")
+        number, _, text = rest.partition(":")
+        if number.isdigit():
+            out.append((path, int(number), text))
+    return out
+
+
 def apply_to_folder(folder: Path, patch: Path, include: str) -> GitResult:
     """``patch`` applied to the plain files of ``folder`` (no repository needed), only its
     files matching ``include``; the result says whether it applied."""

@@ -13,7 +13,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -55,6 +55,8 @@ class PatchStatus:
     files: tuple[str, ...] = ()
     hunks: tuple[str, ...] = ()
     moved: dict[str, str] = field(default_factory=dict)
+    # a conflict whose lines left the file: where similar lines are now (context_elsewhere)
+    elsewhere: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,8 @@ def check_ref(
 ) -> RefReport:
     """Apply the series in order at one ref on a private index and classify each patch."""
     version = ref_version(ref)
+    pinned = ref_version(queue.pin.ref)
+    older = version is not None and pinned is not None and version < pinned
     index = _Index(up.cache, tmpdir)
     renames: dict[str, str] | None = None
     results: list[PatchStatus] = []
@@ -173,7 +177,7 @@ def check_ref(
                 renames = _renames(up.cache, pin_commit, commit, files)
                 if renames:
                     index.read_paths(commit, sorted(set(renames.values())), add=True)
-            ctx = _RefCheck(index, up, pin_commit, commit, version, renames or {})
+            ctx = _RefCheck(index, up, pin_commit, commit, version, renames or {}, older)
             st = _check_patch(ctx, patch)
             results.append(st)
             if st.status == CONFLICT or (st.status == SKIPPED and "Applies-To" not in st.detail):
@@ -278,6 +282,7 @@ class _RefCheck:
     commit: str
     version: Version | None
     renames: dict[str, str]
+    older: bool = False  # a ref before the pin: its code is older, not moved
 
     def moved(self, patch: Patch) -> dict[str, str]:
         """The patch's files that moved between the pin and this ref (old -> new path)."""
@@ -360,7 +365,7 @@ def _conflict_status(ctx: _RefCheck, patch: Patch, text: str) -> PatchStatus:
     detail = "; ".join(hunks or files)
     if reason and reason not in detail:
         detail = f"{detail} ({reason})" if detail else reason
-    moved_to = context_elsewhere(ctx.up.cache, ctx.commit, patch, files)
+    moved_to = "" if ctx.older else context_elsewhere(ctx.up.cache, ctx.commit, patch, files)
     if moved_to:
         detail += f" [{moved_to}]"
     if "\r\n" in text and text.count("\r\n") >= text.count("\n") - 1:
@@ -371,6 +376,7 @@ def _conflict_status(ctx: _RefCheck, patch: Patch, text: str) -> PatchStatus:
         "does not apply: " + (detail or "git apply failed without saying why"),
         files or patch.files,
         hunks,
+        elsewhere=moved_to,
     )
 
 
@@ -443,10 +449,22 @@ def git_reason(stderr: str) -> str:
     return "; ".join(dict.fromkeys(lines))[:400]
 
 
+# A line shorter than this is too common to say where code went (``)``, ``return x``).
+_DISTINCT_LINE = 20
+# Without the removed lines, this many context lines must be found together in one file.
+_CONTEXT_LINES = 3
+
+
 def context_elsewhere(cache: Path, commit: str, patch: Patch, files: Sequence[str]) -> str:
     """When a failing file no longer holds any of the lines the patch touches (the code moved
-    to another file, as server_args.py's overrides did), where those lines are now:
-    ``server_args.py no longer holds the patched lines; they are now in X:LINE``. '' else."""
+    to another file, as server_args.py's overrides did), where similar lines are now:
+    ``server_args.py no longer holds the lines the patch touches; similar lines are in
+    X:LINE (4 of 5 lines)``. '' else.
+
+    Only a distinctive match counts: one file holding half of the patch's lines, among them
+    every line it removes or at least three context lines; a line shorter than 20
+    characters is never looked for. A caller skips refs before the pin (their code is older,
+    not moved)."""
     try:
         parsed = PatchSet(patch.diff)
     except Exception:  # noqa: BLE001 - an unparsable diff has no lines to look for
@@ -455,25 +473,51 @@ def context_elsewhere(cache: Path, commit: str, patch: Patch, files: Sequence[st
     for pf in parsed:
         if pf.path not in files:
             continue
-        lines = [
-            ln.value.strip()
-            for h in pf
-            for ln in h
-            if (ln.is_removed or ln.is_context) and len(ln.value.strip()) >= 20
-        ]
+        removed = _distinct(ln.value for h in pf for ln in h if ln.is_removed)
+        context = _distinct(ln.value for h in pf for ln in h if ln.is_context) - removed
+        lines = removed | context
         if not lines:
             continue
-        if git.holds_any_line(cache, commit, pf.path, lines):
+        if git.holds_any_line(cache, commit, pf.path, sorted(lines)):
             continue  # some of its lines are still there: an ordinary conflict
-        where = git.find_line(cache, commit, max(lines, key=len))
-        if where:
-            notes.append(
-                f"{pf.path} no longer holds the lines the patch touches; they are now in "
-                + ", ".join(where)
-            )
-        else:
-            notes.append(f"{pf.path} no longer holds the lines the patch touches")
+        best = _similar_place(cache, commit, pf.path, removed, context)
+        note = f"{pf.path} no longer holds the lines the patch touches"
+        if best:
+            where, found = best
+            note += f"; similar lines are in {where} ({found} of {len(lines)} lines)"
+        notes.append(note)
     return "; ".join(notes)
+
+
+def _distinct(values: Iterable[str]) -> set[str]:
+    return {v.strip() for v in values if len(v.strip()) >= _DISTINCT_LINE}
+
+
+def _similar_place(
+    cache: Path, commit: str, path: str, removed: set[str], context: set[str]
+) -> tuple[str, int] | None:
+    """(``file:line``, lines found) of the one file holding the patch's lines the most
+    distinctively (see ``context_elsewhere``); None when no file does."""
+    lines = removed | context
+    found: dict[str, set[str]] = {}
+    first: dict[str, int] = {}
+    for where, line, text in git.grep_lines(cache, commit, sorted(lines)):
+        if where == path:
+            continue
+        matched = {ln for ln in lines if text.strip() == ln}
+        if matched:
+            found.setdefault(where, set()).update(matched)
+            first[where] = min(first.get(where, line), line)
+    accepted = [
+        (len(m), where)
+        for where, m in found.items()
+        if 2 * len(m) >= len(lines)
+        and ((removed and removed <= m) or len(m & context) >= _CONTEXT_LINES)
+    ]
+    if not accepted:
+        return None
+    count, where = max(accepted)
+    return f"{where}:{first[where]}", count
 
 
 def _failing_hunks(

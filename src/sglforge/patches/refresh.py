@@ -47,6 +47,15 @@ class PatchOutcome:
     status: str  # the check status at the new ref
     detail: str = ""
     hunks: tuple[str, ...] = ()
+    elsewhere: str = ""  # a conflict whose lines left the file: where similar lines are
+
+    @property
+    def where(self) -> str:
+        """What fails, for one line: the failing hunks and where their lines went, else the
+        detail (the same words in upgrade's reason, its table and its report)."""
+        if not self.hunks:
+            return self.detail
+        return "; ".join(self.hunks) + (f" [{self.elsewhere}]" if self.elsewhere else "")
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ def _refresh(
     if conflicts:
         for s in report.patches:
             action = "conflict" if s.status == CONFLICT else "unchanged"
-            outcomes.append(PatchOutcome(s.name, action, s.status, s.detail, s.hunks))
+            outcomes.append(PatchOutcome(s.name, action, s.status, s.detail, s.hunks, s.elsewhere))
         return RefreshResult(
             queue.pin.ref, new_ref, new_commit, False, False, tuple(outcomes), report
         )
