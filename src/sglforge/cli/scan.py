@@ -85,34 +85,14 @@ def scan_cmd(
             ok=report.ok,
         )
     else:
+        from sglforge.scan.text import scan_text
+
         queue = ", ".join(report.queue) if report.queue else "no queue"
         click.echo(f"{report.ref} ({report.commit[:12]}), {queue}; model {report.model}")
-        rows = [
-            (f.severity, f.kind, f"{f.file}:{f.line}" if f.line is not None else f.entry, f.detail)
-            for f in report.findings
-            if f.severity == "fail"
-        ]
-        # Warnings: one row per file (its lines listed); --json has each one in full.
-        grouped: dict[tuple[str, str], list[str]] = {}
-        for f in report.findings:
-            if f.severity != "fail":
-                where = f.file if f.line is not None else f.entry
-                grouped.setdefault((f.kind, where), []).append(
-                    f"{f.line}" if f.line is not None else f.detail
-                )
-        for (kind, where), what in sorted(grouped.items()):
-            lines = ", ".join(what) if kind == "cuda-only-jit" else what[0]
-            rows.append(
-                ("warn", kind, where, f"lines {lines}" if kind == "cuda-only-jit" else lines)
-            )
-        if rows:
-            click.echo(table(("severity", "kind", "where", "detail"), rows))
-            hints = sorted({f.hint for f in report.findings if f.severity == "fail" and f.hint})
-            for h in hints:
-                click.echo(f"next: {h}")
-        fails = sum(f.severity == "fail" for f in report.findings)
-        warns = len(report.findings) - fails
-        click.echo(
-            f"{fails} fail, {warns} warn" + ("" if fails else ": nothing blocks this launch")
-        )
+        shown = scan_text(report.findings, each=st.verbosity > 0)
+        if shown.rows:
+            click.echo(table(("severity", "kind", "where", "detail"), shown.rows))
+        for h in shown.hints:
+            click.echo(f"next: {h}")
+        click.echo(shown.footer)
     click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
