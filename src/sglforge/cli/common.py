@@ -129,6 +129,49 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def near_commands(name: str, known: list[str]) -> list[str]:
+    """The commands ``name`` likely meant: those it begins or that begin it (``patch`` ->
+    ``patches``), else the ones spelled much like it; not every name sharing letters."""
+    import difflib
+
+    typed = name.lower()
+    prefixed = [k for k in known if k.startswith(typed) or (len(typed) > 3 and typed.startswith(k))]
+    return prefixed or difflib.get_close_matches(typed, known, n=3, cutoff=0.75)
+
+
+def _full_short_help(group: click.Group, ctx: click.Context) -> list[tuple[str, str]]:
+    """(name, whole first sentence) of each visible command: wrapped, never cut with ``...``."""
+    rows = []
+    for name in group.list_commands(ctx):
+        cmd = group.commands.get(name)
+        if cmd is not None and not cmd.hidden:
+            rows.append((name, cmd.get_short_help_str(limit=1 << 16)))
+        elif cmd is None and name in COMMANDS:
+            rows.append((name, COMMANDS[name][1]))
+    return rows
+
+
+class SubGroup(click.Group):
+    """``patches``, ``cache``, ``configs``, ``upstream``: the listing and "did you mean" of
+    the root group (errors are still mapped by the root group's ``invoke``)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = _full_short_help(self, ctx)
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            err = click.exceptions.NoSuchCommand(exc.command_name, ctx=ctx)
+            err.possibilities = near_commands(exc.command_name, self.list_commands(ctx)) or None
+            raise err from None
+
+
 class Group(click.Group):
     """A group whose commands map project errors to exit codes in one place.
 
@@ -147,16 +190,10 @@ class Group(click.Group):
             importlib.import_module(COMMANDS[cmd_name][0])
         return super().get_command(ctx, cmd_name)
 
+    group_class = SubGroup
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        if self.name != "main":
-            return super().format_commands(ctx, formatter)
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.commands.get(name)
-            if cmd is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(formatter.width)))
-            elif cmd is None:
-                rows.append((name, COMMANDS[name][1]))
+        rows = _full_short_help(self, ctx)
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -179,9 +216,9 @@ class Group(click.Group):
         try:
             return super().resolve_command(ctx, args)
         except click.exceptions.NoSuchCommand as exc:
-            raise click.exceptions.NoSuchCommand(
-                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
-            ) from None
+            err = click.exceptions.NoSuchCommand(exc.command_name, ctx=ctx)
+            err.possibilities = near_commands(exc.command_name, self.list_commands(ctx)) or None
+            raise err from None
 
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()

@@ -20,6 +20,7 @@ from sglforge.util import check_output_file
 
 if TYPE_CHECKING:
     from sglforge.scenario.file import Scenario
+    from sglforge.smoke.report import SmokeReport
 
 
 def _target_scenario(state: State, image: str) -> Scenario:
@@ -39,6 +40,34 @@ def _target_scenario(state: State, image: str) -> Scenario:
     rocm = labels.get(LABEL_ROCM)
     found = find_scenario(state.root, target, f"{target}-{rocm}" if rocm else None)
     return state.project.scenario_file(found)
+
+
+def echo_report(report: SmokeReport, standin: bool) -> None:
+    """The smoke report as text; a stand-in's run (accelerator = "none") is labelled in its
+    header and verdict, as publish and inspect label it."""
+    marker = " [STAND-IN: CPU, no GPU]" if standin else ""
+    headers, rows = core.table_rows(report)
+    digest = report.image_digest or "no digest"
+    click.echo(f"{report.scenario} on {report.image} ({digest}){marker}")
+    click.echo(table(headers, rows))
+    if report.figures:
+        click.echo("figures: " + ", ".join(f"{k}={v}" for k, v in report.figures.items()))
+    for w in report.warnings:
+        click.echo(f"warning: {w.describe()}" + (f" ({w.why})" if w.why else ""))
+    if report.log_tail:
+        click.echo(f"last {len(report.log_tail)} log lines:", err=True)
+        for line in report.log_tail:
+            click.echo(f"  | {line}", err=True)
+    verdict = {"passed": "PASSED", "failed": "FAILED", "cannot-run": "CANNOT RUN HERE"}
+    shown = verdict[report.verdict]
+    if report.warnings:
+        shown += f" with {report.warning_count} warning line(s)"
+    passed = {"passed": True, "failed": False}.get(report.verdict)
+    reason = f": {report.reason}" if report.reason else ""
+    click.echo(colour.verdict(shown, passed) + marker + reason)
+    if report.log_path:
+        click.echo(f"server log: {report.log_path}")
+    click.echo(f"reports: {report.report_dir}")
 
 
 @main.command("smoke")
@@ -116,28 +145,10 @@ def smoke_cmd(
         core.write_junit(report, Path(junit))
     core.append_step_summary(report)
     if as_json:
-        print_json(core.report_dict(report), ok=report.passed)
+        hardware = {"hardware": "standin-cpu" if chosen.standin else "gpu"}
+        print_json({**core.report_dict(report), **hardware}, ok=report.passed)
     else:
-        headers, rows = core.table_rows(report)
-        click.echo(f"{report.scenario} on {report.image} ({report.image_digest or 'no digest'})")
-        click.echo(table(headers, rows))
-        if report.figures:
-            click.echo("figures: " + ", ".join(f"{k}={v}" for k, v in report.figures.items()))
-        for w in report.warnings:
-            click.echo(f"warning: {w.describe()}" + (f" ({w.why})" if w.why else ""))
-        if report.log_tail:
-            click.echo(f"last {len(report.log_tail)} log lines:", err=True)
-            for line in report.log_tail:
-                click.echo(f"  | {line}", err=True)
-        verdict = {"passed": "PASSED", "failed": "FAILED", "cannot-run": "CANNOT RUN HERE"}
-        shown = verdict[report.verdict]
-        if report.warnings:
-            shown += f" with {report.warning_count} warning line(s)"
-        passed = {"passed": True, "failed": False}.get(report.verdict)
-        click.echo(colour.verdict(shown, passed) + (f": {report.reason}" if report.reason else ""))
-        if report.log_path:
-            click.echo(f"server log: {report.log_path}")
-        click.echo(f"reports: {report.report_dir}")
+        echo_report(report, chosen.standin)
     sys.stdout.flush()
     if report.verdict == "passed":
         code = EXIT_OK

@@ -42,4 +42,4 @@ def tags_cmd(st: State, spec: str, pre: bool, upstream: str | None, as_json: boo
         print_json({"upstream": shown(up.source), "pin": pin.ref, "spec": spec, "tags": tags})
         return
     click.echo(f"upstream {shown(up.source)}: {plural(len(tags), 'tag')} matching {spec}")
-    click.echo(table(["tag", ""], [[t, "<- pin" if t == pin.ref else ""] for t in tags]))
+    click.echo(table(["tag", "pin"], [[t, "<- pin" if t == pin.ref else ""] for t in tags]))

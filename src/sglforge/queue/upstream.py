@@ -135,13 +135,13 @@ class Upstream:
             known = self.tags()
         except UpstreamError:
             known = git.tags(self.cache)
-        near = difflib.get_close_matches(ref, known, n=5, cutoff=0.5)
+        near = nearest_tags(ref, known) or difflib.get_close_matches(ref, known, n=5, cutoff=0.5)
         where = f"upstream {self.source}" + (
             " (python/ only, from PyPI)" if self.python_only else ""
         )
         raise UpstreamError(
             f"ref {ref!r} not found in {where}"
-            + (f"; closest tags: {', '.join(near)}" if near else f"; {len(known)} tags known"),
+            + (f"; nearest tags: {', '.join(near)}" if near else f"; {len(known)} tags known"),
             f"`{with_upstream('sglforge upstream tags', self.source)}` lists them; "
             "or pass another --upstream",
         ) from None
@@ -198,6 +198,30 @@ def with_upstream(command: str, upstream: str | None) -> str:
 def hint_upstream(up: Upstream, pin: Pin) -> str | None:
     """The ``--upstream`` a hint must repeat for ``up``: None when it is the pin's URL."""
     return None if up.source == pin.url else up.source
+
+
+def nearest_tags(ref: str, known: list[str]) -> list[str]:
+    """For a ref naming a version, the release tags next to it by version (the one below,
+    the one above, each labelled), not by spelling: ``v9.9.9`` -> ``v0.5.23 (the newest)``.
+    [] when ``ref`` names no version or no tag does."""
+    from sglforge.queue.series import ref_version
+
+    wanted = ref_version(ref)
+    if wanted is None:
+        return []
+    releases = sorted(
+        (v, t) for t in known if (v := ref_version(t)) is not None and not v.is_prerelease
+    )
+    if not releases:
+        return []
+    below = [t for v, t in releases if v < wanted]
+    above = [t for v, t in releases if v > wanted]
+    out = []
+    if below:
+        out.append(f"{below[-1]} (the newest)" if not above else f"{below[-1]} (below)")
+    if above:
+        out.append(f"{above[0]} (the oldest)" if not below else f"{above[0]} (above)")
+    return out
 
 
 def upstream_source(pin: Pin, upstream: str | None = None) -> str:
