@@ -280,6 +280,39 @@ def test_drop_rename_reorder(tmp_path: Path, upstream: Path) -> None:
     assert cli(root, "patches", "apply")[0] == 0
 
 
+def test_reorder_renumber(tmp_path: Path, upstream: Path) -> None:
+    """N21: after a reorder the numbers follow the series on --renumber (alone, or with a
+    move); Depends-On lines follow the renames, and the queue still applies."""
+    root = make_project(
+        tmp_path,
+        upstream,
+        [
+            ("fix-a", "python/pkg/a.py", 5, "a FIXED", ""),
+            ("fix-b", "python/pkg/b.py", 5, "b FIXED", ""),
+            ("fix-c", "python/pkg/c.py", 5, "c FIXED", "Depends-On: 0002-fix-b.patch\n"),
+        ],
+    )
+    assert cli(root, "patches", "reorder", "fix-a", "--last")[0] == 0
+    assert series(root) == ["0002-fix-b.patch", "0003-fix-c.patch", "0001-fix-a.patch"]
+    code, out, err = cli(root, "patches", "reorder", "fix-a", "--renumber")
+    assert code == 0, err
+    assert series(root) == ["0001-fix-b.patch", "0002-fix-c.patch", "0003-fix-a.patch"]
+    assert "3 file(s) renamed" in out
+    assert trailer(root, "0002-fix-c.patch", "Depends-On") == "0001-fix-b.patch"
+    names = sorted(p.name for p in (root / "patches").glob("*.patch"))
+    assert names == ["0001-fix-b.patch", "0002-fix-c.patch", "0003-fix-a.patch"]
+    # with a move: the moved patch gets its new place's number
+    code, out, err = cli(root, "patches", "reorder", "fix-a", "--first", "--renumber", "--json")
+    assert code == 0, err
+    assert json.loads(out)["patches"] == ["0001-fix-a.patch"]
+    assert series(root) == ["0001-fix-a.patch", "0002-fix-b.patch", "0003-fix-c.patch"]
+    assert trailer(root, "0003-fix-c.patch", "Depends-On") == "0002-fix-b.patch"
+    code, out, err = cli(root, "patches", "reorder", "fix-a", "--renumber")
+    assert code == 0 and "nothing to change" in out
+    assert cli(root, "patches", "lint")[0] == 0
+    assert cli(root, "patches", "apply")[0] == 0
+
+
 def test_new_takes_its_trailers(project: Path) -> None:
     assert cli(project, "patches", "apply")[0] == 0
     wt = project / "build" / "worktrees" / "v1.0"

@@ -554,6 +554,11 @@ def rename_cmd(st: State, name: str, new: str, as_json: bool) -> None:
 )
 @click.option("--first", is_flag=True, help="Put NAME first.")
 @click.option("--last", is_flag=True, help="Put NAME last.")
+@click.option(
+    "--renumber",
+    is_flag=True,
+    help="Also rename every file's NNNN- to its place in the series (alone: only that).",
+)
 @json_option
 @pass_state
 def reorder_cmd(
@@ -563,17 +568,20 @@ def reorder_cmd(
     after: str | None,
     first: bool,
     last: bool,
+    renumber: bool,
     as_json: bool,
 ) -> None:
     """Move patch NAME in the series (a Depends-On never ends up naming a later patch).
 
     \b
-    Example:
+    Examples:
       sglforge patches reorder 0003 --before 0001 && sglforge patches check
+      sglforge patches reorder 0003 --first --renumber   # 0003-x becomes 0001-x, and so on
     """
     from sglforge.patches.edit import reorder_patch
 
-    _render_edit(reorder_patch(st.project, name, before, after, first, last), as_json)
+    r = reorder_patch(st.project, name, before, after, first, last, renumber)
+    _render_edit(r, as_json)
 
 
 def _render_edit(r: Any, as_json: bool) -> None:

@@ -483,19 +483,25 @@ def reorder_patch(
     after: str | None = None,
     first: bool = False,
     last: bool = False,
+    renumber: bool = False,
 ) -> Edited:
     """Move patch ``name`` in the series (``before``/``after`` another, ``first``, ``last``);
-    refused when a Depends-On would then name a later patch."""
-    if sum((before is not None, after is not None, first, last)) != 1:
+    refused when a Depends-On would then name a later patch. With ``renumber`` every file's
+    ``NNNN-`` becomes its place in the series (renamed as ``rename`` does: the series and
+    every Depends-On follow); ``renumber`` alone only renumbers."""
+    wheres = sum((before is not None, after is not None, first, last))
+    if wheres > 1 or (wheres == 0 and not renumber):
         raise ConfigError(
-            "say where: one of --before NAME, --after NAME, --first, --last",
+            "say where: one of --before NAME, --after NAME, --first, --last (or only --renumber)",
             "sglforge patches reorder NAME --before OTHER",
         )
     with project_lock(project.root):
         queue = project.fresh_queue()
         moving = find_entry(queue, name).name
         order = [n for n in _names(queue) if n != moving]
-        if first:
+        if wheres == 0:
+            order = _names(queue)
+        elif first:
             order.insert(0, moving)
         elif last:
             order.append(moving)
@@ -514,23 +520,69 @@ def reorder_patch(
                     "it; nothing was changed",
                     "move the dependency too, or edit the Depends-On: line",
                 )
-        if order == _names(queue):
+        renamed = _numbers_in_order(order) if renumber else {}
+        if order == _names(queue) and not renamed:
             return Edited("reorder", (moving,), tuple(order), "unchanged")
         moved = next(p for p in queue.patches if p.name == moving)
         shared = [
             p.name for p in queue.patches if p.name != moving and set(p.files) & set(moved.files)
         ]
-        commit_files(
-            project.root / "patches",
-            {project.root / "patches" / "series": _series_text(project.root, order)},
-        )
+        files = _renamed_files(project, queue, renamed)
+        order = [renamed.get(n, n) for n in order]
+        moving = renamed.get(moving, moving)
+        files[project.root / "patches" / "series"] = _series_text(project.root, order, renamed)
+        commit_files(project.root / "patches", files)
     note = (
         f"touches files {', '.join(shared)} also change: `sglforge patches check` tells "
         "whether the queue still applies"
         if shared
         else ""
     )
+    if renamed:
+        note = "; ".join(
+            x for x in (note, f"moved; {len(renamed)} file(s) renamed to their place") if x
+        )
     return Edited("reorder", (moving,), tuple(order), note)
+
+
+def _numbers_in_order(order: list[str]) -> dict[str, str]:
+    """old name -> ``NNNN-rest`` for each entry whose number is not its place in ``order``."""
+    out: dict[str, str] = {}
+    for place, name in enumerate(order, 1):
+        rest = re.sub(r"^\d{4}-", "", name)
+        new = f"{place:04d}-{rest}"
+        if new != name:
+            out[name] = new
+    targets = [out.get(n, n) for n in order]
+    if len(set(targets)) != len(targets):
+        raise ConfigError(
+            "renumbering would give two patches one name; nothing was changed",
+            "rename one of them first: sglforge patches rename NAME NEW",
+        )
+    return out
+
+
+def _renamed_files(
+    project: Project, queue: Queue, renamed: dict[str, str]
+) -> dict[Path, str | bytes | None]:
+    """The files a set of renames writes: each patch under its new name (old one removed),
+    each ``Depends-On`` naming a renamed patch rewritten."""
+    files: dict[Path, str | bytes | None] = {}
+    if not renamed:
+        return files
+    for p in queue.patches:
+        text = p.text
+        if any(d in renamed for d in p.depends_on):
+            deps = ", ".join(renamed.get(d, d) for d in p.depends_on)
+            text = set_trailers(text, {"Depends-On": deps})
+        new = renamed.get(p.name)
+        if new is not None:
+            files.setdefault(p.path, None)
+            target = confined(project.root / "patches", new, "new name", p.name)
+            files[target] = text
+        elif text != p.text:
+            files[p.path] = text
+    return files
 
 
 __all__ = [
