@@ -73,7 +73,7 @@ def stage(
     say: Callable[[str], None] = lambda _: None,
 ) -> Staged:
     """Check ``items`` against the base's aiter and render those for this target and version."""
-    chosen = [i for i in items if _applies(i, version) and i.target == target]
+    chosen = [i for i in items if item_applies(i, version) and i.target == target]
     for item in items:
         if item not in chosen:
             say(f"config item {item.name}: not for {target} at sglang {version}, left out")
@@ -138,7 +138,8 @@ def stage(
     return Staged(tuple(files), label_map, tuple(entries), base)
 
 
-def _applies(item: ConfigItem, version: str) -> bool:
+def item_applies(item: ConfigItem, version: str) -> bool:
+    """Whether config item ``item`` goes into images built at ``version`` (its Applies-To)."""
     if not item.applies_to:
         return True
     try:

@@ -193,6 +193,7 @@ def _dry_run(run: _Upgrade) -> UpgradeResult:
     plan = "dry run, nothing written: would " + ", ".join(steps)
     if not planned.ok:
         plan += "; stops at the refresh (conflicts)"
+    plan += _config_plan(run)
     run.timed("check", run.t0)
     return UpgradeResult(
         old_ref=run.old_ref,
@@ -206,6 +207,33 @@ def _dry_run(run: _Upgrade) -> UpgradeResult:
         changelog=planned.changelog,
         stages=run.stages,
     )
+
+
+def _config_plan(run: _Upgrade) -> str:
+    """What the upgrade does with each config item at the new release, for the dry run: an
+    item whose Applies-To excludes it is left out of the images (its files stay); one that
+    applies is installed, or retired if the new base's aiter carries every row (known only
+    once the base is read, at the real run)."""
+    from sglforge.overlay_configs import item_applies
+    from sglforge.queue.configs import load_items
+
+    version = ref_version(run.new_ref)
+    if version is None:
+        return ""
+    said = []
+    for item in load_items(run.project.root):
+        if item_applies(item, str(version)):
+            said.append(
+                f"config item {item.name} applies at {version}: installed (retired instead "
+                "if the new base's aiter carries every row)"
+            )
+        else:
+            said.append(
+                f"config item {item.name}: Applies-To {item.applies_to} excludes {version}, "
+                "so it is left out of the new images (patches/configs/ keeps it; widen its "
+                "Applies-To or retire it)"
+            )
+    return "".join(f"; {s}" for s in said)
 
 
 def _upgrade_staged(run: _Upgrade, stage: Project) -> UpgradeResult:

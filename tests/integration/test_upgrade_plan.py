@@ -62,6 +62,28 @@ def test_dry_run_shows_the_plan_and_writes_nothing(
     assert "(dry run)" in out and "report:" not in out
 
 
+def test_dry_run_says_what_happens_to_each_config_item(tmp_path: Path, upstream: Path) -> None:
+    """N21: an item whose Applies-To excludes the new release is said to be left out of the
+    new images; one that applies is said to be installed."""
+    import re
+
+    root = make_project(tmp_path, upstream, NO_CONFLICT)
+    real = Path(__file__).resolve().parents[2] / "patches" / "configs"
+    (root / "patches" / "configs").mkdir()
+    for name, spec in (("old-item", "<1.1"), ("new-item", ">=1.0")):
+        meta = (real / "glm52-mxfp4-moe-gfx950.toml").read_text()
+        meta = re.sub(r'^applies-to = ".*"$', f'applies-to = "{spec}"', meta, flags=re.M)
+        (root / "patches" / "configs" / f"{name}.toml").write_text(meta)
+        csv = (real / "glm52-mxfp4-moe-gfx950.csv").read_bytes()
+        (root / "patches" / "configs" / f"{name}.csv").write_bytes(csv)
+    before = snapshot(root)
+    code, out, err = cli(root, "upgrade", "--to", "1.1", "--no-build", "--dry-run", "--json")
+    reason = json.loads(out)["reason"]
+    assert "config item old-item: Applies-To <1.1 excludes 1.1, so it is left out" in reason
+    assert "config item new-item applies at 1.1: installed" in reason
+    assert snapshot(root) == before
+
+
 def test_branch_lands_the_upgrade_as_one_commit(tmp_path: Path, upstream: Path) -> None:
     root = committed(make_project(tmp_path, upstream, NO_CONFLICT))
     before = snapshot(root)
