@@ -112,3 +112,37 @@ def normalized(snap: dict, folder: Path) -> dict:
         text = text.replace(str(folder), "FOLDER")
         out[path] = re.sub(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?\S*", "DATE", text)
     return out
+
+
+def test_a_patch_rewritten_for_the_new_release_is_named_in_the_changelog(tmp_path: Path) -> None:
+    """N21: the conflict-fix flow (upgrade stops, the conflict is resolved in the new ref's
+    worktree and exported, upgrade again): CHANGELOG says the patch was rewritten for the new
+    release and what it changes, not only that the pin moved."""
+    from synthetic import git, lines, write
+
+    root = make_project(
+        tmp_path,
+        make_upstream(tmp_path),
+        [("fix-a", "python/pkg/a.py", 5, "a FIXED", ""), ("fix-d", "python/pkg/d.py", 10, "D", "")],
+    )
+
+    def cli(*args: str) -> int:
+        return CliRunner().invoke(main, ["--root", str(root), *args]).exit_code
+
+    assert cli("upgrade", "--to", "v1.1", "--no-build") == 1
+    assert cli("patches", "apply", "--ref", "v1.1") == 4  # stops at fix-d
+    wt = root / "build" / "worktrees" / "v1.1"
+    resolved = lines("d")
+    resolved[9] = "D"
+    write(wt, "python/pkg/d.py", resolved)
+    git(wt, "add", "python/pkg/d.py")
+    git(wt, "am", "--continue")
+    assert cli("patches", "export", "--ref", "v1.1") == 0
+    assert cli("upgrade", "--to", "v1.1", "--no-build") == 0
+    changelog = (root / "CHANGELOG.md").read_text()
+    assert "Upstream pin moved from v1.0 to v1.1." in changelog
+    assert (
+        "Rewrote `0002-fix-d.patch` for v1.1 (it no longer applies at v1.0); it now changes "
+        "`python/pkg/d.py`." in changelog
+    ), changelog
+    assert "0001-fix-a" not in changelog

@@ -140,6 +140,8 @@ def _refresh(
                 continue
         action = "unchanged" if st.status in APPLIED else "kept"
         outcomes.append(PatchOutcome(patch.name, action, st.status, st.detail))
+    unchanged = {o.name for o in outcomes if o.action == "unchanged"}
+    notes += _rewritten_before(queue, up, pin_commit, new_ref, unchanged)
     series_path = root / "patches" / "series"
     files[series_path] = rewrite_series(series_path, series_names)
     pin = queue.pin
@@ -164,6 +166,25 @@ def _refresh(
     return RefreshResult(
         pin.ref, new_ref, new_commit, True, not dry_run, tuple(outcomes), report, tuple(notes)
     )
+
+
+def _rewritten_before(
+    queue: Queue, up: Upstream, pin_commit: str, new_ref: str, unchanged: set[str]
+) -> list[str]:
+    """CHANGELOG lines for the patches already rewritten for ``new_ref`` before this refresh
+    (a conflict resolved in its worktree and exported): they apply at ``new_ref`` but no
+    longer at the old pin, so the pin's move alone would not say that they changed."""
+    if not unchanged:
+        return []
+    tmp = queue.root / "build" / "tmp"
+    at_pin = check_ref(queue, up, queue.pin.ref, pin_commit, pin_commit, tmp)
+    by_name = {p.name: p for p in queue.patches}
+    return [
+        f"Rewrote `{s.name}` for {new_ref} (it no longer applies at {queue.pin.ref}); it now "
+        f"changes {', '.join(f'`{f}`' for f in by_name[s.name].files)}."
+        for s in at_pin.patches
+        if s.name in unchanged and s.status == CONFLICT
+    ]
 
 
 def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[str, str]:
