@@ -59,6 +59,12 @@ def test_targets_scenarios_patches_and_tags(project: Path) -> None:
     assert len(complete(f"{at} patches fold 0001-fix-a ")) == 8
     assert complete(f"{at} patches reorder 0001-fix-a --before 0002-") == ["0002-fix-b"]
     assert complete(f"{at} patches check --ref v1.") == ["v1.2rc1", "v1.1", "v1.0"]
+    # the pin's own mirror, once cached, is the one completed from
+    from sglforge.git.mirror import cache_name
+
+    pinned = upstream_mirrors() / cache_name(str(project.parent / "upstream"))
+    git(project.parent, "clone", "-q", "--bare", str(project.parent / "upstream"), str(pinned))
+    assert complete(f"{at} patches check --ref v1.") == ["v1.1", "v1.0"]
     assert complete(f"{at} upgrade --to v1.1") == ["v1.1"]
     assert snapshot(project) == before  # read-only
 

@@ -80,12 +80,32 @@ def patch_names(ctx: click.Context) -> list[str]:
     return out
 
 
-def cached_tags(_ctx: click.Context) -> list[str]:
-    """Tags of every cached upstream mirror, read from its refs files (no git process)."""
-    from sglforge.cache import upstream_mirrors
+def _mirrors(ctx: click.Context) -> list[Path]:
+    """The cached mirror of the project's pinned upstream URL when there is one, else every
+    cached mirror (a PyPI history's, a --upstream's)."""
+    import tomllib
 
+    from sglforge.cache import upstream_mirrors
+    from sglforge.git.mirror import cache_name
+
+    folder = upstream_mirrors()
+    root = _root(ctx)
+    if root is not None:
+        try:
+            pin = tomllib.loads((root / "patches" / "upstream.toml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            pin = {}
+        url = pin.get("url")
+        if isinstance(url, str) and (folder / cache_name(url)).is_dir():
+            return [folder / cache_name(url)]
+    return sorted(folder.glob("*.git"))
+
+
+def cached_tags(ctx: click.Context) -> list[str]:
+    """Tags of the project's cached upstream mirror (else of every one), read from its refs
+    files (no git process)."""
     tags: set[str] = set()
-    for repo in upstream_mirrors().glob("*.git"):
+    for repo in _mirrors(ctx):
         try:
             packed = (repo / "packed-refs").read_text(encoding="utf-8", errors="replace")
         except OSError:
