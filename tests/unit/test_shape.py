@@ -26,7 +26,6 @@ MAX_LINES = 80
 LONG = {
     "coverage_cmd": "cli/configs.py, click",
     "publish_cmd": "cli/publish.py, click",
-    "smoke_cmd": "cli/smoke.py, click",
     "upgrade_cmd": "cli/upgrade.py, click",
 }
 
