@@ -238,7 +238,7 @@ def _said_where(source: str, mirror: Path, history: Path | None = None) -> None:
 
     say = current().detail
     say(f"upstream {shown(source)}: mirror {mirror}")
-    if history is not None:
+    if history is not None and current().verbose:  # pip's config is read only for -v
         from sglforge import index
 
         say(f"upstream {shown(source)}: history {history}; wheels from {index.explain()}")
