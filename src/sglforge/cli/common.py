@@ -164,6 +164,8 @@ class SubGroup(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, but "did you mean" offers only likely names (``near_commands``), the
+        root's commands not loaded yet included (``list_commands``)."""
         try:
             return super().resolve_command(ctx, args)
         except click.exceptions.NoSuchCommand as exc:
@@ -172,7 +174,7 @@ class SubGroup(click.Group):
             raise err from None
 
 
-class Group(click.Group):
+class Group(SubGroup):
     """A group whose commands map project errors to exit codes in one place.
 
     Top-level commands are imported on first use (``COMMANDS``).
@@ -190,13 +192,7 @@ class Group(click.Group):
             importlib.import_module(COMMANDS[cmd_name][0])
         return super().get_command(ctx, cmd_name)
 
-    group_class = SubGroup
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = _full_short_help(self, ctx)
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+    group_class = SubGroup  # its groups list and suggest as it does
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if self.name == "main":
@@ -208,17 +204,6 @@ class Group(click.Group):
                 _usage_document(ctx, exc)
                 raise
         return super().parse_args(ctx, args)
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        """As click's, but "did you mean" also knows the commands not loaded yet."""
-        try:
-            return super().resolve_command(ctx, args)
-        except click.exceptions.NoSuchCommand as exc:
-            err = click.exceptions.NoSuchCommand(exc.command_name, ctx=ctx)
-            err.possibilities = near_commands(exc.command_name, self.list_commands(ctx)) or None
-            raise err from None
 
     def invoke(self, ctx: click.Context) -> Any:
         signals.install_running()
