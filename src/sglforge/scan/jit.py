@@ -159,23 +159,25 @@ def blob_id(data: bytes) -> str:
 
 class Files:
     """The files one scan reads, each read and filtered once: text for the preprocessor and
-    git blob id (None: absent) by absolute path."""
+    git blob id (None: absent) by absolute path. ``directives=False`` hands the preprocessor
+    whole files (what the filter is tested against)."""
 
-    def __init__(self) -> None:
+    def __init__(self, directives: bool = True) -> None:
         self._read: dict[str, tuple[str, str] | None] = {}
+        self._filter = directives
 
     def _load(self, path: str) -> tuple[str, str] | None:
         if path not in self._read:
             try:
                 with open(path, "rb") as fh:
                     raw = fh.read()
-            except (IsADirectoryError, NotADirectoryError, FileNotFoundError):
+            except OSError:  # absent, a folder, unreadable: not a file pcpp can open
                 self._read[path] = None
             else:
                 # as pcpp opens a file: universal newlines, a BOM dropped
                 text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
                 text = text.replace("\r\n", "\n").replace("\r", "\n")
-                self._read[path] = (directives_only(text), blob_id(raw))
+                self._read[path] = (directives_only(text) if self._filter else text, blob_id(raw))
         return self._read[path]
 
     def text(self, path: str) -> str:
