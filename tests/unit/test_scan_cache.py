@@ -19,17 +19,25 @@ ROOT = "python/sglang/jit_kernel"
 # Sources where what looks like a directive is not one, or the reverse.
 TRICKY = {
     "block-comment": "/* old:\n#include <cuda.h>\n*/\n#include <cuda_fp8.h>\n",
-    "comment-before-hash": "/* a */ #include <cuda_bf16.h>\nint x; /* open\n#include <cuda.h>\n*/\n",
+    "comment-before-hash": (
+        "/* a */ #include <cuda_bf16.h>\nint x; /* open\n#include <cuda.h>\n*/\n"
+    ),
     "code-line-spliced": "int y = 1 + \\\n#include <cuda.h>\n2;\n#include <cuda_fp4.h>\n",
-    "string-holds-comment": 'const char* s = "/*";\n#include <cub/cub.cuh>\nconst char* t = "*/";\n',
+    "string-holds-comment": (
+        'const char* s = "/*";\n#include <cub/cub.cuh>\nconst char* t = "*/";\n'
+    ),
     "raw-string": 'auto r = R"x(\n#include <cuda.h>\n)x";\n#include <cuda_pipeline.h>\n',
     "digit-separator": "int big = 1'000'000; /* x\n#include <cuda.h> */\n#include <nvrtc.h>\n",
-    "spliced-directive": "#if defined(USE_ROCM) && \\\n  defined(__CUDACC__)\n#else\n#include <cuda.h>\n#endif\n",
+    "spliced-directive": (
+        "#if defined(USE_ROCM) && \\\n  defined(__CUDACC__)\n#else\n#include <cuda.h>\n#endif\n"
+    ),
     "guard-in-define": (
         "#define NEED_CUDA \\\n  0\n#if NEED_CUDA\n#include <cuda.h>\n#endif\n"
         "#ifdef __HIPCC__ /* hip\n  build */\n#include <curand.h>\n#endif\n"
     ),
-    "directive-opens-comment": "#include <cuda_fp16.h> /* the half\ntype */\nint z;\n#include <cufft.h>\n",
+    "directive-opens-comment": (
+        "#include <cuda_fp16.h> /* the half\ntype */\nint z;\n#include <cufft.h>\n"
+    ),
 }
 
 

@@ -108,7 +108,11 @@ def scan_tree(
     from sglforge.scan import jit_findings
 
     def make() -> Construction:
-        return built() if built is not None else construct.build(tree / "python", config, launch, device)
+        return (
+            built()
+            if built is not None
+            else construct.build(tree / "python", config, launch, device)
+        )
 
     # sglang's construction runs in a child process: the kernel sources are preprocessed
     # while it runs
@@ -214,7 +218,12 @@ def run_scan(
     config_file = str(Path(model_dir) / "config.json")
     ref_used, commit, patches = _selected(project, ref, queue)
     key = cache.report_key(
-        commit, [(p.name, p.path.read_bytes()) for p in patches], config, launch, device, config_file
+        commit,
+        [(p.name, p.path.read_bytes()) for p in patches],
+        config,
+        launch,
+        device,
+        config_file,
     )
     found = cache.load_report(key)
     if found is not None:

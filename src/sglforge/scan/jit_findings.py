@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglforge.construct.built import Construction
-from sglforge.scan.findings import FAIL, WARN, Finding
 from sglforge.progress import Progress, resolve
+from sglforge.scan.findings import FAIL, WARN, Finding
 from sglforge.scan.jit import DEFAULT_PASSES, CudaInclude, Files, JitTree, UnitScan, jit_trees
 from sglforge.scan.jit import unit_scan as preprocess
 from sglforge.scan.reach import Loader, StepGate, kernel_loaders, step_gates
@@ -62,7 +62,12 @@ def includes(tree: Path, progress: Progress | None = None) -> Includes:
     say = resolve(progress)
     seen: Includes = {}
     # headers under include/ are judged where a kernel includes them
-    units = [(jt, u) for jt in jit_trees(tree) for u in jt.sources(tree) if u.startswith(f"{jt.rel}/csrc/")]
+    units = [
+        (jt, u)
+        for jt in jit_trees(tree)
+        for u in jt.sources(tree)
+        if u.startswith(f"{jt.rel}/csrc/")
+    ]
     files = Files()
     cached = 0
     with say.task("scan: JIT kernel sources", total=len(units), unit="files") as task:
