@@ -1,10 +1,12 @@
 """Benchmark: how fast the command line starts (goal: under 0.25 s median on this machine).
 
-Times, over N runs each, ``sglforge --help`` and ``sglforge patches list`` (on a copy of this
-project's real queue), against two baselines measured in the same run: a bare interpreter
-(``python3 -c pass``) and one that only imports click. Also shows which heavy modules each
+Times, over N interleaved runs each, ``sglforge --help``, ``sglforge --version`` and
+``sglforge patches list`` (on a copy of this project's real queue), against two baselines
+measured in the same run: a bare interpreter (``python3 -c pass``) and one that only imports
+click; wall and CPU (user + system), medians. ``--version`` is also given as a ratio to
+``--help`` (issue 33: it must not ask the Docker engine). Also shows which heavy modules each
 command imports (the Docker SDK and requests should load only for commands that talk to the
-engine or a registry).
+engine or a registry; GitPython only for commands that run git).
 
     python bench/bench_startup.py [--runs 15]
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -23,15 +27,38 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.25
-HEAVY = ("docker", "requests", "urllib3", "sglforge.build", "sglforge.smoke", "sglforge.publish")
+# this checkout's sglforge, whatever is installed (and whatever the temporary folder holds)
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+HEAVY = (
+    "docker",
+    "requests",
+    "urllib3",
+    "git",
+    "sglforge.build",
+    "sglforge.smoke",
+    "sglforge.publish",
+)
 
 
-def timed(cmd: list[str], runs: int, cwd: Path) -> list[float]:
-    out = []
+def once(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    """(wall s, CPU s) of one run of ``cmd``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {res.returncode}\n{res.stderr.decode()[-1000:]}")
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def interleaved(
+    cmds: dict[str, list[str]], runs: int, cwd: Path
+) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name in cmds}
     for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        out.append(time.perf_counter() - t0)
+        for name, cmd in cmds.items():
+            out[name].append(once(cmd, cwd))
     return out
 
 
@@ -43,7 +70,9 @@ def heavy_imports(args: list[str], cwd: Path) -> list[str]:
         f"print(json.dumps(sorted({{m.split('.')[0] if not m.startswith('sglforge') else m"
         f" for m in sys.modules if m.startswith({HEAVY!r})}})))"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=ENV, capture_output=True, text=True
+    )
     return json.loads(res.stdout.strip() or "[]")
 
 
@@ -57,30 +86,39 @@ def main() -> int:
         for name in ("patches", "images", "smoke"):
             shutil.copytree(ROOT / name, project / name)
         py = sys.executable
-        rows = {
-            "python3 -c pass (baseline)": timed([py, "-c", "pass"], args.runs, project),
-            "python3 -c 'import click' (baseline)": timed(
-                [py, "-c", "import click"], args.runs, project
-            ),
-            "sglforge --help": timed([py, "-m", "sglforge", "--help"], args.runs, project),
-            "sglforge patches list": timed(
-                [py, "-m", "sglforge", "patches", "list"], args.runs, project
-            ),
-        }
-        base = statistics.median(rows["python3 -c pass (baseline)"])
+        rows = interleaved(
+            {
+                "python3 -c pass (baseline)": [py, "-c", "pass"],
+                "python3 -c 'import click' (baseline)": [py, "-c", "import click"],
+                "sglforge --help": [py, "-m", "sglforge", "--help"],
+                "sglforge --version": [py, "-m", "sglforge", "--version"],
+                "sglforge patches list": [py, "-m", "sglforge", "patches", "list"],
+            },
+            args.runs,
+            project,
+        )
+
+        def med(name: str, i: int) -> float:
+            return statistics.median(r[i] for r in rows[name])
+
+        base_w, base_c = med("python3 -c pass (baseline)", 0), med("python3 -c pass (baseline)", 1)
         ok = True
         for name, times in rows.items():
-            med = statistics.median(times)
+            w, c = med(name, 0), med(name, 1)
             verdict = ""
             if name.startswith("sglforge"):
-                passed = med < GOAL
+                passed = w < GOAL
                 ok &= passed
                 verdict = f"  {'PASS' if passed else 'FAIL'} (goal < {GOAL} s)"
             print(
-                f"{name:40s} median {med:.3f}s  max {max(times):.3f}s  "
-                f"{med / base:.1f}x the bare interpreter{verdict}"
+                f"{name:40s} median {w:.3f}s wall (max {max(t[0] for t in times):.3f}s) "
+                f"{c:.3f}s CPU  {w / base_w:4.1f}x / {c / base_c:4.1f}x the bare interpreter"
+                f"{verdict}"
             )
-        for cmd in (["--help"], ["patches", "list"], ["build", "--help"]):
+        hw, hc = med("sglforge --help", 0), med("sglforge --help", 1)
+        vw, vc = med("sglforge --version", 0), med("sglforge --version", 1)
+        print(f"sglforge --version / --help: {vw / hw:.2f}x wall, {vc / hc:.2f}x CPU")
+        for cmd in (["--help"], ["--version"], ["patches", "list"], ["build", "--help"]):
             print(
                 f"heavy modules imported by sglforge {' '.join(cmd)}: "
                 f"{heavy_imports(cmd, project) or 'none'}"

@@ -1,5 +1,5 @@
 """The user cache shared by every project and CI run: upstream git mirrors, PyPI wheels and
-the histories built from them.
+the histories built from them, and scan results (``sglforge.scan.cache``).
 
 ``$SGLFORGE_CACHE``, else ``$XDG_CACHE_HOME/sglforge``, else ``~/.cache/sglforge``. Two
 processes may use it at once: each cache has its own lock (``git.cache_lock`` for a mirror,
@@ -39,6 +39,11 @@ def pypi_cache() -> Path:
     return cache_root() / "pypi"
 
 
+def scan_cache() -> Path:
+    """Scan results keyed by content: ``units/`` (JIT kernel preprocessing) and ``reports/``."""
+    return cache_root() / "scan"
+
+
 def legacy_wheels(root: Path, project: str) -> list[Path]:
     """Wheel folders an older sglforge kept in a checkout (``build/pypi``): reused, not
     downloaded again."""
@@ -50,9 +55,10 @@ def legacy_wheels(root: Path, project: str) -> list[Path]:
 
 @dataclass(frozen=True)
 class Entry:
-    """One thing the cache holds: an upstream mirror, a PyPI history or a project's wheels."""
+    """One thing the cache holds: an upstream mirror, a PyPI history, a project's wheels or
+    scan results."""
 
-    kind: str  # "mirror", "history", "wheels"
+    kind: str  # "mirror", "history", "wheels", "scan"
     path: Path
     size: int  # bytes
     used: float  # newest modification time inside (a fetch or an import touches it)
@@ -88,6 +94,11 @@ def entries() -> list[Entry]:
                     continue
                 kind = "wheels" if path.name == "wheels" else "history"
                 found.append(Entry(kind, path, folder_size(path), _newest(path)))
+    scan = scan_cache()
+    if scan.is_dir() and not scan.is_symlink():
+        for path in sorted(scan.iterdir()):
+            if path.is_dir() and not path.is_symlink():
+                found.append(Entry("scan", path, folder_size(path), _newest(path)))
     return sorted(found, key=lambda e: -e.size)
 
 
@@ -102,6 +113,9 @@ def _alternates(repo: Path) -> list[Path]:
 def _lock_for(entry: Entry) -> tuple[Path, str]:
     if entry.kind == "mirror":
         return entry.path.with_name(entry.path.name + ".lock"), f"upstream cache {entry.path}"
+    if entry.kind == "scan":
+        # no writer holds it (each entry is one atomic rename); it keeps two prunes apart
+        return entry.path.parent / ".lock", f"scan cache {entry.path}"
     # pypi.py's per-project lock: held while wheels are fetched or histories imported
     return entry.path.parent / ".lock", f"PyPI cache {entry.path.parent}"
 

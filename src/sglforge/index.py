@@ -404,21 +404,56 @@ def _first_lines(exc: BaseException) -> str:
 
 
 def _from_simple(ix: Index, project: str, ctype: str, body: bytes, url: str) -> list[File]:
-    import json
-
+    kind = ctype.split(";", 1)[0].strip().lower()
+    if kind == "application/vnd.pypi.simple.v1+json":
+        return _from_pep691(ix, project, body, url)
     from pypi_simple import ProjectPage
 
-    kind = ctype.split(";", 1)[0].strip().lower()
     try:
-        if kind == "application/vnd.pypi.simple.v1+json":
-            page = ProjectPage.from_json_data(json.loads(body), url)
-        elif kind in ("text/html", "application/vnd.pypi.simple.v1+html", ""):
+        if kind in ("text/html", "application/vnd.pypi.simple.v1+html", ""):
             page = ProjectPage.from_html(project, body, url)
         else:
             raise ValueError(f"content type {kind!r}")
     except Exception as exc:  # noqa: BLE001 - whatever the parser raises on bad input
         raise _malformed(ix, project, url, exc) from None
     return [_file(ix, p) for p in page.packages]
+
+
+def _from_pep691(ix: Index, project: str, body: bytes, url: str) -> list[File]:
+    """A PEP 691 JSON project page (read here: the parser's import alone costs a second, more
+    than the page). Major API version 1; ``yanked`` a boolean or a reason (PEP 592/691)."""
+    import json
+
+    try:
+        data = json.loads(body)
+        meta = data.get("meta") or {}
+        major = str(meta.get("api-version", "1.0")).split(".")[0]
+        if major != "1":
+            raise ValueError(f"api-version {meta.get('api-version')!r}, this client reads 1.x")
+        entries = data["files"]
+        if not isinstance(entries, list):
+            raise TypeError("files is not a list")
+        out: list[File] = []
+        for f in entries:
+            if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
+                raise TypeError("a file is not an object with a filename")
+            if not isinstance(f.get("url"), str):
+                raise TypeError(f"{f['filename']}: no url")
+            hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+            yanked = f.get("yanked", False)
+            out.append(
+                File(
+                    filename=f["filename"],
+                    url=urljoin(url, f["url"]),  # relative to the page (PEP 691)
+                    sha256=str((hashes or {}).get("sha256", "")).lower(),
+                    yanked=bool(yanked) if not isinstance(yanked, str) else True,
+                    index=ix,
+                    size=f["size"] if isinstance(f.get("size"), int) else None,
+                )
+            )
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise _malformed(ix, project, url, exc) from None
 
 
 def _from_html(ix: Index, project: str, body: bytes, url: str) -> list[File]:

@@ -288,6 +288,12 @@ def test_scan_command_json(tmp_path: Path) -> None:
         "0001-jit_kernel-guard-cuda_runtime-include-for-ROCm.patch",
         "0002-glm_moe_dsa-MTP-draft-class-for-Quark-excludes.patch",
     ]
+    # the same scan again is served from the scan cache: the same report, no entry rewritten
+    reports = sorted((Path(os.environ["SGLFORGE_CACHE"]) / "scan" / "reports").rglob("*.json"))
+    assert len(reports) == 2
+    before = [r.stat().st_mtime_ns for r in reports]
+    assert scan() == (code, doc)
+    assert [r.stat().st_mtime_ns for r in reports] == before
 
 
 # --- The gate publish runs before a build. --------------------------------------------------

@@ -219,8 +219,21 @@ def fast_import(repo: Path, stream: Iterable[bytes]) -> None:
     """Feed ``stream`` (a git fast-import command stream ending in ``done``) to ``git
     fast-import`` as it is produced, so a release's files are never all in memory at once.
     An interrupt or an error in the producer kills git; nothing it wrote is referenced."""
-    # always a pack (never loose objects): the store records and checks its packs
-    args = ["-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done"]
+    # always a pack (never loose objects): the store records and checks its packs. No deltas
+    # (fast-import tries each blob against the one before it, unrelated files of a release:
+    # a third of the time, and the pack came out larger) and zlib level 1 (a fifth larger,
+    # three times faster): a release imports at the pace of its unzip.
+    args = [
+        "-c",
+        "fastimport.unpackLimit=0",
+        "-c",
+        "pack.depth=0",
+        "-c",
+        "pack.compression=1",
+        "fast-import",
+        "--quiet",
+        "--done",
+    ]
     _progress.current().detail(f"git fast-import  (in {repo})")
     proc = _start(repo, args, _env(), stdin=True, stdout=False)
     assert proc.stdin is not None and proc.stderr is not None

@@ -231,6 +231,25 @@ def fsck(repo: Path) -> str:
     return lines[0] if lines else "git fsck failed"
 
 
+def export_files(repo: Path, commit: str, path: str, dest: Path, index: Path) -> None:
+    """The files of ``path`` (a folder) at ``commit`` written by git into ``dest``
+    (``dest/path/...``), through the private index file ``index`` (removed after): no HEAD,
+    ref or index of ``repo`` changes."""
+    try:
+        _run(
+            repo,
+            f"--work-tree={dest}",
+            "checkout",
+            commit,
+            "--",
+            path,
+            env={"GIT_INDEX_FILE": str(index)},
+        )
+    finally:
+        index.unlink(missing_ok=True)
+        Path(f"{index}.lock").unlink(missing_ok=True)
+
+
 def archive(repo: Path, commit: str, path: str, dest: Path) -> None:
     """A tar of ``path`` (a folder) at ``commit`` written to ``dest``."""
     _run(repo, "archive", "--format=tar", "-o", str(dest), commit, path)

@@ -16,7 +16,6 @@ not to), the model's ``config.json`` and the scenario's launch flags, and report
 from __future__ import annotations
 
 import shutil
-import tarfile
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +31,8 @@ from sglforge.targets import Device
 
 if TYPE_CHECKING:
     from sglforge.construct.built import Construction
+    from sglforge.queue.series import Patch
+    from sglforge.scan import jit_findings
 
 if TYPE_CHECKING:
     from sglforge.scenario.file import Scenario
@@ -101,41 +102,70 @@ def scan_tree(
 
     ``built``: the construction as the caller holds it (``Candidate.construction``); called
     once, it raises ConstructionError as ``construct.build`` does."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from sglforge import construct
     from sglforge.scan import jit_findings
 
-    try:
-        made = (
+    def make() -> Construction:
+        return (
             built()
             if built is not None
             else construct.build(tree / "python", config, launch, device)
         )
-    except construct.ConstructionError as exc:
-        # The kernel scan does not need the models: go on with the flags as written, and say
-        # that the quantization kinds could not be checked.
-        made = construct.Construction(device, construct.literal_launch(launch), dsa=None)
-        incomplete = Finding(
-            INCOMPLETE,
-            WARN,
-            config_file,
-            None,
-            "construction",
-            f"sglang's own model construction did not run on this tree ({exc.message}); "
-            "quant-exclude-unmatched and fused-shared-expert-dtype were not checked, and the "
-            "launch was read from its flags as written (the DSA backend assumed)",
-            "report it with the release and the config; the kernel findings still hold",
-        )
-        return [*jit_findings.findings(tree, made), incomplete]
-    return findings_of(tree, made, config, config_file)
+
+    # sglang's construction runs in a child process: the kernel sources are preprocessed
+    # while it runs
+    with ThreadPoolExecutor(1, thread_name_prefix="sglforge-construct") as pool:
+        pending = pool.submit(make)
+        seen = jit_findings.includes(tree)
+        try:
+            made = pending.result()
+        except construct.ConstructionError as exc:
+            # The kernel scan does not need the models: go on with the flags as written, and
+            # say that the quantization kinds could not be checked.
+            made = construct.Construction(device, construct.literal_launch(launch), dsa=None)
+            incomplete = Finding(
+                INCOMPLETE,
+                WARN,
+                config_file,
+                None,
+                "construction",
+                f"sglang's own model construction did not run on this tree ({exc.message}); "
+                "quant-exclude-unmatched and fused-shared-expert-dtype were not checked, and the "
+                "launch was read from its flags as written (the DSA backend assumed)",
+                "report it with the release and the config; the kernel findings still hold",
+            )
+            return [*jit_findings.findings(tree, made, seen), incomplete]
+    return findings_of(tree, made, config, config_file, seen)
 
 
 def findings_of(
-    tree: Path, built: Construction, config: dict[str, Any], config_file: str = "config.json"
+    tree: Path,
+    built: Construction,
+    config: dict[str, Any],
+    config_file: str = "config.json",
+    seen: jit_findings.Includes | None = None,
 ) -> list[Finding]:
-    """The findings of one construction (``construct.build``) of ``config`` on ``tree``."""
+    """The findings of one construction (``construct.build``) of ``config`` on ``tree``
+    (``seen``: ``jit_findings.includes(tree)`` when already computed)."""
     from sglforge.scan import jit_findings, quant
 
-    return [*jit_findings.findings(tree, built), *quant.findings(built, config, config_file)]
+    return [*jit_findings.findings(tree, built, seen), *quant.findings(built, config, config_file)]
+
+
+def _selected(project: Project, ref: str | None, queue: bool) -> tuple[str, str, list[Patch]]:
+    """(ref, commit, the queue patches that apply at it): ``ref`` None is the pin."""
+    from sglforge.queue.series import ref_version
+
+    q = project.queue
+    if ref is None:
+        ref, commit = q.pin.ref, project.pin_commit()
+    else:
+        commit = project.upstream.resolve(ref)
+    version = ref_version(ref)
+    patches = [p for p in q.patches if p.applies_at(version) is not False] if queue else []
+    return ref, commit, patches
 
 
 @contextmanager
@@ -144,39 +174,27 @@ def checkout(
 ) -> Iterator[tuple[Path, str, str, list[str]]]:
     """A temporary copy of upstream's tree at ``ref`` (default: the pin), the queue applied
     with ``git apply`` unless ``queue`` is False: (folder, ref, commit, patches applied)."""
-    q = project.queue
-    up = project.upstream
-    from sglforge.queue.series import ref_version
+    ref, commit, patches = _selected(project, ref, queue)
+    with _checkout(project, ref, commit, patches) as tree:
+        yield tree, ref, commit, [p.name for p in patches]
 
-    if ref is None:
-        ref, commit = q.pin.ref, project.pin_commit()
-    else:
-        commit = up.resolve(ref)
 
-    version = ref_version(ref)
+@contextmanager
+def _checkout(project: Project, ref: str, commit: str, patches: Sequence[Patch]) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix="sglforge-scan-"))
     try:
         tree = tmp / "tree"
         tree.mkdir()
-        archive = tmp / "tree.tar"
         # python/ only: what the scan reads (a git upstream also holds sgl-kernel/, docs, ...)
-        git.archive(up.cache, commit, "python", archive)
-        with tarfile.open(archive) as tar:
-            tar.extractall(tree, filter="data")
-        archive.unlink()
-        applied: list[str] = []
-        if queue:
-            for patch in q.patches:
-                if patch.applies_at(version) is False:
-                    continue
-                res = git.apply_to_folder(tree, patch.path, include="python/*")
-                if res.status != 0:
-                    raise PatchError(
-                        f"{patch.name} does not apply at {ref}: {res.stderr.strip()[:200]}",
-                        f"sglforge patches check --ref {ref}",
-                    )
-                applied.append(patch.name)
-        yield tree, ref, commit, applied
+        git.export_files(project.upstream.cache, commit, "python", tree, tmp / "index")
+        for patch in patches:
+            res = git.apply_to_folder(tree, patch.path, include="python/*")
+            if res.status != 0:
+                raise PatchError(
+                    f"{patch.name} does not apply at {ref}: {res.stderr.strip()[:200]}",
+                    f"sglforge patches check --ref {ref}",
+                )
+        yield tree
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -189,12 +207,33 @@ def run_scan(
     scenario: Scenario | None = None,
 ) -> ScanReport:
     """Scan the upstream tree at ``ref`` (the pin by default) for ``model_dir`` and the
-    scenario's launch."""
+    scenario's launch; a scan of the same commit, queue patches, config, launch and device
+    by the same sglforge is served from the scan cache (``scan.cache``)."""
+    from sglforge.progress import current
+    from sglforge.scan import cache
+
     config = read_model_config(model_dir)
     launch, _name = launch_of(scenario)
-    with checkout(project, ref, queue) as (tree, ref_used, commit, applied):
-        device = device_of(project, scenario)
-        found = scan_tree(tree, config, launch, device, str(Path(model_dir) / "config.json"))
+    device = device_of(project, scenario)
+    config_file = str(Path(model_dir) / "config.json")
+    ref_used, commit, patches = _selected(project, ref, queue)
+    key = cache.report_key(
+        commit,
+        [(p.name, p.path.read_bytes()) for p in patches],
+        config,
+        launch,
+        device,
+        config_file,
+    )
+    found = cache.load_report(key)
+    if found is not None:
+        current().info("scan: served from the scan cache (same commit, queue, config, launch)")
+    else:
+        with _checkout(project, ref_used, commit, patches) as tree:
+            found = scan_tree(tree, config, launch, device, config_file)
+        if not any(f.kind == INCOMPLETE for f in found):  # a failed construction may be the
+            cache.store_report(key, found)  # machine's (no index): asked again next time
+    applied = [p.name for p in patches]
     return report_of(model_dir, scenario, (ref_used, commit, applied), found)
 
 

@@ -14,12 +14,20 @@ expressions and project headers followed through the include path), and every ``
 that stays active and names a CUDA-only header is reported at the line of the directive.
 System headers are not opened: a CUDA-only header is missing on ROCm by definition, the
 others (the C++ library, hip/, tvm/ffi, dlpack) do not change which lines are active.
+
+The preprocessor sees each file's directives only (``directives_only``): code lines cannot
+define a macro, open a conditional or include a file, so they are blanked (line numbers kept)
+before pcpp lexes them; that is 90 % of its work gone, and each file is read and filtered once
+per scan (``Files``). Which files a unit read, with their git blob ids, is what the scan cache
+(``scan.cache``) keys a unit's result on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +114,84 @@ def jit_trees(tree: Path) -> list[JitTree]:
     return [JitTree(rel) for rel in JIT_ROOTS if (tree / rel / "csrc").is_dir()]
 
 
+# One C/C++ lexical element the directive filter must not look inside: comments (blanked),
+# string and character literals (kept). A raw string literal spanning lines keeps the file whole.
+_LEXEMES = re.compile(
+    r"""(?P<block>/\*.*?\*/|/\*.*\Z)"""
+    r"""|(?P<line>//(?:[^\n\\]|\\.)*)"""
+    r"""|(?P<raw>R"(?P<delim>[^()\\\s"]{0,16})\(.*?\)(?P=delim)")"""
+    r"""|(?P<str>"(?:[^"\\\n]|\\.)*")"""
+    r"""|(?P<chr>'(?:[^'\\\n]|\\[^\n][^'\n]{0,8})')""",
+    re.S,
+)
+
+
+def _blank(match: re.Match[str]) -> str:
+    if match.lastgroup in ("block", "line"):
+        # a comment is whitespace; its newlines stay (line numbers) and so do line splices
+        return re.sub(r"[^\n]", " ", match.group(0))
+    return match.group(0)
+
+
+def directives_only(text: str) -> str:
+    """``text`` with every line that is not part of a preprocessing directive blanked and
+    comments turned into spaces, line numbers kept: what the preprocessor acts on, unchanged
+    (code lines define no macro and open no conditional or include)."""
+    if any(m.lastgroup == "raw" and "\n" in m.group(0) for m in _LEXEMES.finditer(text)):
+        return text  # a multi-line raw string could hold a line starting with '#'
+    masked = _LEXEMES.sub(_blank, text).split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(masked):
+        j = i  # the physical lines of one logical line (backslash-newline splices)
+        while j + 1 < len(masked) and masked[j].rstrip("\r").endswith("\\"):
+            j += 1
+        keep = masked[i].lstrip(" \t\f\v").startswith("#")
+        out.extend(masked[i : j + 1] if keep else [""] * (j + 1 - i))
+        i = j + 1
+    return "\n".join(out)
+
+
+def blob_id(data: bytes) -> str:
+    """The git blob id of ``data`` (what ``git hash-object`` prints)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class Files:
+    """The files one scan reads, each read and filtered once: text for the preprocessor and
+    git blob id (None: absent) by absolute path. ``directives=False`` hands the preprocessor
+    whole files (what the filter is tested against)."""
+
+    def __init__(self, directives: bool = True) -> None:
+        self._read: dict[str, tuple[str, str] | None] = {}
+        self._filter = directives
+
+    def _load(self, path: str) -> tuple[str, str] | None:
+        if path not in self._read:
+            try:
+                with open(path, "rb") as fh:
+                    raw = fh.read()
+            except OSError:  # absent, a folder, unreadable: not a file pcpp can open
+                self._read[path] = None
+            else:
+                # as pcpp opens a file: universal newlines, a BOM dropped
+                text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+                self._read[path] = (directives_only(text) if self._filter else text, blob_id(raw))
+        return self._read[path]
+
+    def text(self, path: str) -> str:
+        """The directives of ``path``; OSError when it is not a file."""
+        got = self._load(path)
+        if got is None:
+            raise FileNotFoundError(path)
+        return got[0]
+
+    def blob(self, path: str) -> str | None:
+        got = self._load(path)
+        return None if got is None else got[1]
+
+
 @dataclass(frozen=True)
 class CudaInclude:
     """An active ``#include`` of a CUDA-only header, seen while preprocessing ``unit``."""
@@ -124,14 +210,22 @@ def _preprocessor_class() -> type:
         """A pcpp pass that records active includes of CUDA-only headers and opens only the
         project's own headers (found on the include path or next to the including file)."""
 
-        def __init__(self, tree: Path, include: Path, macros: Mapping[str, str]) -> None:
+        def __init__(
+            self, tree: Path, include: Path, macros: Mapping[str, str], files: Files
+        ) -> None:
             super().__init__()
             self.tree = tree
+            self.files = files
+            self.opened: set[str] = set()  # every path probed, found or not
             self.found: list[tuple[str, int, str]] = []
             self.errors: list[str] = []
             self.add_path(str(include))
             for name, value in macros.items():
                 self.define(f"{name} {value}")
+
+        def on_file_open(self, is_system_include, includepath):  # type: ignore[no-untyped-def]
+            self.opened.add(includepath)
+            return io.StringIO(self.files.text(includepath))
 
         def on_include_not_found(self, is_malformed, is_system_include, curdir, includepath):  # type: ignore[no-untyped-def]
             self._record(includepath)
@@ -177,25 +271,66 @@ def _preprocessor_class() -> type:
     return _Pass
 
 
+# The ROCm passes of one JIT build: hipcc's host pass and its gfx950 device pass.
+DEFAULT_PASSES: tuple[Mapping[str, str], ...] = (
+    HIPCC_HOST | SGLANG_ROCM_FLAGS,
+    HIPCC_DEVICE | SGLANG_ROCM_FLAGS,
+)
+
+
+@dataclass(frozen=True)
+class UnitScan:
+    """What preprocessing one translation unit found, and what it read to find it."""
+
+    found: tuple[CudaInclude, ...]
+    errors: tuple[str, ...]
+    # every file the preprocessor opened or probed, relative to the tree, with its git blob
+    # id (None: it was probed and absent); the unit itself included
+    reads: tuple[tuple[str, str | None], ...]
+
+
+def _rel(tree: Path, path: str) -> str:
+    try:
+        return Path(os.path.abspath(path)).relative_to(tree).as_posix()
+    except ValueError:
+        return os.path.abspath(path)
+
+
+def unit_scan(
+    tree: Path,
+    jit: JitTree,
+    unit: str,
+    passes: Iterable[Mapping[str, str]] = (),
+    files: Files | None = None,
+) -> UnitScan:
+    """Preprocess translation unit ``unit`` (relative to ``tree``) in each ROCm pass (host and
+    device by default): its active CUDA-only includes, the preprocessor's errors, the reads."""
+    tree = tree.resolve()
+    files = files if files is not None else Files()
+    cls = _preprocessor_class()
+    found: dict[tuple[str, int, str], CudaInclude] = {}
+    errors: list[str] = []
+    path = str(tree / unit)
+    opened = {path}
+    text = files.text(path)
+    for macros in tuple(passes) or DEFAULT_PASSES:
+        pp = cls(tree, tree / jit.rel / "include", macros, files)
+        pp.parse(text, path)
+        pp.write(io.StringIO())
+        opened |= pp.opened
+        for file, line, header in pp.found:
+            found.setdefault((file, line, header), CudaInclude(file, line, header, unit))
+        errors.extend(e for e in pp.errors if e not in errors)
+    reads = sorted((_rel(tree, p), files.blob(p)) for p in opened)
+    return UnitScan(
+        tuple(sorted(found.values(), key=lambda c: (c.file, c.line))), tuple(errors), tuple(reads)
+    )
+
+
 def cuda_includes(
     tree: Path, jit: JitTree, unit: str, passes: Iterable[Mapping[str, str]] = ()
 ) -> tuple[list[CudaInclude], list[str]]:
     """The active CUDA-only includes of translation unit ``unit`` (relative to ``tree``) in
     each ROCm pass (host and device by default), and the preprocessor's errors."""
-    tree = tree.resolve()
-    cls = _preprocessor_class()
-    found: dict[tuple[str, int, str], CudaInclude] = {}
-    errors: list[str] = []
-    path = tree / unit
-    text = path.read_text(encoding="utf-8", errors="replace")
-    for macros in tuple(passes) or (
-        HIPCC_HOST | SGLANG_ROCM_FLAGS,
-        HIPCC_DEVICE | SGLANG_ROCM_FLAGS,
-    ):
-        pp = cls(tree, tree / jit.rel / "include", macros)
-        pp.parse(text, str(path))
-        pp.write(io.StringIO())
-        for file, line, header in pp.found:
-            found.setdefault((file, line, header), CudaInclude(file, line, header, unit))
-        errors.extend(e for e in pp.errors if e not in errors)
-    return sorted(found.values(), key=lambda c: (c.file, c.line)), errors
+    got = unit_scan(tree, jit, unit, passes)
+    return list(got.found), list(got.errors)

@@ -20,6 +20,7 @@ backend: sglang picks it for ``is_deepseek_dsa`` models, python/sglang/srt/serve
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +143,9 @@ def _module_file(tree: Path, module: str) -> str | None:
     return None
 
 
+_DEPTH_TEST = re.compile(r"speculative_num_steps(?:\s|\\\n)*>")
+
+
 def step_gates(tree: Path, loaders: list[Loader]) -> list[StepGate]:
     """Every draft-depth test in srt/ that guards the import of a kernel module."""
     by_file: dict[str, list[str]] = {}
@@ -152,7 +156,9 @@ def step_gates(tree: Path, loaders: list[Loader]) -> list[StepGate]:
     out = []
     for path in sorted((tree / PY_ROOT / "srt").rglob("*.py")):
         text = path.read_text(encoding="utf-8", errors="replace")
-        if "speculative_num_steps" not in text or "import" not in text:
+        # _min_steps reads only ``X.speculative_num_steps >[=] N``: a file without that text
+        # has no gate (parsing sglang's 50 files naming the attribute costs seconds)
+        if "import" not in text or not _DEPTH_TEST.search(text):
             continue
         mod = _parse(path)
         if mod is None:

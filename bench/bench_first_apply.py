@@ -1,0 +1,109 @@
+"""Benchmark: the first `patches apply` from an empty cache, against `pip download` of the wheel.
+
+Each run makes a new project (``sglforge init --example glm52``, not timed) and a new, empty
+``$SGLFORGE_CACHE``, then times ``sglforge -q patches apply`` (the index read, the wheel
+downloaded and checked, imported into the PyPI history, the mirror, the worktree, ``git am``
+of the queue) and ``pip download --no-deps --no-cache-dir`` of the same release into an empty
+folder: the floor, from the same index configuration (the machine's pip configuration: both
+read ``pip config``, here pypi.org plus its local extra indexes). The two alternate within
+each run (the order flips every run); the figures are medians of wall and CPU (user + system
+of the child processes), and the median of the per-run ratios. Goal (issue 33): <= 1.5x.
+
+    python bench/bench_first_apply.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall s, CPU s) of ``cmd``; exits on failure."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {res.returncode}\n{res.stderr[-2000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="sglforge sources to time (another checkout's src/ to compare)",
+    )
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="sglforge-bench-first-apply-"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(args.src)
+    py = sys.executable
+    ours: list[tuple[float, float]] = []
+    floor: list[tuple[float, float]] = []
+    wheels: set[str] = set()
+    try:
+        for n in range(args.runs):
+            run_env = {**env, "SGLFORGE_CACHE": str(base / f"cache-{n}")}
+            project = base / f"p-{n}"
+            timed([py, "-m", "sglforge", "-q", "init", "--example", "glm52", str(project)],
+                  base, run_env)  # fmt: skip
+            pin = tomllib.loads((project / "patches" / "upstream.toml").read_text())["ref"]
+            version = pin.removeprefix("v")
+            dl = base / f"pipdl-{n}"
+
+            apply = [py, "-m", "sglforge", "-q", "patches", "apply"]
+            pip = [py, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q", "-d",
+                   str(dl), f"sglang=={version}"]  # fmt: skip
+            if n % 2 == 0:
+                ours.append(timed(apply, project, run_env))
+                floor.append(timed(pip, base, env))
+            else:
+                floor.append(timed(pip, base, env))
+                ours.append(timed(apply, project, run_env))
+            got = sorted((base / f"cache-{n}").glob("pypi/*/wheels/*.whl"))
+            wheels.update(f"sglforge {w.name}" for w in got)
+            wheels.update(f"pip {w.name}" for w in dl.glob("*.whl"))
+        ratios = [a[0] / b[0] for a, b in zip(ours, floor, strict=True)]
+        cpu_ratios = [a[1] / b[1] for a, b in zip(ours, floor, strict=True)]
+        ow, oc = statistics.median(w for w, _ in ours), statistics.median(c for _, c in ours)
+        fw, fc = statistics.median(w for w, _ in floor), statistics.median(c for _, c in floor)
+        ratio = statistics.median(ratios)
+        print(f"first patches apply at {pin} from an empty cache; {args.runs} interleaved runs")
+        print(f"wheels: {'; '.join(sorted(wheels))}")
+        print(
+            f"sglforge patches apply {ow:6.2f} s wall [{', '.join(f'{w:.2f}' for w, _ in ours)}]"
+            f"  {oc:5.2f} s CPU"
+        )
+        print(
+            f"pip download (floor)   {fw:6.2f} s wall [{', '.join(f'{w:.2f}' for w, _ in floor)}]"
+            f"  {fc:5.2f} s CPU"
+        )
+        verdict = "PASS" if ratio <= 1.5 else "FAIL"
+        print(
+            f"ratio {ratio:.2f}x wall (median of per-run ratios), "
+            f"{statistics.median(cpu_ratios):.2f}x CPU   {verdict} (goal <= 1.5x)"
+        )
+        return 0 if ratio <= 1.5 else 1
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
