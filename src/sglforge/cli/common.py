@@ -118,6 +118,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sglforge.cli.smoke",
         "Prove an image serves with speculative decoding: launch it, check it, remove it.",
     ),
+    "tryout": (
+        "sglforge.cli.tryout",
+        "Try the walk-through without a GPU: stand-in base, local registry, stand-in scenario.",
+    ),
     "upstream": (
         "sglforge.cli.upstream",
         "Look at upstream sglang: its release tags and where the pin sits.",

@@ -245,6 +245,39 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _say(message: str) -> None:
+    """A step line through the reporter the command line installed (silent in tests)."""
+    from sglforge import progress
+
+    progress.current().info(message)
+
+
+def needs_debootstrap(client: docker.DockerClient | None = None) -> bool:
+    """Whether building the Debian stand-in would run debootstrap (root, a few minutes)."""
+    digest = _debian_hash()
+    if _image_with_hash(_client(client), DEBIAN_TAG, digest):
+        return False
+    return not (cache_dir() / f"debian-{DEBIAN_SUITE}-{digest}.tar").is_file()
+
+
+def replica_ready(
+    version: str = DEFAULT_SGLANG_VERSION,
+    tag: str | None = None,
+    *,
+    bench: bool = False,
+    client: docker.DockerClient | None = None,
+) -> bool:
+    """Whether the default replica (the stand-in server, aiter from the wheel) of ``version``
+    is built and current; builds nothing (it may download the release wheel)."""
+    client = _client(client)
+    if not _image_with_hash(client, DEBIAN_TAG, _debian_hash()):
+        return False
+    tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x" + ("-bench" if bench else "")
+    dockerfile = _replica_dockerfile(DEBIAN_TAG, True, bench)
+    recipe = _Recipe(version, SERVER_PY.read_bytes(), {}, True, None, bench, dockerfile)
+    return _image_with_hash(client, tag, recipe.digest(client.images.get(DEBIAN_TAG).id))
+
+
 def _client(client: docker.DockerClient | None) -> docker.DockerClient:
     return client if client is not None else docker.from_env(timeout=600)
 
@@ -309,6 +342,7 @@ def _debootstrap_tarball(digest: str) -> Path:
             str(rootfs),
             debian_mirror(),
         ]
+        _say(f"debootstrap {DEBIAN_SUITE} minbase from {cmd[-1]} (once; a few minutes)")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             log = rootfs / "debootstrap" / "debootstrap.log"
@@ -533,6 +567,7 @@ def standin_tokenizer(dest: Path) -> Path:
 
 
 def _pip_download(dest: Path, requirements: list[str], deps: bool) -> None:
+    _say(f"pip download {len(requirements)} requirement(s) into {dest.name}")
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:"]
     cmd += ["--dest", str(dest), *(() if deps else ("--no-deps",)), *requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -854,6 +889,7 @@ def _build_replica(client: docker.DockerClient, tag: str, recipe: _Recipe, diges
             recipe.aiter_commit,
             recipe.bench,
         )
+        _say(f"docker build {tag} (no network inside; the stand-in server as launch_server.py)")
         try:
             client.images.build(
                 path=str(context),
