@@ -193,7 +193,7 @@ def write_scenario(folder: Path, bench: bool) -> tuple[Path, Path]:
     text = re.sub(r"^port = \d+", f"port = {free_port()}", text, count=1, flags=re.M)
     text = re.sub(r'^path = "[^"]*"', 'path = "model"', text, count=1, flags=re.M)
     model = folder / "model"
-    model.mkdir(exist_ok=True)
+    model.mkdir(parents=True, exist_ok=True)
     shipped_model = root / "tests" / "standin" / "model" / "config.json"
     atomic_write(model / "config.json", shipped_model.read_text())
     scenario = folder / f"{SCENARIO_NAME}.toml"
