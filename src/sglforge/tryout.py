@@ -39,6 +39,8 @@ SCENARIO_NAME = "standin-cpu"
 FIRST_BUILD = "5 to 10 minutes"
 BENCH_COST = "1.5 to 3 minutes"
 REGISTRY_WAIT = 20.0
+# What env.sh sets: the walk-through's three settings, then what the tool reads.
+SETTINGS = ("REGISTRY", "SCENARIO", "MODEL", "SGLFORGE_BASE_IMAGE", "SGLFORGE_ALLOW_STANDIN")
 
 
 class TryoutError(SglforgeError):
@@ -294,6 +296,7 @@ def stop(folder: Path) -> int | None:
 
 
 __all__ = [
+    "SETTINGS",
     "Tryout",
     "TryoutError",
     "pinned_version",

@@ -50,7 +50,7 @@ def test_the_walkthrough_has_settings_then_commands() -> None:
     # the try-it box: tryout's settings, the walk-through in its place, then the stop
     assert box.count(PLACEHOLDER) == 1
     before, after = box.split(PLACEHOLDER)
-    assert before.lstrip().startswith('eval "$(sglforge tryout)"')
+    assert before.lstrip().startswith("sglforge tryout && . sglforge-tryout/env.sh")
     assert after.strip().splitlines()[-1].startswith("sglforge tryout --stop")
 
 
@@ -80,11 +80,9 @@ def test_the_walkthrough_runs_as_written(
     script = before + commands + after
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's code only
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
-    # the try-out's folder (scenario, model, registry storage) in this test's folder
-    env["SGLFORGE_TRYOUT_DIR"] = str(tmp_path / "tryout")
     for var in ("SGLFORGE_ROOT", "SGLFORGE_UPSTREAM", "SGLFORGE_REGISTRY", "SGLFORGE_TARGET"):
         env.pop(var, None)
-    for var in ("REGISTRY", "SCENARIO", "MODEL", "SGLFORGE_BASE_IMAGE", "SGLFORGE_ALLOW_STANDIN"):
+    for var in (*tryout.SETTINGS, "SGLFORGE_TRYOUT_DIR"):
         env.pop(var, None)  # set by the box, nowhere else
     work = tmp_path / "user"
     work.mkdir()
@@ -97,9 +95,9 @@ def test_the_walkthrough_runs_as_written(
             text=True,
             timeout=1500,
         )
-        _check(res, work / "my-sglang", tmp_path / "tryout")
+        _check(res, work / "my-sglang", work / "sglforge-tryout")
     finally:
-        tryout.stop(tmp_path / "tryout")
+        tryout.stop(work / "sglforge-tryout")
         _remove_images(docker_client, work / "my-sglang")
 
 

@@ -62,7 +62,7 @@ def tryout_cmd(
 
     \b
     Examples:
-      eval "$(sglforge tryout)"      # then README's "A first patch to a published image"
+      sglforge tryout && . sglforge-tryout/env.sh   # then README's walk-through
       sglforge tryout --stop
     """
     from sglforge import progress, tryout
@@ -85,6 +85,6 @@ def tryout_cmd(
     click.echo(tryout.shell_lines(result.env), nl=False)
     say.info(f"tryout: settings written to {result.env_file}")
     say.info(
-        "next: with these settings (eval \"$(sglforge tryout)\", or . env.sh), README's "
-        '"A first patch to a published image" as written; sglforge tryout --stop at the end'
+        f"next: . {result.env_file} (or eval the lines above), then README's \"A first patch "
+        'to a published image" as written; sglforge tryout --stop at the end'
     )
