@@ -170,11 +170,9 @@ def _base(version: str, bench: bool, say: _progress.Progress) -> tuple[str, bool
     if base.replica_ready(version, tag, bench=bench):
         say.info(f"stand-in base {tag}: built earlier, reused")
         return tag, False
-    say.info(f"stand-in base {tag}: building (first run: {FIRST_BUILD})")
-    started = time.monotonic()
+    say.info(f"stand-in base {tag}: not built yet, building it (first run: {FIRST_BUILD})")
     with say.task(f"stand-in base {tag}"):
         base.ensure_sglang_base(version, tag, bench=bench)
-    say.info(f"stand-in base {tag}: built in {time.monotonic() - started:.0f} s")
     return tag, True
 
 

@@ -189,7 +189,8 @@ class Renderer(Progress):
                 self._clear()
             self._drawn = t
             self._draw(t)
-        elif t.unit != "step":
+        elif t.unit != "step" or t.total is None:
+            # a download, a push, or a step of unknown length (a checkout): its start line
             size = f" ({human_bytes(t.total)})" if t.total and t.unit == "bytes" else ""
             self._write(printable(f"{t.label}{size} ...") + "\n")
 
@@ -238,6 +239,8 @@ class Renderer(Progress):
             self._said.pop(id(t), None)
             amount = human_bytes(t.done) if t.unit == "bytes" else _amount(t)
             self._write(printable(f"{t.label}: {amount} in {took:.1f} s") + "\n")
+        elif t.total is None and ok:
+            self._write(printable(f"{t.label}: done in {took:.1f} s") + "\n")
 
     def close(self) -> None:
         self._stop.set()
