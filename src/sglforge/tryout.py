@@ -5,7 +5,7 @@ It prepares the three things the README's settings name, all TEST DOUBLES and la
 - the stand-in base: a replica of the sglang release image whose ``sglang.launch_server`` is
   the stand-in server (``sglforge.standin.base``; tag ``sglforge-standin/sglang:v<pin>-...``),
   given to the tool as ``$SGLFORGE_BASE_IMAGE``;
-- a registry on 127.0.0.1 (Debian's ``docker-registry``), or the one ``--registry`` names;
+- a registry on 127.0.0.1 (Debian's ``docker-registry``), or the one ``--use-registry`` names;
 - the stand-in scenario ``standin-cpu`` (from the shipped ``smoke/standin-cpu.toml``) and its
   model folder, under the try-out folder, with ``$SGLFORGE_ALLOW_STANDIN`` so a GPU target's
   publish takes it, and records it as a stand-in.
@@ -159,7 +159,7 @@ def _preflight(registry: str | None) -> None:
     if registry is None and registry_binary() is None:
         raise TryoutError(
             "docker-registry not found: the try-out pushes to a registry on 127.0.0.1",
-            f"{INSTALL_HINT}, or pass --registry HOST:PORT of a registry you run",
+            f"{INSTALL_HINT}, or pass --use-registry HOST:PORT of a registry you run",
         )
 
 

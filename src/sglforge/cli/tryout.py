@@ -29,9 +29,11 @@ DEFAULT_DIR = "sglforge-tryout"
     "dependencies) and 1.5 to 3 minutes more per publish.",
 )
 @click.option(
-    "--registry",
+    "--use-registry",
+    "registry",
     metavar="HOST:PORT",
-    help="Push to this registry instead of starting Debian's docker-registry on 127.0.0.1.",
+    help="Push to this registry you run instead of starting Debian's docker-registry on "
+    "127.0.0.1 (not $SGLFORGE_REGISTRY: a try-out never pushes where releases go).",
 )
 @click.option(
     "--sglang",
