@@ -43,6 +43,11 @@ REGISTRY_WAIT = 20.0
 SETTINGS = ("REGISTRY", "SCENARIO", "MODEL", "SGLFORGE_BASE_IMAGE", "SGLFORGE_ALLOW_STANDIN")
 
 
+# Registries this process started, kept so they are reaped by ``stop`` (a command exits and
+# leaves them running: they serve until ``sglforge tryout --stop``).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 class TryoutError(SglforgeError):
     """What the try-out needs and does not have (exit 2, with the command that fixes it)."""
 
@@ -260,12 +265,14 @@ def start_registry(folder: Path, say: _progress.Progress) -> tuple[str, bool]:
     deadline = time.monotonic() + REGISTRY_WAIT
     while time.monotonic() < deadline and proc.poll() is None:
         if answers(address):
+            _CHILDREN[proc.pid] = proc
             atomic_write(_pid_file(folder), f"{proc.pid} {address}\n")
             say.info(f"registry {address}: started (pid {proc.pid}, log {where}/registry.log)")
             return address, True
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
+    proc.wait()
     raise TryoutError(
         f"{binary} did not answer on http://{address}/v2/ within {REGISTRY_WAIT:.0f} s",
         f"read {where}/registry.log",
@@ -289,6 +296,10 @@ def stop(folder: Path) -> int | None:
                 if not _is_our_registry(pid, folder):
                     break
                 time.sleep(0.1)
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=10)
     pid_file.unlink(missing_ok=True)
     return stopped
 
