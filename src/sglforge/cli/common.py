@@ -123,7 +123,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "tryout": (
         "sglforge.cli.tryout",
-        "Try the walk-through without a GPU: stand-in base, local registry, stand-in scenario.",
+        "Try the walk-through without a GPU, on stand-ins (TEST DOUBLES).",
     ),
     "upstream": (
         "sglforge.cli.upstream",

@@ -51,7 +51,7 @@ def tryout_cmd(
     stop: bool,
     as_json: bool,
 ) -> None:
-    """Try the walk-through without a GPU: stand-in base, local registry, stand-in scenario.
+    """Try the walk-through without a GPU, on stand-ins (TEST DOUBLES).
 
     Builds (first run: 5 to 10 minutes; later runs reuse it) a replica of the sglang release
     image whose launch_server is a stand-in server, a TEST DOUBLE; starts a registry on
