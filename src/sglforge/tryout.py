@@ -34,8 +34,9 @@ from sglforge.errors import ConfigError, SglforgeError
 from sglforge.util import atomic_write
 
 SCENARIO_NAME = "standin-cpu"
-# What a first run costs (measured on 2 busy cores: 5 m 23 s to 9 m 53 s, debootstrap
-# included) and what a bench adds per publish; said before anything starts.
+# What a first run costs (measured on 2 busy cores: 5 m 23 s to 10 m 01 s, of which
+# debootstrap and its import 7 m 22 s at a load of 10) and what a bench adds per publish;
+# said before anything starts.
 FIRST_BUILD = "5 to 10 minutes"
 BENCH_COST = "1.5 to 3 minutes"
 REGISTRY_WAIT = 20.0
