@@ -30,7 +30,7 @@ from pathlib import Path
 
 from sglforge import progress as _progress
 from sglforge.defaults import defaults_root
-from sglforge.errors import ConfigError, SglforgeError
+from sglforge.errors import BuildError, ConfigError, SglforgeError
 from sglforge.util import atomic_write
 
 SCENARIO_NAME = "standin-cpu"
@@ -117,7 +117,7 @@ def prepare(
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     _preflight(registry)
-    tag, built = _base(version, bench, say)
+    tag, built = _base(version, bench, say, folder)
     if registry:
         address, started = registry, False
     else:
@@ -169,7 +169,7 @@ def _preflight(registry: str | None) -> None:
         )
 
 
-def _base(version: str, bench: bool, say: _progress.Progress) -> tuple[str, bool]:
+def _base(version: str, bench: bool, say: _progress.Progress, folder: Path) -> tuple[str, bool]:
     from sglforge.standin import base
 
     tag = base_tag(version, bench)
@@ -177,8 +177,18 @@ def _base(version: str, bench: bool, say: _progress.Progress) -> tuple[str, bool
         say.info(f"stand-in base {tag}: built earlier, reused")
         return tag, False
     say.info(f"stand-in base {tag}: not built yet, building it (first run: {FIRST_BUILD})")
-    with say.task(f"stand-in base {tag}"):
-        base.ensure_sglang_base(version, tag, bench=bench)
+    try:
+        with say.task(f"stand-in base {tag}"):
+            base.ensure_sglang_base(version, tag, bench=bench)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        # debootstrap, pip download or the docker build failed: their output is in the text
+        log = folder / "base-build.log"
+        atomic_write(log, f"{type(exc).__name__}: {exc}\n")
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BuildError(
+            f"stand-in base {tag} could not be built: {first}",
+            f"its output: {log}; fix that, then run sglforge tryout again",
+        ) from exc
     return tag, True
 
 

@@ -46,6 +46,9 @@ calling any function raises; the text datasets never decode an image. The test t
 fail if either mattered is the bench run itself (tests/docker/test_bench.py runs the real
 bench_serving in the replica end to end).
 
+This module talks to the Docker SDK itself (it was the tests' builder, moved as it was): the
+one place outside ``sglforge.engine`` that does.
+
 Both carry ``io.sglforge.standin=1`` and a content-hash label; they are built once and reused
 while the tag still carries the expected hash. They are deliberately NOT labelled
 ``io.sglforge.test=1`` so that the session cleanup keeps them for the next session; the
