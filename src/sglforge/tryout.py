@@ -82,6 +82,17 @@ def pinned_version() -> str:
     return str(source.get("ref") or data["ref"]).removeprefix("v")
 
 
+def release_version(given: str | None) -> str:
+    """``--sglang`` (``0.5.14`` or ``v0.5.14``), else the pin; a version, never a path or tag."""
+    version = (given or pinned_version()).removeprefix("v")
+    if not re.fullmatch(r"\d+(\.\d+)+(\.?(post|rc|a|b)\d+)?", version):
+        raise TryoutError(
+            f"--sglang {given!r} is not a release version",
+            "give one like 0.5.14 (sglforge upstream tags lists them)",
+        )
+    return version
+
+
 def base_tag(version: str, bench: bool) -> str:
     from sglforge.standin.base import SGLANG_REPO
 
@@ -113,7 +124,7 @@ def prepare(
     """Build (or reuse) the stand-in base, start (or reuse) the registry, write the scenario,
     the model folder and ``env.sh`` under ``folder``."""
     say = _progress.resolve(progress)
-    version = version or pinned_version()
+    version = release_version(version)
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     _preflight(registry)
@@ -320,6 +331,7 @@ __all__ = [
     "Tryout",
     "TryoutError",
     "pinned_version",
+    "release_version",
     "plan_text",
     "prepare",
     "running_registry",

@@ -85,6 +85,13 @@ def test_the_plan_says_the_cost_and_the_label_before_anything_runs() -> None:
     assert "sglforge-standin/sglang:v0.5.14-rocm700-mi35x" in text
     assert "1.5 to 3 minutes" in "\n".join(tryout.plan_text("0.5.14", bench=True))
     assert tryout.pinned_version() == "0.5.14"
+    assert [tryout.release_version(v) for v in (None, "v0.5.16", "0.5.15")] == [
+        "0.5.14",
+        "0.5.16",
+        "0.5.15",
+    ]
+    with pytest.raises(tryout.TryoutError, match="not a release version"):
+        tryout.release_version("../x")
 
 
 @pytest.mark.pypi

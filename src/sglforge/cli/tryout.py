@@ -78,7 +78,7 @@ def tryout_cmd(
             said = f"registry (pid {pid}) stopped" if pid else "no registry of tryout ran here"
             click.echo(f"tryout: {said}; the stand-in base image stays", err=True)
         return
-    for line in tryout.plan_text(version or tryout.pinned_version(), bench):
+    for line in tryout.plan_text(tryout.release_version(version), bench):
         say.info(line)
     result = tryout.prepare(folder, bench=bench, registry=registry, version=version)
     if as_json:
