@@ -175,7 +175,7 @@ def test_inspect_shows_the_item(built: BuildResult) -> None:
     assert "Submitted [ROCm/aiter#4344]" in res.output
     res = CliRunner().invoke(main, ["inspect", "--json", built.image])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["configs"][0]["name"] == ITEM
+    assert json.loads(res.stdout)["configs"][0]["name"] == ITEM
 
 
 def test_a_key_the_base_already_has_is_refused(

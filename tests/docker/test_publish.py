@@ -81,7 +81,7 @@ class Project:
     def publish(
         self, registry: str, *extra: str, env: dict[str, str] | None = None, verbose: bool = False
     ) -> Result:
-        # --json alone keeps stderr to errors; -v brings the progress lines back
+        # --json: the document on stdout, the steps as plain lines on stderr; -v adds detail
         args = [*(["-v"] if verbose else []), "--root", str(self.root), "publish"]
         args += ["--target", "mi355x"]
         args += ["--registry", registry, "--upstream", str(self.upstream), "--offline"]
@@ -178,6 +178,9 @@ def test_publish_push_pull_round_trip_then_inspect_and_no_second_entry(
     out = doc(first)
     assert first.exit_code == 0, first.output
     assert out["smoke_passed"] is True
+    # --json: stdout the document alone (parsed above), stderr the steps as plain lines
+    assert "\r" not in first.stderr and "\x1b" not in first.stderr, first.stderr[-2000:]
+    assert f"push {out['pushed'][0]} ..." in first.stderr.splitlines(), first.stderr[-2000:]
     # The CPU stand-in never counts as the GPU target's smoke: published, recorded as a stand-in.
     assert out["tested"] is False and out["standin"] is True and out["hardware"] == "standin-cpu"
     immutable, *friendly = out["pushed"]

@@ -89,7 +89,7 @@ def test_cli_json_matrix_and_exit_code(project: Path) -> None:
         ["--root", str(project), "patches", "check", "--ref", "v1.0", "--ref", "v1.1", "--json"],
     )
     assert res.exit_code == 1, res.output  # a conflict is a problem found
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert [r["ref"] for r in data["refs"]] == ["v1.0", "v1.1"]
     first = data["refs"][0]
     assert len(first["commit"]) == 40
@@ -105,7 +105,7 @@ def test_tags_spec_selects_releases(project: Path) -> None:
     res = CliRunner().invoke(
         main, ["--root", str(project), "patches", "check", "--tags", ">=1.0", "--json"]
     )
-    assert [r["ref"] for r in json.loads(res.output)["refs"]] == ["v1.0", "v1.1"]
+    assert [r["ref"] for r in json.loads(res.stdout)["refs"]] == ["v1.0", "v1.1"]
 
 
 def test_whole_series_fast_path_reports_offsets_per_patch(tmp_path: Path) -> None:

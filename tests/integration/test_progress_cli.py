@@ -2,7 +2,7 @@
 
 Every test runs the real command line (``python3 -m sglforge``) in a subprocess. Under a
 pseudo-terminal (``pty``) as stderr a bar is redrawn in place (carriage returns); with stderr a
-pipe there is one plain line per step; ``--json`` keeps stdout pure JSON and stderr quiet;
+pipe there is one plain line per step; ``--json`` keeps stdout pure JSON and stderr plain lines;
 ``-q`` prints nothing on success. The byte-level test downloads wheels from a PyPI stand-in
 on 127.0.0.1 (``$SGLFORGE_PYPI_URL``), which sglforge.pypi reads through PyPI's JSON API.
 """
@@ -112,12 +112,21 @@ def test_apply_reports_each_patch(project: Path) -> None:
     assert len(lines) == 8, err
 
 
-def test_json_keeps_stdout_pure_and_stderr_quiet(project: Path) -> None:
+def test_json_keeps_stdout_pure_and_progress_plain_on_stderr(project: Path) -> None:
+    """Under --json (the workflow init writes runs publish --json) stdout is the document
+    alone and stderr still shows the work, as plain lines on a terminal too: no bar, no
+    colour, so a CI log never looks hung. -q --json: errors only."""
     for tty in (True, False):
         code, out, err = run([*CHECK, "--json"], project, tty=tty)
         assert code == 1, err
         doc = json.loads(out)  # nothing but the document on stdout
         assert doc["schema"] == 1 and doc["ok"] is False
+        text = err.decode().replace("\r\n", "\n")  # a terminal's own line ends
+        assert "\r" not in text and "\x1b" not in text, text
+        steps = [ln for ln in text.splitlines() if ln.startswith("check ")]
+        assert [s.split()[1] for s in steps] == ["1/2", "2/2"], text
+        code, out, err = run(["-q", *CHECK, "--json"], project, tty=tty)
+        assert code == 1 and json.loads(out)["ok"] is False
         assert err == b"", err
 
 

@@ -60,7 +60,7 @@ def test_conflict_changes_nothing_and_names_the_hunk(tmp_path: Path) -> None:
     )
     before_pin = (root / "patches/upstream.toml").read_text()
     assert res.exit_code == 1, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert not data["ready"] and not data["applied"]
     assert "python/pkg/d.py hunk 1" in data["reason"]
     assert "sglforge patches apply --ref v1.1" in data["reason"]

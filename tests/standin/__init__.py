@@ -1,4 +1,5 @@
-"""Test doubles for the Docker tests: stand-in base images and the stand-in sglang server.
+"""Test doubles for the Docker tests: stand-in base images and the stand-in sglang server
+(both ship in the package, ``sglforge.standin`` and ``sglforge/data/standin/server.py``).
 
 Nothing here is ever published; every image carries the label ``io.sglforge.standin=1``.
 """

@@ -1,4 +1,5 @@
-"""Throwaway local registries for the Docker tests: Debian's ``docker-registry`` on 127.0.0.1.
+"""Throwaway local registries for the Docker tests: Debian's ``docker-registry`` on 127.0.0.1
+(its config and port helpers are ``sglforge.standin.registry``'s).
 
 Each registry gets a free port, filesystem storage in a temporary folder and, optionally,
 htpasswd (bcrypt) authentication. The Docker engine treats 127.0.0.0/8 as an insecure
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -18,25 +17,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REGISTRY_BIN = "docker-registry"
-SETUP_HINT = "install and start what the tests need: `sudo bash .ci/setup`"
+from sglforge.standin.registry import REGISTRY_BIN, free_port, write_config
+from sglforge.standin.registry import answers as _answers
+from sglforge.standin.registry import registry_binary as _binary
 
-CONFIG = """\
-version: 0.1
-log:
-  level: warn
-storage:
-  filesystem:
-    rootdirectory: {storage}
-  delete:
-    enabled: true
-  maintenance:
-    uploadpurging:
-      enabled: false
-http:
-  addr: {address}
-  secret: sglforge-test-only
-{auth}"""
+__all__ = ["REGISTRY_BIN", "Registry", "free_port", "registry_binary", "start_registry"]
+
+SETUP_HINT = "install and start what the tests need: `sudo bash .ci/setup`"
 
 AUTH = """\
 auth:
@@ -48,21 +35,12 @@ auth:
 
 def registry_binary() -> str:
     """Path of Debian's registry binary, or RuntimeError saying how to install it."""
-    found = shutil.which(REGISTRY_BIN) or (
-        "/usr/bin/docker-registry" if Path("/usr/bin/docker-registry").is_file() else None
-    )
+    found = _binary()
     if not found:
         raise RuntimeError(
             f"{REGISTRY_BIN} not found (Debian package docker-registry); " + SETUP_HINT
         )
     return found
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -118,16 +96,6 @@ class Registry:
             self.process.wait(timeout=10)
 
 
-def _answers(address: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{address}/v2/", timeout=2):
-            return True
-    except urllib.error.HTTPError as err:
-        return err.code == 401  # up, and asking for credentials
-    except OSError:
-        return False
-
-
 def start_registry(
     folder: Path, username: str | None = None, password: str | None = None, timeout: float = 20
 ) -> Registry:
@@ -147,8 +115,7 @@ def start_registry(
     last_log = ""
     for _ in range(3):  # the free port may be taken between probing and binding
         address = f"127.0.0.1:{free_port()}"
-        config = folder / "config.yml"
-        config.write_text(CONFIG.format(storage=folder / "storage", address=address, auth=auth))
+        config = write_config(folder, address, auth)
         log_path = folder / "registry.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(

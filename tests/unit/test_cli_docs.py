@@ -146,8 +146,8 @@ def test_every_json_document_carries_schema_and_ok(tmp_path) -> None:
     for args in (["patches", "list"], ["patches", "lint"], ["patches", "hash"]):
         res = runner.invoke(main, ["--root", str(root), *args, "--json"])
         assert res.exit_code == 0, res.output
-        doc = json.loads(res.output)
+        doc = json.loads(res.stdout)
         assert list(doc)[:2] == ["schema", "ok"] and doc["schema"] == JSON_SCHEMA, args
         assert doc["ok"] is True
-    doc = json.loads(init.output)
+    doc = json.loads(init.stdout)
     assert list(doc)[:2] == ["schema", "ok"]

@@ -175,3 +175,77 @@ def test_a_fetch_with_nothing_to_fetch_says_nothing() -> None:
         if not tty:
             assert text.splitlines()[0] == "fetch /cache/y.git ..."
             assert text.splitlines()[-1].startswith("fetch /cache/y.git: 10/10 objects in ")
+
+
+def test_json_draws_plain_lines_even_on_a_terminal() -> None:
+    """--json (``plain``): one line per step, no bar redrawn in place, on a terminal too."""
+    out = io.StringIO()
+    r = Renderer(lambda: 0, out, tty=True, plain=lambda: True)
+    with r.task("check", 2) as t:
+        t.advance(note="v1")
+        t.advance(note="v2")
+    assert out.getvalue().splitlines() == ["check 1/2 v1", "check 2/2 v2"]
+    assert "\r" not in out.getvalue()
+
+
+def test_a_quiet_step_gets_a_heartbeat_off_a_terminal(monkeypatch) -> None:
+    """A step that prints nothing for $SGLFORGE_HEARTBEAT seconds (a bench, a checkout)
+    prints "... still" lines naming it (or the last line said), never a bar."""
+    import time
+
+    monkeypatch.setenv("SGLFORGE_HEARTBEAT", "0.1")
+    out = io.StringIO()
+    r = Renderer(lambda: 0, out, tty=True, plain=lambda: True)
+    with using(r):
+        with r.task("bench standin-cpu"):
+            time.sleep(0.5)
+        r.info("push 127.0.0.1:5000/x:v1")
+        time.sleep(0.35)
+    lines = out.getvalue().splitlines()
+    still = [ln for ln in lines if ln.startswith("... still: bench standin-cpu (")]
+    assert still and still[0].endswith(" s)"), lines
+    assert any(ln.startswith("... still working (") and "push 127.0.0.1" in ln for ln in lines)
+    assert "\r" not in out.getvalue()
+    # stopped with the command: nothing more is written after close
+    after = out.getvalue()
+    time.sleep(0.3)
+    assert out.getvalue() == after
+    # -q: no heartbeat either
+    quiet = io.StringIO()
+    q = Renderer(lambda: -1, quiet, tty=False)
+    with using(q), q.task("bench"):
+        time.sleep(0.3)
+    assert quiet.getvalue() == ""
+
+
+def test_the_bar_keeps_amount_and_eta_on_a_narrow_terminal() -> None:
+    """At 80 columns a wheel's bar drops the bar and the file name's tags before the total,
+    the percentage, the rate or the ETA (N19)."""
+    from sglforge.cli.progress import bar_line
+    from sglforge.progress import Task
+
+    name = "wheel 1/1 sglang-0.5.14-cp310-cp310-manylinux_2_34_x86_64.whl"
+    t = Task(Progress(), name, 12_200_000, "bytes")
+    t.started -= 10
+    t.done = 6_100_000
+    for width in (79, 60, 50):
+        line = bar_line(t, width, t.started + 10)
+        assert len(line) <= width, (width, line)
+        assert " 50%  6.1 MB/12.2 MB  ETA 10 s" in line, (width, line)
+    assert bar_line(t, 79, t.started + 10).startswith("wheel 1/1 sglang 0.5.14 ")
+    assert "610.0 kB/s" in bar_line(t, 79, t.started + 10)
+    wide = bar_line(t, 200, t.started + 10)
+    assert wide.startswith(name + " [###") and "ETA" in wide
+    # nothing known yet: the time it has run, not "0"
+    idle = Task(Progress(), "stand-in base x", None, "step")
+    assert bar_line(idle, 79, idle.started + 65) == "stand-in base x 1 m 05 s"
+
+
+def test_no_bar_for_zero_steps() -> None:
+    """An empty queue's apply draws nothing (not "apply at v0.5.14 0")."""
+    out = io.StringIO()
+    r = Renderer(lambda: 0, out, tty=True)
+    with r.task("apply at v0.5.14", 0):
+        pass
+    r.close()
+    assert out.getvalue() == ""

@@ -41,14 +41,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 class State:
     root_option: str | None = None
     _root: Path | None = None
-    # -q: -1 (errors only), default 0, -v: 1 (each git command, ...). --json alone counts as
-    # -q on stderr (json_option sets it once the subcommand's options are parsed); --json -v
-    # shows everything.
+    # -q: -1 (errors only), default 0, -v: 1 (each git command, ...). Under --json (which
+    # json_option sets once the subcommand's options are parsed) stdout is the document alone
+    # and stderr still gets progress, as plain lines (``plain``): a CI log never looks hung.
     verbosity: int = 0
     as_json: bool = False
 
     def level(self) -> int:
-        return -1 if self.as_json and self.verbosity == 0 else self.verbosity
+        return self.verbosity
+
+    def plain(self) -> bool:
+        return self.as_json
 
     _project: Project | None = None
     _upstream: str | None = None
@@ -117,6 +120,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": (
         "sglforge.cli.smoke",
         "Prove an image serves with speculative decoding: launch it, check it, remove it.",
+    ),
+    "tryout": (
+        "sglforge.cli.tryout",
+        "Try the walk-through without a GPU, on stand-ins (TEST DOUBLES).",
     ),
     "upstream": (
         "sglforge.cli.upstream",
@@ -414,7 +421,7 @@ def main(ctx: click.Context, root: str | None, quiet: bool, verbose: bool, colou
     from sglforge import progress
     from sglforge.cli.progress import Renderer
 
-    ctx.with_resource(progress.using(Renderer(ctx.obj.level)))
+    ctx.with_resource(progress.using(Renderer(ctx.obj.level, plain=ctx.obj.plain)))
 
 
 def _print_version(ctx: click.Context) -> None:
@@ -452,7 +459,7 @@ def version_facts() -> dict[str, str]:
 
 def _json_seen(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
     if value:
-        ctx.ensure_object(State).as_json = True  # stderr: errors only
+        ctx.ensure_object(State).as_json = True  # stderr: plain progress lines, errors
     return value
 
 

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglforge import git
+from sglforge import git, progress
 from sglforge.changelog import add_unreleased
 from sglforge.errors import PatchError
 from sglforge.patches.check import (
@@ -194,8 +194,9 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
     wt = Path(tempfile.mkdtemp(dir=tmp_root, prefix="refresh-"))
     texts: dict[str, str] = {}
     try:
-        with git.cache_lock(up.cache):
-            git.add_worktree(up.cache, wt, commit)
+        with progress.current().task(f"checkout {report.ref} for the 3-way replay"):
+            with git.cache_lock(up.cache):
+                git.add_worktree(up.cache, wt, commit)
         for patch, st in zip(queue.patches, report.patches, strict=True):
             if st.status not in APPLIED:
                 continue
@@ -215,8 +216,9 @@ def _replay(queue: Queue, up: Upstream, report: RefReport, commit: str) -> dict[
             made = format_commit(wt, "HEAD", patch.text)
             texts[patch.name] = merge_header(source, made)
     finally:
-        with git.cache_lock(up.cache):
-            git.remove_worktree(up.cache, wt)
+        with progress.current().task(f"remove the {report.ref} replay checkout"):
+            with git.cache_lock(up.cache):
+                git.remove_worktree(up.cache, wt)
     return texts
 
 

@@ -1,0 +1,92 @@
+"""``sglforge tryout``: the walk-through's settings on TEST DOUBLES, for a machine without GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sglforge.cli.common import json_option, main, print_json
+
+DEFAULT_DIR = "sglforge-tryout"
+
+
+@main.command("tryout")
+@click.option(
+    "--dir",
+    "folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_DIR,
+    show_default=True,
+    envvar="SGLFORGE_TRYOUT_DIR",
+    help="Where the scenario, its model folder, the registry's storage and env.sh go. "
+    "[env: SGLFORGE_TRYOUT_DIR, which the printed settings set]",
+)
+@click.option(
+    "--bench",
+    is_flag=True,
+    help="Also a bench on the stand-in: a bigger base (CPU torch, bench_serving's "
+    "dependencies) and 1.5 to 3 minutes more per publish.",
+)
+@click.option(
+    "--use-registry",
+    "registry",
+    metavar="HOST:PORT",
+    help="Push to this registry you run instead of starting Debian's docker-registry on "
+    "127.0.0.1 (not $SGLFORGE_REGISTRY: a try-out never pushes where releases go).",
+)
+@click.option(
+    "--sglang",
+    "version",
+    metavar="VERSION",
+    help="The sglang release the stand-in base replicates (default: the pin init writes).",
+)
+@click.option("--stop", is_flag=True, help="Stop the registry an earlier tryout started here.")
+@json_option
+def tryout_cmd(
+    folder: Path,
+    bench: bool,
+    registry: str | None,
+    version: str | None,
+    stop: bool,
+    as_json: bool,
+) -> None:
+    """Try the walk-through without a GPU, on stand-ins (TEST DOUBLES).
+
+    Builds (first run: 5 to 10 minutes; later runs reuse it) a replica of the sglang release
+    image whose launch_server is a stand-in server, a TEST DOUBLE; starts a registry on
+    127.0.0.1 (Debian's docker-registry); writes the stand-in scenario (standin-cpu) and its
+    model folder. Prints the shell lines that set REGISTRY, SCENARIO, MODEL,
+    SGLFORGE_BASE_IMAGE and SGLFORGE_ALLOW_STANDIN (also in DIR/env.sh); the README's
+    walk-through then runs as written, and every image, smoke and record it makes says it
+    ran on a stand-in (standin-cpu). Needs Docker, and for the first build debootstrap, root
+    and PyPI. --stop ends the registry.
+
+    \b
+    Examples:
+      sglforge tryout && . sglforge-tryout/env.sh   # then README's walk-through
+      sglforge tryout --stop
+    """
+    from sglforge import progress, tryout
+
+    say = progress.current()
+    if stop:
+        pid = tryout.stop(folder)
+        if as_json:
+            print_json({"stopped": pid is not None, "pid": pid, "folder": folder.resolve()})
+        else:
+            said = f"registry (pid {pid}) stopped" if pid else "no registry of tryout ran here"
+            click.echo(f"tryout: {said}; the stand-in base image stays", err=True)
+        return
+    for line in tryout.plan_text(tryout.release_version(version), bench):
+        say.info(line)
+    result = tryout.prepare(folder, bench=bench, registry=registry, version=version)
+    if as_json:
+        print_json(result)
+        return
+    click.echo(tryout.shell_lines(result.env), nl=False)
+    say.info(f"tryout: settings written to {result.env_file}")
+    say.info(
+        f"next: . {result.env_file} (or eval the lines above), then README's \"A first patch "
+        'to a published image" as written; sglforge tryout --stop at the end'
+    )

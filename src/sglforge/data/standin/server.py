@@ -1,0 +1,1295 @@
+"""TEST DOUBLE -- NOT SGLANG. A stand-in for sglang 0.5.14's HTTP server, for sglforge smoke tests.
+
+There is no GPU where sglforge's tests run, so the smoke runner is tested against this small
+stdlib-only (``http.server``) program instead of a real model. It is installed in the test
+images as ``sglang/launch_server.py`` so that ``python3 -m sglang.launch_server ...`` reaches it
+exactly as it would reach the real one. Nothing here loads a model or decodes anything: the
+"tokens" are words and the "speculative decoding" figures are arithmetic.
+
+What it reproduces, read in the released sglang 0.5.14 wheel (PyPI ``sglang==0.5.14``; paths
+are under ``sglang/``, lines are that wheel's):
+
+- Startup order (``srt/entrypoints/http_server.py:2455-2500`` ``launch_server``): the model is
+  loaded by the scheduler processes *before* the HTTP server starts, so the port is closed
+  (nothing listens) while weights load. Once it listens, ``/health`` and ``/health_generate``
+  answer 503 while the server is still ``Starting`` (``http_server.py:575-576``) until the
+  warmup request has gone through (``http_server.py:2075``, ``:2142``); then "The server is
+  fired up and ready to roll!" (``http_server.py:2145``).
+- ``POST /generate`` (``http_server.py:764-812``): one JSON object ``{"text", "output_ids",
+  "meta_info"}``; with ``"stream": true`` one ``data: {...}`` event per step, the text
+  cumulative (``srt/managers/tokenizer_manager.py:1969-1983``, text resolved at ``:1473-1482``),
+  then ``data: [DONE]`` (``http_server.py:797``).
+- ``meta_info`` (``tokenizer_manager.py:1861-1867``, ``:1887-1893``): ``id``,
+  ``finish_reason``, ``prompt_tokens``, ``weight_version``, ``num_retractions``,
+  ``reasoning_tokens``, ``completion_tokens``, ``cached_tokens``; ``e2e_latency`` only once
+  finished (``:2058``). Speculative statistics only on the finished response and only when
+  ``spec_verify_ct > 0`` (``_calculate_spec_decoding_metrics``, ``:2301-2353``):
+  ``spec_accept_length = completion_tokens / spec_verify_ct`` (the prefill token included),
+  ``spec_accept_rate``, ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``,
+  ``spec_verify_ct``, the backward-compatible aliases ``spec_accepted_drafts`` /
+  ``spec_proposed_drafts`` / ``spec_accept_histogram`` and ``spec_correct_drafts_histogram``
+  (indexed by correct drafts per verify step, ``srt/managers/schedule_batch.py:1077-1087``).
+- ``GET /server_info`` (``http_server.py:688-707``): the server arguments, the scheduler's
+  init info (``srt/managers/scheduler.py:1450-1454``), ``internal_states`` (one per DP rank:
+  ``scheduler.py:3670-3697``, with ``avg_spec_accept_length`` only after a decode-stats
+  interval has been logged), ``version`` and ``kv_events``. ``GET /get_server_info`` is the
+  deprecated alias (``http_server.py:678-685``). ``avg_spec_accept_length`` is
+  ``spec_total_num_accept_tokens / spec_total_num_forward_ct``, rolled up every
+  ``--decode-log-interval`` (40) decode batches, when the "Decode batch" line is logged
+  (``srt/managers/scheduler_components/metrics_reporter.py:347-349``, ``:673-676``,
+  ``:706-724``).
+- ``GET /model_info`` (``http_server.py:648-665``), ``GET /v1/models`` (``http_server.py:1713``,
+  ``srt/entrypoints/openai/protocol.py:68-84``), ``POST /v1/chat/completions`` with and
+  without streaming (``srt/entrypoints/openai/serving_chat.py:1323-1375`` and
+  ``:1066-1205``, ``protocol.py:954-1046``, ``srt/entrypoints/openai/sse_utils.py:13-46``).
+- Log lines in sglang's format (``[%(asctime)s{prefix}] %(message)s``,
+  ``srt/utils/common.py:1369``); a scheduler crash is logged as ``Scheduler hit an exception:``
+  plus the traceback (``scheduler.py:4229-4231``).
+
+Where it differs from the real server, on purpose:
+
+- Every log line starts with ``[STAND-IN]`` so nobody mistakes its log for a real server's.
+  The smoke runner's forbidden-log patterns are therefore never anchored at the start of a
+  line; ``tests/unit/test_smoke_scenario.py`` checks each one against the real, unprefixed
+  text *and* the prefixed form, and fails if either stops matching.
+- ``/generate`` takes one string ``text`` (no batches, no ``input_ids``): answers 400
+  otherwise. The runner sends only that; ``test_generate_refuses_what_the_double_lacks``
+  fails if the runner starts sending anything else.
+- One DP rank and one request at a time in the decode statistics (a verify step is one decode
+  batch of size 1); sglang batches concurrent requests.
+- Simple arithmetic questions ("What is 17 + 25?") are answered correctly; other text is
+  filler words.
+
+aiter's tuned fused-MoE lookup (:class:`AiterFusedMoE`), when aiter is installed in the image
+(the replica's ``ensure_sglang_base(aiter=True)``: the real ``amd-aiter`` wheel's tree at
+``/sgl-workspace/aiter``) and the model's ``config.json`` names a Quark (MXFP4) checkpoint with
+routed experts. Mirrored from amd-aiter 0.1.7.post2.dev18 (PyPI wheel; lines are that wheel's):
+
+- the table: ``AITER_CONFIG_FMOE`` or ``<aiter root>/aiter/configs/tuned_fmoe.csv``
+  (``aiter/jit/core.py:163-166``); without ``AITER_CONFIG_FMOE`` every ``*tuned_fmoe*`` file of
+  ``aiter/configs/model_configs/`` not named ``untuned`` is merged after it and aiter logs
+  ``merge tuned file under model_configs/ and configs/ <files>`` (``core.py:117-139``); a
+  ``:``-list is merged, a single path replaces (``core.py:75-78``); merged files must have the
+  first file's columns (``core.py:85-88``); duplicate keys (the header of
+  ``configs/untuned_fmoe.csv``) keep the lowest ``us`` (``core.py:95-108``);
+- the lookup: token bucketed by ``get_padded_M`` (``fused_moe.py:484-492``, called at
+  ``:223-224``), key ``cu_num, token, model_dim, inter_dim, expert, topk, act_type, dtype,
+  q_dtype_a, q_dtype_w, q_type, use_g1u1, doweight_stage1`` (``fused_moe.py:525-567``), logged
+  once per key (``get_2stage_cfgs`` is ``lru_cache``d, ``:504``) as ``[fused_moe] using 2stage
+  (kernelName1=..., kernelName2=...) for <key>`` or ``[fused_moe] using 2stage default for <key>``
+  (``:639-641``), through the ``[aiter] %(message)s`` logger (``aiter/__init__.py:23-25``).
+
+Where that differs from the real thing: the token counts are the stand-in's (a prefill of the
+prompt's words, then one verify step of ``--speculative-num-draft-tokens`` tokens, or 1 without
+speculative decoding) and there is no CUDA-graph capture sweep; ``cu_num`` is ``$CU_NUM``
+(aiter reads it too, ``aiter/jit/utils/chip_info.py:101``) or 256 (MI355X). The shapes
+(model_dim, inter_dim, expert, topk) are never decided here: they are handed in through
+``$STANDIN_MOE_LOOKUPS`` (``sglforge configs coverage --json``, whose shapes come from the pinned
+sglang's own model construction, shared-experts fusion included); without it the stand-in
+prints no MoE lookup line. tests/docker/test_aiter_configs.py runs the lookup against the real
+wheel's tables and against a table with our item, and fails if the lines change.
+
+Faults and extra log lines through the environment (comma-separated names in
+``STANDIN_FAULT``):
+
+- ``crash``: dies while loading weights the way the unpatched MXFP4 MTP image does: the bf16
+  MTP shared expert meets an MXFP4-shaped slot and ``MergedColumnParallelLinear.weight_loader``'s
+  bare ``assert param_data.shape == loaded_weight.shape`` fails (``srt/layers/linear.py:724``),
+  logged as a bare ``AssertionError`` after the scheduler's traceback; exit 1.
+- ``crash-later``: becomes ready, then dies on the first request with a HIP error.
+- ``hang``: never finishes loading (never listens).
+- ``wrong``: answers arithmetic off by one.
+- ``empty``: generates empty text.
+- ``low-accept``: accepts 1.3 tokens per verify step.
+- ``slow``: decodes at 4 tokens/s (``STANDIN_DECODE_TOK_S`` sets any speed).
+- ``forbidden-log``: survives, but logs the deep-draft metadata kernel's fallback line
+  (``srt/layers/attention/dsa_backend.py:2722-2724``), a line that must fail a smoke run.
+- ``aiter-untuned``: logs aiter's "no tuned config" MoE lines (aiter ``fused_moe.py``), as a
+  correctly patched stock image does for GLM-5.2's fp4 MoE; a warning, not a failure.
+- ``old-api``: answers ``/get_server_info`` only (``/server_info`` is a 404), like old sglang.
+
+The serving cost model (what ``sglforge bench`` measures through the image's own
+``sglang.bench_serving``; every figure is the stand-in's arithmetic, nothing is a GPU's):
+
+- prefill costs ``STANDIN_PREFILL_US_PER_TOKEN`` (default 20) microseconds per *uncached* prompt
+  token; the prompt is tokenized with the model's (or ``--tokenizer-path``'s) tokenizer when
+  ``transformers`` is installed, else one token per word;
+- a prefix cache, LRU over blocks of ``STANDIN_BLOCK_TOKENS`` (default 16) tokens, at most
+  ``STANDIN_CACHE_TOKENS`` (default 2,000,000) tokens; a request reuses the longest run of cached
+  blocks from its start (``--disable-radix-cache`` turns it off); ``meta_info.cached_tokens``
+  says how many (``tokenizer_manager.py:1861-1867``);
+- decode costs ``1 / STANDIN_DECODE_TOK_S`` seconds per token at batch 1, times
+  ``1 + STANDIN_DECODE_BATCH_GROWTH x (running requests - 1)`` (default growth 0.05);
+- at most ``--max-running-requests`` (default 16) requests run; the rest wait in a queue (their
+  wait is part of their time to first token);
+- ``STANDIN_SLOWDOWN`` (default 1.0) multiplies every cost (an injected regression);
+  ``STANDIN_NOISE`` (default 0) draws one factor per boot uniformly in ``1 +- NOISE``
+  (``STANDIN_NOISE_SEED`` fixes the draw), the run-to-run noise of a real node;
+  ``STANDIN_JITTER`` (default 0) draws one more factor per request uniformly in
+  ``1 +- JITTER`` (seeded from ``STANDIN_NOISE_SEED`` too), the request-to-request spread a
+  real server shows under load. ``bench/power_study.py`` draws exactly this arithmetic;
+- ``/metrics`` with ``--enable-metrics`` only (``http_server.py:270-272``), Prometheus text
+  from the engine's own counters: ``sglang:prompt_tokens_total``,
+  ``sglang:generation_tokens_total``, ``sglang:num_requests_total`` and
+  ``sglang:cached_tokens_total{cache_source="device"}`` counted when a request finishes
+  (``srt/observability/metrics_collector.py:1428-1431``, ``:1507-1511``, ``:1645-1673``), and
+  the ``sglang:cache_hit_rate`` gauge (``:292-296``) set from the last prefill;
+- ``GET|POST /flush_cache`` empties the prefix cache when nothing runs, else 400
+  (``http_server.py:839-854``).
+
+``STANDIN_LOG_LINES``: extra lines (newline-separated) printed verbatim while loading, for tests
+that need a given real line in the log. Other knobs: ``STANDIN_LOAD_SECONDS`` (default 0.5)
+before listening, ``STANDIN_WARMUP_SECONDS`` (default 0.2) of 503 before ready,
+``STANDIN_CRASH_AFTER`` (seconds into loading before ``crash``, default 0.3),
+``STANDIN_ACCEPT_LENGTH`` (default 3.4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BANNER = "sglforge STAND-IN sglang server (TEST DOUBLE, not sglang; no model is loaded)"
+FAULTS = frozenset(
+    {
+        "crash",
+        "crash-later",
+        "hang",
+        "wrong",
+        "empty",
+        "low-accept",
+        "slow",
+        "forbidden-log",
+        "aiter-untuned",
+        "old-api",
+    }
+)
+WORDS = (
+    "the quick model serves tokens on eight accelerators while the draft head proposes "
+    "several guesses and the target verifies them in one pass"
+).split()
+# srt/server_args.py: weight_version defaults to "default"; decode_log_interval to 40.
+WEIGHT_VERSION = "default"
+DECODE_LOG_INTERVAL = 40
+DEFAULT_CONTEXT_LEN = 8192
+
+# aiter's MoE key for GLM-5.2's fp4 MoE on gfx950 (TP8 shard), in the tuple form aiter logs it
+# (aiter/fused_moe.py get_2stage_cfgs: cu_num, token, model_dim, inter_dim, expert, topk,
+# activation, dtype, q_dtype_a, q_dtype_w, q_type, use_g1u1, doweight_stage1).
+AITER_KEY = (
+    "(256, 1, 6144, 256, 256, 8, 'ActivationType.Silu', 'torch.bfloat16', "
+    "'torch.float4_e2m1fn_x2', 'torch.float4_e2m1fn_x2', 'QuantType.per_1x32', True, False)"
+)
+AITER_UNTUNED_LINES = (
+    # amd-aiter 0.1.7.post2.dev18 (PyPI) aiter/fused_moe.py:639-641, printed through the
+    # "aiter" logger whose format is "[aiter] %(message)s" (aiter/__init__.py:23-25).
+    f"[aiter] [fused_moe] using 2stage default for {AITER_KEY} ",
+    # ROCm/aiter aiter/fused_moe.py get_2stage_cfgs (newer than the wheel above):
+    # logger.warning("[fused_moe] no tuned FlyDSL config for {keys}, using heuristic FlyDSL
+    # fallback ({kn1=}, {kn2=})").
+    f"[aiter] [fused_moe] no tuned FlyDSL config for {AITER_KEY}, using heuristic FlyDSL "
+    "fallback (kn1='flydsl_moe1_afp4_wfp4_bf16_t32x128x256', "
+    "kn2='flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic')",
+)
+# srt/layers/attention/dsa_backend.py:2722-2724 (0.5.14): printed when the multi-backend fused
+# metadata copy kernel cannot be imported (the JIT build failed), before a slow copy loop.
+METADATA_FALLBACK_LINE = (
+    "Warning: Multi-backend fused metadata copy kernel not available, falling back to loop."
+)
+
+
+# aiter's fused-MoE key tail for an MXFP4 (Quark) MoE with SiLU, as str() renders it in the
+# key tuple (fused_moe.py:553-567): act_type, dtype, q_dtype_a, q_dtype_w, q_type, use_g1u1,
+# doweight_stage1.
+AITER_FP4_TAIL = (
+    "ActivationType.Silu",
+    "torch.bfloat16",
+    "torch.float4_e2m1fn_x2",
+    "torch.float4_e2m1fn_x2",
+    "QuantType.per_1x32",
+    True,
+    False,
+)
+AITER_KEY_COLUMNS = (
+    "cu_num",
+    "token",
+    "model_dim",
+    "inter_dim",
+    "expert",
+    "topk",
+    "act_type",
+    "dtype",
+    "q_dtype_a",
+    "q_dtype_w",
+    "q_type",
+    "use_g1u1",
+    "doweight_stage1",
+)
+AITER_INT_COLUMNS = frozenset(
+    {"cu_num", "token", "model_dim", "inter_dim", "expert", "topk", "use_g1u1", "doweight_stage1"}
+)
+
+
+def aiter_root() -> str | None:
+    """aiter's AITER_ROOT_DIR: two folders above ``aiter/jit/`` (``aiter/jit/core.py:67``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("aiter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
+
+
+def aiter_padded_m(m: int) -> int:
+    """``get_padded_M`` (``fused_moe.py:484-492``): 1..16 -> 16, < 1024 -> next power of 2."""
+    if 1 <= m <= 16:
+        return 16
+    if m < 1024:
+        return 1 << (m - 1).bit_length() if m > 0 else 1
+    return 1024
+
+
+def _read_csv(path: str) -> tuple[list[str], list[dict]]:
+    import csv
+
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+class AiterFusedMoE:
+    """aiter's tuned fused-MoE table and lookup, as the image's aiter does them (module doc)."""
+
+    def __init__(self, root: str, env: dict) -> None:
+        self.root = root
+        self.env = env
+        self.logged: set[tuple] = set()
+        self.merge_line: str | None = None
+        self.table: dict[tuple, dict] = {}
+        configs = os.path.join(root, "aiter", "configs")
+        given = env.get("AITER_CONFIG_FMOE")
+        default = given or os.path.join(configs, "tuned_fmoe.csv")
+        if given:
+            files = given.split(os.pathsep)
+        else:
+            # core.py:120-139: glob order, names holding "untuned" skipped.
+            import pathlib
+
+            model_dir = pathlib.Path(configs, "model_configs")
+            extra = [
+                str(p)
+                for p in model_dir.glob("*tuned_fmoe*")
+                if p.is_file() and "untuned" not in str(p)
+            ]
+            files = [default, *extra] if extra else [default]
+            if extra:
+                self.merge_line = (
+                    f"merge tuned file under model_configs/ and configs/ {':'.join(files)}"
+                )
+        columns, rows = _read_csv(files[0])
+        for path in files[1:]:
+            if not os.path.exists(path):
+                continue
+            more_columns, more = _read_csv(path)
+            if more_columns != columns:  # core.py:85-88
+                raise AssertionError(f"Column mismatch between {files[0]} and {path}")
+            rows += more
+        if len(files) > 1:
+            untuned = os.path.join(configs, "untuned_fmoe.csv")
+            if os.path.exists(untuned):
+                keys, _ = _read_csv(untuned)
+                rows.sort(key=lambda r: float(r.get("us") or 0))  # core.py:104-108
+                seen: set[tuple] = set()
+                kept = []
+                for row in rows:
+                    k = tuple(row.get(c) for c in keys)
+                    if k not in seen:
+                        seen.add(k)
+                        kept.append(row)
+                rows = kept
+        for row in rows:
+            key = tuple(
+                int(float(row[c])) if c in AITER_INT_COLUMNS else row[c] for c in AITER_KEY_COLUMNS
+            )
+            self.table[key] = row
+
+    def lookup(self, token_num: int, model_dim: int, inter_dim: int, expert: int, topk: int):
+        """The log line aiter prints for this shape, or None if this key was already logged."""
+        cu_num = int(self.env.get("CU_NUM") or 256)
+        keys = (cu_num, aiter_padded_m(token_num), model_dim, inter_dim, expert, topk)
+        keys = keys + AITER_FP4_TAIL
+        if keys in self.logged:
+            return None
+        self.logged.add(keys)
+        cfg = self.table.get(keys)
+        if cfg is None:
+            return f"[aiter] [fused_moe] using 2stage default for {keys} "
+        kernel_name1, kernel_name2 = cfg["kernelName1"], cfg["kernelName2"]
+        tag = f"({kernel_name1=}, {kernel_name2=})".replace("kernel_name", "kernelName")
+        return f"[aiter] [fused_moe] using 2stage {tag} for {keys} "
+
+
+MOE_LOOKUPS_ENV = "STANDIN_MOE_LOOKUPS"
+
+
+def handed_shapes(env: dict) -> list[tuple[int, int, int, int]]:
+    """The fused-MoE shapes this launch asks aiter for, as handed in: never derived here.
+
+    ``$STANDIN_MOE_LOOKUPS`` holds ``sglforge configs coverage --json`` output (or its
+    ``lookups`` list): each lookup's (model_dim, inter_dim, expert, topk), which come from the
+    pinned sglang's own model construction. Nothing handed: no MoE lookup lines at all.
+    """
+    text = env.get(MOE_LOOKUPS_ENV, "").strip()
+    if not text:
+        return []
+    data = json.loads(text)
+    lookups = data["lookups"] if isinstance(data, dict) else data
+    shapes: list[tuple[int, int, int, int]] = []
+    for x in lookups:
+        shape = (int(x["model_dim"]), int(x["inter_dim"]), int(x["expert"]), int(x["topk"]))
+        if shape not in shapes:
+            shapes.append(shape)
+    return shapes
+
+
+def log(message: str, prefix: str = "") -> None:
+    """One log line in sglang's format, loudly labelled as coming from the test double."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[STAND-IN] [{stamp}{prefix}] {message}", flush=True)
+
+
+def raw(line: str) -> None:
+    """A line printed without sglang's logger (tracebacks, aiter's own logger), labelled."""
+    print(f"[STAND-IN] {line}", flush=True)
+
+
+def sglang_version() -> str:
+    """The version of the sglang package this runs from, if any."""
+    try:
+        from sglang.version import __version__  # type: ignore[import-not-found]
+
+        return str(__version__)
+    except Exception:  # noqa: BLE001 - run straight from tests/standin/ there is no package
+        return "0.0.0+standin"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """sglang's launch flags that sglforge's scenarios use (and a few common neighbours).
+
+    Names, aliases, defaults and choices as in 0.5.14's ``srt/server_args.py``.
+    """
+    p = argparse.ArgumentParser(prog="launch_server.py", description=BANNER)
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--tokenizer-path")
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    p.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--quantization")
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"],
+    )
+    p.add_argument("--mem-fraction-static", type=float)
+    p.add_argument("--context-length", type=int)
+    p.add_argument("--chunked-prefill-size", type=int)
+    p.add_argument("--max-running-requests", type=int)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int)
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--attention-backend")
+    p.add_argument("--random-seed", type=int)
+    p.add_argument("--watchdog-timeout", type=float, default=300.0)
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--decode-log-interval", type=int, default=DECODE_LOG_INTERVAL)
+    p.add_argument("--skip-server-warmup", action="store_true")
+    p.add_argument("--enable-aiter-allreduce-fusion", action="store_true")
+    p.add_argument(
+        "--speculative-algorithm",
+        choices=["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"],
+    )
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
+    return p
+
+
+def _token_id(word: str) -> int:
+    return int(hashlib.sha256(word.encode()).hexdigest()[:6], 16) % 150000
+
+
+class PrefixCache:
+    """An LRU over token blocks: a block is named by the hash of every token up to its end."""
+
+    def __init__(self, block: int, capacity_tokens: int, enabled: bool = True) -> None:
+        self.block = max(1, block)
+        self.capacity = max(1, capacity_tokens // self.block)
+        self.enabled = enabled
+        self.blocks: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    def _keys(self, ids: list[int]) -> list[str]:
+        h = hashlib.sha256()
+        keys = []
+        for end in range(self.block, len(ids) + 1, self.block):
+            h.update(repr(ids[end - self.block : end]).encode())
+            keys.append(h.copy().hexdigest())
+        return keys
+
+    def match_and_insert(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` served from the cache (whole blocks from the start), then cache it."""
+        if not self.enabled:
+            return 0
+        keys = self._keys(ids)
+        hit = 0
+        for key in keys:
+            if key not in self.blocks:
+                break
+            hit += 1
+        for key in keys:
+            self.blocks[key] = None
+            self.blocks.move_to_end(key)
+        while len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
+        # sglang always computes at least the last prompt token.
+        return min(hit * self.block, max(len(ids) - 1, 0))
+
+    def flush(self) -> None:
+        self.blocks.clear()
+
+
+class CostModel:
+    """Time per uncached prefill token and per decode token, from the environment."""
+
+    def __init__(self, env: dict, tok_s: float) -> None:
+        self.prefill_s = float(env.get("STANDIN_PREFILL_US_PER_TOKEN", "20")) * 1e-6
+        self.tok_s = tok_s
+        self.growth = float(env.get("STANDIN_DECODE_BATCH_GROWTH", "0.05"))
+        noise = float(env.get("STANDIN_NOISE", "0"))
+        seed = env.get("STANDIN_NOISE_SEED")
+        draw = random.Random(seed if seed is not None else os.urandom(8)).uniform(-noise, noise)
+        self.factor = float(env.get("STANDIN_SLOWDOWN", "1.0")) * (1.0 + draw)
+        self.jitter = float(env.get("STANDIN_JITTER", "0"))
+        self.requests = random.Random(f"{seed}-jitter" if seed is not None else os.urandom(8))
+
+    def request_factor(self) -> float:
+        """One request's own cost factor, uniform in ``1 +- STANDIN_JITTER``."""
+        return 1.0 + self.requests.uniform(-self.jitter, self.jitter) if self.jitter else 1.0
+
+    def prefill(self, uncached: int, request: float = 1.0) -> float:
+        return uncached * self.prefill_s * self.factor * request
+
+    def decode(self, tokens: int, running: int, request: float = 1.0) -> float:
+        growth = 1.0 + self.growth * max(running - 1, 0)
+        return tokens / self.tok_s * self.factor * request * growth
+
+
+def load_tokenizer(path: str):
+    """The model's tokenizer through ``transformers`` (as sglang loads it), or None."""
+    if not any(
+        os.path.isfile(os.path.join(path, f))
+        for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+    ):
+        return None
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    return AutoTokenizer.from_pretrained(path)
+
+
+class Engine:
+    """The fake model: deterministic words, arithmetic, timing and speculative statistics."""
+
+    def __init__(
+        self, args: argparse.Namespace, faults: frozenset[str], env: dict | None = None
+    ) -> None:
+        env = dict(os.environ if env is None else env)
+        self.args = args
+        self.faults = faults
+        self.spec = args.speculative_algorithm is not None
+        steps = args.speculative_num_steps or 3
+        # Draft tokens per verify step; a verify step accepts 1 (bonus) .. draft_tokens tokens.
+        self.draft_tokens = args.speculative_num_draft_tokens or steps + 1
+        default_speed = 4.0 if "slow" in faults else 400.0
+        self.tok_s = float(env.get("STANDIN_DECODE_TOK_S", default_speed))
+        accept = 1.3 if "low-accept" in faults else float(env.get("STANDIN_ACCEPT_LENGTH", "3.4"))
+        self.accept = min(max(accept, 1.0), float(self.draft_tokens)) if self.spec else 1.0
+        self.context_len = args.context_length or DEFAULT_CONTEXT_LEN
+        self.lock = threading.Lock()
+        self.status = "Starting"  # http_server.py ServerStatus: Starting -> Up
+        # metrics_reporter.py: per-interval and lifetime decode counters.
+        self.forward_ct_decode = 0
+        self.spec_num_accept_tokens = 0
+        self.spec_num_forward_ct = 0
+        self.spec_total_num_accept_tokens = 0
+        self.spec_total_num_forward_ct = 0
+        self.num_generated_tokens = 0
+        self.last_gen_throughput = 0.0
+        self.last_decode_stats_tic = time.perf_counter()
+        self.aiter: AiterFusedMoE | None = None
+        self.moe: list[tuple[int, int, int, int]] = []
+        self.cost = CostModel(env, self.tok_s)
+        self.cache = PrefixCache(
+            int(env.get("STANDIN_BLOCK_TOKENS", "16")),
+            int(env.get("STANDIN_CACHE_TOKENS", "2000000")),
+            enabled=not args.disable_radix_cache,
+        )
+        self.max_running = args.max_running_requests or 16
+        self.slots = threading.Semaphore(self.max_running)
+        self.tokenizer = None
+        self.running = 0
+        self.waiting = 0
+        # metrics_collector.py: counters bumped when a request finishes; the gauge per prefill.
+        self.prompt_tokens_total = 0
+        self.cached_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.num_requests_total = 0
+        self.cache_hit_rate = 0.0
+
+    def tokenize(self, prompt: str) -> list[int]:
+        if self.tokenizer is not None:
+            return list(self.tokenizer.encode(prompt))
+        return [_token_id(w) for w in prompt.split()] or [0]
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache, only when no request runs or waits (as sglang does)."""
+        with self.lock:
+            if self.running or self.waiting:
+                return False
+            self.cache.flush()
+        log("Cache flushed successfully!", " TP0")
+        return True
+
+    def metrics(self, model_name: str) -> str:
+        """Prometheus text exposition of the engine's own counters."""
+        label = f'{{model_name="{model_name}"}}'
+        with self.lock:
+            rows = [
+                (
+                    "sglang:prompt_tokens_total",
+                    "counter",
+                    "Number of prefill tokens processed.",
+                    label,
+                    self.prompt_tokens_total,
+                ),
+                (
+                    "sglang:generation_tokens_total",
+                    "counter",
+                    "Number of generation tokens processed.",
+                    label,
+                    self.generation_tokens_total,
+                ),
+                (
+                    "sglang:cached_tokens_total",
+                    "counter",
+                    "Number of cached prompt tokens by source (device/host/storage).",
+                    f'{{cache_source="device",model_name="{model_name}"}}',
+                    self.cached_tokens_total,
+                ),
+                (
+                    "sglang:num_requests_total",
+                    "counter",
+                    "Number of requests processed.",
+                    label,
+                    self.num_requests_total,
+                ),
+                (
+                    "sglang:cache_hit_rate",
+                    "gauge",
+                    "The prefix cache hit rate.",
+                    label,
+                    self.cache_hit_rate,
+                ),
+                (
+                    "sglang:num_running_reqs",
+                    "gauge",
+                    "The number of running requests.",
+                    label,
+                    self.running,
+                ),
+                (
+                    "sglang:num_queue_reqs",
+                    "gauge",
+                    "The number of requests in the waiting queue.",
+                    label,
+                    self.waiting,
+                ),
+            ]
+        out = []
+        for name, kind, doc, labels, value in rows:
+            base = name[: -len("_total")] if kind == "counter" else name
+            out += [f"# HELP {base} {doc}", f"# TYPE {base} {kind}"]
+            out.append(f"{name}{labels} {float(value)}")
+        return "\n".join(out) + "\n"
+
+    def aiter_lookup(self, token_num: int) -> None:
+        """Print aiter's lookup line for one forward of ``token_num`` tokens through every handed
+        MoE shape (once per key)."""
+        if self.aiter is None:
+            return
+        for shape in self.moe:
+            with self.lock:
+                line = self.aiter.lookup(token_num, *shape)
+            if line is not None:
+                raw(line)
+
+    def answer(self, prompt: str) -> str | None:
+        """The answer to the last simple arithmetic question in ``prompt``, if there is one."""
+        found = re.findall(r"(-?\d+)\s*([-+*/x\u00d7])\s*(-?\d+)", prompt)
+        if not found:
+            return None
+        a, op, b = found[-1]
+        x, y = int(a), int(b)
+        if op == "+":
+            value = x + y
+        elif op == "-":
+            value = x - y
+        elif op in ("*", "x", "\u00d7"):
+            value = x * y
+        else:
+            value = x // y if y else 0
+        if "wrong" in self.faults:
+            value += 1
+        return str(value)
+
+    def words(self, prompt: str, n: int, ignore_eos: bool) -> tuple[list[str], str]:
+        """The output words for ``prompt`` and the finish reason type."""
+        if "empty" in self.faults:
+            return [], "stop"
+        answer = self.answer(prompt)
+        seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
+        filler = [WORDS[(seed + i) % len(WORDS)] for i in range(n + 8)]
+        out = ["The", "answer", "is", f"{answer}."] if answer is not None else []
+        natural = len(out) if answer is not None else 16
+        if ignore_eos or natural >= n:
+            return (out + filler)[:n], "length"
+        return (out + filler)[:natural], "stop"
+
+    def _decode_batch(self, accepted: int) -> None:
+        """Count one decode forward pass of batch size 1 (metrics_reporter.py:347-349, 673)."""
+        with self.lock:
+            self.forward_ct_decode += 1
+            self.num_generated_tokens += accepted
+            if self.spec:
+                self.spec_num_accept_tokens += accepted
+                self.spec_num_forward_ct += 1
+            if self.forward_ct_decode % self.args.decode_log_interval != 0:
+                return
+            now = time.perf_counter()
+            gap = max(now - self.last_decode_stats_tic, 1e-9)
+            self.last_decode_stats_tic = now
+            self.last_gen_throughput = self.num_generated_tokens / gap
+            self.num_generated_tokens = 0
+            msg = "Decode batch, #running-req: 1, #token: 0, token usage: 0.00, "
+            if self.spec:
+                length = self.spec_num_accept_tokens / self.spec_num_forward_ct
+                correct = self.spec_num_accept_tokens - self.spec_num_forward_ct
+                rate = correct / (self.spec_num_forward_ct * (self.draft_tokens - 1) or 1)
+                self.spec_total_num_accept_tokens += self.spec_num_accept_tokens
+                self.spec_total_num_forward_ct += self.spec_num_forward_ct
+                self.spec_num_accept_tokens = self.spec_num_forward_ct = 0
+                msg += f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
+            msg += (
+                f"cuda graph: True, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+                "#queue-req: 0"
+            )
+        log(msg, " TP0")
+
+    def generate(
+        self,
+        prompt: str,
+        params: dict,
+        emit: Callable[[dict], None] | None = None,
+        internal: bool = False,
+    ) -> dict:
+        """One completion as ``/generate`` returns it; ``emit`` gets each streamed chunk."""
+        if "crash-later" in self.faults and not internal:
+            log("Scheduler hit an exception: Traceback (most recent call last):", " TP0")
+            raw(
+                '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", '
+                "line 4227, in run_scheduler_process"
+            )
+            raw("torch.AcceleratorError: HIP error: an illegal memory access was encountered")
+            os._exit(1)
+        started = time.monotonic()
+        if internal:
+            return self._generate(prompt, params, emit, started, 0)
+        with self.lock:
+            self.waiting += 1
+        self.slots.acquire()
+        try:
+            with self.lock:
+                self.waiting -= 1
+                self.running += 1
+            return self._generate(prompt, params, emit, started, 1)
+        finally:
+            with self.lock:
+                self.running -= 1
+            self.slots.release()
+
+    def _generate(
+        self,
+        prompt: str,
+        params: dict,
+        emit: Callable[[dict], None] | None,
+        started: float,
+        counted: int,
+    ) -> dict:
+        rid = uuid.uuid4().hex
+        n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
+        words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
+        ids = self.tokenize(prompt)
+        prompt_tokens = len(ids)
+        self.aiter_lookup(prompt_tokens)  # the prefill's MoE forward
+        with self.lock:
+            cached = self.cache.match_and_insert(ids) if counted else 0
+            if counted:
+                self.cache_hit_rate = cached / prompt_tokens if prompt_tokens else 0.0
+        jitter = self.cost.request_factor()
+        time.sleep(max(0.001, self.cost.prefill(prompt_tokens - cached, jitter)))  # "prefill"
+        done, verify, correct = 0, 0, 0
+        histogram: list[int] = []
+        carry = 0.0
+        while done < len(words):
+            if done == 0:
+                step = 1  # prefill's token
+            else:
+                if self.spec:
+                    carry += self.accept
+                    step = min(max(1, int(carry)), self.draft_tokens)
+                    carry -= step
+                    verify += 1
+                    correct += step - 1
+                    histogram += [0] * (step - len(histogram))
+                    histogram[step - 1] += 1
+                else:
+                    step = 1
+                # A verify step runs the target on every draft token (decode without MTP: 1).
+                self.aiter_lookup(self.draft_tokens if self.spec else 1)
+                self._decode_batch(step)
+            step = min(step, len(words) - done)
+            time.sleep(self.cost.decode(step, self.running, jitter))
+            done += step
+            last = done >= len(words)
+            if emit is not None:
+                emit(
+                    self._out(
+                        rid,
+                        words[:done],
+                        prompt_tokens,
+                        started,
+                        finish if last else None,
+                        verify,
+                        correct,
+                        histogram,
+                        cached,
+                    )
+                )
+        out = self._out(
+            rid, words, prompt_tokens, started, finish, verify, correct, histogram, cached
+        )
+        if counted:
+            with self.lock:
+                self.prompt_tokens_total += prompt_tokens
+                self.cached_tokens_total += cached
+                self.generation_tokens_total += len(words)
+                self.num_requests_total += 1
+        if emit is not None and not words:
+            emit(out)
+        return out
+
+    def _out(
+        self,
+        rid: str,
+        words: list[str],
+        prompt_tokens: int,
+        started: float,
+        finish: str | None,
+        verify: int,
+        correct: int,
+        histogram: list[int],
+        cached: int = 0,
+    ) -> dict:
+        done = len(words)
+        meta: dict = {
+            "id": rid,
+            "finish_reason": None
+            if finish is None
+            else (
+                {"type": "length", "length": done}
+                if finish == "length"
+                else {"type": "stop", "matched": 151336}
+            ),
+            "prompt_tokens": prompt_tokens,
+            "weight_version": WEIGHT_VERSION,
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": done,
+            "cached_tokens": cached,
+        }
+        if finish is not None:
+            meta["e2e_latency"] = time.monotonic() - started
+            proposed = verify * (self.draft_tokens - 1)
+            if self.spec and verify > 0 and proposed > 0:
+                # tokenizer_manager.py:2319-2353, in its order.
+                meta["spec_accept_rate"] = correct / proposed
+                meta["spec_accept_length"] = done / verify
+                meta["spec_num_correct_drafts"] = correct
+                meta["spec_num_proposed_drafts"] = proposed
+                meta["spec_verify_ct"] = verify
+                meta["spec_accepted_drafts"] = correct
+                meta["spec_proposed_drafts"] = proposed
+                if histogram:
+                    meta["spec_correct_drafts_histogram"] = list(histogram)
+                    meta["spec_accept_histogram"] = list(histogram)
+        return {
+            "text": " ".join(words),
+            "output_ids": [_token_id(w) for w in words],
+            "meta_info": meta,
+        }
+
+    def internal_state(self) -> dict:
+        """One DP rank's state as ``Scheduler.get_internal_state`` builds it (scheduler.py:3670)."""
+        state: dict = {k: v for k, v in vars(self.args).items()}
+        with self.lock:
+            state["last_gen_throughput"] = self.last_gen_throughput
+            state["memory_usage"] = {
+                "weight": 0.0,
+                "kvcache": 0.0,
+                "token_capacity": 0,
+                "graph": 0.0,
+            }
+            state["effective_max_running_requests_per_dp"] = self.args.max_running_requests or 1
+            if self.spec and self.spec_total_num_forward_ct > 0:
+                state["avg_spec_accept_length"] = (
+                    self.spec_total_num_accept_tokens / self.spec_total_num_forward_ct
+                )
+        return state
+
+
+def make_handler(engine: Engine):
+    """The request handler class bound to one engine."""
+    args = engine.args
+    model_name = args.served_model_name or args.model_path
+    engine_arch, engine_model_type = _model_config(args.model_path)
+
+    def server_info() -> dict:
+        # http_server.py:688-707: server args, scheduler info, internal states, version.
+        return {
+            **dict(vars(args)),
+            "status": "ready",
+            "max_total_num_tokens": 0,
+            "max_req_input_len": engine.context_len - 1,
+            "internal_states": [engine.internal_state()],
+            "version": sglang_version(),
+            "kv_events": None,
+        }
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "standin-sglang"  # HTTP/1.0, one request per connection (uvicorn: 1.1)
+
+        def log_message(self, format: str, *a) -> None:  # noqa: A002 - stdlib's name
+            log(f'{self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
+
+        def _empty(self, code: int) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _json(self, code: int, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _sse_start(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+        def _sse(self, payload: object) -> None:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            self.wfile.write(f"data: {data}\n\n".encode())
+            self.wfile.flush()
+
+        def _body(self) -> dict:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw_body = self.rfile.read(length) if length else b"{}"
+            return json.loads(raw_body or b"{}")
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/health_generate"):
+                # http_server.py:575-576: 503 until the warmup request has gone through.
+                if engine.status != "Up":
+                    self._empty(503)
+                    return
+                engine.generate("health", {"max_new_tokens": 1}, internal=True)
+                self._empty(200)
+            elif path in ("/server_info", "/get_server_info"):
+                if path == "/server_info" and "old-api" in engine.faults:
+                    self._json(404, {"detail": "Not Found"})
+                    return
+                if path == "/get_server_info":
+                    log(
+                        "Endpoint '/get_server_info' is deprecated and will be removed in a "
+                        "future version. Please use '/server_info' instead."
+                    )
+                self._json(200, server_info())
+            elif path == "/metrics" and args.enable_metrics:
+                data = engine.metrics(model_name).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif path == "/flush_cache":
+                self._flush_cache()
+            elif path == "/model_info":
+                self._json(
+                    200,
+                    {
+                        "model_path": args.model_path,
+                        "tokenizer_path": args.tokenizer_path or args.model_path,
+                        "is_generation": True,
+                        "preferred_sampling_params": None,
+                        "weight_version": WEIGHT_VERSION,
+                        "has_image_understanding": False,
+                        "has_audio_understanding": False,
+                        "model_type": engine_model_type,
+                        "architectures": [engine_arch],
+                    },
+                )
+            elif path == "/v1/models":
+                self._json(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": model_name,
+                                "object": "model",
+                                "created": int(time.time()),
+                                "owned_by": "sglang",
+                                "root": model_name,
+                                "parent": None,
+                                "max_model_len": engine.context_len,
+                            }
+                        ],
+                    },
+                )
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0]
+            try:
+                body = self._body()
+            except (ValueError, UnicodeDecodeError) as exc:
+                self._json(400, {"error": {"message": f"invalid JSON: {exc}"}})
+                return
+            if path == "/generate":
+                self._generate(body)
+            elif path == "/v1/chat/completions":
+                self._chat(body)
+            elif path == "/flush_cache":
+                self._flush_cache()
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def _flush_cache(self) -> None:
+            ok = engine.flush_cache()
+            data = (
+                b"Cache flushed.\nPlease check backend logs for more details. (When there are "
+                b"running or waiting requests, the operation will not be performed.)\n"
+                if ok
+                else b"Flush cache failed: requests are running or waiting.\n"
+            )
+            self.send_response(200 if ok else 400)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _generate(self, body: dict) -> None:
+            text = body.get("text")
+            params = body.get("sampling_params") or {}
+            if not isinstance(text, str):
+                # A difference from sglang (batches, input_ids): see the module docstring.
+                self._json(400, {"error": {"message": "the stand-in takes one string 'text'"}})
+                return
+            if not body.get("stream"):
+                self._json(200, engine.generate(text, params))
+                return
+            self._sse_start()
+            engine.generate(text, params, self._sse)
+            self._sse("[DONE]")
+
+        def _chat(self, body: dict) -> None:
+            messages = body.get("messages") or []
+            if not messages:
+                self._json(400, {"error": {"message": "messages required"}})
+                return
+            prompt = "\n".join(str(m.get("content", "")) for m in messages)
+            params = {"max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens")}
+            if params["max_new_tokens"] is None:
+                params = {}
+            model = body.get("model") or model_name
+            created = int(time.time())
+            if body.get("stream"):
+                self._chat_stream(body, prompt, params, model, created)
+                return
+            result = engine.generate(prompt, params)
+            meta = result["meta_info"]
+            finish = meta["finish_reason"] or {}
+            self._json(
+                200,
+                {
+                    "id": meta["id"],
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "role": "assistant",
+                                "content": result["text"],
+                                "reasoning_content": None,
+                                "tool_calls": None,
+                            },
+                            "logprobs": None,
+                            "finish_reason": finish.get("type"),
+                            "matched_stop": finish.get("matched"),
+                        }
+                    ],
+                    "usage": _usage(meta),
+                    "metadata": {"weight_version": meta["weight_version"]},
+                },
+            )
+
+        def _chat_stream(
+            self, body: dict, prompt: str, params: dict, model: str, created: int
+        ) -> None:
+            self._sse_start()
+            sent = {"text": "", "first": True, "meta": {}}
+
+            def chunk(rid: str, delta: dict, finish: str | None = None, matched=None) -> dict:
+                # sse_utils.py:13-46: reasoning_content always present, other None fields gone.
+                return {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"reasoning_content": None, **delta},
+                            "logprobs": None,
+                            "finish_reason": finish,
+                            "matched_stop": matched,
+                        }
+                    ],
+                }
+
+            def emit(out: dict) -> None:
+                meta = out["meta_info"]
+                sent["meta"] = meta
+                if sent["first"]:
+                    sent["first"] = False
+                    self._sse(chunk(meta["id"], {"role": "assistant", "content": ""}))
+                delta = out["text"][len(sent["text"]) :]
+                sent["text"] = out["text"]
+                if delta:
+                    self._sse(chunk(meta["id"], {"content": delta}))
+
+            engine.generate(prompt, params, emit)
+            meta = sent["meta"]
+            finish = meta.get("finish_reason") or {}
+            self._sse(chunk(meta["id"], {}, finish.get("type"), finish.get("matched")))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self._sse(
+                    {
+                        "id": meta["id"],
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": _usage(meta),
+                    }
+                )
+            self._sse("[DONE]")
+
+    return Handler
+
+
+def _usage(meta: dict) -> dict:
+    """protocol.py:196-202 UsageInfo, as usage_processor.py fills it."""
+    return {
+        "prompt_tokens": meta["prompt_tokens"],
+        "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"],
+        "completion_tokens": meta["completion_tokens"],
+        "prompt_tokens_details": None,
+        "reasoning_tokens": meta["reasoning_tokens"],
+    }
+
+
+def _model_config(model_path: str) -> tuple[str, str | None]:
+    try:
+        with open(os.path.join(model_path, "config.json")) as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return "?", None
+    return (config.get("architectures") or ["?"])[0], config.get("model_type")
+
+
+def _aiter_for(
+    args: argparse.Namespace, env: dict
+) -> tuple[AiterFusedMoE | None, list[tuple[int, int, int, int]]]:
+    shapes = handed_shapes(env)
+    root = aiter_root()
+    if not shapes or root is None:
+        return None, []
+    return AiterFusedMoE(root, env), shapes
+
+
+def crash_while_loading() -> None:
+    """Die the way the unpatched MXFP4 MTP image does while loading the draft model (exit 1)."""
+    time.sleep(float(os.environ.get("STANDIN_CRASH_AFTER", "0.3")))
+    log("Load weight begin. avail mem=0.00 GB", " TP0")
+    log("Scheduler hit an exception: Traceback (most recent call last):", " TP0")
+    src = "/sgl-workspace/sglang/python/sglang/srt"
+    for frame, code in (
+        (
+            f'{src}/model_loader/loader.py", line 799, in load_weights_and_postprocess',
+            "model.load_weights(weights)",
+        ),
+        (f'{src}/models/deepseek_nextn.py", line 352, in load_weights', "weight_loader("),
+        (
+            f'{src}/layers/linear.py", line 724, in weight_loader',
+            "assert param_data.shape == loaded_weight.shape",
+        ),
+    ):
+        raw(f'  File "{frame}')
+        raw(f"    {code}")
+    raw("AssertionError")
+    sys.exit(1)
+
+
+def parse_faults(value: str) -> frozenset[str]:
+    """The faults named in a ``STANDIN_FAULT`` value (comma-separated)."""
+    return frozenset(f.strip() for f in value.split(",") if f.strip())
+
+
+def make_server(
+    args: argparse.Namespace, faults: frozenset[str], env: dict | None = None
+) -> ThreadingHTTPServer:
+    """A listening, not yet warmed-up stand-in HTTP server; ``.engine`` is its fake model."""
+    engine = Engine(args, faults, env)
+    engine.aiter, engine.moe = _aiter_for(args, dict(os.environ if env is None else env))
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    httpd.daemon_threads = True
+    httpd.engine = engine  # type: ignore[attr-defined]
+    return httpd
+
+
+def warm_up(httpd: ThreadingHTTPServer, delay: float = 0.0) -> None:
+    """The warmup request, then ready (http_server.py:2129-2145)."""
+    engine: Engine = httpd.engine  # type: ignore[attr-defined]
+    time.sleep(delay)
+    if not engine.args.skip_server_warmup:
+        engine.generate("The capital city of France is", {"max_new_tokens": 8}, internal=True)
+    engine.status = "Up"
+    log("The server is fired up and ready to roll!")
+
+
+def main(
+    argv: list[str] | None = None,
+    on_listening: Callable[[ThreadingHTTPServer], None] | None = None,
+) -> int:
+    """Parse sglang's flags, pretend to load, then serve until killed."""
+    args = build_parser().parse_args(argv)
+    faults = parse_faults(os.environ.get("STANDIN_FAULT", ""))
+    unknown = faults - FAULTS
+    if unknown:
+        log(f"unknown STANDIN_FAULT {sorted(unknown)}; known: {sorted(FAULTS)}")
+        return 2
+    print("=" * 78, flush=True)
+    log(BANNER)
+    log(f"faults: {sorted(faults) or 'none'}")
+    print("=" * 78, flush=True)
+    log(f"server_args={json.dumps(vars(args), sort_keys=True)}")
+    if not os.path.isfile(os.path.join(args.model_path, "config.json")):
+        log(f"OSError: {args.model_path} is not a local folder with a config.json")
+        return 1
+    arch, _ = _model_config(args.model_path)
+    log(f"model architecture {arch}; tp={args.tp_size}; speculative={args.speculative_algorithm}")
+    if threading.current_thread() is threading.main_thread():
+        # PID 1 in a container ignores SIGTERM unless a handler is set; exit like a server would.
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    if "crash" in faults:
+        crash_while_loading()
+    log("Load weight begin. avail mem=0.00 GB", " TP0")
+    for line in os.environ.get("STANDIN_LOG_LINES", "").splitlines():
+        raw(line)
+    if "aiter-untuned" in faults:
+        for line in AITER_UNTUNED_LINES:
+            raw(line)
+    aiter, _ = _aiter_for(args, dict(os.environ))
+    if aiter is not None and aiter.merge_line:
+        raw(f"[aiter] {aiter.merge_line}")
+    if "hang" in faults:
+        while True:
+            time.sleep(3600)
+    time.sleep(float(os.environ.get("STANDIN_LOAD_SECONDS", "0.5")))
+    log("Load weight end. elapsed=0.50 s, type=StandIn, avail mem=0.00 GB", " TP0")
+    if "forbidden-log" in faults:
+        raw(METADATA_FALLBACK_LINE)
+    # Only now does anything listen on the port (http_server.py:2485-2500).
+    tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
+    if tokenizer is not None:
+        log(f"tokenizer {type(tokenizer).__name__} from {args.tokenizer_path or args.model_path}")
+    httpd = make_server(args, faults)
+    httpd.engine.tokenizer = tokenizer  # type: ignore[attr-defined]
+    log(f"Uvicorn running on http://{args.host}:{args.port} (stand-in: http.server)")
+    warmup = threading.Thread(
+        target=warm_up,
+        args=(httpd, float(os.environ.get("STANDIN_WARMUP_SECONDS", "0.2"))),
+        daemon=True,
+    )
+    warmup.start()
+    if on_listening is not None:
+        on_listening(httpd)
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

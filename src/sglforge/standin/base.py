@@ -1,0 +1,909 @@
+"""Stand-in base images: TEST DOUBLES, never published as GPU images.
+
+The tests build them, and so does ``sglforge tryout`` (the walk-through on a machine without a
+GPU). The real base images (``lmsysorg/sglang:v0.5.14-rocm700-mi35x``) are tens of gigabytes
+and cannot be pulled here, so the tests build replicas with no network access inside Docker:
+
+- ``sglforge-standin/debian:bookworm-python3``: Debian bookworm (debootstrap minbase plus
+  python3, pip and git) imported as an image.
+- ``sglforge-standin/sglang:v{version}-rocm700-mi35x``: a REPLICA of the sglang ROCm release
+  image of that version, built the way upstream's ``docker/rocm.Dockerfile`` builds the real
+  one, from the released code: the repository at ``/sgl-workspace/sglang`` (a git checkout
+  at tag ``v{version}`` whose ``python/`` is the PyPI wheel's tree), installed with pip's
+  real editable install (``pip install -e "python[all_hip]"``: a setuptools editable finder,
+  setuptools-scm writing ``sglang/_version.py``), ``WORKDIR /sgl-workspace``,
+  ``CMD ["/bin/bash"]``, upstream's runtime ENV.
+
+The replica also carries aiter as the release images do: a checkout at
+``/sgl-workspace/aiter`` installed editable the way ``docker/rocm.Dockerfile`` installs it
+(``pip install --config-settings editable_mode=compat -e .``), its python tree and tuned-config
+CSVs taken from the real ``amd-aiter`` wheel on PyPI (:func:`aiter_tree`).
+
+Where the replica differs from the real image, on purpose: no torch/ROCm and no
+dependencies in the pyproject; aiter (when present) without its compiled kernels, its
+``aiter_meta/`` sources, or a ``setup.py`` build (see :func:`aiter_tree`);
+``sglang/__init__.py`` trimmed (its imports need torch);
+``sglang/launch_server.py`` is the stand-in server (``sglforge/data/standin/server.py``) so that
+``python3 -m sglang.launch_server`` reaches it exactly as it would reach the real one;
+Python 3.11 (Debian's) instead of 3.10. Tests that would fail if a difference mattered:
+tests/docker/test_release_replica.py::test_the_trimmed_package_root_does_not_matter (a root
+that imports torch, as the released one does, changes nothing for the probe, the build or its
+self-check); tests/unit/test_selfcheck.py parses the in-image scripts as Python 3.10;
+tests/docker/test_infra.py checks the install layout (finder, ``_version.py`` from the tag,
+the WORKDIR namespace shadow) is upstream's.
+
+A replica built with ``bench=True`` (tag suffix ``-bench``) also carries what the release image's
+``python3 -m sglang.bench_serving`` imports, as the release image does (:data:`BENCH_DEPS`,
+the versions sglang 0.5.14's own metadata pins where it pins one: ``transformers==5.8.1``,
+``openai==2.6.1``), plus a small tokenizer for the stand-in model: GPT-2's, as the
+``openai-whisper`` 20230124 source release on PyPI ships it (``whisper/assets/gpt2/``, byte for
+byte), at :data:`STANDIN_TOKENIZER`. Differences from the release image, on purpose: torch is
+the CPU build (the machine's ``torch==2.13.0+cpu`` wheel; the release pins 2.11 for ROCm), and
+``torchvision`` is a STUB (:data:`TORCHVISION_STUB`): PyPI's torchvision wheels link the CUDA
+torch, and ``sglang/srt/utils/common.py:92`` imports ``torchvision.io.decode_jpeg`` at import
+time (and transformers 5.8.1 then imports a few more names): only those names are there, and
+calling any function raises; the text datasets never decode an image. The test that would
+fail if either mattered is the bench run itself (tests/docker/test_bench.py runs the real
+bench_serving in the replica end to end).
+
+This module talks to the Docker SDK itself (it was the tests' builder, moved as it was): the
+one place outside ``sglforge.engine`` that does.
+
+Both carry ``io.sglforge.standin=1`` and a content-hash label; they are built once and reused
+while the tag still carries the expected hash. They are deliberately NOT labelled
+``io.sglforge.test=1`` so that the session cleanup keeps them for the next session; the
+debootstrap result and the downloaded wheels are cached too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path, PurePosixPath
+
+import docker
+import docker.errors
+
+# The stand-in sglang server: a program copied into the image, shipped as package data.
+SERVER_PY = Path(__file__).resolve().parents[1] / "data" / "standin" / "server.py"
+
+DEBIAN_TAG = "sglforge-standin/debian:bookworm-python3"
+SGLANG_REPO = "sglforge-standin/sglang"
+DEFAULT_SGLANG_VERSION = "0.5.14"
+
+# Where the editable install lives in the release images, and where Debian's python3 looks for
+# packages pip installs as root (the release images install sglang the same way).
+WORKSPACE = "/sgl-workspace/sglang"
+PACKAGE_DIR = f"{WORKSPACE}/python/sglang"
+SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
+AITER_WORKSPACE = "/sgl-workspace/aiter"
+# The only amd-aiter release PyPI has (a pure-Python wheel with aiter/configs/*.csv).
+AITER_VERSION = "0.1.7.post2.dev18"
+
+# The build back-end of the editable install, pinned so the replica is reproducible; pip
+# takes them from the build context (the build has no network).
+BUILD_TOOLS = (
+    "setuptools==84.2.1",
+    "setuptools-scm==10.3.4",
+    "vcs-versioning==2.6.0",
+    "packaging==26.4",
+    "wheel==0.48.0",
+)
+# The runtime ENV of upstream's docker/rocm.Dockerfile (final stage, gfx950 flavour).
+RELEASE_ENV = {
+    "GPU_ARCH": "gfx950",
+    "GPU_ARCH_LIST": "gfx950",
+    "PYTORCH_ROCM_ARCH": "gfx942;gfx950;gfx1250",
+    "SGLANG_DISABLE_CUDNN_CHECK": "1",
+    "HIP_FORCE_DEV_KERNARG": "1",
+    "HSA_NO_SCRATCH_RECLAIM": "1",
+    "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1",
+    "SGLANG_INT4_WEIGHT": "0",
+    "SGLANG_MOE_PADDING": "1",
+    "SGLANG_ROCM_DISABLE_LINEARQUANT": "0",
+    "SGLANG_ROCM_FUSED_DECODE_MLA": "1",
+    "SGLANG_SET_CPU_AFFINITY": "1",
+    "SGLANG_USE_AITER": "1",
+    "SGLANG_USE_ROCM700A": "1",
+    "NCCL_MIN_NCHANNELS": "112",
+    "ROCM_QUICK_REDUCE_QUANTIZATION": "INT8",
+    "TORCHINDUCTOR_MAX_AUTOTUNE": "1",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE": "1",
+}
+
+# What the release's bench_serving imports (found by running it: sglang/bench_serving.py:36-51
+# and the sglang.srt modules it reaches), pinned; pip resolves their own dependencies.
+BENCH_DEPS = (
+    "torch==2.13.0+cpu",
+    "triton==3.8.0",
+    "transformers==5.8.1",
+    "aiohttp==3.14.5",
+    "datasets==5.2.0",
+    "ipython==9.18.1",
+    "numpy==2.4.6",
+    "openai==2.6.1",
+    "orjson==3.13.0",
+    "partial-json-parser==0.2.1.1.post7",
+    "pillow==13.0.0",
+    "psutil==7.2.2",
+    "pybase64==1.5.1",
+    "pyzmq==27.3.0",
+    "requests==2.34.2",
+    "sentencepiece==0.2.3",
+    "starlette==1.10.0",
+    "tqdm==4.70.1",
+)
+# The small tokenizer: GPT-2's, shipped in openai-whisper's 20230124 source release.
+TOKENIZER_SDIST = ("openai-whisper", "20230124")
+TOKENIZER_MEMBER = "openai-whisper-20230124/whisper/assets/gpt2/"
+STANDIN_TOKENIZER = "/opt/sglforge-standin/tokenizer"
+_RAISES = (
+    "def __getattr__(name):\n"
+    '    if name.startswith("__"):\n'
+    "        raise AttributeError(name)\n\n"
+    "    def unavailable(*args, **kwargs):\n"
+    '        raise NotImplementedError(f"sglforge replica: torchvision is a stub ({name})")\n\n'
+    "    return unavailable\n"
+)
+# The STUB torchvision: the names sglang (srt/utils/common.py:92) and transformers 5.8.1
+# (image_utils.py:54-56, image_processing_backends.py:74) import at import time; every function
+# raises when called. Text benchmarks never call one.
+TORCHVISION_STUB = {
+    "__init__.py": (
+        '"""STUB torchvision, sglforge replica (TEST DOUBLE): PyPI has only CUDA builds of\n'
+        "torchvision and the replica's torch is the CPU build. Only what sglang and transformers\n"
+        'import at import time is here; calling anything raises."""\n'
+    ),
+    "io.py": (
+        "import enum\n\n\n"
+        "class ImageReadMode(enum.Enum):\n"
+        "    UNCHANGED = 0\n    GRAY = 1\n    GRAY_ALPHA = 2\n    RGB = 3\n    RGB_ALPHA = 4\n\n\n"
+        + _RAISES
+    ),
+    "transforms/__init__.py": (
+        "import enum\n\n\n"
+        "class InterpolationMode(enum.Enum):\n"
+        '    NEAREST = "nearest"\n    NEAREST_EXACT = "nearest-exact"\n'
+        '    BILINEAR = "bilinear"\n    BICUBIC = "bicubic"\n    BOX = "box"\n'
+        '    HAMMING = "hamming"\n    LANCZOS = "lanczos"\n'
+    ),
+    "transforms/functional.py": (
+        "from torchvision.transforms import InterpolationMode  # noqa: F401\n\n\n" + _RAISES
+    ),
+    "transforms/v2/__init__.py": "",
+    "transforms/v2/functional.py": (
+        "from torchvision.transforms import InterpolationMode  # noqa: F401\n\n\n" + _RAISES
+    ),
+}
+
+MANAGED = "io.sglforge.managed"
+STANDIN = "io.sglforge.standin"
+HASH_LABEL = "io.sglforge.standin.hash"
+
+# Bump when the recipe changes so cached images and tarballs are rebuilt.
+RECIPE = "replica-v2"
+DEBIAN_SUITE = "bookworm"
+# pip and git: the replica installs sglang the way the release images do (pip's editable
+# install, setuptools-scm reading the version from the git tag).
+DEBIAN_INCLUDE = ("python3", "python3-pip", "git")
+# Trimmed after debootstrap: nothing in the tests reads docs, man pages, locales or apt lists.
+TRIM = (
+    "var/lib/apt/lists",
+    "var/cache/apt",
+    "var/log",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "usr/share/lintian",
+    "usr/share/common-licenses",
+)
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def cache_dir() -> Path:
+    """The folder holding the debootstrap tarball: ``$SGLFORGE_STANDIN_CACHE``, else
+    ``/var/cache/sglforge/standin`` (outside any checkout so CI can keep it), else the shared
+    cache's ``standin/`` folder."""
+    from sglforge.cache import cache_root
+
+    given = os.environ.get("SGLFORGE_STANDIN_CACHE")
+    candidates = [Path(given)] if given else []
+    candidates += [Path("/var/cache/sglforge/standin"), cache_root() / "standin"]
+    for path in candidates:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    raise RuntimeError(f"no writable stand-in cache folder among {candidates}")
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    # Several pytest sessions may share one machine and one engine: build each double once.
+    with open(cache_dir() / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _say(message: str) -> None:
+    """A step line through the reporter the command line installed (silent in tests)."""
+    from sglforge import progress
+
+    progress.current().info(message)
+
+
+def needs_debootstrap(client: docker.DockerClient | None = None) -> bool:
+    """Whether building the Debian stand-in would run debootstrap (root, a few minutes)."""
+    digest = _debian_hash()
+    if _image_with_hash(_client(client), DEBIAN_TAG, digest):
+        return False
+    return not (cache_dir() / f"debian-{DEBIAN_SUITE}-{digest}.tar").is_file()
+
+
+def replica_ready(
+    version: str = DEFAULT_SGLANG_VERSION,
+    tag: str | None = None,
+    *,
+    bench: bool = False,
+    client: docker.DockerClient | None = None,
+) -> bool:
+    """Whether the default replica (the stand-in server, aiter from the wheel) of ``version``
+    is built and current; builds nothing (it may download the release wheel)."""
+    client = _client(client)
+    if not _image_with_hash(client, DEBIAN_TAG, _debian_hash()):
+        return False
+    tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x" + ("-bench" if bench else "")
+    dockerfile = _replica_dockerfile(DEBIAN_TAG, True, bench)
+    recipe = _Recipe(version, SERVER_PY.read_bytes(), {}, True, None, bench, dockerfile)
+    return _image_with_hash(client, tag, recipe.digest(client.images.get(DEBIAN_TAG).id))
+
+
+def _client(client: docker.DockerClient | None) -> docker.DockerClient:
+    return client if client is not None else docker.from_env(timeout=600)
+
+
+def _image_with_hash(client: docker.DockerClient, tag: str, digest: str) -> bool:
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return (image.labels or {}).get(HASH_LABEL) == digest
+
+
+def debian_mirror() -> str:
+    """The Debian mirror apt uses here (``$SGLFORGE_DEBIAN_MIRROR`` overrides)."""
+    given = os.environ.get("SGLFORGE_DEBIAN_MIRROR")
+    if given:
+        return given
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for path in sources:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.suffix == ".sources":
+            # deb822 stanzas: URIs / Suites fields.
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(re.findall(r"(?m)^(\w[\w-]*):\s*(.*)$", stanza))
+                if DEBIAN_SUITE in fields.get("Suites", "").split():
+                    return str(fields.get("URIs", "").split()[0])
+        else:
+            for line in text.splitlines():
+                words = re.sub(r"\[[^]]*\]", "", line).split()
+                if len(words) >= 3 and words[0] == "deb" and words[2] == DEBIAN_SUITE:
+                    return words[1]
+    return "http://deb.debian.org/debian"
+
+
+def _debian_hash() -> str:
+    recipe: dict[str, object] = {
+        "recipe": RECIPE,
+        "suite": DEBIAN_SUITE,
+        "include": DEBIAN_INCLUDE,
+        "trim": TRIM,
+    }
+    recipe["env"] = BASE_ENV
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _debootstrap_tarball(digest: str) -> Path:
+    """Run debootstrap (once per recipe) and keep the trimmed root file system as a tarball."""
+    tarball = cache_dir() / f"debian-{DEBIAN_SUITE}-{digest}.tar"
+    if tarball.is_file():
+        return tarball
+    work = Path(tempfile.mkdtemp(prefix="debootstrap-", dir=cache_dir()))
+    try:
+        rootfs = work / "rootfs"
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(DEBIAN_INCLUDE)}",
+            DEBIAN_SUITE,
+            str(rootfs),
+            debian_mirror(),
+        ]
+        _say(f"debootstrap {DEBIAN_SUITE} minbase from {cmd[-1]} (once; a few minutes)")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            log = rootfs / "debootstrap" / "debootstrap.log"
+            tail = log.read_text()[-2000:] if log.is_file() else proc.stderr[-2000:]
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+        for rel in TRIM:
+            target = rootfs / rel
+            if target.is_dir():
+                for child in target.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+        # Docker provides /dev, /proc and /sys at run time; device nodes only get in the way.
+        for rel in ("dev", "proc", "sys", "run", "tmp"):
+            shutil.rmtree(rootfs / rel, ignore_errors=True)
+            (rootfs / rel).mkdir(mode=0o1777 if rel == "tmp" else 0o755)
+        partial = tarball.with_suffix(".tar.part")
+        subprocess.run(
+            ["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."], check=True
+        )
+        os.replace(partial, tarball)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return tarball
+
+
+def ensure_debian_base(client: docker.DockerClient | None = None) -> str:
+    """Tag of the Debian bookworm + python3 stand-in (TEST DOUBLE), built on first use."""
+    client = _client(client)
+    digest = _debian_hash()
+    with _locked("debian"):
+        if _image_with_hash(client, DEBIAN_TAG, digest):
+            return DEBIAN_TAG
+        tarball = _debootstrap_tarball(digest)
+        repo, tag = DEBIAN_TAG.rsplit(":", 1)
+        changes = [f"ENV {k}={v}" for k, v in BASE_ENV.items()]
+        changes += [
+            f"LABEL {MANAGED}=1 {STANDIN}=1 {HASH_LABEL}={digest}",
+            'LABEL org.opencontainers.image.description="sglforge test double: Debian '
+            'bookworm minbase + python3"',
+            'CMD ["python3"]',
+        ]
+        client.api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=changes)
+        if not _image_with_hash(client, DEBIAN_TAG, digest):
+            raise RuntimeError(f"docker import did not produce {DEBIAN_TAG} with {HASH_LABEL}")
+        return DEBIAN_TAG
+
+
+def release_wheel(version: str) -> Path:
+    """sglang ``version``'s released wheel, in the cache sglforge's own ``pypi:sglang``
+    upstream uses (one download, sha256 checked, serves both)."""
+    return _pypi_wheel("sglang", version)
+
+
+def aiter_wheel(version: str = AITER_VERSION) -> Path:
+    """The ``amd-aiter`` wheel from PyPI, in the same cache."""
+    return _pypi_wheel("amd-aiter", version)
+
+
+def _pypi_wheel(project: str, version: str) -> Path:
+    from sglforge import cache, pypi
+
+    return Path(pypi.wheel(cache.pypi_cache(), project, version))
+
+
+AITER_PYPROJECT = """\
+# sglforge TEST DOUBLE: aiter's checkout installed editable without building its kernels.
+# Upstream's setup.py needs torch and the ROCm compilers (it JIT/AOT-builds kernels); the
+# replica has neither, so this file packages the same python tree with plain setuptools.
+[build-system]
+requires = ["setuptools>=61.0"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "amd-aiter"
+version = "{version}"
+requires-python = ">=3.8"
+dependencies = []
+
+[tool.setuptools.packages.find]
+where = ["."]
+include = ["aiter*"]
+
+[tool.setuptools.package-data]
+"*" = ["*.csv", "*.json", "*.txt", "*.md", "*.h", "*.cu", "*.cuh", "*.py"]
+"""
+
+
+def aiter_tree(dest: Path, version: str = AITER_VERSION) -> Path:
+    """aiter's repository as ``/sgl-workspace/aiter`` holds it, from the PyPI wheel.
+
+    ``aiter/`` (python code, ``aiter/configs/*.csv``, ``aiter/configs/model_configs/``) is the
+    wheel's, byte for byte. Liberties: the wheel's ``aiter_meta/`` (C++/HIP sources, assembly
+    kernels, 3rdparty, 170 MB) is left out and ``pyproject.toml`` replaces upstream's
+    ``setup.py`` (which needs torch and hipcc). Neither matters to sglforge, which only reads
+    and adds tuned-config CSVs under ``aiter/configs/``:
+    tests/docker/test_aiter_configs.py::test_replica_aiter_is_the_wheels checks that the
+    installed tree resolves to ``/sgl-workspace/aiter/aiter`` and that its configs are the
+    wheel's bytes.
+    """
+    with zipfile.ZipFile(aiter_wheel(version)) as zf:
+        for info in zf.infolist():
+            if info.is_dir() or info.filename.split("/", 1)[0] != "aiter":
+                continue
+            target = dest / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(info))
+    (dest / "pyproject.toml").write_text(AITER_PYPROJECT.format(version=version))
+    return dest
+
+
+# A ROCm/aiter a release image may build: 9127c94a18e4, pinned by sglang PR #29816 (after the
+# v0.5.14 release; which aiter 0.5.14's image builds is not established, see
+# docs/aiter-tuned-configs.md, "The image's aiter").
+RELEASE_AITER_COMMIT = "9127c94a18e4398e1eba91f6639e910f0994ad02"
+AITER_MIRROR = Path("/work/.mirror/ROCm+aiter/repo")
+
+
+def aiter_clone() -> Path | None:
+    """A ROCm/aiter clone to take a commit's tree from (``$SGLFORGE_AITER_REPO``, else the
+    search tool's mirror), or None."""
+    given = os.environ.get("SGLFORGE_AITER_REPO")
+    path = Path(given) if given else AITER_MIRROR
+    return path if path.is_dir() else None
+
+
+def aiter_tree_at(dest: Path, commit: str, repo: Path | None = None) -> Path:
+    """aiter's repository at ``commit`` as ``/sgl-workspace/aiter`` holds it: its ``aiter/``
+    folder (python code and ``aiter/configs``), byte for byte, from a clone.
+
+    Liberties as :func:`aiter_tree`: ``csrc/``, ``hsa/``, ``3rdparty/`` and the kernels' sources
+    are left out and ``pyproject.toml`` replaces ``setup.py``; the version is ``0.0.0+g<commit>``.
+    """
+    import tarfile
+
+    repo = repo or aiter_clone()
+    if repo is None:
+        raise FileNotFoundError("no ROCm/aiter clone: set SGLFORGE_AITER_REPO")
+    data = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", commit, "aiter"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    (dest / "pyproject.toml").write_text(AITER_PYPROJECT.format(version=f"0.0.0+g{commit[:9]}"))
+    return dest
+
+
+def build_tool_wheels() -> Path:
+    """The build back-end pip needs for the editable install, as wheels (no network in Docker)."""
+    folder = (
+        cache_dir() / f"build-tools-{hashlib.sha256(repr(BUILD_TOOLS).encode()).hexdigest()[:12]}"
+    )
+    if folder.is_dir() and len(list(folder.glob("*.whl"))) >= len(BUILD_TOOLS):
+        return folder
+    with _locked("build-tools"):
+        partial = folder.with_name(folder.name + ".part")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        _pip_download(partial, list(BUILD_TOOLS), deps=False)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return folder
+
+
+def bench_wheels() -> Path:
+    """The wheels of :data:`BENCH_DEPS` and their dependencies (downloaded once)."""
+    key = hashlib.sha256(repr(BENCH_DEPS).encode()).hexdigest()[:12]
+    folder = cache_dir() / f"bench-deps-{key}"
+    if (folder / ".complete").is_file():
+        return folder
+    with _locked("bench-deps"):
+        if (folder / ".complete").is_file():
+            return folder
+        partial = folder.with_name(folder.name + ".part")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        _pip_download(partial, list(BENCH_DEPS), deps=True)
+        (partial / ".complete").write_text("\n".join(BENCH_DEPS) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return folder
+
+
+def standin_tokenizer(dest: Path) -> Path:
+    """GPT-2's tokenizer files from openai-whisper's source release on PyPI, byte for byte."""
+    import tarfile
+
+    name, version = TOKENIZER_SDIST
+    folder = cache_dir() / f"sdist-{name}-{version}"
+    sdist = folder / f"{name}-{version}.tar.gz"
+    if not sdist.is_file():
+        with _locked("tokenizer"):
+            if not sdist.is_file():
+                partial = folder.with_name(folder.name + ".part")
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir(parents=True)
+                # Its setup.py imports pkg_resources, which new setuptools dropped: pip
+                # prepares the metadata with an older one (the files are all we take).
+                constraint = partial / "constraints.txt"
+                constraint.write_text("setuptools<70\n")
+                cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
+                cmd += ["--no-binary", ":all:", "--dest", str(partial), f"{name}=={version}"]
+                env = {**os.environ, "PIP_CONSTRAINT": str(constraint)}
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+                constraint.unlink()
+                shutil.rmtree(folder, ignore_errors=True)
+                os.replace(partial, folder)
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(sdist) as tf:
+        for member in tf.getmembers():
+            if member.isfile() and member.name.startswith(TOKENIZER_MEMBER):
+                data = tf.extractfile(member)
+                assert data is not None
+                (dest / member.name[len(TOKENIZER_MEMBER) :]).write_bytes(data.read())
+    return dest
+
+
+def _pip_download(dest: Path, requirements: list[str], deps: bool) -> None:
+    _say(f"pip download {len(requirements)} requirement(s) into {dest.name}")
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:"]
+    cmd += ["--dest", str(dest), *(() if deps else ("--no-deps",)), *requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+
+
+def _pyproject(describe: bool) -> str:
+    """``python/pyproject.toml`` of the replica: upstream's build settings, no dependencies.
+
+    The build-system, setuptools-scm table and package discovery follow upstream's
+    ``python/pyproject.toml`` (read through the search tool; the wheel does not carry it). The
+    dependency lists are left out on purpose: torch and the ROCm stack cannot be installed
+    here, and nothing the tests run imports them. ``all_hip`` exists so the install line is
+    upstream's own, ``pip install -e "python[all_hip]"``.
+    """
+    lines = [
+        "# sglforge TEST DOUBLE: upstream's build settings for sglang's python/ folder,",
+        "# without its dependencies (no torch/ROCm in the replica).",
+        "[build-system]",
+        'requires = ["setuptools>=61.0", "setuptools-scm>=8.0", "wheel"]',
+        'build-backend = "setuptools.build_meta"',
+        "",
+        "[project]",
+        'name = "sglang"',
+        'dynamic = ["version"]',
+        'requires-python = ">=3.10"',
+        "dependencies = []",
+        "",
+        "[project.optional-dependencies]",
+        "all_hip = []",
+        "srt_hip = []",
+        "",
+        "[project.scripts]",
+        'sglang = "sglang.cli.main:main"',
+        "",
+        "[tool.setuptools.packages.find]",
+        'where = ["."]',
+        'include = ["sglang*"]',
+        "",
+        "[tool.setuptools_scm]",
+        'root = ".."',
+        'version_file = "sglang/_version.py"',
+    ]
+    if describe:
+        lines.append('git_describe_command = ["python3", "python/tools/get_version_tag.py"]')
+    lines += [
+        "# Allow editable installs even when .git metadata is not available.",
+        'fallback_version = "0.0.0.dev0"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+TRIMMED_INIT = (
+    '"""sglang package root, TRIMMED by sglforge\'s release-image replica (TEST DOUBLE).\n\n'
+    "The released ``sglang/__init__.py`` imports the front-end language API, which needs torch;\n"
+    "the replica has no torch, so only the version is exported. Every other file of the\n"
+    "package is the released one.\n"
+    '"""\n\n'
+    "from sglang.version import __version__\n"
+)
+
+
+def replica_tree(
+    version: str, dest: Path, server: bytes, files: Mapping[str, bytes] | None = None
+) -> Path:
+    """The sglang repository as the release image clones it: a git checkout at tag v<version>.
+
+    ``python/`` is the released wheel's ``sglang/`` and ``tools/`` (the wheel's ``sglang/`` is
+    the repository's ``python/sglang/``), with the replica's liberties: ``_version.py`` left
+    for setuptools-scm to write (upstream does not track it), a trimmed ``__init__.py``, the
+    stand-in server as ``launch_server.py``, and ``python/pyproject.toml`` (plus the
+    ``pyproject_other.toml`` the ROCm Dockerfile copies over it). ``files`` adds or replaces
+    repository paths.
+    """
+    wheel = release_wheel(version)
+    python = dest / "python"
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            top = info.filename.split("/", 1)[0]
+            if info.is_dir() or top not in ("sglang", "tools"):
+                continue
+            target = python / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(info))
+            if (info.external_attr >> 16) & 0o111:
+                target.chmod(0o755)
+    (python / "sglang" / "_version.py").unlink(missing_ok=True)
+    (python / "sglang" / "__init__.py").write_text(TRIMMED_INIT)
+    (python / "sglang" / "launch_server.py").write_bytes(server)
+    describe = (python / "tools" / "get_version_tag.py").is_file()
+    pyproject = _pyproject(describe)
+    (python / "pyproject.toml").write_text(pyproject)
+    (python / "pyproject_other.toml").write_text(pyproject)
+    (dest / ".gitignore").write_text("python/sglang/_version.py\n*.egg-info/\n__pycache__/\n")
+    for rel, data in (files or {}).items():
+        target = dest / rel.lstrip("/")
+        if PurePosixPath(rel).parts[:2] == ("python", "pyproject.toml"):
+            raise ValueError(f"{rel}: the replica owns python/pyproject.toml")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    env = {
+        **os.environ,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "sglforge replica",
+        "GIT_AUTHOR_EMAIL": "replica@sglforge.invalid",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_NAME": "sglforge replica",
+        "GIT_COMMITTER_EMAIL": "replica@sglforge.invalid",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    }
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", f"sglang v{version} (released wheel, sglforge replica)"],
+        ["tag", f"v{version}"],
+    ):
+        subprocess.run(["git", *args], cwd=dest, env=env, check=True, capture_output=True)
+    return dest
+
+
+_BENCH_LINES = (
+    "# What sglang.bench_serving imports (see tests/standin/base.py: CPU torch, a stub\n"
+    "# torchvision) and the stand-in's small tokenizer.\n"
+    "COPY bench-wheels/ /tmp/sglforge-bench-wheels/\n"
+    "RUN python3 -m pip install --no-cache-dir --no-index \\\n"
+    "      --find-links /tmp/sglforge-bench-wheels {deps} \\\n"
+    " && rm -rf /tmp/sglforge-bench-wheels\n"
+    f"COPY torchvision/ {SITE_PACKAGES}/torchvision/\n"
+    f"COPY tokenizer/ {STANDIN_TOKENIZER}/\n"
+)
+
+
+def _replica_dockerfile(debian: str, aiter: bool = False, bench: bool = False) -> str:
+    env = " \\\n    ".join(f"{k}={v}" for k, v in RELEASE_ENV.items())
+    # docker/rocm.Dockerfile clones aiter to /sgl-workspace/aiter and installs it with
+    # `pip install --config-settings editable_mode=compat -e .` (a .pth pointing at the checkout).
+    aiter_lines = (
+        (
+            f"COPY aiter/ {AITER_WORKSPACE}/\n"
+            f"RUN cd {AITER_WORKSPACE} \\\n"
+            " && python3 -m pip install --no-cache-dir --no-index \\\n"
+            "      --find-links /tmp/sglforge-build-tools \\\n"
+            "      --config-settings editable_mode=compat -e . \\\n"
+            " && rm -rf /tmp/sglforge-build-tools\n"
+        )
+        if aiter
+        else ""
+    )
+    # Without aiter the recipe is byte-identical to before (cached replicas stay valid).
+    sglang_end = "\n" + aiter_lines if aiter else " \\\n && rm -rf /tmp/sglforge-build-tools\n"
+
+    return (
+        f"FROM {debian}\n"
+        "# sglforge TEST DOUBLE of an sglang ROCm release image (docker/rocm.Dockerfile, no\n"
+        "# torch/ROCm): the repository at /sgl-workspace/sglang, pip's editable install.\n"
+        # The release images' Python has no PEP 668 marker; Debian's does.
+        "RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED\n"
+        "WORKDIR /sgl-workspace\n"
+        "COPY sglang/ /sgl-workspace/sglang/\n"
+        "COPY wheels/ /tmp/sglforge-build-tools/\n"
+        "RUN cd sglang \\\n"
+        " && cp python/pyproject_other.toml python/pyproject.toml \\\n"
+        " && python3 -m pip install --no-cache-dir --no-index \\\n"
+        '      --find-links /tmp/sglforge-build-tools -e "python[all_hip]"'
+        f"{sglang_end}"
+        f"ENV {env}\n"
+        + (_BENCH_LINES.format(deps=" ".join(f"'{d}'" for d in BENCH_DEPS)) if bench else "")
+        + 'CMD ["/bin/bash"]\n'
+    )
+
+
+def _context_dir(
+    tree: Path,
+    wheels: Path,
+    dockerfile: str,
+    into: Path,
+    aiter: bool = False,
+    aiter_commit: str | None = None,
+    bench: bool = False,
+) -> Path:
+    into.mkdir(parents=True)
+    (into / "Dockerfile").write_text(dockerfile)
+    shutil.copytree(tree, into / "sglang", symlinks=True)
+    shutil.copytree(wheels, into / "wheels")
+    if aiter and aiter_commit:
+        aiter_tree_at(into / "aiter", aiter_commit)
+    elif aiter:
+        aiter_tree(into / "aiter")
+    if bench:
+        shutil.copytree(bench_wheels(), into / "bench-wheels")
+        for rel, text in TORCHVISION_STUB.items():
+            (into / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (into / "torchvision" / rel).write_text(text)
+        standin_tokenizer(into / "tokenizer")
+    return into
+
+
+def ensure_sglang_base(
+    version: str = DEFAULT_SGLANG_VERSION,
+    tag: str | None = None,
+    *,
+    server_py: Path | None = None,
+    files: Mapping[str, bytes] | None = None,
+    client: docker.DockerClient | None = None,
+    aiter: bool = True,
+    aiter_commit: str | None = None,
+    bench: bool = False,
+) -> str:
+    """Tag of the replica of sglang ``version``'s ROCm release image (TEST DOUBLE).
+
+    Built the way upstream's ``docker/rocm.Dockerfile`` builds the real image, from the
+    released code: the repository (the PyPI wheel's tree, see :func:`replica_tree`) at
+    ``/sgl-workspace/sglang``, ``pip install -e "python[all_hip]"`` with setuptools-scm
+    writing ``sglang/_version.py`` from the git tag, ``WORKDIR /sgl-workspace``,
+    ``CMD ["/bin/bash"]``, upstream's runtime ENV. ``server_py`` (default
+    ``tests/standin/server.py``) becomes ``sglang/launch_server.py``; ``files`` maps extra
+    repository paths (``python/sglang/srt/x.py``) to contents. Pass a ``tag`` of your own
+    when passing ``files``. ``aiter`` (default True, as in every release image) installs aiter
+    at ``/sgl-workspace/aiter`` from the PyPI wheel, editable: the build puts the queue's config
+    items where it merges them, so a replica without it cannot take the real queue.
+    ``aiter=False`` gives the older aiter-less replica (default tag suffix ``-noaiter``).
+    ``aiter_commit`` (e.g. :data:`RELEASE_AITER_COMMIT`, a pin of the release images) takes
+    aiter's tree from a ROCm/aiter clone at that commit instead of the wheel (:func:`aiter_tree_at`;
+    tag suffix ``-aiter<commit[:12]>``).
+    ``bench=True`` adds what ``sglang.bench_serving`` needs and the stand-in tokenizer (default
+    tag suffix ``-bench``; see the module docstring).
+    """
+    client = _client(client)
+    suffix = "" if aiter else "-noaiter"
+    if aiter and aiter_commit:
+        suffix = f"-aiter{aiter_commit[:12]}"
+    suffix += "-bench" if bench else ""
+    tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x{suffix}"
+    server_path = server_py or SERVER_PY
+    if not server_path.is_file():
+        raise FileNotFoundError(f"{server_path}: the stand-in sglang server is missing")
+    base = ensure_debian_base(client)
+    recipe = _Recipe(
+        version,
+        server_path.read_bytes(),
+        dict(files or {}),
+        aiter,
+        aiter_commit,
+        bench,
+        _replica_dockerfile(base, aiter, bench),
+    )
+    digest = recipe.digest(client.images.get(base).id)
+    with _locked("sglang"):
+        if _image_with_hash(client, tag, digest):
+            return tag
+        try:
+            previous = client.images.get(tag).id
+        except docker.errors.ImageNotFound:
+            previous = None
+        _build_replica(client, tag, recipe, digest)
+        if previous:
+            # The outdated double is now untagged; it stays if a container or image still uses it.
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(previous, noprune=False)
+        return tag
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recipe:
+    """What a replica is built from; its digest names the build (the image's hash label)."""
+
+    version: str
+    server: bytes
+    files: dict[str, bytes]
+    aiter: bool
+    aiter_commit: str | None
+    bench: bool
+    dockerfile: str
+
+    def digest(self, base_id: str) -> str:
+        wheel = release_wheel(self.version)
+        tools = build_tool_wheels()
+        h = hashlib.sha256(f"{RECIPE}\0{self.version}\0{base_id}\0{self.dockerfile}\0".encode())
+        if self.aiter and self.aiter_commit:
+            h.update(f"aiter@{self.aiter_commit}".encode() + AITER_PYPROJECT.encode())
+        elif self.aiter:
+            h.update(aiter_wheel().name.encode() + AITER_PYPROJECT.encode())
+        h.update(hashlib.sha256(wheel.read_bytes()).digest() + hashlib.sha256(self.server).digest())
+        for whl in sorted(tools.glob("*.whl")):
+            h.update(whl.name.encode() + b"\0")
+        for path, data in sorted(self.files.items()):
+            h.update(f"{path}\0{len(data)}\0".encode() + data)
+        if self.bench:
+            h.update(f"{BENCH_DEPS}{TOKENIZER_SDIST}{sorted(TORCHVISION_STUB.items())}".encode())
+        return h.hexdigest()[:16]
+
+
+def _build_replica(client: docker.DockerClient, tag: str, recipe: _Recipe, digest: str) -> None:
+    labels = {
+        MANAGED: "1",
+        STANDIN: "1",
+        HASH_LABEL: digest,
+        "io.sglforge.standin.sglang-version": recipe.version,
+        **(
+            {"io.sglforge.standin.aiter-commit": recipe.aiter_commit} if recipe.aiter_commit else {}
+        ),
+        "org.opencontainers.image.description": (
+            "sglforge test double: replica of an sglang ROCm release image "
+            "(released code, upstream's install; no torch/ROCm)"
+        ),
+    }
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="replica-", dir=cache_dir()) as tmp:
+        tree = replica_tree(recipe.version, Path(tmp) / "tree", recipe.server, recipe.files)
+        context = _context_dir(
+            tree,
+            build_tool_wheels(),
+            recipe.dockerfile,
+            Path(tmp) / "context",
+            recipe.aiter,
+            recipe.aiter_commit,
+            recipe.bench,
+        )
+        _say(f"docker build {tag} (no network inside; the stand-in server as launch_server.py)")
+        try:
+            client.images.build(
+                path=str(context),
+                tag=tag,
+                labels=labels,
+                rm=True,
+                forcerm=True,
+                network_mode="none",
+            )
+        except docker.errors.BuildError as exc:
+            log = "".join(str(x.get("stream", x.get("error", ""))) for x in exc.build_log)
+            raise RuntimeError(
+                f"building {tag} failed after {time.monotonic() - started:.0f}s:\n{log[-3000:]}"
+            ) from exc
