@@ -56,10 +56,15 @@ class ImageInfo:
 
     @property
     def digest(self) -> str | None:
-        """The registry digest (``sha256:...``) when the image came from or went to one."""
-        for rd in self.repo_digests:
-            return rd.partition("@")[2] or None
-        return None
+        """The registry digest (``sha256:...``) of this image in the repository ``ref`` names,
+        when it came from or went to that repository; None otherwise.
+
+        Only that repository's entry counts: an image the engine also knows under another
+        name (a local build pushed to a test registry, a base retagged for a mirror) carries
+        that name's digest too, and ``ref@<that digest>`` would send a FROM or a pull to the
+        other registry. An image ID or a malformed ``ref`` has no repository: None.
+        """
+        return next(iter(digests_in(self.repo_digests, self.ref)), None)
 
 
 @dataclass(frozen=True)
@@ -144,10 +149,18 @@ def require(ref: str) -> ImageInfo:
 def repo_digests(image: str, ref: str) -> tuple[str, ...]:
     """Digests the local ``image`` has in the repository of ``ref`` (its RepoDigests)."""
     info = inspect(image)
-    name = parse(ref).name
     if info is None:
         return ()
-    return tuple(d for repo, _, d in (e.partition("@") for e in info.repo_digests) if repo == name)
+    return digests_in(info.repo_digests, ref)
+
+
+def digests_in(entries: Sequence[str], ref: str) -> tuple[str, ...]:
+    """The digests of RepoDigests ``entries`` (``name@sha256:...``) in ``ref``'s repository."""
+    try:
+        name = parse(ref, allow_digest=True).name
+    except BadReference:
+        return ()
+    return tuple(d for repo, _, d in (e.partition("@") for e in entries) if repo == name and d)
 
 
 def build(
