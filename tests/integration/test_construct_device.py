@@ -118,6 +118,8 @@ def test_the_shipped_and_legacy_rope_forms_build(
         form.endswith("parameters"),
     )
     built = construct.build(tree, config, launch(model), TARGETS.resolve("mi355x").device)
+    # read by transformers 5.8.1 (0.5.14's Requires-Dist) itself, in the config-only child
+    assert built.config_source == "transformers 5.8.1 (GlmMoeDsaConfig)"
     assert experts(built) == {"main": (75, 257, 9), "draft": (1, 256, 8)}
     # the scan's quant kinds judge it as they judge the project's test model
     same = by_device["mi355x"]

@@ -19,8 +19,14 @@ What remains a stand-in, and why (the real packages cannot run or install here):
 - not a stand-in: msgspec (0.5.23's ``ServerArgs`` is a msgspec struct) is the real package,
   at the version the release's metadata requires, from the package index
   (:mod:`sglforge.construct.packages`);
-- transformers: not installed in the child yet; the checkpoint's config.json is presented as
-  transformers 5.x presents it (:mod:`sglforge.construct.hfconfig`, lines cited there);
+- not a stand-in: transformers' configuration classes. The checkpoint's config.json is read by
+  the transformers version the release pins, installed for real with what it imports for a
+  configuration, in a separate config-only child without torch
+  (:mod:`sglforge.construct.hfresolve`); the sglang child gets that reading as its config
+  object. Inside the sglang child transformers itself stays a stub: its modelling modules,
+  which sglang imports, need the real torch. A config transformers' own class cannot read here
+  (``trust_remote_code``, an unknown model type) falls back to
+  :mod:`sglforge.construct.hfconfig`'s reading, and ``Construction.config_source`` says so;
 - the GPU memory (``get_device_memory_capacity``): the target's, handed in.
 
 No weights are loaded and no kernel runs: constructors only.
@@ -93,10 +99,33 @@ def build_many(tree: Path, requests: Sequence[Request], device: Device) -> dict[
             f"{tree}: not a sglang release's python/ folder (no sglang/srt)",
             "pass the python/ folder of a release checkout (sglforge patches apply, or a wheel)",
         )
-    requested = [r.to_json() for r in requests]
+    from sglforge.construct import hfresolve
+
+    env = hfresolve.environment(tree)
+    read = hfresolve.resolve(env, {r.id: r.config for r in requests})
+    requested = []
+    for r in requests:
+        one = r.to_json()
+        if "fallback" not in read[r.id]:
+            one["hf"] = read[r.id]
+        requested.append(one)
     stdin = json.dumps({"device": device_json(device), "requests": requested})
     raw = _run_child(tree, stdin)
-    return {r.id: _construction(tree, r, raw[r.id], device) for r in requests}
+    return {
+        r.id: _construction(tree, r, raw[r.id], device, config_source(read[r.id]))
+        for r in requests
+    }
+
+
+def config_source(record: Mapping[str, Any]) -> str:
+    """How config.json was read, for the report: transformers' own class, or the fallback
+    and why (never silent)."""
+    if "fallback" in record:
+        return (
+            "sglforge's reading of config.json (hfconfig.HFConfig), not transformers' own "
+            f"class: {record['fallback']}"
+        )
+    return f"transformers {record['transformers']} ({record['class']})"
 
 
 def device_json(device: Device) -> dict[str, Any]:
@@ -142,7 +171,7 @@ def _run_child(tree: Path, stdin: str) -> dict[str, Any]:
 
 
 def _construction(
-    tree: Path, request: Request, got: dict[str, Any], device: Device
+    tree: Path, request: Request, got: dict[str, Any], device: Device, source: str = ""
 ) -> Construction:
     if "error" in got:
         last = got["error"].strip().splitlines()[-1]
@@ -162,7 +191,9 @@ def _construction(
         )
         for name, m in got["models"].items()
     }
-    return Construction(device, got["launch"], bool(got["dsa"]), got["parallel"], models)
+    return Construction(
+        device, got["launch"], bool(got["dsa"]), got["parallel"], models, config_source=source
+    )
 
 
 def literal_launch(launch: Sequence[str]) -> Launch:

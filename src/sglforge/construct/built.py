@@ -147,6 +147,9 @@ class Construction:
     dsa: bool | None  # whether the DSA attention backend serves it; None: not known
     parallel: Parallel | None = None
     models: Mapping[str, Model] = field(default_factory=dict)  # "main", "draft"
+    # how config.json was read: "transformers 5.8.1 (GlmMoeDsaConfig)", or sglforge's own
+    # reading and why transformers' own class could not be used (construct.hfresolve)
+    config_source: str = ""
 
     @property
     def main(self) -> Model:

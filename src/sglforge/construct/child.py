@@ -42,7 +42,7 @@ import traceback
 import types
 
 from sglforge.construct import quark
-from sglforge.construct.hfconfig import HFConfig
+from sglforge.construct.hfconfig import HFConfig, Resolved, resolved
 from sglforge.construct.quark import RECORDER
 
 UNQUANTIZED = {
@@ -53,11 +53,22 @@ UNQUANTIZED = {
 }
 
 
-def _hand_in(config: dict, gpu: dict) -> None:
+def _config(request: dict, model_path: str = ""):
+    """The checkpoint's config object: transformers' own resolution (the config child's
+    record, ``request["hf"]``), else sglforge's reading of config.json (``HFConfig``)."""
+    record = request.get("hf")
+    if record:
+        return resolved(record, model_path)
+    return HFConfig(**request["config"])
+
+
+def _hand_in(request: dict, gpu: dict) -> None:
     import sglang.srt.configs.model_config as model_config
     import sglang.srt.server_args as server_args
 
-    answer = lambda *a, **k: HFConfig(**config)  # noqa: E731
+    def answer(model="", *a, **k):
+        return _config(request, str(model))
+
     original = model_config.get_config
     model_config.get_config = answer
     # 0.5.23 also reads the config while resolving the arguments, through its own import of
@@ -92,7 +103,7 @@ def _config_as_mapping() -> None:
     original = cq._as_config_mapping
 
     def as_mapping(value, source):
-        return dict(vars(value)) if isinstance(value, HFConfig) else original(value, source)
+        return dict(vars(value)) if isinstance(value, (HFConfig, Resolved)) else original(value, source)
 
     cq._as_config_mapping = as_mapping
 
@@ -377,7 +388,7 @@ def run_request(request: dict, gpu: dict) -> dict:
     from sglang.srt.configs.model_config import is_deepseek_dsa
 
     config = request["config"]
-    _hand_in(config, gpu)
+    _hand_in(request, gpu)
     sa = _server_args(request["launch"])
     launch = _launch(sa)  # as the parser and __post_init__ left it, before a model decides
     facts, topology = _topology(sa)
@@ -385,7 +396,7 @@ def run_request(request: dict, gpu: dict) -> dict:
         models = {m: _build(sa, config, m == "draft") for m in _models(sa, request)}
     return {
         "launch": launch,
-        "dsa": bool(is_deepseek_dsa(HFConfig(**config))),
+        "dsa": bool(is_deepseek_dsa(_config(request, sa.model_path))),
         "parallel": facts,
         "models": models,
     }

@@ -103,3 +103,71 @@ class HFConfig(types.SimpleNamespace):
 
     def __getitem__(self, key):
         return getattr(self, key)
+
+
+class Resolved(types.SimpleNamespace):
+    """A config transformers' own class resolved in the config child
+    (``construct.configchild``): ``to_dict()`` as transformers wrote it, the class's aliases
+    (``attribute_map``) and read-only properties, and ``rope_scaling`` as 5.x's property
+    (``rope_parameters``). Built by :func:`resolved`, named as transformers' class."""
+
+    _record: dict = {}
+
+    def __init__(self, model_path=None):
+        super().__init__()
+        if model_path is None:  # copy.deepcopy's reconstruction: the state follows
+            return
+        record = type(self)._record
+        vars(self).update(copy.deepcopy(record["to_dict"]))
+        self._name_or_path = model_path
+        for name, value in record["properties"].items():
+            if not hasattr(type(self), name):  # an alias or rope_scaling reads its target
+                object.__setattr__(self, name, copy.deepcopy(value))
+
+    @property
+    def rope_scaling(self):
+        return self.rope_parameters
+
+    @rope_scaling.setter
+    def rope_scaling(self, value):
+        self.rope_parameters = value
+
+    @property
+    def torch_dtype(self):
+        return getattr(self, "dtype", None)
+
+    @torch_dtype.setter
+    def torch_dtype(self, value):
+        self.dtype = value
+
+    def to_dict(self):
+        return copy.deepcopy(vars(self))
+
+    def update(self, values):
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def get_text_config(self, *a, **k):
+        return self
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+
+def _alias(target):
+    def get(self):
+        return getattr(self, target)
+
+    def put(self, value):
+        setattr(self, target, value)
+
+    return property(get, put)
+
+
+def resolved(record: dict, model_path: str = "") -> Resolved:
+    """The config object for transformers' record ``record`` (its class name and aliases)."""
+    names = {"_record": record}
+    for alias, target in record.get("attribute_map", {}).items():
+        names[alias] = _alias(target)
+    cls = type(record["class"], (Resolved,), names)
+    return cls(model_path)
