@@ -120,6 +120,13 @@ def test_the_shipped_and_legacy_rope_forms_build(
     built = construct.build(tree, config, launch(model), TARGETS.resolve("mi355x").device)
     # read by transformers 5.8.1 (0.5.14's Requires-Dist) itself, in the config-only child
     assert built.config_source == "transformers 5.8.1 (GlmMoeDsaConfig)"
+    # sglang's own get_config ran on it: its rope compatibility adds "type" to transformers'
+    # rope_parameters (0.5.14 srt/utils/hf_transformers_patches.py:79-92, called from
+    # hf_transformers/common.py get_hf_text_config), read as the rope_scaling property
+    rope = {"rope_theta": 8000000 if form.endswith("parameters") else 1000000}
+    want = rope | {"rope_type": "default", "type": "default"}
+    assert {m.config_class for m in built.models.values()} == {"GlmMoeDsaConfig"}
+    assert [m.rope_scaling for m in built.models.values()] == [want, want]
     assert experts(built) == {"main": (75, 257, 9), "draft": (1, 256, 8)}
     # the scan's quant kinds judge it as they judge the project's test model
     same = by_device["mi355x"]

@@ -188,6 +188,8 @@ def _construction(
             tokens=m["tokens"],
             prefixes=tuple(m["prefixes"]),
             quark=m["quark"],
+            config_class=m.get("config_class", ""),
+            rope_scaling=m.get("rope_scaling"),
         )
         for name, m in got["models"].items()
     }

@@ -127,6 +127,9 @@ class Model:
     tokens: Tokens
     prefixes: tuple[str, ...]  # every module prefix built
     quark: QuarkMatching | None  # None: the checkpoint is not Quark-quantized
+    # the config object sglang's get_config returned: its class, and rope_scaling as read
+    config_class: str = ""
+    rope_scaling: Mapping[str, object] | None = None
 
     def labels(self) -> dict[str, str]:
         """``{module: "Class: scheme"}``: each module's decision in one string."""

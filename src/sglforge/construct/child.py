@@ -33,6 +33,7 @@ traceback's last lines) and the others still run.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import inspect
 import json
@@ -62,15 +63,28 @@ def _config(request: dict, model_path: str = ""):
     return HFConfig(**request["config"])
 
 
+_SGLANG = {}  # sglang's own get_config and the stub AutoConfig, as first found
+_SERVING = {}  # the request whose config transformers' stand-in answers with
+
+
+class _AutoConfig:
+    """``transformers.AutoConfig`` in the sglang child: answers ``from_pretrained`` with
+    transformers' own reading of the request's config.json (the config child's record)."""
+
+    @staticmethod
+    def from_pretrained(model, *a, **k):
+        return resolved(_SERVING["request"]["hf"], str(model))
+
+
+def _raw_config_dict(cls, model, *a, **k):
+    """``PretrainedConfig.get_config_dict``: the checkpoint's config.json as written."""
+    return copy.deepcopy(_SERVING["request"]["config"]), {}
+
+
 def _hand_in(request: dict, gpu: dict) -> None:
     import sglang.srt.configs.model_config as model_config
     import sglang.srt.server_args as server_args
 
-    def answer(model="", *a, **k):
-        return _config(request, str(model))
-
-    original = model_config.get_config
-    model_config.get_config = answer
     # 0.5.23 also reads the config while resolving the arguments, through its own import of
     # get_config (srt/arg_groups/muse_spark_hook.py:10, called from pipeline.py:122): every
     # loaded sglang module holding that function gets the answer.
@@ -78,7 +92,31 @@ def _hand_in(request: dict, gpu: dict) -> None:
         importlib.import_module("sglang.srt.arg_groups.pipeline")
     except ImportError:
         pass  # older releases: no argument pipeline
-    _everywhere("get_config", original, answer)
+    original = model_config.get_config
+    real = _SGLANG.setdefault("get_config", original)
+    _SERVING["request"] = request
+    if request.get("hf"):
+        # sglang's own get_config and config parser run (its per-model fix-ups, the text
+        # config, rope_scaling's compatibility "type"), on transformers' own reading
+        import transformers  # the stub package: its AutoConfig and PretrainedConfig serve
+
+        stub = _SGLANG.setdefault("AutoConfig", transformers.AutoConfig)
+        _everywhere("AutoConfig", stub, _AutoConfig)
+        type.__setattr__(
+            transformers.PretrainedConfig, "get_config_dict", classmethod(_raw_config_dict)
+        )
+
+        def answer(*a, **k):
+            getattr(real, "cache_clear", lambda: None)()  # another request, the same path
+            return real(*a, **k)
+
+    else:
+
+        def answer(model="", *a, **k):
+            return HFConfig(**request["config"])
+
+    model_config.get_config = answer
+    _everywhere("get_config", (original, real), answer)
     model_config.get_hf_text_config = lambda c: c
     model_config.get_generation_config = lambda *a, **k: None
     memory_mib = float(int(gpu["memory_gib"]) * 1024)
@@ -298,9 +336,12 @@ def _build(sa, config: dict, draft: bool) -> dict:
         n_routed=getattr(hf_config, "n_routed_experts", None),
         renames=renames,
     )
+    rope = getattr(hf_config, "rope_scaling", None)
     return {
         "architecture": hf_config.architectures[0],
         "class": type(model).__name__,
+        "config_class": type(hf_config).__name__,
+        "rope_scaling": dict(rope) if isinstance(rope, dict) else None,
         "modules": modules,
         "moe": moes,
         "prefixes": sorted(n for n, _ in model.named_modules() if n),
