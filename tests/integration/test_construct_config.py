@@ -74,4 +74,4 @@ def test_a_config_transformers_cannot_read_falls_back_and_says_why(
     assert "not_a_transformers_type" in got["unknown"]["fallback"]
     for record in got.values():
         source = construct.config_source(record)
-        assert source.startswith("sglforge's reading of config.json") and "not transformers'" in source
+        assert source.startswith("sglforge's hfconfig.HFConfig, not transformers' own class: ")

@@ -121,10 +121,7 @@ def config_source(record: Mapping[str, Any]) -> str:
     """How config.json was read, for the report: transformers' own class, or the fallback
     and why (never silent)."""
     if "fallback" in record:
-        return (
-            "sglforge's reading of config.json (hfconfig.HFConfig), not transformers' own "
-            f"class: {record['fallback']}"
-        )
+        return f"sglforge's hfconfig.HFConfig, not transformers' own class: {record['fallback']}"
     return f"transformers {record['transformers']} ({record['class']})"
 
 
