@@ -570,6 +570,8 @@ class Gate:
             "accepted": [dict(x.to_dict(), reason=why) for x, why in self.accepted],
             "misses": self.coverage.misses,
             "lookups": len(self.coverage.lookups),
+            # whose lookup rule the gate applied: the aiter commit and where it came from
+            "aiter": self.coverage.aiter.to_dict(),
         }
 
 
