@@ -245,7 +245,8 @@ def test_the_logged_key_is_written_for_each_aiter_s_own_column_order() -> None:
     for commit, rule in rules.items():
         other = next(r for c, r in rules.items() if c != commit)
         for token in (1, 16, 16384):
-            line = f"[aiter] [fused_moe] using 2stage default for {logged_key(commit, token=token, **shape)} "
+            key = logged_key(commit, token=token, **shape)
+            line = f"[aiter] [fused_moe] using 2stage default for {key} "
             own = re.compile(aiter_rules.expand_log_keys(placeholder, (rule,)))
             assert own.search(line), (commit[:12], line)
             # the other commit's form does not match: the key is the rule's, not a fixed regex
@@ -255,7 +256,7 @@ def test_the_logged_key_is_written_for_each_aiter_s_own_column_order() -> None:
             assert re.compile(both).search(line)
             # another shape is not this key
             wrong = logged_key(commit, token=token, **(shape | {"expert": 256, "topk": 8}))
-            assert not re.compile(both).search(line.replace(logged_key(commit, token=token, **shape), wrong))
+            assert not re.compile(both).search(line.replace(key, wrong))
     # 7d604afe5fa7 has no gfx column: the gfx the placeholder names is dropped from its form
     assert aiter_rules.log_key(rules[A_7D6], shape) == r"\(256, \d+, 6144, 256, 257, 9, "
     assert aiter_rules.log_key(rules[A_912], shape) == r"\('gfx950', 256, \d+, 6144, 256, 257, 9, "

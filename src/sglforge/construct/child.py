@@ -7,8 +7,10 @@ per request:
 
 1. parses the launch flags with sglang's own parser (``ServerArgs.add_cli_args``) and runs the
    real ``ServerArgs.__post_init__`` on them. Two things a launch reads from the machine are
-   handed in: the checkpoint's ``config.json`` (``get_config`` answers with it, as transformers
-   5.x presents it: :mod:`sglforge.construct.hfconfig`) and the GPU memory
+   handed in: the checkpoint's config (sglang's own ``get_config`` and config parser run, with
+   ``transformers.AutoConfig.from_pretrained`` answering with transformers' own reading of
+   config.json from the config-only child, ``request["hf"]``: :func:`hfconfig.resolved`; without
+   one, ``get_config`` answers with :class:`hfconfig.HFConfig`) and the GPU memory
    (``get_device_memory_capacity``: the target's);
 2. sets the topology sglang's own parallel state would hold for rank 0 (tp, attention tp/dp
    from ``compute_dp_attention_world_info``, moe tp/ep);
@@ -133,7 +135,7 @@ def _hand_in(request: dict, gpu: dict) -> None:
 def _config_as_mapping() -> None:
     """0.5.23 reads the quantization metadata from ``PretrainedConfig.to_dict()``
     (srt/model_loader/checkpoint_quantization.py:42-50); transformers is a stub here, so the
-    config handed in is given as the mapping ``to_dict()`` would return (its fields)."""
+    config handed in (either form) is given as the mapping of its fields."""
     try:
         cq = importlib.import_module("sglang.srt.model_loader.checkpoint_quantization")
     except ImportError:
@@ -141,7 +143,11 @@ def _config_as_mapping() -> None:
     original = cq._as_config_mapping
 
     def as_mapping(value, source):
-        return dict(vars(value)) if isinstance(value, (HFConfig, Resolved)) else original(value, source)
+        return (
+            dict(vars(value))
+            if isinstance(value, (HFConfig, Resolved))
+            else original(value, source)
+        )
 
     cq._as_config_mapping = as_mapping
 

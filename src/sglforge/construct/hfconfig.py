@@ -1,9 +1,15 @@
-"""The checkpoint's config.json as sglang reads it through transformers 5.x (child side).
+"""The checkpoint's config object in the construction child (child side).
 
-sglang 0.5.14 pins ``transformers==5.8.1``; transformers is not installed in the construction
-child (it is a stub, ``sglforge.construct.shims``), so :class:`HFConfig` presents config.json
-the way that release's ``PreTrainedConfig`` does, for what sglang reads of it. Lines are
-transformers 5.8.1's:
+Two forms. :func:`resolved` is the normal one: transformers' own configuration class read
+config.json in the config-only child (:mod:`sglforge.construct.hfresolve`, at the version the
+release pins), and :class:`Resolved` presents that reading (``to_dict()``, the class's
+``attribute_map`` aliases and read-only properties, ``rope_scaling`` as 5.x's property over
+``rope_parameters``) under the class's name, to sglang's own ``get_config``.
+
+:class:`HFConfig` is the fallback, used only when transformers' own class cannot read the config
+here (``trust_remote_code``, a model type it does not know, the wheels not to be had); the
+construction then says so (``Construction.config_source``). It presents config.json the way
+transformers 5.8.1's ``PreTrainedConfig`` does for what sglang reads of it (lines are 5.8.1's):
 
 - a key config.json lacks takes ``PreTrainedConfig.__init__``'s default (the common keys,
   ``configuration_utils.py``: ``DEFAULTS`` below); any other missing key is an AttributeError;
@@ -17,8 +23,8 @@ transformers 5.8.1's:
 - ``rope_scaling`` is a property returning ``rope_parameters`` (``configuration_utils.py:483-489``),
   which sglang reads (``srt/configs/model_config.py:760`` at 0.5.14).
 
-The per-class defaults transformers fills (``GlmMoeDsaConfig``: ``mlp_layer_types``,
-``indexer_types``, ...) are not: a config.json that omits them is built as written.
+The fallback does not fill the per-class defaults transformers fills (``GlmMoeDsaConfig``:
+``mlp_layer_types``, ``indexer_types``, ...): a config.json that omits them is built as written.
 """
 
 # mypy: ignore-errors
