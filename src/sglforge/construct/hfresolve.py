@@ -21,6 +21,7 @@ the construction says so (``Construction.config_source``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -84,6 +85,11 @@ def _version(folder: Path, project: str) -> Version | None:
     return _compatible(folder.name + ".whl", project)
 
 
+@functools.lru_cache(maxsize=8)
+def _closure_of(requirement: str) -> tuple[Path, ...]:
+    return closure(Requirement(requirement))  # once per process and requirement
+
+
 def closure(root: Requirement) -> tuple[Path, ...]:
     """``root`` and the closure of its requirements (less :data:`NOT_FOR_CONFIG`), each the
     newest cached or indexed wheel for this interpreter satisfying every specifier seen."""
@@ -122,7 +128,7 @@ def environment(tree: Path) -> Environment:
     if req is None:
         return Environment(None, (), f"sglang {version}'s wheel requires no transformers")
     try:
-        paths = closure(req)
+        paths = _closure_of(str(req))
     except (SglforgeError, OSError) as exc:
         return Environment(None, (), f"{req}: {str(exc).splitlines()[0]}")
     found = next((p for p in paths if p.name.startswith("transformers-")), None)
