@@ -390,3 +390,58 @@ def _git_files(git: Path) -> dict[str, str]:
         if path.is_file() and git in path.resolve().parents:
             out[name] = path.read_text(errors="replace")
     return out
+
+
+# --- the key as aiter logs it -----------------------------------------------------------------
+# aiter logs each fused-MoE lookup with the key tuple it looked up, formatted by Python
+# (``f"... for {keys} "``: 9127c94a18e4 aiter/fused_moe.py:1361 and :1583, 7d604afe5fa7 :1254
+# and :1487), the tuple built in the rule's column order (``keys = (...)``: 9127c94a18e4
+# :1176-1191, 7d604afe5fa7 :1074-1088). So the text of a logged key is the rule's, not one
+# commit's: a smoke log pattern names the key by column in a placeholder,
+# ``{aiter-key gfx=gfx950 cu_num=256 model_dim=6144 inter_dim=256 expert=257 topk=9}``, and
+# :func:`expand_log_keys` writes the regular expression for the rule of the base's aiter.
+LOG_KEY = re.compile(r"\{aiter-key((?:\s+[a-z_0-9]+=[^\s{}]+)+)\s*\}")
+# columns aiter formats as strings (``gfx`` from get_gfx_runtime(), ``str(dtype)``, ...): repr'd
+_STRING_COLUMNS = frozenset({"gfx", "dtype", "q_dtype_a", "q_dtype_w", "q_type"})
+
+
+def log_key(rule: AiterRule, values: Mapping[str, object]) -> str:
+    """The regular expression for a key tuple ``rule``'s aiter logs: ``values`` (by column)
+    where given, ``\\d+`` for the token, any element for the others, up to the last given
+    column. Columns this aiter does not key on (``gfx`` before 9127c94a18e4) are dropped."""
+    unknown = sorted(set(values) - set(KNOWN_COLUMNS))
+    if unknown:
+        raise ConfigError(
+            f"aiter-key column {unknown[0]!r}: not a column aiter keys fused-MoE rows on "
+            f"(known: {', '.join(KNOWN_COLUMNS)})"
+        )
+    given = [i for i, c in enumerate(rule.key) if c in values]
+    if not given:
+        return r"\("
+    parts = []
+    for column in rule.key[: given[-1] + 1]:
+        value = values.get(column)
+        if value is None:
+            parts.append(r"\d+" if column == "token" else r"[^,()]+")
+        else:
+            text = str(value)
+            parts.append(re.escape(repr(text) if column in _STRING_COLUMNS else text))
+    end = r"\)" if given[-1] == len(rule.key) - 1 else ", "
+    return r"\(" + ", ".join(parts) + end
+
+
+def expand_log_keys(pattern: str, rules: tuple[AiterRule, ...]) -> str:
+    """``pattern`` with each ``{aiter-key ...}`` placeholder written for ``rules`` (one form
+    each, alternatives when the base's aiter is not known: every rule of :data:`KNOWN`)."""
+
+    def one(m: re.Match[str]) -> str:
+        values = dict(pair.split("=", 1) for pair in m.group(1).split())
+        forms = list(dict.fromkeys(log_key(r, values) for r in rules))
+        return forms[0] if len(forms) == 1 else "(?:" + "|".join(forms) + ")"
+
+    return LOG_KEY.sub(one, pattern)
+
+
+def log_rules(rule: AiterRule | None) -> tuple[AiterRule, ...]:
+    """The rules a smoke log's aiter keys are read with: the base's, else every known one."""
+    return (rule,) if rule is not None else tuple(KNOWN.values())

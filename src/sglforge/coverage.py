@@ -450,11 +450,14 @@ def coverage(
         raise ConfigError(f"gfx {gfx!r}: no known CU count (known: {', '.join(sorted(CU_NUM))})")
     rule = base.aiter or default_rule()
     if isinstance(on, construct.Construction):
+        built = on
         layers, buckets = shapes_of(on, read_model(model_dir), rule.buckets)
     else:
         device = on or device_of_gfx(gfx)
-        layers, buckets, _built = shapes(tree, model_dir, args, device, rule.buckets)
+        layers, buckets, built = shapes(tree, model_dir, args, device, rule.buckets)
     tables, notes = merged_tables(base, items, env)
+    if built.config_source:  # transformers' own class, or the fallback and why (never silent)
+        notes.append(f"config.json read by {built.config_source}")
     lookups = resolve(layers, buckets, tables, gfx, CU_NUM[gfx], rule)
     for layer in layers:
         if layer.shape is None:
@@ -567,6 +570,8 @@ class Gate:
             "accepted": [dict(x.to_dict(), reason=why) for x, why in self.accepted],
             "misses": self.coverage.misses,
             "lookups": len(self.coverage.lookups),
+            # whose lookup rule the gate applied: the aiter commit and where it came from
+            "aiter": self.coverage.aiter.to_dict(),
         }
 
 

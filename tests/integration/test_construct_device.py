@@ -18,8 +18,10 @@ the two builds follow it (0.5.14 lines):
 
 Then the checkpoint forms: GLM-5.2's config.json as it ships (``rope_parameters``, no
 ``rope_scaling``/``rope_theta``) and the legacy ``rope_theta``-only form build the same model as
-the project's test model (main 257/9 on 75 layers, draft 256/8 at TP8), with the same
-per-module decisions and the same scan findings.
+the project's test model (main 257/9 on 75 layers, draft 256/8; per-rank intermediate size 256
+at TP8, 512 at TP4xDP2), with the same per-module decisions and the same scan findings. Both are
+read by transformers 5.8.1 itself (0.5.14's pin, in the config-only child) and then by sglang's
+own ``get_config``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ pytestmark = pytest.mark.pypi
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "standin"
 TP8 = REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
+TP4DP2 = REPO / "smoke" / "glm5-mxfp4-mtp-tp4dp2-mi355x.toml"
 TARGETS = load_targets(REPO)
 # MI250X, one GCD as ROCm shows it: a device below sglang's (9, 4) fusion threshold.
 GFX90A = Device(gfx="gfx90a", name="AMD Instinct MI250X", cu_num=110, memory_gib=64, count=8)
@@ -51,8 +54,8 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return release_tree(tmp_path_factory.mktemp("device") / "patched", "0.5.14", True) / "python"
 
 
-def launch(model: Path) -> list[str]:
-    return coverage.launch_args(load_scenario(TP8).args, model)
+def launch(model: Path, scenario: Path = TP8) -> list[str]:
+    return coverage.launch_args(load_scenario(scenario).args, model)
 
 
 def experts(built: construct.Construction) -> dict[str, tuple[int, int, int]]:
@@ -117,7 +120,25 @@ def test_the_shipped_and_legacy_rope_forms_build(
         False,
         form.endswith("parameters"),
     )
-    built = construct.build(tree, config, launch(model), TARGETS.resolve("mi355x").device)
+    requests = [
+        construct.Request(name, config, launch(model, scenario))
+        for name, scenario in (("tp8", TP8), ("tp4dp2", TP4DP2))
+    ]
+    both = construct.build_many(tree, requests, TARGETS.resolve("mi355x").device)
+    built = both["tp8"]
+    # TP4xDP2: the same experts, each rank's intermediate size twice TP8's (2048 / 4)
+    assert experts(both["tp4dp2"]) == experts(built)
+    assert {m["intermediate_size_per_partition"] for m in both["tp4dp2"].main.moe} == {512}
+    assert {m["intermediate_size_per_partition"] for m in built.main.moe} == {256}
+    # read by transformers 5.8.1 (0.5.14's Requires-Dist) itself, in the config-only child
+    assert built.config_source == "transformers 5.8.1 (GlmMoeDsaConfig)"
+    # sglang's own get_config ran on it: its rope compatibility adds "type" to transformers'
+    # rope_parameters (0.5.14 srt/utils/hf_transformers_patches.py:79-92, called from
+    # hf_transformers/common.py get_hf_text_config), read as the rope_scaling property
+    rope = {"rope_theta": 8000000 if form.endswith("parameters") else 1000000}
+    want = rope | {"rope_type": "default", "type": "default"}
+    assert {m.config_class for m in built.models.values()} == {"GlmMoeDsaConfig"}
+    assert [m.rope_scaling for m in built.models.values()] == [want, want]
     assert experts(built) == {"main": (75, 257, 9), "draft": (1, 256, 8)}
     # the scan's quant kinds judge it as they judge the project's test model
     same = by_device["mi355x"]

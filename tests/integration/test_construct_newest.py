@@ -39,6 +39,8 @@ def test_the_newest_release_constructs_with_its_own_msgspec(tmp_path: Path) -> N
     launch = load_scenario(REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml").args
     args = coverage.launch_args(launch, MODEL)
     built = construct.build(tree, config, args, load_targets(REPO).resolve("mi355x").device)
+    # config.json read by the transformers 0.5.23 pins (its wheel's Requires-Dist), for real
+    assert built.config_source == "transformers 5.19.0 (GlmMoeDsaConfig)"
     main = built.models["main"]
     assert len(main.moe) == 75
     assert {(m["top_k"], tuple(m["w2_shape"])) for m in main.moe} == {(9, (257, 6144, 128))}

@@ -9,6 +9,7 @@ Each test cites the lines it rests on and fails when they stop saying it.
 
 from __future__ import annotations
 
+import re
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -193,3 +194,71 @@ def test_an_image_s_commit_comes_from_its_checkout_else_its_distribution() -> No
     )
     commit, source = aiter_rules.commit_of({"dist": "amd-aiter 0.1.7.post2.dev18"}, "/x")
     assert commit is None and "records no commit" in source
+
+
+# aiter's lookup log lines: the key tuple formatted by Python, in the commit's column order
+# (``keys = (`` above) -- 7d604afe5fa7 aiter/fused_moe.py:1254 and :1487, 9127c94a18e4 :1361
+# and :1583.
+LOGGED = [
+    (A_7D6, 1254, "{'default' if cfg is None else tag} for {keys} \""),
+    (A_7D6, 1487, 'f"[fused_moe] no tuned FlyDSL config for {keys}, "'),
+    (A_912, 1361, "{'default' if cfg is None else tag} for {keys} \""),
+    (A_912, 1583, 'f"[fused_moe] no tuned FlyDSL config for {keys}, "'),
+]
+
+
+class _Silu:  # aiter's ActivationType.Silu as its repr prints inside the key tuple
+    def __repr__(self) -> str:
+        return "<ActivationType.Silu: 0>"
+
+
+def logged_key(commit: str, **values: object) -> str:
+    """The key tuple as ``commit``'s aiter logs it: its ``keys = (...)`` names, in order, with
+    the lookup's values (``str(dtype)`` and friends are strings there), formatted by Python."""
+    text = lines(commit)
+    start = next(i for i, t in enumerate(text) if t.strip() == "keys = (")
+    names = []
+    for t in text[start + 1 :]:
+        if t.strip() == ")":
+            break
+        names.append(t.strip().rstrip(",").removeprefix("str(").removesuffix(")"))
+    fill = {
+        "activation": _Silu(),
+        "dtype": "torch.bfloat16",
+        "q_dtype_a": "torch.float4_e2m1fn_x2",
+        "q_dtype_w": "torch.float4_e2m1fn_x2",
+        "q_type": "QuantType.per_1x32",
+        "use_g1u1": True,
+        "doweight_stage1": False,
+    }
+    return f"{tuple(values.get(n, fill.get(n)) for n in names)}"
+
+
+def test_the_logged_key_is_written_for_each_aiter_s_own_column_order() -> None:
+    got = {c: lines(c) for c in (A_7D6, A_912)}
+    for commit, line, text in LOGGED:
+        assert text in got[commit][line - 1], f"{commit[:12]}:{line} is {got[commit][line - 1]!r}"
+    shape = dict(gfx="gfx950", cu_num=256, model_dim=6144, inter_dim=256, expert=257, topk=9)
+    spec = " ".join(f"{k}={v}" for k, v in shape.items())
+    placeholder = "using 2stage default for {aiter-key " + spec + "}"
+    rules = {c: read(c) for c in (A_7D6, A_912)}
+    for commit, rule in rules.items():
+        other = next(r for c, r in rules.items() if c != commit)
+        for token in (1, 16, 16384):
+            key = logged_key(commit, token=token, **shape)
+            line = f"[aiter] [fused_moe] using 2stage default for {key} "
+            own = re.compile(aiter_rules.expand_log_keys(placeholder, (rule,)))
+            assert own.search(line), (commit[:12], line)
+            # the other commit's form does not match: the key is the rule's, not a fixed regex
+            assert not re.compile(aiter_rules.expand_log_keys(placeholder, (other,))).search(line)
+            # without the base's rule: every known rule's form
+            both = aiter_rules.expand_log_keys(placeholder, aiter_rules.log_rules(None))
+            assert re.compile(both).search(line)
+            # another shape is not this key
+            wrong = logged_key(commit, token=token, **(shape | {"expert": 256, "topk": 8}))
+            assert not re.compile(both).search(line.replace(key, wrong))
+    # 7d604afe5fa7 has no gfx column: the gfx the placeholder names is dropped from its form
+    assert aiter_rules.log_key(rules[A_7D6], shape) == r"\(256, \d+, 6144, 256, 257, 9, "
+    assert aiter_rules.log_key(rules[A_912], shape) == r"\('gfx950', 256, \d+, 6144, 256, 257, 9, "
+    with pytest.raises(ConfigError, match="not a column aiter keys"):
+        aiter_rules.log_key(rules[A_912], {"experts": "257"})

@@ -304,3 +304,39 @@ def test_the_command_s_bad_inputs_get_one_line_errors(tmp_path: Path) -> None:
     ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "config.json: not JSON" in res.output
+
+
+def test_the_gate_s_record_names_the_aiter_whose_rule_it_applied() -> None:
+    import dataclasses
+
+    from sglforge import aiter_rules
+    from sglforge.release import Release, from_dict, to_dict
+
+    A_7D6 = "7d604afe5fa7efba63c0dce323b95d9daf2db112"
+    rule = aiter_rules.known_rule(A_7D6, "git metadata of the checkout /base/aiter")
+    cov = coverage.Coverage("gfx950", 256, "tree", (), (lookup("main", "miss"),), aiter=rule)
+    record = coverage.gate(cov).to_dict()
+    assert record["aiter"]["commit"] == A_7D6
+    assert record["aiter"]["source"] == "git metadata of the checkout /base/aiter"
+    assert record["aiter"]["key"][0] == "cu_num"  # its rule, not the default's
+    # without a base: the default rule, and the record says it was not read from one
+    default = coverage.gate(dataclasses.replace(cov, aiter=aiter_rules.default_rule())).to_dict()
+    assert "not read from a base" in default["aiter"]["source"]
+    # the publish's release record keeps the gate's record as it is (publish.py run.coverage)
+    release = Release(
+        version="v0.5.14-rocm700-mi355x-q1234abcd",
+        date="2026-12-01",
+        target="mi355x",
+        image="reg/sglang:v0.5.14-rocm700-mi355x-q1234abcd",
+        digest="sha256:" + "0" * 64,
+        references=(),
+        upstream_url="https://github.com/sgl-project/sglang",
+        upstream_ref="v0.5.14",
+        upstream_commit="0" * 40,
+        upstream_version="0.5.14",
+        queue_hash="1234abcd",
+        patches=(),
+        smoke=None,
+        coverage=record,
+    )
+    assert from_dict(to_dict(release)).coverage == record

@@ -10,17 +10,47 @@ folder; the child imports that release with stand-ins for torch and the GPU stac
 sglang's own parser and ``ServerArgs.__post_init__``, and constructs the main model and the MTP
 draft through sglang's own loader. The result is typed (:mod:`sglforge.construct.built`).
 
-What remains a stand-in, and why (the real packages cannot run or install here):
+Real, not stand-ins:
 
-- torch: the ROCm build needs the GPU runtime; the CPU wheel reports no HIP device, and the
+- transformers' configuration classes: config.json is read by the transformers version the
+  release's wheel pins (``Requires-Dist``: 0.5.14 ``transformers==5.8.1``, 0.5.23 ``5.19.0``),
+  installed for real from the package index with the closure of its requirements, in a
+  separate config-only child without site-packages or torch (:mod:`sglforge.construct.hfresolve`,
+  :mod:`sglforge.construct.configchild`). The sglang child then runs sglang's own
+  ``get_config`` and config parser on that reading (``AutoConfig.from_pretrained`` answers with
+  it). A config transformers' own class cannot read here (``trust_remote_code``, a model type it
+  does not know) falls back to :mod:`sglforge.construct.hfconfig`'s reading, and
+  ``Construction.config_source`` (and coverage's notes) say so;
+- msgspec (0.5.23's ``ServerArgs`` is a msgspec struct), at the version the release requires
+  (:mod:`sglforge.construct.packages`); and whatever the host interpreter has installed.
+
+What remains a stand-in in the sglang child (:mod:`sglforge.construct.shims`), and why each
+cannot be the real package here (measured on 0.5.14 and 0.5.23: the modules the stub hook
+answered for while building GLM-5.2 and its draft):
+
+- torch (and torchvision, torchaudio, torchcodec, torch_memory_saver, torchada): the ROCm build
+  needs the GPU runtime and is several GiB; the CPU wheel reports no HIP device, and the
   decisions read the device (``is_hip()``, the shared-experts-fusion check, aiter's
   ``get_cu_num``): the shims describe the target's GPU from images/targets.toml instead;
-- triton, aiter, sgl_kernel, flashinfer and other GPU kernels: import-time surface only;
-- not a stand-in: msgspec (0.5.23's ``ServerArgs`` is a msgspec struct) is the real package,
-  at the version the release's metadata requires, from the package index
-  (:mod:`sglforge.construct.packages`);
-- transformers: not installed in the child yet; the checkpoint's config.json is presented as
-  transformers 5.x presents it (:mod:`sglforge.construct.hfconfig`, lines cited there);
+- the GPU kernels and their runtimes: triton, triton_kernels, aiter, sgl_kernel, flashinfer,
+  flash_attn, deep_ep, cuda, cutlass, tilelang, tvm_ffi, vllm, petit_kernel, kt_kernel,
+  pplx_kernels, nixl_ep, megatron, mlx, xielu, amdsmi, pynvml: they need a GPU (or torch) to
+  import; only their import-time surface is read;
+- transformers itself (inside the sglang child), and the packages that require torch to import
+  (accelerate, compressed_tensors, xgrammar, vector_quantize_pytorch): sglang
+  imports transformers' modelling modules, which need the real torch; the configuration is the
+  real one, from the config child (above);
+- huggingface_hub, safetensors, fastsafetensors, gguf, requests, aiohttp, openai: the clients
+  that fetch or read checkpoint files. A construction reads no weights and must never reach
+  the Hub (the model folder is not on this host), so they stay stubs on purpose;
+- the server's and tokenizer's own packages (zmq, starlette, fastapi, uvicorn, psutil,
+  setproctitle, pybase64, partial_json_parser, sentencepiece, PIL, lxml, opentelemetry, tqdm,
+  filelock, dill, einops, gmpy2, flint): each could be installed, but no recorded decision
+  reads their behaviour (the construction runs no server, tokenizer or progress bar); they are
+  not yet real;
+- optional imports libraries probe with ``try: import ...`` (winreg, _winapi, msvcrt, cPickle,
+  simplejson, brotlicffi, socks, chardet, backports, org, docrepr, ctags, astroid): the stub
+  hook answers them too, where the real environment would raise ImportError;
 - the GPU memory (``get_device_memory_capacity``): the target's, handed in.
 
 No weights are loaded and no kernel runs: constructors only.
@@ -93,10 +123,29 @@ def build_many(tree: Path, requests: Sequence[Request], device: Device) -> dict[
             f"{tree}: not a sglang release's python/ folder (no sglang/srt)",
             "pass the python/ folder of a release checkout (sglforge patches apply, or a wheel)",
         )
-    requested = [r.to_json() for r in requests]
+    from sglforge.construct import hfresolve
+
+    env = hfresolve.environment(tree)
+    read = hfresolve.resolve(env, {r.id: r.config for r in requests})
+    requested = []
+    for r in requests:
+        one = r.to_json()
+        if "fallback" not in read[r.id]:
+            one["hf"] = read[r.id]
+        requested.append(one)
     stdin = json.dumps({"device": device_json(device), "requests": requested})
     raw = _run_child(tree, stdin)
-    return {r.id: _construction(tree, r, raw[r.id], device) for r in requests}
+    return {
+        r.id: _construction(tree, r, raw[r.id], device, config_source(read[r.id])) for r in requests
+    }
+
+
+def config_source(record: Mapping[str, Any]) -> str:
+    """How config.json was read, for the report: transformers' own class, or the fallback
+    and why (never silent)."""
+    if "fallback" in record:
+        return f"sglforge's hfconfig.HFConfig, not transformers' own class: {record['fallback']}"
+    return f"transformers {record['transformers']} ({record['class']})"
 
 
 def device_json(device: Device) -> dict[str, Any]:
@@ -142,7 +191,7 @@ def _run_child(tree: Path, stdin: str) -> dict[str, Any]:
 
 
 def _construction(
-    tree: Path, request: Request, got: dict[str, Any], device: Device
+    tree: Path, request: Request, got: dict[str, Any], device: Device, source: str = ""
 ) -> Construction:
     if "error" in got:
         last = got["error"].strip().splitlines()[-1]
@@ -159,10 +208,14 @@ def _construction(
             tokens=m["tokens"],
             prefixes=tuple(m["prefixes"]),
             quark=m["quark"],
+            config_class=m.get("config_class", ""),
+            rope_scaling=m.get("rope_scaling"),
         )
         for name, m in got["models"].items()
     }
-    return Construction(device, got["launch"], bool(got["dsa"]), got["parallel"], models)
+    return Construction(
+        device, got["launch"], bool(got["dsa"]), got["parallel"], models, config_source=source
+    )
 
 
 def literal_launch(launch: Sequence[str]) -> Launch:

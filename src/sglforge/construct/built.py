@@ -127,6 +127,9 @@ class Model:
     tokens: Tokens
     prefixes: tuple[str, ...]  # every module prefix built
     quark: QuarkMatching | None  # None: the checkpoint is not Quark-quantized
+    # the config object sglang's get_config returned: its class, and rope_scaling as read
+    config_class: str = ""
+    rope_scaling: Mapping[str, object] | None = None
 
     def labels(self) -> dict[str, str]:
         """``{module: "Class: scheme"}``: each module's decision in one string."""
@@ -147,6 +150,9 @@ class Construction:
     dsa: bool | None  # whether the DSA attention backend serves it; None: not known
     parallel: Parallel | None = None
     models: Mapping[str, Model] = field(default_factory=dict)  # "main", "draft"
+    # how config.json was read: "transformers 5.8.1 (GlmMoeDsaConfig)", or sglforge's own
+    # reading and why transformers' own class could not be used (construct.hfresolve)
+    config_source: str = ""
 
     @property
     def main(self) -> Model:

@@ -7,8 +7,10 @@ per request:
 
 1. parses the launch flags with sglang's own parser (``ServerArgs.add_cli_args``) and runs the
    real ``ServerArgs.__post_init__`` on them. Two things a launch reads from the machine are
-   handed in: the checkpoint's ``config.json`` (``get_config`` answers with it, as transformers
-   5.x presents it: :mod:`sglforge.construct.hfconfig`) and the GPU memory
+   handed in: the checkpoint's config (sglang's own ``get_config`` and config parser run, with
+   ``transformers.AutoConfig.from_pretrained`` answering with transformers' own reading of
+   config.json from the config-only child, ``request["hf"]``: :func:`hfconfig.resolved`; without
+   one, ``get_config`` answers with :class:`hfconfig.HFConfig`) and the GPU memory
    (``get_device_memory_capacity``: the target's);
 2. sets the topology sglang's own parallel state would hold for rank 0 (tp, attention tp/dp
    from ``compute_dp_attention_world_info``, moe tp/ep);
@@ -33,6 +35,7 @@ traceback's last lines) and the others still run.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import inspect
 import json
@@ -42,7 +45,7 @@ import traceback
 import types
 
 from sglforge.construct import quark
-from sglforge.construct.hfconfig import HFConfig
+from sglforge.construct.hfconfig import HFConfig, Resolved, resolved
 from sglforge.construct.quark import RECORDER
 
 UNQUANTIZED = {
@@ -53,13 +56,37 @@ UNQUANTIZED = {
 }
 
 
-def _hand_in(config: dict, gpu: dict) -> None:
+def _config(request: dict, model_path: str = ""):
+    """The checkpoint's config object: transformers' own resolution (the config child's
+    record, ``request["hf"]``), else sglforge's reading of config.json (``HFConfig``)."""
+    record = request.get("hf")
+    if record:
+        return resolved(record, model_path)
+    return HFConfig(**request["config"])
+
+
+_SGLANG = {}  # sglang's own get_config and the stub AutoConfig, as first found
+_SERVING = {}  # the request whose config transformers' stand-in answers with
+
+
+class _AutoConfig:
+    """``transformers.AutoConfig`` in the sglang child: answers ``from_pretrained`` with
+    transformers' own reading of the request's config.json (the config child's record)."""
+
+    @staticmethod
+    def from_pretrained(model, *a, **k):
+        return resolved(_SERVING["request"]["hf"], str(model))
+
+
+def _raw_config_dict(cls, model, *a, **k):
+    """``PretrainedConfig.get_config_dict``: the checkpoint's config.json as written."""
+    return copy.deepcopy(_SERVING["request"]["config"]), {}
+
+
+def _hand_in(request: dict, gpu: dict) -> None:
     import sglang.srt.configs.model_config as model_config
     import sglang.srt.server_args as server_args
 
-    answer = lambda *a, **k: HFConfig(**config)  # noqa: E731
-    original = model_config.get_config
-    model_config.get_config = answer
     # 0.5.23 also reads the config while resolving the arguments, through its own import of
     # get_config (srt/arg_groups/muse_spark_hook.py:10, called from pipeline.py:122): every
     # loaded sglang module holding that function gets the answer.
@@ -67,7 +94,31 @@ def _hand_in(config: dict, gpu: dict) -> None:
         importlib.import_module("sglang.srt.arg_groups.pipeline")
     except ImportError:
         pass  # older releases: no argument pipeline
-    _everywhere("get_config", original, answer)
+    original = model_config.get_config
+    real = _SGLANG.setdefault("get_config", original)
+    _SERVING["request"] = request
+    if request.get("hf"):
+        # sglang's own get_config and config parser run (its per-model fix-ups, the text
+        # config, rope_scaling's compatibility "type"), on transformers' own reading
+        import transformers  # the stub package: its AutoConfig and PretrainedConfig serve
+
+        stub = _SGLANG.setdefault("AutoConfig", transformers.AutoConfig)
+        _everywhere("AutoConfig", stub, _AutoConfig)
+        type.__setattr__(
+            transformers.PretrainedConfig, "get_config_dict", classmethod(_raw_config_dict)
+        )
+
+        def answer(*a, **k):
+            getattr(real, "cache_clear", lambda: None)()  # another request, the same path
+            return real(*a, **k)
+
+    else:
+
+        def answer(model="", *a, **k):
+            return HFConfig(**request["config"])
+
+    model_config.get_config = answer
+    _everywhere("get_config", (original, real), answer)
     model_config.get_hf_text_config = lambda c: c
     model_config.get_generation_config = lambda *a, **k: None
     memory_mib = float(int(gpu["memory_gib"]) * 1024)
@@ -84,7 +135,7 @@ def _hand_in(config: dict, gpu: dict) -> None:
 def _config_as_mapping() -> None:
     """0.5.23 reads the quantization metadata from ``PretrainedConfig.to_dict()``
     (srt/model_loader/checkpoint_quantization.py:42-50); transformers is a stub here, so the
-    config handed in is given as the mapping ``to_dict()`` would return (its fields)."""
+    config handed in (either form) is given as the mapping of its fields."""
     try:
         cq = importlib.import_module("sglang.srt.model_loader.checkpoint_quantization")
     except ImportError:
@@ -92,7 +143,11 @@ def _config_as_mapping() -> None:
     original = cq._as_config_mapping
 
     def as_mapping(value, source):
-        return dict(vars(value)) if isinstance(value, HFConfig) else original(value, source)
+        return (
+            dict(vars(value))
+            if isinstance(value, (HFConfig, Resolved))
+            else original(value, source)
+        )
 
     cq._as_config_mapping = as_mapping
 
@@ -287,9 +342,12 @@ def _build(sa, config: dict, draft: bool) -> dict:
         n_routed=getattr(hf_config, "n_routed_experts", None),
         renames=renames,
     )
+    rope = getattr(hf_config, "rope_scaling", None)
     return {
         "architecture": hf_config.architectures[0],
         "class": type(model).__name__,
+        "config_class": type(hf_config).__name__,
+        "rope_scaling": dict(rope) if isinstance(rope, dict) else None,
         "modules": modules,
         "moe": moes,
         "prefixes": sorted(n for n, _ in model.named_modules() if n),
@@ -377,7 +435,7 @@ def run_request(request: dict, gpu: dict) -> dict:
     from sglang.srt.configs.model_config import is_deepseek_dsa
 
     config = request["config"]
-    _hand_in(config, gpu)
+    _hand_in(request, gpu)
     sa = _server_args(request["launch"])
     launch = _launch(sa)  # as the parser and __post_init__ left it, before a model decides
     facts, topology = _topology(sa)
@@ -385,7 +443,7 @@ def run_request(request: dict, gpu: dict) -> dict:
         models = {m: _build(sa, config, m == "draft") for m in _models(sa, request)}
     return {
         "launch": launch,
-        "dsa": bool(is_deepseek_dsa(HFConfig(**config))),
+        "dsa": bool(is_deepseek_dsa(_config(request, sa.model_path))),
         "parallel": facts,
         "models": models,
     }

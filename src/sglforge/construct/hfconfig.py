@@ -1,9 +1,15 @@
-"""The checkpoint's config.json as sglang reads it through transformers 5.x (child side).
+"""The checkpoint's config object in the construction child (child side).
 
-sglang 0.5.14 pins ``transformers==5.8.1``; transformers is not installed in the construction
-child (it is a stub, ``sglforge.construct.shims``), so :class:`HFConfig` presents config.json
-the way that release's ``PreTrainedConfig`` does, for what sglang reads of it. Lines are
-transformers 5.8.1's:
+Two forms. :func:`resolved` is the normal one: transformers' own configuration class read
+config.json in the config-only child (:mod:`sglforge.construct.hfresolve`, at the version the
+release pins), and :class:`Resolved` presents that reading (``to_dict()``, the class's
+``attribute_map`` aliases and read-only properties, ``rope_scaling`` as 5.x's property over
+``rope_parameters``) under the class's name, to sglang's own ``get_config``.
+
+:class:`HFConfig` is the fallback, used only when transformers' own class cannot read the config
+here (``trust_remote_code``, a model type it does not know, the wheels not to be had); the
+construction then says so (``Construction.config_source``). It presents config.json the way
+transformers 5.8.1's ``PreTrainedConfig`` does for what sglang reads of it (lines are 5.8.1's):
 
 - a key config.json lacks takes ``PreTrainedConfig.__init__``'s default (the common keys,
   ``configuration_utils.py``: ``DEFAULTS`` below); any other missing key is an AttributeError;
@@ -17,8 +23,8 @@ transformers 5.8.1's:
 - ``rope_scaling`` is a property returning ``rope_parameters`` (``configuration_utils.py:483-489``),
   which sglang reads (``srt/configs/model_config.py:760`` at 0.5.14).
 
-The per-class defaults transformers fills (``GlmMoeDsaConfig``: ``mlp_layer_types``,
-``indexer_types``, ...) are not: a config.json that omits them is built as written.
+The fallback does not fill the per-class defaults transformers fills (``GlmMoeDsaConfig``:
+``mlp_layer_types``, ``indexer_types``, ...): a config.json that omits them is built as written.
 """
 
 # mypy: ignore-errors
@@ -103,3 +109,71 @@ class HFConfig(types.SimpleNamespace):
 
     def __getitem__(self, key):
         return getattr(self, key)
+
+
+class Resolved(types.SimpleNamespace):
+    """A config transformers' own class resolved in the config child
+    (``construct.configchild``): ``to_dict()`` as transformers wrote it, the class's aliases
+    (``attribute_map``) and read-only properties, and ``rope_scaling`` as 5.x's property
+    (``rope_parameters``). Built by :func:`resolved`, named as transformers' class."""
+
+    _record: dict = {}
+
+    def __init__(self, model_path=None):
+        super().__init__()
+        if model_path is None:  # copy.deepcopy's reconstruction: the state follows
+            return
+        record = type(self)._record
+        vars(self).update(copy.deepcopy(record["to_dict"]))
+        self._name_or_path = model_path
+        for name, value in record["properties"].items():
+            if not hasattr(type(self), name):  # an alias or rope_scaling reads its target
+                object.__setattr__(self, name, copy.deepcopy(value))
+
+    @property
+    def rope_scaling(self):
+        return self.rope_parameters
+
+    @rope_scaling.setter
+    def rope_scaling(self, value):
+        self.rope_parameters = value
+
+    @property
+    def torch_dtype(self):
+        return getattr(self, "dtype", None)
+
+    @torch_dtype.setter
+    def torch_dtype(self, value):
+        self.dtype = value
+
+    def to_dict(self):
+        return copy.deepcopy(vars(self))
+
+    def update(self, values):
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def get_text_config(self, *a, **k):
+        return self
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+
+def _alias(target):
+    def get(self):
+        return getattr(self, target)
+
+    def put(self, value):
+        setattr(self, target, value)
+
+    return property(get, put)
+
+
+def resolved(record: dict, model_path: str = "") -> Resolved:
+    """The config object for transformers' record ``record`` (its class name and aliases)."""
+    names = {"_record": record}
+    for alias, target in record.get("attribute_map", {}).items():
+        names[alias] = _alias(target)
+    cls = type(record["class"], (Resolved,), names)
+    return cls(model_path)

@@ -120,9 +120,14 @@ def _cached(project: str, req: Requirement) -> Path | None:
     ):
         version = _compatible(folder.name + ".whl", project)
         if version is not None and req.specifier.contains(version, prereleases=True):
-            if best is None or version > best[0]:
+            if best is None or _preferred(version) > _preferred(best[0]):
                 best = (version, folder)
     return best[1] if best else None
+
+
+def _preferred(version: Version) -> tuple[bool, Version]:
+    """Order of choice, as pip's: a final release before any pre-release, then newest."""
+    return (not version.is_prerelease, version)
 
 
 def _fetch(project: str, req: Requirement) -> Path:
@@ -132,11 +137,12 @@ def _fetch(project: str, req: Requirement) -> Path:
     files = []
     for f in index.files(project):
         version = _compatible(f.filename, project)
-        if version is not None and not f.yanked and req.specifier.contains(version):
-            files.append((version, f))
+        if version is not None and not f.yanked:
+            if req.specifier.contains(version, prereleases=True):
+                files.append((version, f))
     if not files:
         raise SglforgeError(f"no wheel of {req} for this Python on the index")
-    version, chosen = max(files, key=lambda vf: (vf[0], vf[1].filename))
+    version, chosen = max(files, key=lambda vf: (_preferred(vf[0]), vf[1].filename))
     dest = cache.pypi_cache() / f"pypi-{canonicalize_name(project)}" / "wheels" / chosen.filename
     if not dest.is_file():
         index.download(chosen, dest, what=f"downloading pypi:{project}=={version}")

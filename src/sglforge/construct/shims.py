@@ -14,11 +14,13 @@ values. What each stands in for, and why it cannot be the real package here:
   is several GiB; the CPU wheel reports no HIP device.
 - ``triton`` (its driver reports the hip backend on the target's gfx) and ``dill``: only their
   import-time surface is read.
-- a last-resort import hook: any other module that is not installed (transformers, aiter,
-  sgl_kernel, flashinfer, ...) becomes a stub whose every attribute is a class that accepts any
-  call, subscript or subclassing and passes functions through when used as a decorator. The GPU
-  kernels cannot install without the GPU stack; transformers is not installed in the child yet
-  (the checkpoint's config is read as transformers 5.x reads it, ``construct.child``).
+- a last-resort import hook: any other module that is not installed (aiter, sgl_kernel,
+  flashinfer, transformers, huggingface_hub, ...) becomes a stub whose every attribute is a
+  class that accepts any call, subscript or subclassing and passes functions through when used
+  as a decorator. Each stubbed package and why it cannot be the real one is listed in
+  :mod:`sglforge.construct`'s docstring. transformers is one of them here: its configuration is
+  the real one, read in the config-only child (``construct.hfresolve``) and served to sglang's
+  own ``get_config`` (``construct.child``).
 """
 
 # mypy: ignore-errors

@@ -457,7 +457,13 @@ def _log_pattern(
             f"fix {where}.severity ({name}) in {path}",
         )
     try:
+        from sglforge.aiter_rules import expand_log_keys, log_rules
+
+        # {aiter-key col=value ...}: aiter's logged key, in each known rule's column order
+        pattern = expand_log_keys(pattern, log_rules(None))
         re.compile(pattern)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {kind} log pattern {name!r}: {exc.message}") from None
     except re.error as exc:
         raise ConfigError(
             f"{path}: {kind} log pattern {name!r} is not a valid regular expression: {exc}",

@@ -1,0 +1,204 @@
+"""A checkpoint's config.json resolved by transformers' own configuration classes (parent side).
+
+sglang reads the checkpoint's config through ``transformers.AutoConfig`` at the version its
+release pins (the ``Requires-Dist`` of its wheel: 0.5.14 asks ``transformers==5.8.1``, 0.5.23
+``transformers==5.19.0``). The sglang construction child cannot hold the real transformers (its
+modelling modules need the real torch), so the configuration is resolved first, in a separate
+config-only child (:mod:`sglforge.construct.configchild`, run with ``python -I -S``: no
+site-packages, no torch), from real wheels: that transformers and the closure of its
+``Requires-Dist`` taken from the package index the way the construction's other real packages
+are (:mod:`sglforge.construct.packages`: sha256 checked, cached, unpacked once). Left out of the
+closure, because reading a configuration never imports them (the config child runs without
+them): :data:`NOT_FOR_CONFIG`.
+
+The child's answer (``to_dict()``, the class's aliases and properties) is cached by
+(transformers version, config.json content) and handed to the sglang child, which presents it to
+sglang as the config object (``construct.hfconfig.resolved``). A config transformers' own class
+cannot read here (``trust_remote_code``, a model type it does not know) or an environment that
+cannot be had falls back to sglforge's own reading of config.json (``hfconfig.HFConfig``), and
+the construction says so (``Construction.config_source``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from sglforge.errors import SglforgeError
+
+CHILD_TIMEOUT = 300  # seconds: importing transformers and reading a few configs
+# transformers' and huggingface_hub's requirements that reading a configuration never imports:
+# the ``transformers``/``hf`` command lines (typer), the Xet transfer backend (hf-xet, a
+# download client) and fsspec file systems (remote files). The config child runs without them.
+NOT_FOR_CONFIG = frozenset({"typer", "hf-xet", "fsspec"})
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The real wheels the config child imports, or why there are none."""
+
+    transformers: str | None  # the version, None when it could not be had
+    paths: tuple[Path, ...]
+    missing: str | None = None  # why not
+
+
+def _cache_root() -> Path:
+    from sglforge import cache
+
+    return cache.pypi_cache() / "construct-config"
+
+
+def _requires(folder: Path) -> list[Requirement]:
+    """The unconditional ``Requires-Dist`` of the wheel unpacked in ``folder``."""
+    out = []
+    for meta in folder.glob("*.dist-info/METADATA"):
+        for line in meta.read_text(errors="replace").splitlines():
+            if not line.startswith("Requires-Dist:"):
+                continue
+            try:
+                req = Requirement(line.removeprefix("Requires-Dist:").strip())
+            except InvalidRequirement:
+                continue
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                out.append(req)
+    return out
+
+
+def _version(folder: Path, project: str) -> Version | None:
+    from sglforge.construct.packages import _compatible
+
+    return _compatible(folder.name + ".whl", project)
+
+
+@functools.lru_cache(maxsize=8)
+def _closure_of(requirement: str) -> tuple[Path, ...]:
+    return closure(Requirement(requirement))  # once per process and requirement
+
+
+def closure(root: Requirement) -> tuple[Path, ...]:
+    """``root`` and the closure of its requirements (less :data:`NOT_FOR_CONFIG`), each the
+    newest cached or indexed wheel for this interpreter satisfying every specifier seen."""
+    from sglforge.construct.packages import _cached, _fetch
+
+    specs: dict[str, SpecifierSet] = {}
+    chosen: dict[str, Path] = {}
+    pending = [root]
+    while pending:
+        req = pending.pop()
+        name = canonicalize_name(req.name)
+        if name in NOT_FOR_CONFIG:
+            continue
+        specs[name] = specs.get(name, SpecifierSet()) & req.specifier
+        if name in chosen:
+            have = _version(chosen[name], name)
+            if have is not None and specs[name].contains(have, prereleases=True):
+                continue
+        want = Requirement(f"{name}{specs[name]}")
+        chosen[name] = _cached(name, want) or _fetch(name, want)
+        pending.extend(_requires(chosen[name]))
+    return tuple(chosen[n] for n in sorted(chosen))
+
+
+def environment(tree: Path) -> Environment:
+    """The transformers the release in ``tree`` requires, with its closure."""
+    from sglforge.construct.packages import release_version, requirements
+
+    version = release_version(tree)
+    if version is None:
+        return Environment(None, (), f"{tree}: no sglang/_version.py, so no pinned transformers")
+    try:
+        req = requirements(version).get("transformers")
+    except (SglforgeError, OSError, StopIteration, zipfile.BadZipFile) as exc:
+        return Environment(None, (), f"sglang {version}'s requirements: {exc}")
+    if req is None:
+        return Environment(None, (), f"sglang {version}'s wheel requires no transformers")
+    try:
+        paths = _closure_of(str(req))
+    except (SglforgeError, OSError) as exc:
+        return Environment(None, (), f"{req}: {str(exc).splitlines()[0]}")
+    found = next((p for p in paths if p.name.startswith("transformers-")), None)
+    got = _version(found, "transformers") if found is not None else None
+    return Environment(str(got) if got else None, paths)
+
+
+def _key(transformers: str, config: Mapping[str, Any]) -> str:
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"transformers=={transformers}\0{text}".encode()).hexdigest()
+
+
+def _write(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(value, f)
+    os.replace(tmp, path)
+
+
+def resolve(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """By id: transformers' own reading of each config (the config child's record), or
+    ``{"fallback": reason}``. Cached by (transformers version, config.json content)."""
+    if env.transformers is None:
+        return {i: {"fallback": f"no transformers: {env.missing}"} for i in configs}
+    keys = {i: _key(env.transformers, c) for i, c in configs.items()}
+    out: dict[str, Any] = {}
+    todo: dict[str, Mapping[str, Any]] = {}
+    for i, config in configs.items():
+        path = _cache_root() / f"transformers-{env.transformers}" / f"{keys[i]}.json"
+        if path.is_file():
+            out[i] = json.loads(path.read_text())
+        else:
+            todo[keys[i]] = config
+    if todo:
+        got = _run(env, todo)
+        for key, record in got.items():
+            if "error" not in record:  # a refusal is not cached: the next run tries again
+                _write(_cache_root() / f"transformers-{env.transformers}" / f"{key}.json", record)
+        for i in configs:
+            if i not in out:
+                out[i] = got[keys[i]]
+    for i, record in out.items():
+        if "error" in record:
+            last = record["error"].strip().splitlines()[-1]
+            out[i] = {"fallback": f"transformers {env.transformers} refused it: {last}"}
+    return out
+
+
+def _run(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    script = Path(__file__).with_name("configchild.py")
+    stdin = json.dumps({"paths": [str(p) for p in env.paths], "configs": dict(configs)})
+    with tempfile.TemporaryDirectory(prefix="sglforge-config-") as cwd:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-I", "-S", str(script)],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                cwd=cwd,
+                timeout=CHILD_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            why = f"the config child took over {CHILD_TIMEOUT} s"
+            return {k: {"fallback": why} for k in configs}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        why = f"transformers {env.transformers} could not be imported: {tail[0]}"
+        return {k: {"fallback": why} for k in configs}
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
