@@ -1,7 +1,9 @@
 """Processes are started in few places: git in ``git/``, Docker's in ``engine/``, the sglang
 construction child in ``construct/``, and every read-only probe (rocminfo, amd-smi, pip, docker
 buildx) through ``util.run_probe``, which handles a missing program, a failure to start and a
-timeout once."""
+timeout once. Two more places start what is no probe: ``standin/`` builds the test-double
+base (debootstrap, tar, pip download: minutes-long builds whose logs it keeps), and
+``tryout.py`` starts the local registry as a service that outlives the command."""
 
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sglforge"
 # Where a process may be started directly (a folder ends in "/").
-ALLOWED = ("git/", "engine/", "util.py", "construct/", "scan/construction.py")
+ALLOWED = (
+    "git/",
+    "engine/",
+    "util.py",
+    "construct/",
+    "scan/construction.py",
+    "standin/",
+    "tryout.py",
+)
 STARTERS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
 
 

@@ -101,6 +101,17 @@ def commit_all(
     return True
 
 
+def snapshot_folder(folder: Path | str, message: str, tag: str, who: dict[str, str]) -> None:
+    """A new repository in ``folder`` holding its files as one commit on ``main``, tagged
+    ``tag``; ``who`` is the author and committer (names, emails, dates) so that the same
+    files always give the same commit (a release image's checkout, rebuilt by a replica)."""
+    env = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, **who}
+    _run(folder, "init", "-q", "-b", "main", env=env)
+    _run(folder, "add", "-A", env=env)
+    _run(folder, "commit", "-q", "-m", message, env=env)
+    _run(folder, "tag", tag, env=env)
+
+
 def amend_all(wt: Path | str, exclude: Sequence[str] = ()) -> bool:
     """Stage every change of ``wt`` (staged, unstaged, untracked; not the untracked paths
     matching an ``exclude`` glob) into its HEAD commit, its author and message kept; False,

@@ -77,6 +77,8 @@ from pathlib import Path, PurePosixPath
 import docker
 import docker.errors
 
+from sglforge import git
+
 # The stand-in sglang server: a program copied into the image, shipped as package data.
 SERVER_PY = Path(__file__).resolve().parents[1] / "data" / "standin" / "server.py"
 
@@ -485,11 +487,9 @@ def aiter_tree_at(dest: Path, commit: str, repo: Path | None = None) -> Path:
     repo = repo or aiter_clone()
     if repo is None:
         raise FileNotFoundError("no ROCm/aiter clone: set SGLFORGE_AITER_REPO")
-    data = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", commit, "aiter"],
-        capture_output=True,
-        check=True,
-    ).stdout
+    with tempfile.TemporaryDirectory(prefix="sglforge-aiter-") as tmp:
+        git.archive(repo, commit, "aiter", Path(tmp) / "aiter.tar")
+        data = (Path(tmp) / "aiter.tar").read_bytes()
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
@@ -673,10 +673,7 @@ def replica_tree(
             raise ValueError(f"{rel}: the replica owns python/pyproject.toml")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    env = {
-        **os.environ,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
+    who = {
         "GIT_AUTHOR_NAME": "sglforge replica",
         "GIT_AUTHOR_EMAIL": "replica@sglforge.invalid",
         "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
@@ -684,13 +681,9 @@ def replica_tree(
         "GIT_COMMITTER_EMAIL": "replica@sglforge.invalid",
         "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
     }
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["add", "-A"],
-        ["commit", "-q", "-m", f"sglang v{version} (released wheel, sglforge replica)"],
-        ["tag", f"v{version}"],
-    ):
-        subprocess.run(["git", *args], cwd=dest, env=env, check=True, capture_output=True)
+    git.snapshot_folder(
+        dest, f"sglang v{version} (released wheel, sglforge replica)", f"v{version}", who
+    )
     return dest
 
 
