@@ -131,8 +131,12 @@ def test_the_device_pass_runs_when_a_file_read_tests_its_macros(tmp_path: Path) 
     tree = tree_with(
         tmp_path,
         {
-            "include/arch.cuh": "#pragma once\n#if defined(__gfx950__)\n#include <cuda_fp4.h>\n#endif\n",
-            "csrc/k.cuh": '#include "arch.cuh"\n#ifdef __HIP_DEVICE_COMPILE__\n#include <mma.h>\n#endif\n',
+            "include/arch.cuh": (
+                "#pragma once\n#if defined(__gfx950__)\n#include <cuda_fp4.h>\n#endif\n"
+            ),
+            "csrc/k.cuh": (
+                '#include "arch.cuh"\n#ifdef __HIP_DEVICE_COMPILE__\n#include <mma.h>\n#endif\n'
+            ),
             "csrc/plain.cuh": "#include <cuda.h>\n",
         },
     )
