@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from synthetic import git as run_git
-
 from sglforge import git
+from synthetic import git as run_git
 
 
 def test_the_copy_is_the_commits_folder_and_the_repository_is_untouched(tmp_path: Path) -> None:
