@@ -64,7 +64,8 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="sglforge-bench-scan-"))
     try:
         project = base / "project"
-        shutil.copytree(ROOT / "patches", project / "patches")
+        for name in ("patches", "images"):  # the queue, and the target the scenario names
+            shutil.copytree(ROOT / name, project / name)
         cache = base / "cache"
         cache.mkdir()
         (user_cache() / "pypi").mkdir(parents=True, exist_ok=True)

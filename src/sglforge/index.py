@@ -129,8 +129,31 @@ def timeouts() -> tuple[float, float]:
 # --- configuration ---------------------------------------------------------------------------
 
 
+def _pip_config_here() -> dict[str, str] | None:
+    """What ``pip config list`` reports, read by pip's own configuration loader in this
+    process (the command's code minus a second interpreter and pip's command line: half
+    a second before the first download); None when this pip does not offer it."""
+    if "PIP_ISOLATED" in os.environ:
+        return None  # pip's options read it; the command itself decides what it means
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from pip._internal.configuration import Configuration
+
+            loaded = Configuration(isolated=False)
+            loaded.load()
+            return {str(k): str(v) for k, v in loaded.items()}
+    except Exception:  # noqa: BLE001 - another pip, a broken config: ask the command
+        return None
+
+
 def _pip_config() -> dict[str, str]:
     """What ``pip config list`` reports: ``{"global.index-url": "...", ":env:.cert": ...}``."""
+    here = _pip_config_here()
+    if here is not None:
+        return here
     env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     code, out = run_probe([sys.executable, "-m", "pip", "config", "list"], 60, env)
     found: dict[str, str] = {}

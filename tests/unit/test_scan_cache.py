@@ -123,3 +123,27 @@ def test_a_damaged_entry_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         entry.write_text("{not json")
     got, hit = cached_scan(tree, jt, f"{ROOT}/csrc/a.cuh", Files())
     assert not hit and [c.header for c in got.found] == ["cuda.h"]
+
+
+def test_the_device_pass_runs_when_a_file_read_tests_its_macros(tmp_path: Path) -> None:
+    # the device pass is skipped only where no file read names a macro it defines otherwise
+    # (__HIP_DEVICE_COMPILE__, __gfx950__): here a header tests it, so it runs and finds
+    tree = tree_with(
+        tmp_path,
+        {
+            "include/arch.cuh": (
+                "#pragma once\n#if defined(__gfx950__)\n#include <cuda_fp4.h>\n#endif\n"
+            ),
+            "csrc/k.cuh": (
+                '#include "arch.cuh"\n#ifdef __HIP_DEVICE_COMPILE__\n#include <mma.h>\n#endif\n'
+            ),
+            "csrc/plain.cuh": "#include <cuda.h>\n",
+        },
+    )
+    assert found(tree, "csrc/k.cuh", Files()) == [
+        ("k.cuh", 3, "mma.h"),
+        ("arch.cuh", 3, "cuda_fp4.h"),
+    ]
+    assert found(tree, "csrc/plain.cuh", Files()) == [("plain.cuh", 1, "cuda.h")]
+    host_only = found(tree, "csrc/k.cuh", Files(), DEFAULT_PASSES[:1])
+    assert host_only == []

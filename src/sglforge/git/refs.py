@@ -238,6 +238,9 @@ def export_files(repo: Path, commit: str, path: str, dest: Path, index: Path) ->
     try:
         _run(
             repo,
+            # every file of the path, whatever sparse checkout a local repository is set to
+            "-c",
+            "core.sparseCheckout=false",
             f"--work-tree={dest}",
             "checkout",
             commit,

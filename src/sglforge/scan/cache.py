@@ -72,14 +72,26 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 
 def _store(path: Path, doc: dict[str, Any]) -> None:
-    from sglforge.util import atomic_write
+    """Write an entry through a temporary file and a rename. Not fsynced (a cold scan writes
+    one per kernel source): an entry a crash left empty or torn reads as damaged, a miss."""
+    import tempfile
 
+    raw = json.dumps({"version": VERSION, **doc}, sort_keys=True).encode()
+    tmp = None
     try:
-        atomic_write(path, json.dumps({"version": VERSION, **doc}, sort_keys=True))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+        tmp = None
     except OSError:
         pass  # a cache that cannot be written (full disk, read-only home) only costs time
     else:
         _touch(path.parent.parent)
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _touch(folder: Path) -> None:

@@ -313,10 +313,14 @@ def unit_scan(
     path = str(tree / unit)
     opened = {path}
     text = files.text(path)
+    done: list[tuple[Mapping[str, str], set[str]]] = []  # each pass run, with what it read
     for macros in tuple(passes) or DEFAULT_PASSES:
+        if any(_same_outcome(ran, read, macros, files) for ran, read in done):
+            continue
         pp = cls(tree, tree / jit.rel / "include", macros, files)
         pp.parse(text, path)
         pp.write(io.StringIO())
+        done.append((macros, pp.opened | {path}))
         opened |= pp.opened
         for file, line, header in pp.found:
             found.setdefault((file, line, header), CudaInclude(file, line, header, unit))
@@ -325,6 +329,20 @@ def unit_scan(
     return UnitScan(
         tuple(sorted(found.values(), key=lambda c: (c.file, c.line))), tuple(errors), tuple(reads)
     )
+
+
+def _same_outcome(
+    ran: Mapping[str, str], read: set[str], macros: Mapping[str, str], files: Files
+) -> bool:
+    """Whether a pass with ``macros`` must find what the pass with ``ran`` found: no macro
+    they define differently is named in a file that pass read (nor in a value of either), so
+    every directive evaluates alike and the same files are read. Hipcc's device pass differs
+    from its host pass by ``__HIP_DEVICE_COMPILE__`` and ``__gfx950__`` only, which most
+    kernels never test: their second pass is skipped."""
+    differ = {n for n in ran.keys() | macros.keys() if ran.get(n) != macros.get(n)}
+    values = " ".join([*ran.values(), *macros.values()])
+    texts = [files.text(p) for p in read if files.blob(p) is not None]
+    return not any(n in t for n in differ for t in [values, *texts])
 
 
 def cuda_includes(
