@@ -37,7 +37,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # with the tests (downloads happen once per machine).
 USER_CACHE = cache_root()
 
-pytest_plugins = ["timing"]  # the per-folder time table CI prints
+# the per-folder time table CI prints; the whole suite side by side on pytest-xdist workers
+pytest_plugins = ["timing", "parallel"]
 
 ENGINE_HINT = "start the engine (as root): `bash .ci/setup`, or point DOCKER_HOST at one"
 
