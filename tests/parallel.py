@@ -168,3 +168,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xdist_group(name))
     ordered = order(units, int(workerinput.get("workercount", 1)))
     items[:] = [item for name in ordered for item in units[name]]
+
+
+def own_id(nodeid: str) -> str:
+    """A test's own id: loadgroup reports ``id@group`` (a parametrize id may hold an ``@``)."""
+    return nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # on the controller, before the terminal, --durations, junit and the last-failed cache read
+    # it: the test's own id, so `-ra`, `--lf` and the slowest list name tests as a serial run does
+    report.nodeid = own_id(report.nodeid)

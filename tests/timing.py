@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from parallel import own_id
+
 _seconds: defaultdict[str, float] = defaultdict(float)
 _tests: defaultdict[str, set[str]] = defaultdict(set)
 _worker_seconds: defaultdict[str, float] = defaultdict(float)
@@ -31,13 +33,8 @@ def _folder(nodeid: str) -> str:
     return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
 
 
-def _test_id(nodeid: str) -> str:
-    # xdist's loadgroup appends "@group" to the ids it reports
-    return nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    nodeid = _test_id(report.nodeid)
+    nodeid = own_id(report.nodeid)
     folder = _folder(nodeid)
     _seconds[folder] += report.duration
     _tests[folder].add(nodeid)

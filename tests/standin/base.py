@@ -473,6 +473,7 @@ def build_tool_wheels() -> Path:
     folder = (
         cache_dir() / f"build-tools-{hashlib.sha256(repr(BUILD_TOOLS).encode()).hexdigest()[:12]}"
     )
+
     def complete() -> bool:
         return folder.is_dir() and len(list(folder.glob("*.whl"))) >= len(BUILD_TOOLS)
 
