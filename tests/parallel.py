@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 WORKERS_ENV = "SGLFORGE_TEST_WORKERS"
+LOADGROUP = "sglforge_loadgroup"  # the workers' input saying the controller groups
 TESTS = Path(__file__).resolve().parent
 
 # Seconds a test (or a file's first test, with its module fixture) took in the last full run
@@ -99,6 +100,24 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if option.numprocesses and option.dist == "no":
         option.dist = "loadgroup"
         option.loadscopereorder = False  # keep the order made below, not by test count
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
+    """Tell each worker the controller's distribution: a worker parses only the command line,
+    so a ``--dist`` set above (not typed) would not reach it."""
+    node.workerinput[LOADGROUP] = node.config.option.dist == "loadgroup"
+
+
+_ON_WORKER: list[bool] = [False]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    _ON_WORKER[0] = workerinput is not None
+    if workerinput is not None and workerinput.get(LOADGROUP):
+        # what xdist's worker reads (from --dist) before it names the groups' tests
+        config.option.loadgroup = True
 
 
 def _file(nodeid: str) -> str:
@@ -179,4 +198,6 @@ def own_id(nodeid: str) -> str:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # on the controller, before the terminal, --durations, junit and the last-failed cache read
     # it: the test's own id, so `-ra`, `--lf` and the slowest list name tests as a serial run does
-    report.nodeid = own_id(report.nodeid)
+    # (a worker sends its reports with the ids it collected: xdist checks them)
+    if not _ON_WORKER[0]:
+        report.nodeid = own_id(report.nodeid)
