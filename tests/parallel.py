@@ -14,13 +14,17 @@ every worker the same order and groups, so the controller's scheduler sees them:
 
 - A test file whose tests share a fixture of module or class scope defined in that file (a
   built image, release trees from wheels) is one ``xdist_group``: one worker runs the file and
-  builds the fixture once. Files in :data:`SPLIT` are not grouped: their module fixture is a
-  stand-in image the cross-process build lock (tests/standin/base.py) builds once per run,
-  and their tests are long enough to want workers of their own.
+  builds the fixture once. tests/docker/test_bench.py is one too, on purpose: its tests time
+  the stand-in server, and two of them side by side (or beside CPU-bound tests) miss the knee
+  rule (TTFT p95 <= 1 s) on 2 cores; one worker runs them one after another from the start.
 - Work units go longest first (:data:`SECONDS`, measured; else a per-folder guess), so no long
   test starts last. The scheduler hands every worker two units at the start and a worker
   runs the first of them while the second waits; the longest units are therefore followed
   by tiny ones, so nothing long queues behind them.
+
+Workers run at a lower CPU priority (:data:`NICE`) than the engine's containers: what a test
+times (the stand-in server and bench_serving in their containers, the smoke's decode speed)
+keeps its CPU while the tests beside it wait, as on a machine running the tests one at a time.
 
 Stand-in images, wheels, the debootstrap tarball and the PyPI cache are shared across workers
 under file locks (tests/standin/base.py, sglforge.pypi); each worker has its own Docker
@@ -65,8 +69,8 @@ SECONDS = {
 # Everything else, per top folder (the last full run's mean per test, rounded).
 FOLDER_SECONDS = {"tests/docker": 10.0, "tests/integration": 1.5, "tests/reliability": 0.4}
 OTHER_SECONDS = 0.05
-# Files not made one group although they have a module fixture (see the module docstring).
-SPLIT = frozenset({"tests/docker/test_bench.py"})
+# Added to each worker's niceness: containers, started by the engine, keep niceness 0.
+NICE = 10
 
 
 def default_workers() -> int:
@@ -115,6 +119,8 @@ _ON_WORKER: list[bool] = [False]
 def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     _ON_WORKER[0] = workerinput is not None
+    if workerinput is not None:
+        os.nice(NICE)  # the timed containers first (see the module docstring)
     if workerinput is not None and workerinput.get(LOADGROUP):
         # what xdist's worker reads (from --dist) before it names the groups' tests
         config.option.loadgroup = True
@@ -153,11 +159,7 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
 
 def work_units(items: list[pytest.Item]) -> dict[str, list[pytest.Item]]:
     """Items by work unit: a grouped file's name, else the test's own id."""
-    grouped = {
-        _file(item.nodeid)
-        for item in items
-        if _file(item.nodeid) not in SPLIT and _shares_a_module_fixture(item)
-    }
+    grouped = {_file(item.nodeid) for item in items if _shares_a_module_fixture(item)}
     units: dict[str, list[pytest.Item]] = defaultdict(list)
     for item in items:
         name = _file(item.nodeid)
