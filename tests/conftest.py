@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,9 @@ from standin.base import (
 )
 from standin.registry import Registry, start_registry
 
+# pytest's own signal handlers, before anything imports sglforge.cli (see restore_signals)
+_SIGNALS = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
 # Subprocesses the tests start (`python -m sglforge ...`) import this checkout's code too.
 _SRC = str(Path(__file__).resolve().parents[1] / "src")
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -37,9 +41,21 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # with the tests (downloads happen once per machine).
 USER_CACHE = cache_root()
 
-pytest_plugins = ["timing"]  # the per-folder time table CI prints
+# the per-folder time table CI prints; the whole suite side by side on pytest-xdist workers
+pytest_plugins = ["parallel", "timing"]
 
 ENGINE_HINT = "start the engine (as root): `bash .ci/setup`, or point DOCKER_HOST at one"
+
+
+@pytest.fixture(autouse=True)
+def restore_signals() -> Iterator[None]:
+    """pytest's signal handlers back after each test. Importing sglforge.cli, and every command
+    run in-process, leaves handlers that end the process at once (cli/signals.py): a Ctrl-C, or
+    an xdist worker told to stop, would then skip the session's cleanup of Docker objects."""
+    yield
+    for signum, handler in _SIGNALS.items():
+        if signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True)

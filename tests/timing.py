@@ -1,8 +1,12 @@
 """Time per test folder, for CI's phase table (issue 33).
 
-Each test's setup, call and teardown are added to its top folder (tests/unit, tests/docker...).
-The table is printed at the end of the run; with $SGLFORGE_CI_PHASES set, the figures are also
-written there as JSON so `.ci/run` can print one table with its own phases (setup, lint).
+Each test's setup, call and teardown are added to its top folder (tests/unit, tests/docker...):
+a folder's figure is its tests' SUMMED seconds, which under pytest-xdist (tests/parallel.py) run
+side by side, so the folders add up to more than the run took. The run's own wall time is
+printed under them, and, with workers, each worker's summed test seconds and count. The
+controller aggregates: workers forward every report to it, and only it prints and writes.
+With $SGLFORGE_CI_PHASES set, the figures are also written there as JSON so `.ci/run` can
+print one table with its own phases (setup, lint).
 """
 
 from __future__ import annotations
@@ -15,8 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from parallel import own_id
+
 _seconds: defaultdict[str, float] = defaultdict(float)
 _tests: defaultdict[str, set[str]] = defaultdict(set)
+_worker_seconds: defaultdict[str, float] = defaultdict(float)
+_worker_tests: defaultdict[str, set[str]] = defaultdict(set)
 _started = time.monotonic()
 
 
@@ -26,20 +34,32 @@ def _folder(nodeid: str) -> str:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    folder = _folder(report.nodeid)
+    nodeid = own_id(report.nodeid)
+    folder = _folder(nodeid)
     _seconds[folder] += report.duration
-    _tests[folder].add(report.nodeid)
+    _tests[folder].add(nodeid)
+    node = getattr(report, "node", None)  # set on the controller: the worker that ran it
+    gateway = getattr(node, "gateway", None)
+    if gateway is not None:
+        _worker_seconds[gateway.id] += report.duration
+        _worker_tests[gateway.id].add(nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not _seconds:
+    if not _seconds or hasattr(terminalreporter.config, "workerinput"):
         return
     rows = sorted(_seconds.items(), key=lambda item: -item[1])
+    workers = len(_worker_seconds)
     terminalreporter.section("time per test folder")
+    how = f"side by side on {workers} workers" if workers else "one after another"
+    terminalreporter.write_line(f"summed test seconds (setup + call + teardown), {how}:")
     for folder, seconds in rows:
         terminalreporter.write_line(
             f"{folder:<24} {len(_tests[folder]):>5} tests {seconds:>8.1f} s"
         )
+    for worker in sorted(_worker_seconds, key=lambda w: int(w.lstrip("gw") or 0)):
+        seconds, count = _worker_seconds[worker], len(_worker_tests[worker])
+        terminalreporter.write_line(f"{'worker ' + worker:<24} {count:>5} tests {seconds:>8.1f} s")
     wall = time.monotonic() - _started
     terminalreporter.write_line(f"{'(whole run, wall)':<24} {'':>11} {wall:>8.1f} s")
     out = os.environ.get("SGLFORGE_CI_PHASES")
@@ -47,5 +67,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         path = Path(out)
         tmp = path.with_name(path.name + ".tmp")
         figures = {f: {"tests": len(_tests[f]), "seconds": round(s, 1)} for f, s in rows}
-        tmp.write_text(json.dumps({"folders": figures, "wall": round(wall, 1)}))
+        by_worker = {
+            w: {"tests": len(_worker_tests[w]), "seconds": round(s, 1)}
+            for w, s in sorted(_worker_seconds.items())
+        }
+        doc = {"folders": figures, "workers": by_worker, "wall": round(wall, 1)}
+        tmp.write_text(json.dumps(doc))
         tmp.replace(path)

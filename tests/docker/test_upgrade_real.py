@@ -43,6 +43,7 @@ def test_upgrade_0_5_14_to_0_5_16_retires_both_and_still_builds(
     tmp_path: Path, docker_client, docker_labels, standin_base
 ) -> None:
     from standin.base import ensure_sglang_base
+    from standin.registry import free_port
 
     ensure_sglang_base("0.5.16", client=docker_client)
     root = copy_project(tmp_path)
@@ -57,6 +58,7 @@ def test_upgrade_0_5_14_to_0_5_16_retires_both_and_still_builds(
         scenario=REPO / "smoke" / "standin-cpu.toml",
         labels=docker_labels,
         offline=True,
+        port=free_port(),  # not the scenario's: other tests smoke side by side (xdist)
     )
     assert r.ready and r.applied, r.reason
     assert {p.name: p.action for p in r.patches} == {n: "retired" for n in before}

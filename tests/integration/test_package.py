@@ -97,6 +97,7 @@ def test_build_and_standin_smoke_from_the_installed_wheel(
     venv: tuple[Path, Path], tmp_path: Path, docker_client, docker_labels: dict[str, str]
 ) -> None:
     from standin.base import ensure_sglang_base
+    from standin.registry import free_port
 
     base = ensure_sglang_base("0.5.14", client=docker_client)
     _, bin_dir = venv
@@ -113,6 +114,7 @@ def test_build_and_standin_smoke_from_the_installed_wheel(
     image = json.loads(built.stdout)["image"]
     smoke = run(
         [sglforge, "smoke", "--image", image, "--scenario", "smoke/standin-cpu.toml", "--json"]
+        + ["--port", str(free_port())]  # not the scenario's: tests smoke side by side (xdist)
         + labels,
         cwd=project,
     )

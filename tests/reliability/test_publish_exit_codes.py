@@ -41,6 +41,7 @@ def test_inspect_of_a_malformed_reference_exits_2(tmp_path: Path, image: str) ->
         f"sglforge-test/no-such-base-{uuid.uuid4().hex[:6]}:v0.5.14-rocm700-mi35x",
         "sglforge-test/no-such-base:v0.5.14-rocm700-mi35x-{date}",
     ],
+    ids=["random-repository", "dated-template"],  # xdist workers must collect the same ids
 )
 def test_build_on_a_missing_base_exits_9(tmp_path: Path, base: str, docker_client) -> None:
     project = make_build_project(tmp_path, repository="sglforge-test/exit9")

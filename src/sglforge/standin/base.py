@@ -241,8 +241,10 @@ def cache_dir() -> Path:
 
 @contextlib.contextmanager
 def _locked(name: str) -> Iterator[None]:
-    # Several pytest sessions may share one machine and one engine: build each double once.
-    with open(cache_dir() / f".{name}.lock", "w") as fh:
+    # Several pytest sessions (and the suite's xdist workers) share one machine and one engine:
+    # build each double once. One lock per name, so different doubles build side by side.
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    with open(cache_dir() / f".{safe}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -502,9 +504,15 @@ def build_tool_wheels() -> Path:
     folder = (
         cache_dir() / f"build-tools-{hashlib.sha256(repr(BUILD_TOOLS).encode()).hexdigest()[:12]}"
     )
-    if folder.is_dir() and len(list(folder.glob("*.whl"))) >= len(BUILD_TOOLS):
+
+    def complete() -> bool:
+        return folder.is_dir() and len(list(folder.glob("*.whl"))) >= len(BUILD_TOOLS)
+
+    if complete():
         return folder
     with _locked("build-tools"):
+        if complete():  # made by another process while this one waited for the lock
+            return folder
         partial = folder.with_name(folder.name + ".part")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
@@ -814,7 +822,7 @@ def ensure_sglang_base(
         _replica_dockerfile(base, aiter, bench),
     )
     digest = recipe.digest(client.images.get(base).id)
-    with _locked("sglang"):
+    with _locked(f"sglang-{tag}"):
         if _image_with_hash(client, tag, digest):
             return tag
         try:
