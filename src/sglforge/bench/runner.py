@@ -326,7 +326,9 @@ def _scrape(ctx: _Ctx) -> dict[str, float]:
 def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
     """The knee search. With ``[bench.search]``: double from ``start`` until the rule breaks
     (the last probe at ``max_rate``); with ``request_rates``: up the list until it breaks.
-    Then ``steps`` bisections (2 for a list) between the last pass and the first failure."""
+    Then ``steps`` bisections (2 for a list) between the last pass and the first failure;
+    when the first probe already fails, between 0 and it (a start near the expected knee
+    costs fewer probes, and a slower candidate still gets a knee below it)."""
     b = ctx.bench
     points: list[Point] = []
     good, bad = 0.0, math.inf
@@ -345,7 +347,7 @@ def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
             bad = rate
             break
         good = rate
-    for _ in range(steps if math.isfinite(bad) and good > 0 else 0):
+    for _ in range(steps if math.isfinite(bad) else 0):
         mid = round((good + bad) / 2, 3)
         if mid in (good, bad):
             break
