@@ -432,7 +432,10 @@ def _planned_bench(run: _Run) -> PlannedCost | None:
     from sglforge.bench.runner import plan
 
     sc = run.scenario
-    return plan(sc) if sc is not None and sc.bench is not None else None
+    if sc is None or sc.bench is None:
+        return None
+    # --no-baseline: the candidate boots once, nothing is compared
+    return plan(sc, compared=not run.req.no_baseline)
 
 
 def _planned_gates(run: _Run, planned: PlannedCost | None) -> list[tuple[str, str]]:

@@ -320,6 +320,7 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
         },
         "repeats": report.repeats,
         "reason": report.reason or None,
+        "next": next_step(report) or None,
         "report_dir": str(report.report_dir),
         "started_at": report.started_at,
         "duration_s": report.duration_s,
