@@ -4,7 +4,8 @@ report folder mounted), one run per sweep point, and read its JSONL.
 
 With a baseline image the boots alternate in ABBA blocks (``repeats`` boots per side): every
 boot runs the compared speed probe (fixed concurrency, closed loop) and the single stream; the
-first candidate boot also searches the knee. The comparison is ``stats.compare`` over the
+first candidate boot then also searches the knee (after them, so that every boot's compared
+figures come from the same point of a boot's life). The comparison is ``stats.compare`` over the
 per-request samples of each boot.
 """
 
@@ -446,7 +447,9 @@ def _measure(
                 ctx, image, f"{side}-{order}-rate-{rate:g}", rate, num_prompts=b.probe_prompts
             )
 
-        points = _search(ctx, measure) if search else []
+        # The compared probes first, the knee search after them: every boot's compared
+        # figures are then taken at the same point of its life (the first candidate boot's
+        # would otherwise follow minutes of overload: a warmer GPU, a longer-running server).
         c = b.speed.concurrency
         ctx.say(
             f"{where}: speed probe, {b.prompts(b.speed.num_prompts)} requests at concurrency {c}"
@@ -456,6 +459,7 @@ def _measure(
             num_prompts=b.speed.num_prompts, concurrency=c,
         )  # fmt: skip
         single, samples = _single_stream(ctx, image, order, side) if b.single_stream else (None, ())
+        points = _search(ctx, measure) if search else []
     return _Measured(side, order, tuple(points), speed, single, samples, time.monotonic() - t0)
 
 
