@@ -498,7 +498,7 @@ def markdown(report: BenchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-COMPARISON_HEADERS = (
+COMPARISON_HEADERS: tuple[str, ...] = (
     "figure",
     "baseline",
     "candidate",
@@ -512,7 +512,7 @@ COMPARISON_HEADERS = (
 
 def comparison_rows(report: BenchReport) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """The comparison as a table: each compared figure, both sides, the change and verdict."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for c in report.changes:
         level = 1 - 2 * (1 - c.confidence)
         rows.append(
