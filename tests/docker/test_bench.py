@@ -160,6 +160,7 @@ def _scenario(
         assert n == 1
     if target:
         text = text.replace("[scenario]\n", f'[scenario]\ntarget = "{target}"\n', 1)
+    tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "standin-cpu.toml"
     path.write_text(text)
     return path

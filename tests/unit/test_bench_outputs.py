@@ -32,7 +32,7 @@ def _change(slow: float, spread: float = 0.0) -> object:
 
 
 def _report(tmp_path: Path, **kw: object) -> bench_report.BenchReport:
-    rows = (_point(3, 210.123, 0.2104), _point(6, 401.5, 0.61), _point(9, 433.25, 1.7))
+    rows = (_point(3, 210.123, 0.2104), _point(6, 401.5, 0.61), _point(9, 4433.257, 1.7))
     run = bench_report.ImageRun(
         "img:new", "sha256:1", rows, rows[1], bench_report.SingleStream(341.0, 3.37),
         knee_above=9.0,

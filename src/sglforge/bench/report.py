@@ -569,7 +569,8 @@ def mermaid(report: BenchReport) -> list[str]:
         ]
 
     def nums(values: Sequence[float]) -> str:
-        return "[" + ", ".join(f"{v:g}" for v in values) + "]"
+        # every digit report.json has (its sweep is rounded to 3 and 4 places)
+        return "[" + ", ".join(f"{v:.12g}" for v in values) + "]"
 
     tok_top = ticks(max(tok + [1.0]))[-1]
     ttft_top = ticks(max(ttft + [limit]) * 1.05)[-1]
