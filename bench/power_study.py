@@ -14,8 +14,9 @@ draws those samples from the arithmetic of ``tests/standin/server.py``'s ``CostM
 
 For each design (boots per side, requests per boot) it reports the false-alarm rate (no
 change), the power against a 3 % slowdown, the coverage of the two-sided interval and the
-minimum detectable effect. The table in docs/bench.md is this script's output with the
-defaults; tests/unit/test_bench_power.py holds it.
+minimum detectable effect. The tables in docs/bench.md are this script's output with the
+defaults (the second for a quieter node, +-1 % per boot); tests/unit/test_bench_power.py
+holds the chosen row of each.
 
     python bench/power_study.py [--trials 2000] [--seed 29]
 """
@@ -45,6 +46,11 @@ GROWTH = 0.05  # STANDIN_DECODE_BATCH_GROWTH
 BOOT_SD = NOISE / math.sqrt(3)
 DESIGNS = ((1, 64), (2, 64), (3, 64), (4, 32), (4, 64))
 CHOSEN = (4, 64)  # what the GPU scenarios run: the first design meeting the target
+# A quieter node (+-1 % per boot, measured there and declared as boot_sd): what the 15
+# node-minute aim would need (docs/bench.md, "What it costs").
+QUIET_NOISE = 0.01
+QUIET_DESIGNS = ((1, 64), (2, 64), (2, 96))
+QUIET_CHOSEN = (2, 96)
 
 
 @dataclass(frozen=True)
@@ -59,12 +65,13 @@ class Row:
 
 
 def trial(
-    rng: random.Random, boots: int, requests: int, slowdown: float
+    rng: random.Random, boots: int, requests: int, slowdown: float, noise: float = NOISE
 ) -> tuple[bool, bool, bool, float]:
-    """One gate run: (regressed, inconclusive, interval covered the truth, mde)."""
+    """One gate run: (regressed, inconclusive, interval covered the truth, mde), the boots'
+    noise uniform in ``1 +- noise`` and declared as its standard deviation."""
     blocks = []
     for order, side in enumerate(abba(boots)):
-        factor = 1 + rng.uniform(-NOISE, NOISE)
+        factor = 1 + rng.uniform(-noise, noise)
         if side == "candidate":
             factor *= slowdown
         if order % 2:
@@ -72,19 +79,24 @@ def trial(
         rate = TOK_S / (factor * (1 + GROWTH * (CONCURRENCY - 1)))
         samples = tuple(rate / (1 + rng.uniform(-JITTER, JITTER)) for _ in range(requests))
         blocks.append(Block(side, order, samples))
-    c = compare("decode_tok_s", blocks, boot_sd=BOOT_SD, confidence=0.95, tolerance=0.0)
+    boot_sd = noise / math.sqrt(3)
+    c = compare("decode_tok_s", blocks, boot_sd=boot_sd, confidence=0.95, tolerance=0.0)
     truth = 1 / slowdown - 1
     return c.status == REGRESSED, not c.evaluated, c.low <= truth <= c.high, c.mde
 
 
 def study(
-    trials: int = 2000, seed: int = 29, designs: tuple[tuple[int, int], ...] = DESIGNS
+    trials: int = 2000,
+    seed: int = 29,
+    designs: tuple[tuple[int, int], ...] = DESIGNS,
+    noise: float = NOISE,
 ) -> list[Row]:
     rows = []
     for boots, requests in designs:
-        rng = random.Random(f"{seed}-{boots}-{requests}")
-        null = [trial(rng, boots, requests, 1.0) for _ in range(trials)]
-        slow = [trial(rng, boots, requests, SLOWDOWN) for _ in range(trials)]
+        key = f"{seed}-{boots}-{requests}" + ("" if noise == NOISE else f"-{noise}")
+        rng = random.Random(key)
+        null = [trial(rng, boots, requests, 1.0, noise) for _ in range(trials)]
+        slow = [trial(rng, boots, requests, SLOWDOWN, noise) for _ in range(trials)]
         both = null + slow
         rows.append(
             Row(
@@ -100,7 +112,7 @@ def study(
     return rows
 
 
-def table(rows: list[Row], trials: int, seed: int) -> str:
+def table(rows: list[Row], trials: int, seed: int, noise: float = NOISE) -> str:
     lines = [
         "| boots per side (ABBA) | requests per boot | false alarms (no change) | "
         "power (3 % slower) | 90 % interval coverage | inconclusive | minimum detectable drop |",
@@ -113,9 +125,9 @@ def table(rows: list[Row], trials: int, seed: int) -> str:
         )
     lines.append("")
     lines.append(
-        f"{trials} trials per cell and per effect, seed {seed}; noise +-{NOISE:.0%} per boot, "
+        f"{trials} trials per cell and per effect, seed {seed}; noise +-{noise:.0%} per boot, "
         f"jitter +-{JITTER:.0%} per request, order effect {ORDER_EFFECT:.1%}, declared boot sd "
-        f"{BOOT_SD:.4f}, one-sided 95 % decision."
+        f"{noise / math.sqrt(3):.4f}, one-sided 95 % decision."
     )
     return "\n".join(lines) + "\n"
 
@@ -125,7 +137,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=29)
     args = parser.parse_args()
-    print(table(study(args.trials, args.seed), args.trials, args.seed), end="")
+    print(table(study(args.trials, args.seed), args.trials, args.seed))
+    quiet = study(args.trials, args.seed, QUIET_DESIGNS, QUIET_NOISE)
+    print(table(quiet, args.trials, args.seed, QUIET_NOISE), end="")
 
 
 if __name__ == "__main__":

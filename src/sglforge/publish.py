@@ -432,7 +432,10 @@ def _planned_bench(run: _Run) -> PlannedCost | None:
     from sglforge.bench.runner import plan
 
     sc = run.scenario
-    return plan(sc) if sc is not None and sc.bench is not None else None
+    if sc is None or sc.bench is None:
+        return None
+    # --no-baseline: the candidate boots once, nothing is compared
+    return plan(sc, compared=not run.req.no_baseline)
 
 
 def _planned_gates(run: _Run, planned: PlannedCost | None) -> list[tuple[str, str]]:
@@ -874,10 +877,11 @@ def junit_suite(result: PublishResult | None, target: str, error: str | None = N
         elif step.ok is None:
             cases.append(Case(stage, SKIPPED, step.detail or "not run", seconds=step.seconds))
         elif step.ok:
-            cases.append(Case(stage, seconds=step.seconds, output=step.detail))
+            cases.append(Case(stage, seconds=step.seconds, output=_case_output(result, step)))
         else:
             message = (result.error or step.detail) if stage == "smoke" else step.detail
-            cases.append(Case(stage, FAILED, message, seconds=step.seconds))
+            out = _case_output(result, step)
+            cases.append(Case(stage, FAILED, message, seconds=step.seconds, output=out))
         if stage == "smoke":
             cases += [_check_case(check) for check in result.smoke_checks]
     if result.error and not any(c.outcome == FAILED for c in cases):
@@ -894,6 +898,10 @@ def junit_suite(result: PublishResult | None, target: str, error: str | None = N
         "dry_run": result.dry_run,
     }
     props.update({f"figure.{k}": v for k, v in sorted(result.smoke_figures.items())})
+    if result.bench:
+        from sglforge.bench.report import junit_figures
+
+        props.update(junit_figures(result.bench))
     return Suite(
         f"sglforge publish {result.target}",
         f"sglforge.publish.{result.target}",
@@ -901,6 +909,13 @@ def junit_suite(result: PublishResult | None, target: str, error: str | None = N
         props,
         sum(s.seconds for s in result.steps),
     )
+
+
+def _case_output(result: PublishResult, step: Step) -> str:
+    """A stage case's system-out: its detail, and for the bench its table and verdict."""
+    if step.name == "bench" and result.bench_text:
+        return "\n".join((step.detail, *result.bench_text))
+    return step.detail
 
 
 def _check_case(check: Check) -> Case:

@@ -113,3 +113,10 @@ def test_a_dry_run_publish_lists_every_stage_and_the_bench_s_planned_cost(
         planned["node_minutes"], abs=0.2
     )
     assert f"{planned['node_minutes']:.0f} node-minutes" in steps["bench"]
+    assert planned["boots"] == 8 and planned["compared"] is True
+    # The first release (--no-baseline) boots the candidate once: it plans for that.
+    first = run(p.root, *args, "--scenario", scenario, "--dry-run", "--json",
+                "--no-baseline", "the first")  # fmt: skip
+    alone = first["bench"]["planned"]
+    assert alone["boots"] == 1 and alone["compared"] is False
+    assert alone["node_minutes"] < planned["node_minutes"]

@@ -35,19 +35,28 @@ def _study() -> ModuleType:
     return module
 
 
-def test_the_power_table_in_the_docs_is_the_studys_and_meets_the_target() -> None:
+@pytest.mark.parametrize("node", ["+-2 %", "+-1 %"])
+def test_the_power_table_in_the_docs_is_the_studys_and_meets_the_target(node: str) -> None:
     ps = _study()
-    (row,) = ps.study(2000, 29, (ps.CHOSEN,))
+    if node == "+-2 %":
+        (row,) = ps.study(2000, 29, (ps.CHOSEN,))
+        note = "noise +-2% per boot"
+    else:  # the quieter node the 15 node-minute aim would need (docs/bench.md)
+        (row,) = ps.study(2000, 29, (ps.QUIET_CHOSEN,), ps.QUIET_NOISE)
+        note = "noise +-1% per boot"
     # The target of issue 29: a 3 % slowdown found with >= 90 % power at <= 5 % false alarms,
-    # +-2 % per-boot noise and per-request jitter; the 90 % interval covers about 90 %.
+    # with the per-boot noise and per-request jitter; the 90 % interval covers about 90 %.
     assert row.power >= 0.90 and row.false_alarm <= 0.05, row
-    assert 0.87 <= row.coverage <= 0.93 and row.inconclusive <= 0.01, row
+    assert 0.87 <= row.coverage <= 0.93 and row.inconclusive <= 0.03, row
     line = (
         f"| {row.boots} | {row.requests} | {row.false_alarm:.1%} | {row.power:.1%} | "
         f"{row.coverage:.1%} | {row.inconclusive:.1%} | {row.mde:.2%} |"
     )
     docs = (ROOT / "docs" / "bench.md").read_text()
-    assert line in docs, f"docs/bench.md lacks the study's row: {line}"
+    # the row, in the table whose footnote names its noise
+    table = next(t for t in docs.split("\n\n") if line in t and "| boots per side" in t)
+    footnote = docs[docs.index(table) + len(table) :].split("\n\n", 2)[1]
+    assert note in footnote, f"docs/bench.md: the row {line} is not under the {node} table"
 
 
 def _blocks(base: list[list[float]], cand: list[list[float]]) -> list[Block]:

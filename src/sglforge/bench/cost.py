@@ -67,8 +67,8 @@ def search_rates(bench: Bench) -> int:
     return doublings + s.steps
 
 
-def _search_minutes(bench: Bench) -> float:
-    """Minutes of the knee search's probes (arrivals plus one request's drain each)."""
+def _search_rates(bench: Bench) -> list[float]:
+    """The rates the knee search plans to probe (the bisections planned at 3/4 of the top)."""
     if bench.search is None:
         rates = list(bench.request_rates)
         rates += [rates[-1]] * 2  # the bisections stay below the last listed rate
@@ -80,9 +80,17 @@ def _search_minutes(bench: Bench) -> float:
             r *= 2
         rates.append(s.max_rate)
         rates += [s.max_rate * 0.75] * s.steps  # bisections between the last pass and fail
-    n = bench.prompts(bench.probe_prompts)
-    drain = _request_seconds(bench)
-    return math.fsum((n / r + drain) / 60 for r in rates)
+    return rates
+
+
+def _probe_minutes(bench: Bench, rate: float) -> float:
+    """One knee probe at ``rate``: its arrivals plus one request's drain."""
+    return (bench.prompts(bench.probe_prompts) / rate + _request_seconds(bench)) / 60
+
+
+def _search_minutes(bench: Bench) -> float:
+    """Minutes of the knee search's probes (arrivals plus one request's drain each)."""
+    return math.fsum(_probe_minutes(bench, r) for r in _search_rates(bench))
 
 
 def _request_seconds(bench: Bench) -> float:
@@ -100,6 +108,13 @@ def planned_cost(bench: Bench, *, compared: bool = True) -> PlannedCost:
     parts = [
         CostPart("boots", boots, c.boot_minutes),
         CostPart(f"knee search, at most {search_rates(bench)} probes", 1, _search_minutes(bench)),
+        # generated-shared-prefix lengths are text targets: the first probe runs once more
+        # with calibrated lengths (sglang 0.5.14 has no random-ids-shared-prefix).
+        CostPart(
+            "calibration: the first probe again (generated-shared-prefix only)",
+            1,
+            _probe_minutes(bench, _search_rates(bench)[0]),
+        ),
         CostPart(f"speed probe at concurrency {bench.speed.concurrency}", boots, speed_minutes),
     ]
     ss = bench.single_stream

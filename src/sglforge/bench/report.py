@@ -178,6 +178,42 @@ class BenchReport:
         return ""
 
 
+def next_step(report: BenchReport) -> str:
+    """What to run next when the bench did not pass, naming the option ("" when it passed).
+
+    An inconclusive comparison is not a drop: more boots (or a quieter node, or a declared
+    per-boot noise the node really has) give it a verdict; ``--no-baseline`` is for a publish
+    with nothing to compare with, never for a comparison that ran.
+    """
+    if report.ok:
+        return ""
+    where = report.scenario_path
+    if report.refused:
+        return (
+            f"read the refused point's JSONL and server log in {report.report_dir}; the "
+            f"declared lengths or prefix-cache hit of [bench] in {where} may be wrong"
+        )
+    if report.inconclusive:
+        c = report.inconclusive[0]
+        if 0 in c.boots:
+            return f"rerun: a side has no boot measured (read {report.report_dir})"
+        return (
+            f"rerun with more boots per side ([bench] repeats = {2 * report.repeats} in "
+            f"{where}, now {report.repeats}) or on a quieter node; if the node's per-boot noise "
+            f"is really {c.observed_sd or 0:.2%}, declare it as [bench.gate] boot_sd; or, to "
+            "publish anyway, pass --accept-regression REASON (recorded)"
+        )
+    if report.run.knee is None:
+        return (
+            f"read the knee probes in {report.report_dir}; start the search lower "
+            f"([bench.search] start or request_rates in {where})"
+        )
+    return (
+        "fix the regression and rerun, or pass --accept-regression REASON to publish "
+        "anyway (recorded)"
+    )
+
+
 def _median_or_none(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
@@ -284,6 +320,7 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
         },
         "repeats": report.repeats,
         "reason": report.reason or None,
+        "next": next_step(report) or None,
         "report_dir": str(report.report_dir),
         "started_at": report.started_at,
         "duration_s": report.duration_s,
@@ -353,6 +390,8 @@ def text(report: BenchReport) -> list[str]:
     lines.append(
         ("PASSED" if report.ok else "FAILED") + (f": {report.reason}" if report.reason else "")
     )
+    if next_step(report):
+        lines.append(f"next: {next_step(report)}")
     lines.append(f"reports: {report.report_dir}")
     return lines
 
@@ -445,13 +484,111 @@ def markdown(report: BenchReport) -> str:
         lines.append(f"- regression accepted: {report.accepted_regression}")
     if report.reason:
         lines.append(f"- reason: {report.reason}")
+    if next_step(report):
+        lines.append(f"- next: {next_step(report)}")
+    lines += ["", *reports.md_table(headers, rows)]
+    if report.changes:
+        lines += ["", *reports.md_table(*comparison_rows(report))]
+    lines += ["", *mermaid(report)]
     lines += [
         "",
-        *reports.md_table(headers, rows),
-        "",
-        f"chart: `{report.report_dir / 'chart.svg'}`",
+        f"chart.svg, report.json and the JSONL of every run: `{report.report_dir.name}/` in the "
+        "`build/bench/` artifact",
     ]
     return "\n".join(lines) + "\n"
+
+
+COMPARISON_HEADERS: tuple[str, ...] = (
+    "figure",
+    "baseline",
+    "candidate",
+    "change",
+    "90 % CI",
+    "boots",
+    "minimum detectable drop",
+    "verdict",
+)
+
+
+def comparison_rows(report: BenchReport) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The comparison as a table: each compared figure, both sides, the change and verdict."""
+    rows: list[tuple[str, ...]] = []
+    for c in report.changes:
+        level = 1 - 2 * (1 - c.confidence)
+        rows.append(
+            (
+                c.figure,
+                f"{c.baseline:.1f}",
+                f"{c.candidate:.1f}",
+                f"{c.mean:+.1%}",
+                f"{c.low:+.1%}..{c.high:+.1%}" if level else "-",
+                f"{c.boots[0]}+{c.boots[1]}",
+                f"{c.mde:.1%}",
+                c.status if c.status != INCONCLUSIVE else f"inconclusive ({c.why})",
+            )
+        )
+    return COMPARISON_HEADERS, rows
+
+
+def chart_series(report: BenchReport) -> tuple[list[float], list[float], list[float]]:
+    """The chart's data, shared by the SVG and the Mermaid chart: the probed rates and, at
+    each, output tok/s/node and TTFT p95 (seconds), in rate order."""
+    rows = sorted(
+        (p for p in report.run.sweep if math.isfinite(p.request_rate)),
+        key=lambda p: p.request_rate,
+    )
+    return (
+        [p.request_rate for p in rows],
+        [round(p.output_tok_s, 3) for p in rows],  # rounded as report.json's sweep is
+        [round(p.ttft_p95_s, 4) for p in rows],
+    )
+
+
+def mermaid(report: BenchReport) -> list[str]:
+    """The knee search as Mermaid ``xychart-beta`` blocks (GitHub renders them in step
+    summaries and Markdown; an SVG path on the runner renders nowhere): output tok/s/node,
+    then TTFT p95 with the limit, by offered rate; the knee named in each title."""
+    rates, tok, ttft = chart_series(report)
+    if not rates:
+        return ["(no knee probe ran: no chart)"]
+    k = report.run.knee
+    knee = f", knee {k.request_rate:g} RPS" if k else ", no knee"
+    axis = "[" + ", ".join(f'"{r:g}"' for r in rates) + "]"
+    limit = report.knee_rule.ttft_p95_max_s
+    label = _label(report)
+
+    def block(title: str, y_title: str, top: float, lines: list[str]) -> list[str]:
+        return [
+            "```mermaid",
+            "xychart-beta",
+            f'    title "{title}"',
+            f'    x-axis "offered request rate (requests/s)" {axis}',
+            f'    y-axis "{y_title}" 0 --> {top:g}',
+            *lines,
+            "```",
+        ]
+
+    def nums(values: Sequence[float]) -> str:
+        # every digit report.json has (its sweep is rounded to 3 and 4 places)
+        return "[" + ", ".join(f"{v:.12g}" for v in values) + "]"
+
+    tok_top = ticks(max(tok + [1.0]))[-1]
+    ttft_top = ticks(max(ttft + [limit]) * 1.05)[-1]
+    return [
+        *block(
+            f"{report.scenario}: output tok/s per node ({label}{knee})",
+            "output tok/s per node",
+            tok_top,
+            [f"    bar {nums(tok)}"],
+        ),
+        "",
+        *block(
+            f"{report.scenario}: TTFT p95 (s), limit {limit:g} s ({label}{knee})",
+            "TTFT p95 (s)",
+            ttft_top,
+            [f"    line {nums(ttft)}", f"    line {nums([limit] * len(rates))}"],
+        ),
+    ]
 
 
 def junit_suite(report: BenchReport) -> reports.Suite:
@@ -507,6 +644,7 @@ def junit_suite(report: BenchReport) -> reports.Suite:
         "compared": report.compared,
         "no_baseline": report.no_baseline or None,
     }
+    props.update(junit_figures(record_figures(report)))
     return reports.Suite(
         f"sglforge bench {report.scenario}",
         f"sglforge.bench.{report.scenario}",
@@ -514,7 +652,38 @@ def junit_suite(report: BenchReport) -> reports.Suite:
         props,
         report.duration_s,
         report.started_at,
+        output="\n".join(text(report)),
     )
+
+
+def junit_figures(figures: Mapping[str, Any] | None) -> dict[str, object]:
+    """A bench's figures (as :func:`record_figures` keeps them) as ``figure.bench.*`` JUnit
+    properties, for ``bench --junit`` and a publish's JUnit alike: the hardware they were
+    measured on, the knee and its bracket, the speed probe, the single stream and each
+    compared figure's change and verdict (None values are left out)."""
+    if not figures:
+        return {}
+    out: dict[str, object] = {"figure.bench.hardware": figures.get("hardware")}
+    knee = figures.get("knee") or {}
+    for key in ("request_rate", "failed_at", "sustained_rps", "output_tok_s", "total_tok_s"):
+        out[f"figure.bench.knee.{key}"] = knee.get(key)
+    speed = figures.get("speed") or {}
+    out["figure.bench.speed.output_tok_s"] = speed.get("output_tok_s")
+    single = figures.get("single_stream") or {}
+    for key in ("decode_tok_s", "accept_length", "input_tokens_server"):
+        out[f"figure.bench.single_stream.{key}"] = single.get(key)
+    comparison = figures.get("comparison") or {}
+    ran = comparison.get("ran", comparison.get("evaluated"))
+    out["figure.bench.comparison.ran"] = ran
+    out["figure.bench.comparison.reason"] = comparison.get("reason") or comparison.get("why")
+    regression = figures.get("regression") or {}
+    for c in regression.get("changes") or ():
+        name = f"figure.bench.vs_baseline.{c['figure']}"
+        out[f"{name}.delta"] = _r(c.get("delta"), 4)
+        out[f"{name}.ci"] = " ".join(f"{x:+.4f}" for x in c.get("ci") or ())
+        out[f"{name}.minimum_detectable_effect"] = _r(c.get("minimum_detectable_effect"), 4)
+        out[f"{name}.status"] = c.get("status")
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def junit_xml(report: BenchReport) -> str:

@@ -4,7 +4,8 @@ report folder mounted), one run per sweep point, and read its JSONL.
 
 With a baseline image the boots alternate in ABBA blocks (``repeats`` boots per side): every
 boot runs the compared speed probe (fixed concurrency, closed loop) and the single stream; the
-first candidate boot also searches the knee. The comparison is ``stats.compare`` over the
+first candidate boot then also searches the knee (after them, so that every boot's compared
+figures come from the same point of a boot's life). The comparison is ``stats.compare`` over the
 per-request samples of each boot.
 """
 
@@ -326,7 +327,9 @@ def _scrape(ctx: _Ctx) -> dict[str, float]:
 def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
     """The knee search. With ``[bench.search]``: double from ``start`` until the rule breaks
     (the last probe at ``max_rate``); with ``request_rates``: up the list until it breaks.
-    Then ``steps`` bisections (2 for a list) between the last pass and the first failure."""
+    Then ``steps`` bisections (2 for a list) between the last pass and the first failure;
+    when the first probe already fails, between 0 and it (a start near the expected knee
+    costs fewer probes, and a slower candidate still gets a knee below it)."""
     b = ctx.bench
     points: list[Point] = []
     good, bad = 0.0, math.inf
@@ -345,7 +348,7 @@ def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
             bad = rate
             break
         good = rate
-    for _ in range(steps if math.isfinite(bad) and good > 0 else 0):
+    for _ in range(steps if math.isfinite(bad) else 0):
         mid = round((good + bad) / 2, 3)
         if mid in (good, bad):
             break
@@ -444,7 +447,9 @@ def _measure(
                 ctx, image, f"{side}-{order}-rate-{rate:g}", rate, num_prompts=b.probe_prompts
             )
 
-        points = _search(ctx, measure) if search else []
+        # The compared probes first, the knee search after them: every boot's compared
+        # figures are then taken at the same point of its life (the first candidate boot's
+        # would otherwise follow minutes of overload: a warmer GPU, a longer-running server).
         c = b.speed.concurrency
         ctx.say(
             f"{where}: speed probe, {b.prompts(b.speed.num_prompts)} requests at concurrency {c}"
@@ -454,6 +459,7 @@ def _measure(
             num_prompts=b.speed.num_prompts, concurrency=c,
         )  # fmt: skip
         single, samples = _single_stream(ctx, image, order, side) if b.single_stream else (None, ())
+        points = _search(ctx, measure) if search else []
     return _Measured(side, order, tuple(points), speed, single, samples, time.monotonic() - t0)
 
 

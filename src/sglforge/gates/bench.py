@@ -57,7 +57,9 @@ def check(c: Candidate) -> GateResult:
             f"bench could not run: {exc}; nothing was pushed and no tag moved",
             exc.exit_code,
         )
-    if report.regressed and c.accept_regression:
+    if (report.regressed or report.inconclusive) and c.accept_regression:
+        # A person decided: the waiver covers a drop and a comparison that could not
+        # conclude alike (BenchReport.ok), and the record says so.
         report = replace(report, accepted_regression=c.accept_regression)
     figures = dict(bench_report.record_figures(report))
     figures["comparison"] = (
@@ -69,11 +71,7 @@ def check(c: Candidate) -> GateResult:
     compared = "" if against else f" (comparison not evaluated: {unevaluated})"
     if report.ok:
         return passed(NAME, f"passed{compared}", record)
-    hint = (
-        "rerun after fixing it, or pass --accept-regression REASON to publish anyway"
-        if report.regressed
-        else f"read the bench reports in {report.report_dir}"
-    )
+    hint = bench_report.next_step(report)
     return failed(
         NAME,
         f"FAILED: {report.reason}",
