@@ -551,3 +551,23 @@ def test_server_info_keys_are_the_releases(real, start: Start) -> None:
     assert launch.index("_launch_subprocesses") < launch.index("_setup_and_run_http_server")
     health = _function(http, "health_generate")
     assert "ServerStatus.Starting" in health and "status_code=503" in health
+
+
+def test_decode_time_is_the_cost_model_s_whatever_the_work_between_steps() -> None:
+    """The costs are a schedule: slow work between steps (a loaded CPU, a slow client) does not
+    add to them, so an unchanged image reads the same speed on a busy machine (issue 29)."""
+    args = server.build_parser().parse_args(
+        ["--model-path", str(MODEL), "--host", "127.0.0.1", "--port", "0"]
+    )
+    engine = server.Engine(args, frozenset(), {"STANDIN_DECODE_TOK_S": "100"})
+    params = {"max_new_tokens": 40, "ignore_eos": True}
+
+    def timed(emit: Callable[[dict], None]) -> float:
+        started = time.monotonic()
+        engine.generate("x", params, emit)
+        return time.monotonic() - started
+
+    quick = timed(lambda _chunk: None)
+    busy = timed(lambda _chunk: time.sleep(0.004))  # 4 ms of work after each 10 ms step
+    assert 0.38 < quick < 0.55
+    assert busy < quick * 1.1  # the old pauses took 40 % longer (0.56 s)

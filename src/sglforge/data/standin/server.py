@@ -128,6 +128,9 @@ The serving cost model (what ``sglforge bench`` measures through the image's own
   ``STANDIN_JITTER`` (default 0) draws one more factor per request uniformly in
   ``1 +- JITTER`` (seeded from ``STANDIN_NOISE_SEED`` too), the request-to-request spread a
   real server shows under load. ``bench/power_study.py`` draws exactly this arithmetic;
+- the costs are a schedule kept from each request's start, not pauses added after each
+  step's work: a loaded CPU between steps does not slow the figures (a step that cannot
+  keep up still ends late);
 - ``/metrics`` with ``--enable-metrics`` only (``http_server.py:270-272``), Prometheus text
   from the engine's own counters: ``sglang:prompt_tokens_total``,
   ``sglang:generation_tokens_total``, ``sglang:num_requests_total`` and
@@ -502,6 +505,13 @@ class CostModel:
         return tokens / self.tok_s * self.factor * request * growth
 
 
+def _sleep_until(deadline: float) -> None:
+    """Sleep until ``deadline`` (``time.monotonic()``); at once when it has passed."""
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
 def load_tokenizer(path: str):
     """The model's tokenizer through ``transformers`` (as sglang loads it), or None."""
     if not any(
@@ -765,7 +775,11 @@ class Engine:
             if counted:
                 self.cache_hit_rate = cached / prompt_tokens if prompt_tokens else 0.0
         jitter = self.cost.request_factor()
-        time.sleep(max(0.001, self.cost.prefill(prompt_tokens - cached, jitter)))  # "prefill"
+        # The costs are a schedule, not pauses: each step ends at its time from the request's
+        # start, so the Python work between steps (tokens, events, a loaded CPU) is absorbed
+        # and the figures are the cost model's; a step that cannot keep up ends late.
+        clock = time.monotonic() + max(0.001, self.cost.prefill(prompt_tokens - cached, jitter))
+        _sleep_until(clock)  # "prefill"
         done, verify, correct = 0, 0, 0
         histogram: list[int] = []
         carry = 0.0
@@ -787,7 +801,8 @@ class Engine:
                 self.aiter_lookup(self.draft_tokens if self.spec else 1)
                 self._decode_batch(step)
             step = min(step, len(words) - done)
-            time.sleep(self.cost.decode(step, self.running, jitter))
+            clock += self.cost.decode(step, self.running, jitter)
+            _sleep_until(clock)
             done += step
             last = done >= len(words)
             if emit is not None:
