@@ -48,7 +48,8 @@ def scan_cmd(
     makes sglang compile it), quant-exclude-unmatched (a Quark exclude entry or
     layer_quant_config key matching no module sglang builds, or a module built quantized whose
     checkpoint tensors are excluded), fused-shared-expert-dtype (a bf16 shared expert fused
-    into quantized routed experts). Exit 1 when any finding is a fail.
+    into quantized routed experts), config-read (a warn: config.json was not read by the
+    transformers the release pins). Exit 1 when any finding is a fail.
 
     \b
     Examples:

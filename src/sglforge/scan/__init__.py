@@ -151,7 +151,36 @@ def findings_of(
     (``seen``: ``jit_findings.includes(tree)`` when already computed)."""
     from sglforge.scan import jit_findings, quant
 
-    return [*jit_findings.findings(tree, built, seen), *quant.findings(built, config, config_file)]
+    return [
+        *jit_findings.findings(tree, built, seen),
+        *quant.findings(built, config, config_file),
+        *config_read(built, config_file),
+    ]
+
+
+CONFIG_READ = "config-read"
+
+
+def config_read(built: Construction, config_file: str) -> list[Finding]:
+    """A warning when config.json was not read by the transformers the release pins (an
+    ``auto_map`` model, a model type that transformers does not know, no wheels): the
+    decisions were then made on sglforge's reading, which fills no per-class defaults."""
+    source = built.config_source
+    if not source or source.startswith("transformers "):
+        return []
+    return [
+        Finding(
+            CONFIG_READ,
+            WARN,
+            config_file,
+            None,
+            "config.json",
+            f"config.json was not read by transformers' own configuration class ({source}); "
+            "per-class defaults and legacy-key conversion are sglforge's, not transformers'",
+            "check the model type and the index (sglforge -v scan ...); the findings still hold "
+            "for the keys config.json sets",
+        )
+    ]
 
 
 def _selected(project: Project, ref: str | None, queue: bool) -> tuple[str, str, list[Patch]]:
