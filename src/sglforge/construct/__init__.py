@@ -21,8 +21,11 @@ Real, not stand-ins:
   it). A config transformers' own class cannot read here (``trust_remote_code``, a model type it
   does not know) falls back to :mod:`sglforge.construct.hfconfig`'s reading, and
   ``Construction.config_source`` (and coverage's notes) say so;
-- msgspec (0.5.23's ``ServerArgs`` is a msgspec struct), at the version the release requires
-  (:mod:`sglforge.construct.packages`); and whatever the host interpreter has installed.
+- msgspec (0.5.23's ``ServerArgs`` is a msgspec struct), and the server's and tokenizer's own
+  packages the release requires that have no requirements of their own (einops,
+  partial_json_parser, pillow, pybase64, pyzmq, sentencepiece, setproctitle, tqdm), each at the
+  version the release requires (:mod:`sglforge.construct.packages`); and whatever the host
+  interpreter has installed.
 
 What remains a stand-in in the sglang child (:mod:`sglforge.construct.shims`), and why each
 cannot be the real package here (measured on 0.5.14 and 0.5.23: the modules the stub hook
@@ -43,11 +46,12 @@ answered for while building GLM-5.2 and its draft):
 - huggingface_hub, safetensors, fastsafetensors, gguf, requests, aiohttp, openai: the clients
   that fetch or read checkpoint files. A construction reads no weights and must never reach
   the Hub (the model folder is not on this host), so they stay stubs on purpose;
-- the server's and tokenizer's own packages (zmq, starlette, fastapi, uvicorn, psutil,
-  setproctitle, pybase64, partial_json_parser, sentencepiece, PIL, lxml, opentelemetry, tqdm,
-  filelock, dill, einops, gmpy2, flint): each could be installed, but no recorded decision
-  reads their behaviour (the construction runs no server, tokenizer or progress bar); they are
-  not yet real;
+- psutil: real, it would report this host's memory and CPUs, and a decision that reads them
+  must see the node's (the shims hand in the target's device instead);
+- the server's packages that bring their own requirements (starlette, fastapi, uvicorn,
+  opentelemetry) and packages only the release's other requirements pull in (lxml, filelock,
+  dill, gmpy2, flint): installing them means resolving their closure, and no recorded
+  decision reads their behaviour (the construction runs no server); not yet real;
 - optional imports libraries probe with ``try: import ...`` (winreg, _winapi, msvcrt, cPickle,
   simplejson, brotlicffi, socks, chardet, backports, org, docrepr, ctags, astroid): the stub
   hook answers them too, where the real environment would raise ImportError;

@@ -29,7 +29,19 @@ from sglforge.errors import SglforgeError
 
 # Installed for real when the release requires them (each installs without a GPU; why each is
 # needed is in the module docstring).
-REAL = ("msgspec",)
+REAL = (
+    "msgspec",
+    # the server's and tokenizer's own packages sglang imports at module level: pure wheels
+    # with no requirements of their own and nothing of this host's they could report
+    "einops",
+    "partial_json_parser",
+    "pillow",
+    "pybase64",
+    "pyzmq",
+    "sentencepiece",
+    "setproctitle",
+    "tqdm",
+)
 
 
 @dataclass(frozen=True)
