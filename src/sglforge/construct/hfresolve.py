@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -65,18 +65,13 @@ def _cache_root() -> Path:
 
 def _requires(folder: Path) -> list[Requirement]:
     """The unconditional ``Requires-Dist`` of the wheel unpacked in ``folder``."""
-    out = []
-    for meta in folder.glob("*.dist-info/METADATA"):
-        for line in meta.read_text(errors="replace").splitlines():
-            if not line.startswith("Requires-Dist:"):
-                continue
-            try:
-                req = Requirement(line.removeprefix("Requires-Dist:").strip())
-            except InvalidRequirement:
-                continue
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                out.append(req)
-    return out
+    from sglforge.construct.packages import requires_dist
+
+    return [
+        req
+        for meta in folder.glob("*.dist-info/METADATA")
+        for req in requires_dist(meta.read_text(errors="replace"))
+    ]
 
 
 def _version(folder: Path, project: str) -> Version | None:

@@ -68,17 +68,22 @@ def requirements(version: str) -> dict[str, Requirement]:
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         text = zf.read(name).decode(errors="replace")
-    out: dict[str, Requirement] = {}
-    for line in text.splitlines():
+    return {canonicalize_name(req.name): req for req in requires_dist(text)}
+
+
+def requires_dist(metadata: str) -> list[Requirement]:
+    """The unconditional ``Requires-Dist`` of a wheel's METADATA text (no extra, markers
+    evaluated for this interpreter); a line that is no valid requirement is left out."""
+    out = []
+    for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):
             continue
         try:
             req = Requirement(line.removeprefix("Requires-Dist:").strip())
         except InvalidRequirement:
             continue
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        out[canonicalize_name(req.name)] = req
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.append(req)
     return out
 
 
