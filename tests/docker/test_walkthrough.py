@@ -98,7 +98,7 @@ def test_the_walkthrough_runs_as_written(
         _check(res, work / "my-sglang", work / "sglforge-tryout")
     finally:
         tryout.stop(work / "sglforge-tryout")
-        _remove_images(docker_client, work / "my-sglang")
+        _remove_images(docker_client, work / "my-sglang", work / "sglforge-tryout")
 
 
 def _check(res: subprocess.CompletedProcess[str], project: Path, folder: Path) -> None:
@@ -155,14 +155,22 @@ def _hash(project: Path) -> list[str]:
     return [json.loads(out)["short"]] if out else ["-no-hash-"]
 
 
-def _remove_images(client: docker.DockerClient, project: Path) -> None:
-    """The images this walk-through built (their tags carry its queue hash) and pushed."""
+def _remove_images(client: docker.DockerClient, project: Path, folder: Path) -> None:
+    """The images this walk-through built (their tags carry its queue hash) and pushed to the
+    try-out's own registry; never another test's (xdist workers share the engine)."""
     if not (project / "patches").is_dir():
         return
     short = _hash(project)[0]
-    for image in client.images.list():
-        for tag in image.tags:
-            if f"-q{short}" in tag or tag.endswith(":latest-mi355x") and "127.0.0.1:" in tag:
+    env = folder / "env.sh"
+    found = (
+        re.search(r"^export REGISTRY=(127\.0\.0\.1:\d+)$", env.read_text(), re.M)
+        if (env.is_file())
+        else None
+    )
+    ours = f"{found[1]}/" if found else None
+    for image in client.api.images():  # the engine's list as it is (no inspect per image)
+        for tag in image.get("RepoTags") or ():
+            if f"-q{short}" in tag or (ours and tag.startswith(ours)):
                 try:
                     client.images.remove(tag, force=True)
                 except docker.errors.APIError:

@@ -34,6 +34,9 @@ REQUIRED: dict[str, list[str]] = {
     "patches refresh": ["--ref", "v9"],
     "publish": ["--registry", "127.0.0.1:5999"],
     "smoke": ["--image", "sglforge-contract/nope:x", "--scenario", "smoke/none.toml"],
+    # a bad version fails before the engine is asked (an empty folder is all tryout needs:
+    # without one it would build the stand-in base and start a registry here)
+    "tryout": ["--sglang", "not-a-version"],
 }
 
 

@@ -98,21 +98,25 @@ def cleanup(client: docker.DockerClient, session: str | None = None) -> list[str
     only stopped containers and images no container uses (other sessions may be running).
     """
     removed: list[str] = []
-    for container in client.containers.list(all=True, filters={"label": f"{TEST}=1"}):
-        theirs = container.labels.get(SESSION)
+    # The engine's lists as they are (the low-level API): the SDK's list() inspects each object
+    # again, and another worker (xdist) may remove one in between (404).
+    api = client.api
+    for c in api.containers(all=True, filters={"label": f"{TEST}=1"}):
+        theirs = (c.get("Labels") or {}).get(SESSION)
         if session and theirs and theirs != session:
             continue
-        if session and not theirs and container.status == "running":
+        if session and not theirs and c.get("State") == "running":
             continue
-        with contextlib.suppress(docker.errors.NotFound):
-            container.remove(force=True, v=True)
-            removed.append(f"container {container.short_id} {container.name}")
-    for image in client.images.list(filters={"label": f"{TEST}=1"}):
-        theirs = (image.labels or {}).get(SESSION)
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            api.remove_container(c["Id"], force=True, v=True)
+            removed.append(f"container {c['Id'][:12]} {(c.get('Names') or ['?'])[0].lstrip('/')}")
+    for image in api.images(filters={"label": f"{TEST}=1"}):
+        theirs = (image.get("Labels") or {}).get(SESSION)
         if session and theirs and theirs != session:
             continue
         force = not session or theirs == session
-        for ref in image.tags or [image.id]:
+        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+        for ref in tags or [image["Id"]]:
             # An image in use by another session's container refuses removal: leave it.
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 client.images.remove(ref, force=force, noprune=False)
