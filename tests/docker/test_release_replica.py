@@ -200,12 +200,14 @@ def test_a_base_that_shadows_the_package_fails_the_self_check(
         assert "self-check from /sgl-workspace" in res.output
         assert "does not resolve at all" in res.output and "module sglang.srt." in res.output
         # The failed image is not left behind under its tag.
-        assert not [  # the engine's list as it is: other workers remove images meanwhile
-            t
-            for img in docker_client.api.images(name="sglforge/sglang")
-            for t in img.get("RepoTags") or ()
-            if "mi355x-q" in t and (img.get("Labels") or {}).get("io.sglforge.base.name") == tag
-        ]
+        assert (
+            not [  # the engine's list as it is: other workers remove images meanwhile
+                t
+                for img in docker_client.api.images(name="sglforge/sglang")
+                for t in img.get("RepoTags") or ()
+                if "mi355x-q" in t and (img.get("Labels") or {}).get("io.sglforge.base.name") == tag
+            ]
+        )
     finally:
         docker_client.images.remove(tag, force=True)
         shutil.rmtree(root / "build" / "worktrees", ignore_errors=True)
