@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -29,15 +27,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_apply import ENV, git, make  # noqa: E402
 
+from timing import run_timed  # noqa: E402
+
 
 def cpu(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
-    """CPU seconds (user + system) of running ``cmd`` to its end."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    res = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode not in (0, 1):  # lint exits 1 on findings; these patches have warnings only
-        raise SystemExit(f"{' '.join(cmd)}: exit {res.returncode}\n{res.stderr.decode()[-2000:]}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    """CPU seconds (user + system) of running ``cmd`` to its end (lint exits 1 on findings;
+    these patches have warnings only)."""
+    return run_timed(cmd, cwd=cwd, env=env or ENV, ok=(0, 1))[1]
 
 
 def big_queue(base: Path, mb: int) -> tuple[Path, Path]:

@@ -16,40 +16,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import run_timed, src_option  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """(wall s, CPU s) of ``cmd``; exits on failure."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {res.returncode}\n{res.stderr[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return run_timed(cmd, cwd=cwd, env=env)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument(
-        "--src",
-        type=Path,
-        default=ROOT / "src",
-        help="sglforge sources to time (another checkout's src/ to compare)",
-    )
+    src_option(ap)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sglforge-bench-first-apply-"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -21,14 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import run_timed, src_option  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = "pypi:sglang==0.5.14"
@@ -40,26 +41,14 @@ def user_cache() -> Path:
 
 
 def timed(cmd: list[str], env: dict[str, str], out: int | None = None) -> tuple[float, float]:
-    """(wall s, CPU s) of ``cmd``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, stdout=out or subprocess.PIPE, stderr=subprocess.PIPE)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode not in (0, 1):  # scan exits 1 when a finding fails
-        raise SystemExit(f"{' '.join(cmd)}: exit {res.returncode}\n{res.stderr.decode()[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    """(wall s, CPU s) of ``cmd`` (scan exits 1 when a finding fails)."""
+    return run_timed(cmd, env=env, ok=(0, 1), stdout=out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument(
-        "--src",
-        type=Path,
-        default=ROOT / "src",
-        help="sglforge sources to time (another checkout's src/ to compare)",
-    )
+    src_option(ap)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sglforge-bench-scan-"))
     try:

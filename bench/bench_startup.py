@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import run_timed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.25
@@ -42,14 +43,7 @@ HEAVY = (
 
 def once(cmd: list[str], cwd: Path) -> tuple[float, float]:
     """(wall s, CPU s) of one run of ``cmd``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {res.returncode}\n{res.stderr.decode()[-1000:]}")
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return run_timed(cmd, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL)
 
 
 def interleaved(
