@@ -64,9 +64,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -165,33 +163,27 @@ def _run_child(tree: Path, stdin: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # sglforge and those packages; the release comes from ``tree``
     env["PYTHONPATH"] = os.pathsep.join([str(src), *map(str, real.paths)])
-    with tempfile.TemporaryDirectory(prefix="sglforge-construct-") as cwd:
-        try:  # an empty working folder: nothing in it shadows the stubbed packages
-            proc = subprocess.run(
-                [sys.executable, "-m", "sglforge.construct.child", str(tree)],
-                input=stdin,
-                capture_output=True,
-                text=True,
-                cwd=cwd,
-                env=env,
-                timeout=CHILD_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise ConstructionError(
-                f"{tree}: sglang's model construction took over {CHILD_TIMEOUT} s",
-                "report the config and launch that cause it",
-            ) from None
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    from sglforge.construct.childrun import run_json_child
+
+    got = run_json_child(  # an empty working folder: nothing in it shadows the stubs
+        [sys.executable, "-m", "sglforge.construct.child", str(tree)],
+        stdin,
+        timeout=CHILD_TIMEOUT,
+        prefix="sglforge-construct-",
+        env=env,
+    )
+    if got.timed_out:
+        raise ConstructionError(
+            f"{tree}: sglang's model construction took over {CHILD_TIMEOUT} s",
+            "report the config and launch that cause it",
+        )
+    if got.doc is None:
         gaps = f" (stubbed, not installed: {'; '.join(real.missing)})" if real.missing else ""
         raise ConstructionError(
-            f"{tree}: sglang's model construction failed: {tail[0]}{gaps}",
+            f"{tree}: sglang's model construction failed: {got.tail}{gaps}",
             "run `python -m sglforge.construct.child TREE` with the requests on stdin to see all",
         )
-    out: dict[str, Any] = json.loads(lines[-1])
-    return out
+    return got.doc
 
 
 def _construction(

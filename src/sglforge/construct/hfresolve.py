@@ -25,7 +25,6 @@ import functools
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -176,24 +175,18 @@ def resolve(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[
 def _run(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     script = Path(__file__).with_name("configchild.py")
     stdin = json.dumps({"paths": [str(p) for p in env.paths], "configs": dict(configs)})
-    with tempfile.TemporaryDirectory(prefix="sglforge-config-") as cwd:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", "-S", str(script)],
-                input=stdin,
-                capture_output=True,
-                text=True,
-                cwd=cwd,
-                timeout=CHILD_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            why = f"the config child took over {CHILD_TIMEOUT} s"
-            return {k: {"fallback": why} for k in configs}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        why = f"transformers {env.transformers} could not be imported: {tail[0]}"
+    from sglforge.construct.childrun import run_json_child
+
+    got = run_json_child(
+        [sys.executable, "-I", "-S", str(script)],
+        stdin,
+        timeout=CHILD_TIMEOUT,
+        prefix="sglforge-config-",
+    )
+    if got.timed_out:
+        why = f"the config child took over {CHILD_TIMEOUT} s"
         return {k: {"fallback": why} for k in configs}
-    out: dict[str, Any] = json.loads(lines[-1])
-    return out
+    if got.doc is None:
+        why = f"transformers {env.transformers} could not be imported: {got.tail}"
+        return {k: {"fallback": why} for k in configs}
+    return got.doc
