@@ -262,3 +262,22 @@ def test_the_logged_key_is_written_for_each_aiter_s_own_column_order() -> None:
     assert aiter_rules.log_key(rules[A_912], shape) == r"\('gfx950', 256, \d+, 6144, 256, 257, 9, "
     with pytest.raises(ConfigError, match="not a column aiter keys"):
         aiter_rules.log_key(rules[A_912], {"experts": "257"})
+
+
+@pytest.mark.pypi  # the amd-aiter wheel the replica installs, from the cache or PyPI
+def test_the_standin_server_looks_up_as_the_replica_s_aiter_does() -> None:
+    """The stand-in server (a TEST DOUBLE run in the replica) logs and pads fused-MoE lookups
+    by its own copy of aiter's rule: held here to the rule read from that aiter's code."""
+    from standin import server
+
+    rule = aiter_rules.rule_from_source(wheel_fused_moe(), None, "test", "wheel")
+    assert server.AITER_KEY_COLUMNS == rule.key
+    assert {c for c in rule.key if c not in server.AITER_INT_COLUMNS} == {
+        "act_type",
+        "dtype",
+        "q_dtype_a",
+        "q_dtype_w",
+        "q_type",
+    }
+    for m in (1, 2, 8, 15, 16, 17, 100, 511, 512, 513, 1000, 1023, 1024, 5000, 16384):
+        assert server.aiter_padded_m(m) == rule.buckets(m), m
