@@ -27,7 +27,7 @@ import pytest
 
 from sglforge import construct
 from sglforge.construct.built import Construction
-from sglforge.scan import jit, scan_tree
+from sglforge.scan import CACHE_HIT, jit, scan_tree
 from sglforge.scan.findings import FAIL, Finding
 from sglforge.scan.jit_findings import findings as jit_findings
 from sglforge.scan.quant import findings as quant_findings
@@ -323,7 +323,15 @@ def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
     # a CPU scenario is not scanned (the scan models a ROCm build)
     skipped = gate(REPO / "smoke" / "standin-cpu.toml")
     assert not skipped.ran and "not a ROCm scenario" in skipped.why
-    assert gate(scenario, "pypi:sglang==0.5.14").ok  # the queue fixes both
+    first = gate(scenario, "pypi:sglang==0.5.14")
+    assert first.ok  # the queue fixes both
+    assert CACHE_HIT not in said
+    # The same gate again (publish after `sglforge scan`, or a second publish) is served
+    # from the scan cache, says so, and the verdict is the same; a changed queue below is a
+    # miss (each blocked verdict is computed anew).
+    again = gate(scenario, "pypi:sglang==0.5.14")
+    assert again.ok and said.count(CACHE_HIT) == 1
+    assert again.record.report.findings == first.record.report.findings
     # Without 0001 the fused metadata kernel blocks ...
     series = project / "patches" / "series"
     series.write_text(

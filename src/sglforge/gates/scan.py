@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sglforge.candidate import Candidate
+    from sglforge.scan.findings import Finding
     from sglforge.scan.waivers import Refused, Waiver
 
 NAME = "scan"
@@ -20,7 +21,8 @@ NAME = "scan"
 def check(c: Candidate) -> GateResult:
     """Scan the candidate's patched tree for its model and launch; ScanBlocked as ``raised``."""
     from sglforge.errors import EXIT_PROBLEMS, ScanBlocked
-    from sglforge.scan import blocking_findings, launch_of, report_of, scan_tree
+    from sglforge.scan import CACHE_HIT, blocking_findings, cached_scan, launch_of, report_of
+    from sglforge.scan import scan_tree
     from sglforge.scan.waivers import waivers
 
     sc = c.scenario
@@ -33,16 +35,24 @@ def check(c: Candidate) -> GateResult:
         return skipped(NAME, f"no config.json in {c.model} on this host")
     assert c.model is not None
     launch, _name = launch_of(sc)
-    out = c.checkout
-    found = scan_tree(
-        out.tree,
-        config,
-        launch,
-        c.target.device,
-        str(c.model / "config.json"),
-        built=lambda: c.construction,
+    config_file = str(c.model / "config.json")
+
+    def scan(_ref: str, _commit: str, _patches: object) -> list[Finding]:
+        # the candidate's own checkout (the same pin and queue): the coverage gate reads it
+        # too, and the construction built here is the one it checks
+        tree = c.checkout.tree
+        return scan_tree(
+            tree, config, launch, c.target.device, config_file, built=lambda: c.construction
+        )
+
+    # served from the scan cache when `sglforge scan` (or an earlier publish) saw the same
+    # commit, queue, config, launch and device
+    where, found, hit = cached_scan(
+        c.project, None, True, config, launch, c.target.device, config_file, scan
     )
-    report = report_of(c.model, sc, (out.ref, out.commit, out.applied), found)
+    if hit:
+        c.say(CACHE_HIT)
+    report = report_of(c.model, sc, where, found)
     blocked = blocking_findings(c.project, report)
     given, refused = waivers(report.findings, c.project.queue.patches)
     record = ScanRecord(report, tuple(given), tuple(refused))

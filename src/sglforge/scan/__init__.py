@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,12 +239,41 @@ def run_scan(
     scenario's launch; a scan of the same commit, queue patches, config, launch and device
     by the same sglforge is served from the scan cache (``scan.cache``)."""
     from sglforge.progress import current
-    from sglforge.scan import cache
 
     config = read_model_config(model_dir)
     launch, _name = launch_of(scenario)
     device = device_of(project, scenario)
     config_file = str(Path(model_dir) / "config.json")
+
+    def scan(ref_used: str, commit: str, patches: Sequence[Patch]) -> list[Finding]:
+        with _checkout(project, ref_used, commit, patches) as tree:
+            return scan_tree(tree, config, launch, device, config_file)
+
+    where, found, hit = cached_scan(project, ref, queue, config, launch, device, config_file, scan)
+    if hit:
+        current().info(CACHE_HIT)
+    return report_of(model_dir, scenario, where, found)
+
+
+CACHE_HIT = "scan: served from the scan cache (same commit, queue, config, launch)"
+
+
+def cached_scan(
+    project: Project,
+    ref: str | None,
+    queue: bool,
+    config: Mapping[str, Any],
+    launch: Sequence[str],
+    device: Device,
+    config_file: str,
+    scan: Callable[[str, str, Sequence[Patch]], list[Finding]],
+) -> tuple[tuple[str, str, list[str]], list[Finding], bool]:
+    """((ref, commit, patches applied), findings, served from the cache): the one way every
+    scan (``sglforge scan``, publish's scan gate) keys, reads and fills the scan cache.
+    ``scan(ref, commit, patches)`` runs on a miss; a result with an incomplete construction
+    (perhaps this machine's: no index) is not kept, so it is asked again next time."""
+    from sglforge.scan import cache
+
     ref_used, commit, patches = _selected(project, ref, queue)
     key = cache.report_key(
         commit,
@@ -255,15 +284,12 @@ def run_scan(
         config_file,
     )
     found = cache.load_report(key)
-    if found is not None:
-        current().info("scan: served from the scan cache (same commit, queue, config, launch)")
-    else:
-        with _checkout(project, ref_used, commit, patches) as tree:
-            found = scan_tree(tree, config, launch, device, config_file)
-        if not any(f.kind == INCOMPLETE for f in found):  # a failed construction may be the
-            cache.store_report(key, found)  # machine's (no index): asked again next time
-    applied = [p.name for p in patches]
-    return report_of(model_dir, scenario, (ref_used, commit, applied), found)
+    hit = found is not None
+    if found is None:
+        found = scan(ref_used, commit, patches)
+        if not any(f.kind == INCOMPLETE for f in found):
+            cache.store_report(key, found)
+    return (ref_used, commit, [p.name for p in patches]), found, hit
 
 
 def report_of(
