@@ -21,8 +21,14 @@ NAME = "scan"
 def check(c: Candidate) -> GateResult:
     """Scan the candidate's patched tree for its model and launch; ScanBlocked as ``raised``."""
     from sglforge.errors import EXIT_PROBLEMS, ScanBlocked
-    from sglforge.scan import CACHE_HIT, blocking_findings, cached_scan, launch_of, report_of
-    from sglforge.scan import scan_tree
+    from sglforge.scan import (
+        CACHE_HIT,
+        blocking_findings,
+        cached_scan,
+        launch_of,
+        report_of,
+        scan_tree,
+    )
     from sglforge.scan.waivers import waivers
 
     sc = c.scenario
