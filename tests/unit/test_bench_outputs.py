@@ -4,6 +4,7 @@ the report's own, the JUnit carries the figures, and a failed gate says what to 
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -22,13 +23,15 @@ def _point(rate: float, tok: float, p95: float) -> Point:
     return Point(rate, tok * 1.4, tok, p95 / 2, p95, 1.0, 0.6, sustained_rps=rate)
 
 
-def _change(slow: float, spread: float = 0.0) -> object:
+def _change(slow: float, spread: float = 0.0, max_mde: float = math.inf) -> object:
     blocks = [
         Block(side, i, tuple(1000.0 * (slow if side == "candidate" else 1.0) * (1 + d) for d in (
             -0.01, 0.0, 0.01)) if i != 3 else tuple(1000.0 * (1 + spread) for _ in range(3)))
         for i, side in enumerate(("baseline", "candidate", "candidate", "baseline"))
     ]  # fmt: skip
-    return compare("decode_tok_s_per_request_at_concurrency_2", blocks, boot_sd=0.0115)
+    return compare(
+        "decode_tok_s_per_request_at_concurrency_2", blocks, boot_sd=0.0115, max_mde=max_mde
+    )
 
 
 def _report(tmp_path: Path, **kw: object) -> bench_report.BenchReport:
@@ -151,14 +154,22 @@ def test_the_init_workflow_uploads_the_bench_and_summarises_it() -> None:
         ({"changes": ("spread",)}, ("repeats = 4", "boot_sd", "--accept-regression REASON"),
          ("--no-baseline",)),
         ({"changes": ("drop",)}, ("--accept-regression REASON",), ("repeats",)),
+        # no drop found, but 2 + 2 boots cannot rule out the 1 % a pass must: more boots or
+        # requests, or a bound the scenario really needs
+        ({"changes": ("weak",)}, ("repeats = 4", "num_prompts", "1.0% drop ([bench.gate] max_mde)",
+          "--accept-regression REASON"), ("boot_sd", "--no-baseline")),
         ({"refused": ("mean input 430 tokens",)}, ("declared lengths",), ("--accept",)),
     ],
-    ids=["inconclusive", "regressed", "refused"],
+    ids=["inconclusive", "regressed", "underpowered", "refused"],
 )  # fmt: skip
 def test_a_failed_bench_says_what_to_run_next(
     tmp_path: Path, kw: dict[str, object], expected: tuple[str, ...], not_expected: tuple[str, ...]
 ) -> None:
-    changes = {"spread": (_change(1.0, spread=0.4),), "drop": (_change(0.9),)}
+    changes = {
+        "spread": (_change(1.0, spread=0.4),),
+        "drop": (_change(0.9),),
+        "weak": (_change(1.0, max_mde=0.01),),
+    }
     if "changes" in kw:
         kw = {"changes": changes[kw["changes"][0]]}  # type: ignore[index]
     report = _report(tmp_path, **kw)

@@ -114,3 +114,37 @@ def test_an_unevaluated_comparison_is_inconclusive_not_a_pass() -> None:
     wild = [Block(b.side, b.order, (1000.0 * (1.3 if b.order % 3 == 0 else 0.8),)) for b in wild]
     spread = compare("decode_tok_s", wild, boot_sd=0.005)
     assert spread.status == INCONCLUSIVE and "beyond the declared" in spread.why
+
+
+@pytest.mark.parametrize(
+    ("boots", "max_mde", "status"),
+    [
+        (1, 0.03, INCONCLUSIVE),  # one boot a side sees ~4.7 % at best: cannot rule out 3 %
+        (1, 0.08, PASSED),  # ... but can rule out 8 %
+        (2, 0.03, INCONCLUSIVE),  # 2 + 2 sees ~3.4 %
+        (4, 0.03, PASSED),  # 4 + 4 sees ~2.4 %: the GPU scenarios' design
+        (4, 0.01, INCONCLUSIVE),  # nothing this noisy rules out 1 %
+    ],
+)
+def test_a_pass_must_have_been_able_to_see_the_drop_it_rules_out(
+    boots: int, max_mde: float, status: str
+) -> None:
+    """No significant drop is a pass only when the minimum detectable effect is within
+    ``[bench.gate] max_mde``; else INCONCLUSIVE, saying both figures (never a silent pass)."""
+    blocks = _blocks([[1000.0, 1010.0, 990.0]] * boots, [[1001.0, 1009.0, 991.0]] * boots)
+    c = compare("decode_tok_s", blocks, boot_sd=0.0115, max_mde=max_mde)
+    assert c.status == status, (c.mde, c.why)
+    assert c.as_dict()["max_mde"] == max_mde
+    if status == INCONCLUSIVE:
+        assert c.underpowered and not c.regressed and c.mde > max_mde
+        assert f"sees only a drop of {c.mde:.1%}" in c.why and f"{max_mde:.1%}" in c.why
+    else:
+        assert not c.underpowered and c.mde <= max_mde
+
+
+@pytest.mark.parametrize("max_mde", [0.01, 0.03, math.inf])
+def test_a_significant_drop_is_a_drop_whatever_the_mde_bound(max_mde: float) -> None:
+    """The bound only keeps a weak design from passing; a drop it does find still fails."""
+    blocks = _blocks([[1000.0] * 8], [[700.0] * 8])
+    c = compare("decode_tok_s", blocks, boot_sd=0.0115, max_mde=max_mde)
+    assert c.status == REGRESSED and not c.underpowered

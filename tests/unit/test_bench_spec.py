@@ -129,6 +129,9 @@ HEAD = "[bench]\ninput_len = 10\noutput_len = 4\n"
             HEAD + "[bench.search]\nstart = 4\nmax_rate = 2\n",
             "at least start",
         ),
+        (HEAD + "request_rates = [1]\n[bench.gate]\nmax_mde = 0\n", "max_mde"),
+        (HEAD + "request_rates = [1]\n[bench.gate]\nmax_mde = 1.5\n", "between 0 and 1"),
+        (HEAD + 'request_rates = [1]\n[bench.gate]\nmax_mde = "5 %"\n', "max_mde"),
     ],
 )
 def test_a_bad_bench_table_is_refused_naming_the_key_and_file(

@@ -197,6 +197,13 @@ def next_step(report: BenchReport) -> str:
         c = report.inconclusive[0]
         if 0 in c.boots:
             return f"rerun: a side has no boot measured (read {report.report_dir})"
+        if c.underpowered:
+            return (
+                f"rerun with more boots per side ([bench] repeats = {2 * report.repeats} in "
+                f"{where}, now {report.repeats}) or more requests per boot ([bench.speed] "
+                f"num_prompts); a pass must rule out a {c.max_mde:.1%} drop ([bench.gate] "
+                "max_mde); or, to publish anyway, pass --accept-regression REASON (recorded)"
+            )
         return (
             f"rerun with more boots per side ([bench] repeats = {2 * report.repeats} in "
             f"{where}, now {report.repeats}) or on a quieter node; if the node's per-boot noise "

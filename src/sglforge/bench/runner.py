@@ -555,7 +555,12 @@ def _report(
             speed=tuple(m.speed for m in base),
         )
         g = b.gate
-        kw = {"boot_sd": g.boot_sd, "confidence": g.confidence, "tolerance": g.tolerance}
+        kw = {
+            "boot_sd": g.boot_sd,
+            "confidence": g.confidence,
+            "tolerance": g.tolerance,
+            "max_mde": g.max_mde,
+        }
         changes.append(
             compare(
                 speed_figure(b),

@@ -286,6 +286,12 @@ class Change:
     status: str
     why: str = ""
     deltas: tuple[float, ...] = ()  # each candidate block against the baseline mean
+    max_mde: float = math.inf  # the drop a pass must rule out ([bench.gate] max_mde)
+
+    @property
+    def underpowered(self) -> bool:
+        """No significant drop, but the design could not see ``max_mde``."""
+        return self.status == INCONCLUSIVE and self.mde > self.max_mde and 0 not in self.boots
 
     @property
     def regressed(self) -> bool:
@@ -316,6 +322,7 @@ class Change:
             "boot_sd": self.boot_sd,
             "observed_boot_sd": self.observed_sd,
             "block_deltas": list(self.deltas),
+            "max_mde": self.max_mde if math.isfinite(self.max_mde) else None,
         }
 
 
@@ -395,6 +402,7 @@ def compare(
     tolerance: float = 0.0,
     power: float = 0.9,
     noise_check: float = 0.999,
+    max_mde: float = math.inf,
 ) -> Change:
     """Compare the candidate's blocks with the baseline's (ABBA boots on one node).
 
@@ -404,9 +412,11 @@ def compare(
     The interval's coverage under the stand-in's cost model is checked by the seeded study in
     ``bench/power_study.py`` (its table is in docs/bench.md).
 
-    The verdict is never a pass by default: without a block on each side, or when the blocks
-    spread beyond the declared noise (chi-square at ``noise_check``), it is INCONCLUSIVE.
-    Non-finite samples raise BenchError.
+    The verdict is never a pass by default: without a block on each side, when the blocks
+    spread beyond the declared noise (chi-square at ``noise_check``), or when no significant
+    drop was found but the comparison could not have seen a drop of ``max_mde`` (its minimum
+    detectable effect at ``power`` is larger), it is INCONCLUSIVE: a pass says a drop of
+    ``max_mde`` would have been caught. Non-finite samples raise BenchError.
     """
     by_side = _blocks_by_side(figure, blocks)
     nb, nc = len(by_side["baseline"]), len(by_side["candidate"])
@@ -431,9 +441,15 @@ def compare(
     observed, status, why = logs.spread(boot_sd, noise_check)
     high = d + z * se
     low = d - z * se
+    mde = -math.expm1(-((z + z_power) * se)) + tolerance
     if status == PASSED and math.expm1(high) < -tolerance:
         status = REGRESSED
-    mde = -math.expm1(-((z + z_power) * se)) + tolerance
+    elif status == PASSED and mde > max_mde:
+        status = INCONCLUSIVE
+        why = (
+            f"no significant drop, but this comparison sees only a drop of {mde:.1%} or more "
+            f"({power:.0%} power), not the {max_mde:.1%} a pass must rule out"
+        )
     return Change(
         figure=figure,
         baseline=math.exp(mb),
@@ -452,4 +468,5 @@ def compare(
         status=status,
         why=why,
         deltas=tuple(math.expm1(m - mb) for m in logs.means["candidate"]),
+        max_mde=max_mde,
     )

@@ -62,11 +62,14 @@ class Gate:
     The candidate regresses when the one-sided ``confidence`` upper bound of its change is
     below ``-tolerance``. ``boot_sd`` is the node's declared per-boot noise: the standard
     deviation of one boot's log speed (+-2 % uniform is 0.0115), which the data then check.
+    ``max_mde``: the drop a pass must rule out; a comparison whose minimum detectable effect
+    (90 % power) is larger says inconclusive instead of passing.
     """
 
     tolerance: float = 0.0
     confidence: float = 0.95
     boot_sd: float = 0.0115
+    max_mde: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -400,17 +403,24 @@ def _single_stream(st: Table) -> SingleStream | None:
 
 
 def _gate(gt: Table, path: Path) -> Gate:
-    """``[bench.gate]``: the tolerance, the one-sided confidence (between 0.5 and 1) and the
-    declared per-boot noise."""
+    """``[bench.gate]``: the tolerance, the one-sided confidence (between 0.5 and 1), the
+    declared per-boot noise and the drop a pass must rule out (between 0 and 1)."""
     gate = Gate(
         tolerance=gt.number("tolerance", "float", 0.0, strict=False),
         confidence=gt.number("confidence", "float", 0.95),
         boot_sd=gt.number("boot_sd", "float", 0.0115, strict=False),
+        max_mde=gt.number("max_mde", "float", 0.05),
     )
     gt.done()
     if not 0.5 < gate.confidence < 1:
         raise ConfigError(
             f"{path}: 'bench.gate.confidence' must be between 0.5 and 1", f"fix {path}"
+        )
+    if not 0 < gate.max_mde < 1:
+        raise ConfigError(
+            f"{path}: 'bench.gate.max_mde' must be a drop between 0 and 1 (0.05: 5 %), not "
+            f"{gate.max_mde!r}",
+            f"fix {path}",
         )
     return gate
 

@@ -790,7 +790,7 @@ def ensure_sglang_base(
     ``/sgl-workspace/sglang``, ``pip install -e "python[all_hip]"`` with setuptools-scm
     writing ``sglang/_version.py`` from the git tag, ``WORKDIR /sgl-workspace``,
     ``CMD ["/bin/bash"]``, upstream's runtime ENV. ``server_py`` (default
-    ``tests/standin/server.py``) becomes ``sglang/launch_server.py``; ``files`` maps extra
+    ``sglforge/data/standin/server.py``) becomes ``sglang/launch_server.py``; ``files`` maps extra
     repository paths (``python/sglang/srt/x.py``) to contents. Pass a ``tag`` of your own
     when passing ``files``. ``aiter`` (default True, as in every release image) installs aiter
     at ``/sgl-workspace/aiter`` from the PyPI wheel, editable: the build puts the queue's config
