@@ -375,6 +375,13 @@ def _model(req: PublishRequest) -> Path | None:
 def _open(project: Project, req: PublishRequest, progress: Progress | None) -> _Run:
     """The registry login and the stand-in rule, checked before the build."""
     prefix = registry_prefix(req.registry)
+    sc = req.smoke.scenario if req.smoke else None
+    if sc is not None and sc.bench is not None and not req.no_baseline:
+        # before the login and the build: a comparison known never to pass is refused now,
+        # not after an hour of building and booting
+        from sglforge.bench.cost import require_passable
+
+        require_passable(sc.bench, sc.path)
     creds: Credentials | None = None
     if not req.dry_run:
         # Before the build and the smoke run, which can take an hour on real hardware.
@@ -461,7 +468,15 @@ def _planned_gates(run: _Run, planned: PlannedCost | None) -> list[tuple[str, st
             if run.req.no_baseline
             else f"the last release in {run.req.registry}"
         )
-        out.append(("bench", f"{planned.node_minutes:.0f} node-minutes planned, against {against}"))
+        sees = (
+            f"; {planned.boots // 2} boots a side see a drop of {planned.best_mde:.1%} at best "
+            f"(a pass rules out {planned.max_mde:.1%})"
+            if planned.best_mde is not None and planned.max_mde is not None
+            else ""
+        )
+        out.append(
+            ("bench", f"{planned.node_minutes:.0f} node-minutes planned, against {against}{sees}")
+        )
     return out
 
 

@@ -9,6 +9,7 @@ once is counted in tests/docker/test_upgrade_real.py, where it really builds and
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -114,9 +115,51 @@ def test_a_dry_run_publish_lists_every_stage_and_the_bench_s_planned_cost(
     )
     assert f"{planned['node_minutes']:.0f} node-minutes" in steps["bench"]
     assert planned["boots"] == 8 and planned["compared"] is True
+    # its 4 boots a side can see a 2.4 % drop at best: under the 3 % a pass must rule out
+    assert planned["best_minimum_detectable_effect"] == pytest.approx(0.0238, abs=0.001)
+    assert planned["max_mde"] == 0.03
+    assert "4 boots a side see a drop of 2.4% at best (a pass rules out 3.0%)" in steps["bench"]
     # The first release (--no-baseline) boots the candidate once: it plans for that.
     first = run(p.root, *args, "--scenario", scenario, "--dry-run", "--json",
                 "--no-baseline", "the first")  # fmt: skip
     alone = first["bench"]["planned"]
     assert alone["boots"] == 1 and alone["compared"] is False
     assert alone["node_minutes"] < planned["node_minutes"]
+
+
+@pytest.mark.parametrize(
+    ("gate", "repeats", "said", "fix"),
+    [
+        # 2 boots a side see 3.3 % at best: 3 do (2.7 %)
+        ("", "2", "2 boot(s) a side with boot_sd 0.0115 see at best a 3.3% drop", "repeats = 3"),
+        # a noisier node declared: 4 boots see 4.1 % at best, 8 are needed
+        ("boot_sd = 0.02\n", "4", "see at best a 4.1% drop", "repeats = 8"),
+        # a tolerance at the bound leaves no room: no boot count helps
+        ("tolerance = 0.03\n", "4", "see at best a 5.4% drop", "must be above tolerance"),
+    ],
+    ids=["two-boots", "noisy-node", "tolerance"],
+)
+def test_a_publish_whose_comparison_could_never_pass_is_refused_before_the_build(
+    tmp_path: Path, gate: str, repeats: str, said: str, fix: str
+) -> None:
+    """A scenario whose boots cannot see the drop a pass must rule out ([bench.gate] max_mde)
+    is refused before anything is built or booted, naming the file and the fix; with
+    --no-baseline (nothing compared) it is not."""
+    p = make_build_project(tmp_path)
+    text = (REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml").read_text()
+    text = text.replace("repeats = 4 ", f"repeats = {repeats} ", 1)
+    if gate:
+        key = gate.split(" = ")[0]
+        text, n = re.subn(rf"(?m)^{key} = .*\n", gate, text, count=1)
+        assert n == 1, key
+    scenario = tmp_path / "glm5.toml"
+    scenario.write_text(text)
+    args = ["--root", str(p.root), "publish", "--upstream", str(p.upstream), "--registry",
+            "127.0.0.1:9/ns", "--scenario", str(scenario)]  # fmt: skip
+    for extra in ((), ("--dry-run",)):
+        res = CliRunner().invoke(main, [*args, *extra])
+        assert res.exit_code == 2, res.output
+        assert str(scenario) in res.output and said in res.output and fix in res.output
+        assert "no comparison could pass" in res.output
+    alone = CliRunner().invoke(main, [*args, "--dry-run", "--no-baseline", "the first"])
+    assert alone.exit_code == 0, alone.output

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sglforge.bench.stats import best_mde
+from sglforge.errors import ConfigError
 from sglforge.scenario.bench import Bench
 
 
@@ -35,6 +37,8 @@ class PlannedCost:
     parts: tuple[CostPart, ...]
     boots: int
     compared: bool
+    best_mde: float | None = None  # compared: the smallest drop its boots can see (90 %)
+    max_mde: float | None = None  # the drop a pass must rule out ([bench.gate] max_mde)
 
     @property
     def node_minutes(self) -> float:
@@ -45,6 +49,8 @@ class PlannedCost:
             "node_minutes": round(self.node_minutes, 1),
             "boots": self.boots,
             "compared": self.compared,
+            "best_minimum_detectable_effect": _r4(self.best_mde),
+            "max_mde": _r4(self.max_mde),
             "parts": [
                 {
                     "name": p.name,
@@ -55,6 +61,42 @@ class PlannedCost:
                 for p in self.parts
             ],
         }
+
+
+def _r4(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def gate_best_mde(bench: Bench, boots_per_side: int | None = None) -> float:
+    """The smallest drop a comparison of the scenario's boots can detect (90 % power): the
+    declared per-boot noise alone, before any request's spread."""
+    g = bench.gate
+    n = bench.repeats if boots_per_side is None else boots_per_side
+    return best_mde(n, g.boot_sd, g.confidence, g.tolerance)
+
+
+def require_passable(bench: Bench, path: object) -> None:
+    """ConfigError when no comparison of the scenario could pass: its boots cannot see the
+    drop a pass must rule out (``max_mde``) even before the requests' spread. Checked before
+    anything boots, so no node time goes to a verdict known in advance."""
+    g = bench.gate
+    best = gate_best_mde(bench)
+    if best <= g.max_mde:
+        return
+    need = next(
+        (n for n in range(bench.repeats + 1, 257) if gate_best_mde(bench, n) <= g.max_mde), None
+    )
+    fix = (
+        f"set [bench] repeats = {need} in {path} (boots per side), or a larger [bench.gate] max_mde"
+        if need
+        else f"[bench.gate] max_mde must be above tolerance + the noise: raise it in {path}"
+    )
+    raise ConfigError(
+        f"{path}: {bench.repeats} boot(s) a side with boot_sd {g.boot_sd:g} see at best a "
+        f"{best:.1%} drop (90 % power), above [bench.gate] max_mde {g.max_mde:.1%}: no "
+        "comparison could pass",
+        fix,
+    )
 
 
 def search_rates(bench: Bench) -> int:
@@ -121,4 +163,6 @@ def planned_cost(bench: Bench, *, compared: bool = True) -> PlannedCost:
     if ss is not None:
         each = ss.num_prompts * (ss.output_len / c.single_stream_tok_s) / 60
         parts.append(CostPart("single stream", boots, each))
-    return PlannedCost(tuple(parts), boots, compared)
+    if not compared:
+        return PlannedCost(tuple(parts), boots, compared)
+    return PlannedCost(tuple(parts), boots, compared, gate_best_mde(bench), bench.gate.max_mde)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sglforge.bench.cost import PlannedCost, planned_cost
+from sglforge.bench.cost import PlannedCost, planned_cost, require_passable
 from sglforge.bench.prompts import program_args
 from sglforge.bench.report import BenchReport, ImageRun, SingleStream, write_outputs
 from sglforge.bench.stats import (
@@ -111,6 +111,8 @@ def run_bench(
     refused point is a report (``ok`` False), not an exception.
     """
     ctx = _prepare(root, req, point_timeout)
+    if against:
+        require_passable(ctx.bench, ctx.scenario.path)
     ctx.say = progress or (lambda _m: None)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()

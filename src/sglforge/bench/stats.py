@@ -385,6 +385,17 @@ class _Logs:
         return observed, PASSED, ""
 
 
+def best_mde(
+    boots_per_side: int, boot_sd: float, confidence: float, tolerance: float, power: float = 0.9
+) -> float:
+    """The smallest minimum detectable effect a comparison of ``boots_per_side`` ABBA boots a
+    side can reach: the declared per-boot noise alone (the requests' spread only adds to it;
+    :func:`compare` computes the same figure with it)."""
+    z = statistics.NormalDist().inv_cdf(confidence) + statistics.NormalDist().inv_cdf(power)
+    se = boot_sd * math.sqrt(2 / max(boots_per_side, 1))
+    return -math.expm1(-(z * se)) + tolerance
+
+
 def _blocks_by_side(figure: str, blocks: Sequence[Block]) -> dict[str, list[Block]]:
     """Each side's blocks that have samples (BenchError for a non-finite or non-positive
     sample, naming the side and boot)."""
