@@ -103,6 +103,9 @@ class Candidate:
         # publish must compare with the last release, or be told why not (--no-baseline)
         self.baseline_required = False
         self.no_baseline: str | None = None
+        # the last release's knee bracket (knee, the rate that failed above it), set when
+        # ``baseline()`` found a release benched on the same scenario and hardware
+        self.knee_prior: tuple[float, float | None] | None = None
         # the gates run on it, by name (sglforge.gates keeps its GateResults here: each gate
         # runs at most once per candidate, also when upgrade hands the candidate to publish)
         self.results: dict[str, object] = {}

@@ -563,7 +563,25 @@ def _last_release_image(run: _Run) -> tuple[str | None, str]:
         name = ensure_local(against, run.say, run.creds)
     except (SglforgeError, EngineError) as exc:
         return None, f"the last release's image {against} cannot be pulled ({exc})"
+    if run.cand is not None:
+        run.cand.knee_prior = _knee_prior(run, previous.smoke.bench if previous.smoke else None)
     return name, ""
+
+
+def _knee_prior(run: _Run, bench: Mapping[str, Any] | None) -> tuple[float, float | None] | None:
+    """The last release's knee bracket for the search to start from: only from a bench of
+    the same scenario on the same kind of hardware (a stand-in's knee says nothing of a
+    node's)."""
+    if not bench or run.scenario is None:
+        return None
+    hardware = STANDIN_HARDWARE if run.standin else "gpu"
+    if bench.get("scenario") != run.scenario.name or bench.get("hardware") != hardware:
+        return None
+    knee = bench.get("knee") or {}
+    rate, above = knee.get("request_rate"), knee.get("failed_at")
+    if not isinstance(rate, int | float) or isinstance(rate, bool):
+        return None
+    return float(rate), (float(above) if isinstance(above, int | float) else None)
 
 
 def _record(run: _Run) -> tuple[Release, Recorded]:

@@ -52,7 +52,7 @@ def test_the_knee_search_brackets_the_capacity_from_its_start(
 ) -> None:
     b = load_scenario(TP8).bench
     assert b is not None
-    ctx = SimpleNamespace(bench=replace(b, search=Search(2.0, 3.2, 2)))
+    ctx = SimpleNamespace(bench=replace(b, search=Search(2.0, 3.2, 2)), knee_prior=None, notes=[])
     asked: list[float] = []
 
     def measure(rate: float) -> Point:

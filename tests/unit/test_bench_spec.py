@@ -513,3 +513,52 @@ def test_a_busy_port_is_refused_before_any_container(tmp_path: Path) -> None:
         ctx = _Ctx(tmp_path, sc, sc.bench, port, None, tmp_path, {}, {}, lambda _m: None, 1.0)
         with pytest.raises(BenchError, match="already in use"), _server(ctx, "img", "x"):
             pass
+
+
+@pytest.mark.parametrize(
+    ("capacity", "prior", "probes", "bracket"),
+    [
+        # no prior: the GLM plan, 2 and 3.2 then two bisections
+        (2.5, None, [2.0, 3.2, 2.6, 2.3], (2.3, 2.6)),
+        # the last release's bracket holds: two probes confirm it, no bisection
+        (2.5, (2.3, 2.6), [2.3, 2.6], (2.3, 2.6)),
+        # the candidate is slower: K fails, bisect below it
+        (2.0, (2.3, 2.6), [2.3, 1.15, 1.725], (1.725, 2.3)),
+        # the candidate is faster: F passes, climb on to max_rate, then bisect
+        (3.0, (2.3, 2.6), [2.3, 2.6, 3.2, 2.9, 3.05], (2.9, 3.05)),
+        # a prior without a failure above it: K, then the schedule's higher rates
+        (2.5, (2.3, None), [2.3, 3.2, 2.75, 2.525], (2.3, 2.525)),
+        # an unusable prior is ignored
+        (2.5, (float("nan"), 2.6), [2.0, 3.2, 2.6, 2.3], (2.3, 2.6)),
+    ],
+    ids=["none", "confirmed", "slower", "faster", "open", "nan"],
+)
+def test_the_knee_search_reuses_the_last_release_s_bracket(
+    capacity: float,
+    prior: tuple[float, float | None] | None,
+    probes: list[float],
+    bracket: tuple[float, float],
+) -> None:
+    """A probe passes below ``capacity``; the search probes what each case says and ends in
+    the bracket (last pass, first failure)."""
+    from types import SimpleNamespace
+
+    from sglforge.bench import runner
+
+    b = load_scenario(ROOT / "smoke" / "glm5-mxfp4-mtp-mi355x.toml").bench  # TP8: start 2
+    assert b is not None
+    seen: list[float] = []
+
+    def measure(rate: float) -> Point:
+        seen.append(rate)
+        p95 = 1.0 if rate < capacity else 9.0
+        return Point(rate, 1.0, 1.0, p95 / 2, p95, 1.0, 0.6, ttft_p95_upper_s=p95)
+
+    ctx = SimpleNamespace(bench=b, knee_prior=runner._usable_prior(prior), notes=[])
+    points = runner._search(ctx, measure)  # type: ignore[arg-type]
+    assert seen == probes
+    passed = [p.request_rate for p in points if p.within(b.knee)]
+    failed = [p.request_rate for p in points if not p.within(b.knee)]
+    assert (max(passed), min(failed)) == bracket
+    said = [n for n in ctx.notes if "last release's bracket" in n]
+    assert bool(said) == (ctx.knee_prior is not None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -315,3 +316,32 @@ def test_a_skipped_gate_says_so_with_its_reason_in_every_output() -> None:
     skip = cases["scan"].find("skipped")
     assert skip is not None and why in (skip.get("message") or "")
     assert cases["coverage"].find("skipped") is None and cases["coverage"].find("failure") is None
+
+
+@pytest.mark.parametrize(
+    ("record", "standin", "prior"),
+    [
+        ({"scenario": "glm", "hardware": "gpu", "knee": {"request_rate": 2.3, "failed_at": 2.6}},
+         False, (2.3, 2.6)),
+        ({"scenario": "glm", "hardware": "gpu", "knee": {"request_rate": 2.3, "failed_at": None}},
+         False, (2.3, None)),
+        # another scenario's knee, or a stand-in's for a GPU run (and back), says nothing here
+        ({"scenario": "other", "hardware": "gpu", "knee": {"request_rate": 2.3}}, False, None),
+        ({"scenario": "glm", "hardware": "standin-cpu", "knee": {"request_rate": 9.0}}, False,
+         None),
+        ({"scenario": "glm", "hardware": "gpu", "knee": {"request_rate": 2.3}}, True, None),
+        # no knee found, or not a number
+        ({"scenario": "glm", "hardware": "gpu", "knee": None}, False, None),
+        ({"scenario": "glm", "hardware": "gpu", "knee": {"request_rate": True}}, False, None),
+        (None, False, None),
+    ],
+)  # fmt: skip
+def test_the_search_starts_from_the_last_release_s_knee_only_when_it_is_comparable(
+    record: dict[str, Any] | None, standin: bool, prior: tuple[float, float | None] | None
+) -> None:
+    from types import SimpleNamespace
+
+    from sglforge.publish import _knee_prior
+
+    run = SimpleNamespace(scenario=SimpleNamespace(name="glm"), standin=standin)
+    assert _knee_prior(run, record) == prior  # type: ignore[arg-type]

@@ -88,6 +88,7 @@ class _Ctx:
     refused: list[str] = field(default_factory=list)
     calibrated: bool = False
     notes: list[str] = field(default_factory=list)
+    knee_prior: tuple[float, float | None] | None = None
 
 
 def run_bench(
@@ -99,10 +100,14 @@ def run_bench(
     no_baseline: str = "",
     point_timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
+    knee_prior: tuple[float, float | None] | None = None,
 ) -> BenchReport:
     """Benchmark ``image`` with ``req``'s scenario's ``[bench]`` workload, compared with
     ``against`` (a local image, or ``REPO@sha256:...`` made local by :func:`ensure_local`);
     ``req.log_dir`` is the report folder (default: a new one under build/bench/).
+
+    ``knee_prior``: the last release's knee bracket (its knee, the rate that failed above
+    it) on the same scenario and hardware; the search probes it first (:func:`_search`).
 
     Without ``against``, ``no_baseline`` says why (the report carries it: a gate that did
     not compare is never silent). Raises ConfigError for a scenario without ``[bench]`` or
@@ -114,6 +119,7 @@ def run_bench(
     if against:
         require_passable(ctx.bench, ctx.scenario.path)
     ctx.say = progress or (lambda _m: None)
+    ctx.knee_prior = _usable_prior(knee_prior)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     _reap()
@@ -326,12 +332,30 @@ def _scrape(ctx: _Ctx) -> dict[str, float]:
     return metric_sums(body.decode(errors="replace"))
 
 
+def _usable_prior(prior: tuple[float, float | None] | None) -> tuple[float, float | None] | None:
+    """The last release's bracket when it is one (a finite knee above 0, a higher failure)."""
+    if prior is None:
+        return None
+    knee, above = prior
+    if not (isinstance(knee, int | float) and math.isfinite(knee) and knee > 0):
+        return None
+    if above is not None and not (isinstance(above, int | float) and math.isfinite(above)):
+        above = None
+    return float(knee), (float(above) if above is not None and above > knee else None)
+
+
 def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
     """The knee search. With ``[bench.search]``: double from ``start`` until the rule breaks
     (the last probe at ``max_rate``); with ``request_rates``: up the list until it breaks.
     Then ``steps`` bisections (2 for a list) between the last pass and the first failure;
     when the first probe already fails, between 0 and it (a start near the expected knee
-    costs fewer probes, and a slower candidate still gets a knee below it)."""
+    costs fewer probes, and a slower candidate still gets a knee below it).
+
+    With the last release's bracket (``ctx.knee_prior``: its knee K and the rate F that
+    failed above it), the search reuses what that release learned: it probes K, then F.
+    K passing and F failing confirms the bracket (2 probes, no bisection: it is as narrow as
+    the last release's). K failing bisects between 0 and K; F passing climbs on from F
+    through the schedule's higher rates, then bisects."""
     b = ctx.bench
     points: list[Point] = []
     good, bad = 0.0, math.inf
@@ -343,6 +367,13 @@ def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
             rates.append(r)
             r *= 2
         rates.append(b.search.max_rate)
+    prior = ctx.knee_prior
+    if prior is not None:
+        knee, above = prior
+        first = [knee] if above is None else [knee, above]
+        rates = first + [r for r in rates if r > first[-1]]
+        shown = f"[{knee:g}, {above:g})" if above is not None else f"at least {knee:g}"
+        ctx.notes.append(f"knee search: from the last release's bracket {shown}")
     for rate in rates:
         p = measure(rate)
         points.append(p)
@@ -350,7 +381,8 @@ def _search(ctx: _Ctx, measure: Callable[[float], Point]) -> list[Point]:
             bad = rate
             break
         good = rate
-    for _ in range(steps if math.isfinite(bad) else 0):
+    confirmed = prior is not None and (good, bad) == (prior[0], prior[1])
+    for _ in range(steps if math.isfinite(bad) and not confirmed else 0):
         mid = round((good + bad) / 2, 3)
         if mid in (good, bad):
             break

@@ -49,6 +49,7 @@ def check(c: Candidate) -> GateResult:
             against=against,
             no_baseline=unevaluated if against is None else "",
             progress=c.say,
+            knee_prior=c.knee_prior if against else None,
         )
     except SglforgeError as exc:
         return failed(
