@@ -438,6 +438,10 @@ def test_publish_gates_on_a_regression_against_the_last_release(
     assert regression["accepted"] is None
     assert out2["bench"]["baseline"]["digest"] == out["digest"]
     assert out2["bench"]["comparison"]["evaluated"] is True
+    # the knee search started from the first release's (one probe at 4 RPS passed, nothing
+    # failed above it): it probed 4 first
+    assert "knee search: from the last release's bracket at least 4" in out2["bench"]["notes"]
+    assert out2["bench"]["sweep"][0]["request_rate"] == 4
     bench_step = [s for s in out2["steps"] if s["name"] == "bench"]
     assert bench_step and bench_step[0]["ok"] is False
 

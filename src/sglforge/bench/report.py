@@ -339,7 +339,7 @@ def record_figures(report: BenchReport) -> dict[str, Any]:
     data = report_dict(report)
     keep = (
         "hardware", "scenario", "dataset", "knee", "speed", "single_stream", "sweep",
-        "regression", "comparison",
+        "regression", "comparison", "notes",
     )  # fmt: skip
     out = {k: data[k] for k in keep}
     out["baseline"] = report.baseline.summary() if report.baseline else None
