@@ -47,8 +47,8 @@ TESTS = Path(__file__).resolve().parent
 # with empty caches on the 2-core machine; only the order of the work depends on them.
 SECONDS = {
     "tests/docker/test_bench.py::test_publish_gates_on_a_regression_against_the_last_release": 542,
-    "tests/docker/test_bench.py::test_a_baseline_only_in_a_registry_is_compared_and_a_slower": 245,
-    "tests/docker/test_bench.py::test_bench_on_the_replica_gives_the_table_chart_and_the_anal": 168,
+    "tests/docker/test_bench.py::test_an_unchanged_image_passes_against_a_registry_only_ba": 270,
+    "tests/docker/test_bench.py::test_a_slower_image_is_refused_and_the_compared_figure_mov": 131,
     "tests/integration/test_scan.py::test_gate_blocks_unless_a_patch_names_the_finding": 96,
     "tests/integration/test_scan.py::test_stock_0_5_14_shows_both_case_study_blockers": 88,
     "tests/integration/test_scan.py::test_scan_command_json": 38,

@@ -66,3 +66,20 @@ def test_a_bad_worker_count_names_the_variable(monkeypatch: pytest.MonkeyPatch) 
         parallel.default_workers()
     monkeypatch.delenv(parallel.WORKERS_ENV)
     assert 4 <= parallel.default_workers() <= 8
+
+
+def test_every_timed_test_in_the_table_still_exists() -> None:
+    """A renamed or removed test left in SECONDS would be estimated at its folder's mean,
+    and a long one scheduled last (the suite's wall time grows by its length)."""
+    import re
+    from pathlib import Path
+
+    root = Path(parallel.__file__).resolve().parents[1]
+    stale = []
+    for nodeid in parallel.SECONDS:
+        path, _, prefix = nodeid.partition("::")
+        source = root / path
+        text = source.read_text() if source.is_file() else ""
+        if not re.search(rf"(?m)^def {re.escape(prefix)}\w*\(", text):
+            stale.append(nodeid)
+    assert not stale, f"tests/parallel.py SECONDS names tests that no longer exist: {stale}"
