@@ -9,7 +9,7 @@ NONINTERACTIVE environment, a git killed when sglforge is interrupted or a timeo
 and failures turned into the project's own errors naming the ref or path.
 
 Callers import the package (``from sglforge import git``) and ask ``git.<query>``. Its parts:
-``_process`` (running git), ``project_checkout`` (the project's own checkout), ``mirror`` (the
+``_process`` (running git), ``pack`` (new objects written as a pack), ``project_checkout`` (the project's own checkout), ``mirror`` (the
 upstream cache), ``refs`` (repositories, refs and commits), ``diffs`` (diffs and patches, the
 private ``Index``) and ``worktrees`` (``git am`` sessions, commits, linked worktrees).
 """
@@ -45,6 +45,12 @@ from sglforge.git.mirror import (
     cache_name,
     ensure_cache,
     is_local,
+)
+from sglforge.git.pack import (
+    BLOB,
+    COMMIT,
+    PackWriter,
+    new_pack,
 )
 from sglforge.git.project_checkout import (
     checkout_facts,
@@ -106,6 +112,10 @@ from sglforge.git.worktrees import (
 )
 
 __all__ = [
+    "BLOB",
+    "COMMIT",
+    "PackWriter",
+    "new_pack",
     "GitFailed",
     "GitResult",
     "IDENTITY",
