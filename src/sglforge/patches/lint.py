@@ -14,6 +14,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import ConfigError
 from sglforge.queue.series import (
+    GIT_LINE,
     NEEDS_DETAIL,
     STATUSES,
     Patch,
@@ -474,8 +475,10 @@ class _Changes:
         """The name of an earlier patch making the same change as ``patch``, or None."""
         if not patch.has_diff():
             return None
-        heads = line_heads(_GIT_LINE, patch.body, patch.diff_start)
-        files = tuple("".join(m.group(1).split()) for m in heads)
+        lines = patch.git_lines
+        if lines is None:
+            lines = tuple(m.group(1) for m in line_heads(GIT_LINE, patch.body, patch.diff_start))
+        files = tuple("".join(line.split()) for line in lines)
         earlier = self._by_files.setdefault(files, [])
         key = _change_key(patch) if earlier else None
         for i, (name, path, known) in enumerate(earlier):
@@ -488,7 +491,6 @@ class _Changes:
         return None
 
 
-_GIT_LINE = re.compile(r"\n(diff --git[^\n]*)")  # a literal first: C-speed scanning
 
 
 def _change_key(patch: Patch) -> str:
