@@ -21,8 +21,8 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import subprocess
+import sys
 import tempfile
 import tomllib
 from pathlib import Path

@@ -622,7 +622,7 @@ def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> 
                     _message(project, version),
                 )
                 commit_id = pack.add(git.COMMIT, commit).hex()
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
             raise UpstreamError(
                 f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
             ) from exc

@@ -273,19 +273,22 @@ def test_a_network_timeout_kills_the_whole_process_group(hanging: tuple[Path, Pa
     assert not _alive(int(pidfile.read_text()))
 
 
-def test_an_interrupted_fast_import_kills_git(tmp_path: Path) -> None:
+def test_an_interrupted_pack_leaves_nothing_git_reads(tmp_path: Path) -> None:
     store = tmp_path / "s.git"
     git.init(store, bare=True)
-
-    def stream() -> Iterator[bytes]:
-        yield b"commit refs/heads/x\n"
+    with pytest.raises(KeyboardInterrupt), git.new_pack(store) as pack:
+        pack.add(git.BLOB, b"half of a release\n")
         raise KeyboardInterrupt
-
-    before = set(_children())
-    with pytest.raises(KeyboardInterrupt):
-        git.fast_import(store, stream())
-    assert not [p for p in set(_children()) - before if _alive(p)]
-    assert git.tags(store) == [] and not git.branch_exists(store, "x")
+    assert list((store / "objects" / "pack").iterdir()) == []
+    with git.new_pack(store) as pack:
+        blob = pack.add(git.BLOB, b"a whole one\n").hex()
+    assert blob == git.blob_id(b"a whole one\n")
+    assert (
+        subprocess.run(
+            ["git", "-C", str(store), "cat-file", "-p", blob], capture_output=True, check=True
+        ).stdout
+        == b"a whole one\n"
+    )
 
 
 def _children() -> list[int]:

@@ -28,6 +28,8 @@ from sglforge.errors import disk_error
 COMMIT, TREE, BLOB = 1, 2, 3
 _NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
 TREE_MODE = "40000"
+# A folder of a tree being built: names to subfolders or to (mode, blob id).
+_Folder = dict[str, "_Folder | tuple[str, bytes]"]
 # 0x78 0x01: deflate with a 32 KiB window, no preset dictionary (a raw deflate stream of any
 # zip member fits it: deflate's distances never exceed 32 KiB).
 _ZLIB_HEADER = b"\x78\x01"
@@ -86,24 +88,29 @@ class PackWriter:
 
     def add_tree(self, files: Mapping[str, tuple[str, bytes]]) -> bytes:
         """The tree of ``files`` ({path: (mode, blob id)}, every blob added or held already)
-        and its subtrees, added; the root tree's id."""
-        root: dict[str, object] = {}
+        and its subtrees, added; the root tree's id. ValueError for a path that is both a
+        file and a folder (no git tree holds that)."""
+        root: _Folder = {}
         for path, entry in files.items():
             *dirs, name = path.split("/")
             node = root
             for d in dirs:
-                node = node.setdefault(d, {})  # type: ignore[assignment]
+                sub = node.setdefault(d, {})
+                if not isinstance(sub, dict):
+                    raise ValueError(f"{path}: {d} is a file and a folder")
+                node = sub
+            if isinstance(node.get(name), dict):
+                raise ValueError(f"{path}: a file and a folder")
             node[name] = entry
         return self._tree(root)
 
-    def _tree(self, node: Mapping[str, object]) -> bytes:
+    def _tree(self, node: _Folder) -> bytes:
         entries: list[tuple[str, str, bytes]] = []
         for name, child in node.items():
             if isinstance(child, dict):
                 entries.append((name, TREE_MODE, self._tree(child)))
             else:
-                mode, oid = child  # type: ignore[misc]
-                entries.append((name, mode, oid))
+                entries.append((name, child[0], child[1]))
         # git orders a tree's entries by name, a subtree's name compared as if it ended in "/"
         entries.sort(key=lambda e: e[0].encode() + (b"/" if e[1] == TREE_MODE else b""))
         data = b"".join(b"%s %s\0%s" % (m.encode(), n.encode(), o) for n, m, o in entries)
@@ -205,4 +212,6 @@ def _disk(repo: Path, exc: OSError) -> Exception:
 
     folder = str(Path(repo) / "objects" / "pack")
     found = disk_error(exc, folder)
-    return found or LocalDiskError(f"{folder}: cannot write a pack ({exc.strerror or exc})", DISK_HINT)
+    return found or LocalDiskError(
+        f"{folder}: cannot write a pack ({exc.strerror or exc})", DISK_HINT
+    )

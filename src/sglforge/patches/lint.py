@@ -387,13 +387,17 @@ class _DiffWalk:
             self.section_path, self.link, self.in_hunk = m.group(2), None, False
             for p in (m.group(1), m.group(2)):
                 if p.startswith("/") or ".." in p.split("/"):
-                    out.append(Finding(rel, number(at), "unsafe-path", f"path {p!r} leaves the tree"))
+                    out.append(
+                        Finding(rel, number(at), "unsafe-path", f"path {p!r} leaves the tree")
+                    )
             return
         m = _FILE_HEADER.match(body)
         if m and m.group(1) != "/dev/null":
             p = m.group(1)[2:] if m.group(1).startswith(("a/", "b/")) else m.group(1)
             if m.group(1).startswith("/") or ".." in p.split("/"):
-                out.append(Finding(rel, number(at), "unsafe-path", f"path {m.group(1)!r} leaves the tree"))
+                out.append(
+                    Finding(rel, number(at), "unsafe-path", f"path {m.group(1)!r} leaves the tree")
+                )
             return
         if _LINK_MODE.match(body):
             self.link = self.section_path  # git stores a symlink as its target, one line
@@ -415,7 +419,9 @@ class _DiffWalk:
                 out.append(Finding(rel, number(at), "crlf", "added line ends with CRLF"))
             elif body != body.rstrip():
                 out.append(
-                    Finding(rel, number(at), "trailing-whitespace", "added line ends with whitespace")
+                    Finding(
+                        rel, number(at), "trailing-whitespace", "added line ends with whitespace"
+                    )
                 )
 
 
@@ -489,8 +495,6 @@ class _Changes:
                 return name
         earlier.append((patch.name, patch.path, key))
         return None
-
-
 
 
 def _change_key(patch: Patch) -> str:
