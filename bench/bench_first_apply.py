@@ -5,9 +5,12 @@ Each run makes a new project (``sglforge init --example glm52``, not timed) and 
 downloaded and checked, imported into the PyPI history, the mirror, the worktree, ``git am``
 of the queue) and ``pip download --no-deps --no-cache-dir`` of the same release into an empty
 folder: the floor, from the same index configuration (the machine's pip configuration: both
-read ``pip config``, here pypi.org plus its local extra indexes). The two alternate within
-each run (the order flips every run); the figures are medians of wall and CPU (user + system
-of the child processes), and the median of the per-run ratios. Goal (issue 33): <= 1.5x.
+read ``pip config``, here pypi.org plus its local extra indexes). pip is given the tags of the
+wheel sglforge chooses (``--python-version``, ``--implementation``, ``--abi``, ``--platform``,
+binary only), so both fetch the same file; the two names are printed, and different names
+fail the run. The two alternate within each run (the order flips every run); the figures are
+medians of wall and CPU (user + system of the child processes), and the median of the per-run
+ratios. Goal (issue 33): <= 1.5x.
 
     python bench/bench_first_apply.py [--runs 3]
 """
@@ -18,10 +21,13 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import tomllib
 from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import run_timed, src_option  # noqa: E402
@@ -32,6 +38,32 @@ ROOT = Path(__file__).resolve().parents[1]
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """(wall s, CPU s) of ``cmd``; exits on failure."""
     return run_timed(cmd, cwd=cwd, env=env)
+
+
+def chosen_wheel(py: str, version: str, cwd: Path, env: dict[str, str]) -> str:
+    """The file name of the wheel sglforge downloads for ``sglang==version`` (asked of
+    sglforge's own choice, ``pypi.releases``; not timed)."""
+    code = (
+        "from packaging.version import Version; from sglforge import pypi; "
+        f"print(pypi.releases('sglang')[Version({version!r})].file.filename)"
+    )
+    res = subprocess.run([py, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"cannot tell which wheel sglforge chooses:\n{res.stderr[-2000:]}")
+    return res.stdout.strip().splitlines()[-1]
+
+
+def pip_tags(wheel: str) -> list[str]:
+    """``pip download`` options that make pip choose ``wheel`` (its first tag triple)."""
+    _name, _ver, _build, tags = parse_wheel_filename(wheel)
+    tag = sorted(tags, key=str)[0]
+    opts = ["--only-binary=:all:", "--platform", tag.platform, "--abi", tag.abi]
+    interpreter = tag.interpreter
+    impl, digits = interpreter[:2], interpreter[2:]
+    if digits.isdigit():
+        version = f"{digits[0]}.{digits[1:]}" if len(digits) > 1 else digits
+        opts += ["--implementation", impl, "--python-version", version]
+    return opts
 
 
 def main() -> int:
@@ -46,6 +78,7 @@ def main() -> int:
     ours: list[tuple[float, float]] = []
     floor: list[tuple[float, float]] = []
     wheels: set[str] = set()
+    chosen: str | None = None
     try:
         for n in range(args.runs):
             run_env = {**env, "SGLFORGE_CACHE": str(base / f"cache-{n}")}
@@ -55,10 +88,12 @@ def main() -> int:
             pin = tomllib.loads((project / "patches" / "upstream.toml").read_text())["ref"]
             version = pin.removeprefix("v")
             dl = base / f"pipdl-{n}"
+            if chosen is None:
+                chosen = chosen_wheel(py, version, base, run_env)
 
             apply = [py, "-m", "sglforge", "-q", "patches", "apply"]
             pip = [py, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q", "-d",
-                   str(dl), f"sglang=={version}"]  # fmt: skip
+                   str(dl), *pip_tags(chosen), f"sglang=={version}"]  # fmt: skip
             if n % 2 == 0:
                 ours.append(timed(apply, project, run_env))
                 floor.append(timed(pip, base, env))
@@ -68,6 +103,8 @@ def main() -> int:
             got = sorted((base / f"cache-{n}").glob("pypi/*/wheels/*.whl"))
             wheels.update(f"sglforge {w.name}" for w in got)
             wheels.update(f"pip {w.name}" for w in dl.glob("*.whl"))
+        fetched = {who: {w.split(" ", 1)[1] for w in wheels if w.startswith(who)} for who in
+                   ("pip", "sglforge")}  # fmt: skip
         ratios = [a[0] / b[0] for a, b in zip(ours, floor, strict=True)]
         cpu_ratios = [a[1] / b[1] for a, b in zip(ours, floor, strict=True)]
         ow, oc = statistics.median(w for w, _ in ours), statistics.median(c for _, c in ours)
@@ -75,6 +112,9 @@ def main() -> int:
         ratio = statistics.median(ratios)
         print(f"first patches apply at {pin} from an empty cache; {args.runs} interleaved runs")
         print(f"wheels: {'; '.join(sorted(wheels))}")
+        if fetched["pip"] != fetched["sglforge"] or len(fetched["pip"]) != 1:
+            print("FAIL: pip and sglforge fetched different wheels; the ratio compares unlike work")
+            return 1
         print(
             f"sglforge patches apply {ow:6.2f} s wall [{', '.join(f'{w:.2f}' for w, _ in ours)}]"
             f"  {oc:5.2f} s CPU"

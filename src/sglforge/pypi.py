@@ -29,7 +29,8 @@ against the index's sha256. Yanked files are skipped, except for a release asked
 
 **A wheel is imported the way pip installs it:** regular files only (no symlinks, devices),
 no ``..`` or ``.git`` path components, with a bound on sizes and on the compression ratio
-(a zip bomb is refused), streamed into ``git fast-import`` one file at a time.
+(a zip bomb is refused), written one file at a time into a new pack of the store, each
+file's compressed bytes as the wheel holds them (``git.new_pack``: nothing is compressed twice).
 
 **A damaged store heals:** the pack files it holds are recorded after each import; one that
 changed size or went missing makes the store be rebuilt from the cached wheels, with a message
@@ -45,10 +46,13 @@ import os
 import re
 import shutil
 import stat
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -594,48 +598,68 @@ def _message(project: str, version: Version) -> bytes:
 
 
 def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> str:
-    """Commit one release, with no parent, streaming its files into git fast-import."""
+    """Commit one release, with no parent: its files written as one new pack of the store,
+    each file's compressed bytes taken from the wheel as they are (``git.new_pack``)."""
     when = _epoch(git.IDENTITY["GIT_COMMITTER_DATE"])
     who = f"{git.IDENTITY['GIT_COMMITTER_NAME']} <{git.IDENTITY['GIT_COMMITTER_EMAIL']}>"
-    message = _message(project, version)
     known = git.blob_ids(repo)
-    tag = f"refs/tags/v{version}".encode()
-
-    def stream(zf: zipfile.ZipFile, members: list[_Member]) -> Iterator[bytes]:
-        # a commit of its own on a ref of its own: parentless, so its SHA is its content's
-        yield b"commit %s\nmark :1\n" % tag
-        yield b"author %s %d +0000\ncommitter %s %d +0000\n" % (
-            who.encode(),
-            when,
-            who.encode(),
-            when,
-        )
-        yield b"data %d\n%s\n" % (len(message), message)
-        for m in members:
-            data = zf.read(m.info)
-            sha = git.blob_id(data)
-            quoted = _quote_path(m.path)
-            if sha in known:
-                # Already in the store: refer to it instead of sending the bytes again.
-                yield b"M %s %s %s\n" % (m.mode.encode(), sha.encode(), quoted)
-            else:
-                yield b"M %s inline %s\ndata %d\n" % (m.mode.encode(), quoted, len(data))
-                yield data
-                yield b"\n"
-                known.add(sha)
-        yield b"\ndone\n"
-
     with _open_wheel(wheel) as zf:
         members = _members(zf, wheel, project)
         try:
-            git.fast_import(repo, stream(zf, members))
-        except zipfile.BadZipFile as exc:
+            with open(wheel, "rb") as raw, git.new_pack(repo, have=known) as pack:
+                files = {}
+                for m in members:
+                    data, deflated = _member_bytes(zf, raw, m.info, wheel)
+                    files[m.path] = (m.mode, pack.add(git.BLOB, data, deflated))
+                tree = pack.add_tree(files).hex()
+                # the same commit fast-import made for format 2: its SHA is its content's
+                commit = b"tree %s\nauthor %s %d +0000\ncommitter %s %d +0000\n\n%s" % (
+                    tree.encode(),
+                    who.encode(),
+                    when,
+                    who.encode(),
+                    when,
+                    _message(project, version),
+                )
+                commit_id = pack.add(git.COMMIT, commit).hex()
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
             raise UpstreamError(
                 f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
             ) from exc
-    commit = git.commit_id(repo, f"refs/tags/v{version}")
+    git.set_ref(repo, f"refs/tags/v{version}", commit_id)
     _point_branch(repo)
-    return commit
+    return commit_id
+
+
+def _member_bytes(
+    zf: zipfile.ZipFile, raw: BinaryIO, info: zipfile.ZipInfo, wheel: Path
+) -> tuple[bytes, bytes | None]:
+    """(a member's bytes, its raw deflate stream as the wheel stores it, or None when it is
+    not deflated), checked as zipfile checks them: the local header names the member, the
+    bytes unpack to the recorded size and CRC-32."""
+    if info.compress_type != zipfile.ZIP_DEFLATED or info.flag_bits & 0x1:
+        return zf.read(info), None  # stored, another method, or encrypted (zipfile refuses)
+    raw.seek(info.header_offset)
+    local = raw.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"{info.filename}: bad local file header")
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    name = raw.read(name_len)
+    if name != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):
+        raise zipfile.BadZipFile(f"{info.filename}: its local header names {name!r}")
+    raw.seek(extra_len, os.SEEK_CUR)
+    deflated = raw.read(info.compress_size)
+    inflater = zlib.decompressobj(-15)
+    data = inflater.decompress(deflated, info.file_size + 1)
+    if (
+        len(deflated) != info.compress_size
+        or not inflater.eof
+        or inflater.unused_data
+        or len(data) != info.file_size
+        or zlib.crc32(data) != info.CRC
+    ):
+        raise zipfile.BadZipFile(f"{info.filename}: its bytes do not unpack as recorded")
+    return data, deflated
 
 
 def _point_branch(repo: Path) -> None:
@@ -643,14 +667,6 @@ def _point_branch(repo: Path) -> None:
     versions = tagged_versions(repo)
     if versions:
         git.set_ref(repo, BRANCH, f"refs/tags/v{versions[-1]}")
-
-
-def _quote_path(path: str) -> bytes:
-    raw = path.encode()
-    if any(c in raw for c in b'"\\\n') or raw.startswith(b'"'):
-        escaped = raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
-        return b'"' + escaped + b'"'
-    return raw
 
 
 def _epoch(date: str) -> int:

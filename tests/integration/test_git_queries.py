@@ -273,19 +273,22 @@ def test_a_network_timeout_kills_the_whole_process_group(hanging: tuple[Path, Pa
     assert not _alive(int(pidfile.read_text()))
 
 
-def test_an_interrupted_fast_import_kills_git(tmp_path: Path) -> None:
+def test_an_interrupted_pack_leaves_nothing_git_reads(tmp_path: Path) -> None:
     store = tmp_path / "s.git"
     git.init(store, bare=True)
-
-    def stream() -> Iterator[bytes]:
-        yield b"commit refs/heads/x\n"
+    with pytest.raises(KeyboardInterrupt), git.new_pack(store) as pack:
+        pack.add(git.BLOB, b"half of a release\n")
         raise KeyboardInterrupt
-
-    before = set(_children())
-    with pytest.raises(KeyboardInterrupt):
-        git.fast_import(store, stream())
-    assert not [p for p in set(_children()) - before if _alive(p)]
-    assert git.tags(store) == [] and not git.branch_exists(store, "x")
+    assert list((store / "objects" / "pack").iterdir()) == []
+    with git.new_pack(store) as pack:
+        blob = pack.add(git.BLOB, b"a whole one\n").hex()
+    assert blob == git.blob_id(b"a whole one\n")
+    assert (
+        subprocess.run(
+            ["git", "-C", str(store), "cat-file", "-p", blob], capture_output=True, check=True
+        ).stdout
+        == b"a whole one\n"
+    )
 
 
 def _children() -> list[int]:
@@ -293,3 +296,27 @@ def _children() -> list[int]:
         ["ps", "-o", "pid=", "--ppid", str(os.getpid())], capture_output=True, text=True
     )
     return [int(p) for p in out.stdout.split()]
+
+
+def test_a_worktree_is_checked_out_in_parallel_keeping_the_callers_config(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """add_worktree and reset_worktree ask for git's parallel checkout after the config the
+    environment gives: here the caller's own entry lowers the threshold so that a small tree
+    is written by workers, which happens only when both entries are in effect."""
+    trace = tmp_path / "trace.json"
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "checkout.thresholdForParallelism")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "1")
+    monkeypatch.setenv("GIT_TRACE2_EVENT", str(trace))
+    wt = tmp_path / "wt"
+    git.add_worktree(repo, wt, git.head(repo), branch="w")
+    assert "checkout--worker" in trace.read_text()
+    trace.unlink()
+    (wt / "stray.txt").write_text("gone after the reset\n")
+    for name in ("a.txt", "b.bin"):  # two files to write again: git's workers need two
+        (wt / name).write_text("edited\n")
+    git.reset_worktree(wt, "w2", git.head(repo))
+    assert "checkout--worker" in trace.read_text()
+    assert not (wt / "stray.txt").exists() and git.current_branch(wt) == "w2"
+    assert (wt / "b.bin").read_bytes() == LATIN1

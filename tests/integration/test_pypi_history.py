@@ -246,3 +246,108 @@ def test_two_processes_importing_at_once_agree(tmp_path: Path, served: IndexServ
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     assert outs[0] == outs[1] == tag_shas(build(cache))["v0.2.0"]
+
+
+def deflated_wheel(folder: Path, version: str) -> Path:
+    """A fakeglang wheel as real wheels are made: deflated members (of several sizes, an empty
+    one, bytes that are not text), one stored member and an executable (TEST DOUBLE)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{PROJECT}-{version}-py3-none-any.whl"
+    rng = __import__("random").Random(7)
+    members = {
+        f"{PROJECT}/__init__.py": (f"__version__ = {version!r}\n".encode(), 0o644, True),
+        f"{PROJECT}/big.py": (b"x = 1  # a line\n" * 40_000, 0o644, True),
+        f"{PROJECT}/noise.bin": (bytes(rng.randrange(256) for _ in range(70_000)), 0o644, True),
+        f"{PROJECT}/empty.py": (b"", 0o644, True),
+        f"{PROJECT}/kernels/a.cuh": (b"#pragma once\n", 0o644, True),
+        f"{PROJECT}/kernels.py": (b"# sorts before kernels/ in a git tree\n", 0o644, True),
+        f"{PROJECT}/kernels/a_b.cuh": (b"#pragma twice\n", 0o644, True),
+        f"{PROJECT}/run.sh": (b"#!/bin/sh\necho run\n", 0o755, True),
+        f"{PROJECT}/stored.txt": (b"kept as it is\n", 0o644, False),
+        f"{PROJECT}-{version}.dist-info/METADATA": (b"Name: fakeglang\n", 0o644, True),
+    }
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, (data, mode, deflate) in members.items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+            zf.writestr(info, data)
+    return path
+
+
+def fast_import_commit(tmp_path: Path, wheel: Path, message: bytes) -> str:
+    """The commit ``git fast-import`` makes of the wheel's package files with sglforge's
+    identity, date and ``message``: what the store's own pack writer must agree with."""
+    repo = tmp_path / "by-fast-import.git"
+    run_git(tmp_path, "init", "-q", "--bare", str(repo))
+    who = f"{git.IDENTITY['GIT_COMMITTER_NAME']} <{git.IDENTITY['GIT_COMMITTER_EMAIL']}>".encode()
+    stream = [b"commit refs/tags/v1\n", b"author %s 946684800 +0000\n" % who]
+    stream += [b"committer %s 946684800 +0000\n" % who, b"data %d\n%s\n" % (len(message), message)]
+    with zipfile.ZipFile(wheel) as zf:
+        for info in sorted(zf.infolist(), key=lambda i: i.filename):
+            if not info.filename.startswith(f"{PROJECT}/"):
+                continue
+            data = zf.read(info)
+            mode = b"100755" if (info.external_attr >> 16) & 0o111 else b"100644"
+            stream.append(b"M %s inline python/%s\n" % (mode, info.filename.encode()))
+            stream.append(b"data %d\n%s\n" % (len(data), data))
+    subprocess.run(
+        ["git", "-C", str(repo), "fast-import", "--quiet"], input=b"".join(stream), check=True
+    )
+    return run_git(repo, "rev-parse", "v1")
+
+
+def test_the_store_writes_the_commit_git_fast_import_makes(
+    tmp_path: Path, served: IndexServer
+) -> None:
+    """The pack is written from the wheel's own deflate streams; git reads it as its own:
+    fsck and verify-pack find nothing, and the commit is the one fast-import makes."""
+    wheel = deflated_wheel(served.folder, "0.5.0")
+    repo = build(tmp_path / "cache", "==0.5.0")
+    assert run_git(repo, "fsck", "--full", "--strict", "--no-dangling") == ""
+    for idx in (repo / "objects" / "pack").glob("pack-*.idx"):
+        run_git(repo, "verify-pack", str(idx))
+    message = subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%B", "v0.5.0"],
+        capture_output=True,
+        check=True,
+    ).stdout[:-1]  # %B adds a newline of its own
+    assert git.commit_id(repo, "v0.5.0") == fast_import_commit(tmp_path, wheel, message)
+    assert run_git(repo, "show", "v0.5.0:python/fakeglang/big.py").count("\n") == 39_999
+    assert "tmp_" not in " ".join(p.name for p in (repo / "objects" / "pack").iterdir())
+
+
+def test_a_member_whose_bytes_do_not_unpack_is_refused(tmp_path: Path, served: IndexServer) -> None:
+    wheel = deflated_wheel(served.folder, "0.6.0")
+    data = bytearray(wheel.read_bytes())
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo(f"{PROJECT}/big.py")
+    at = info.header_offset + 30 + len(info.filename) + len(info.extra) + info.compress_size // 2
+    data[at : at + 8] = b"\xff" * 8  # the CRC-32 the central directory records no longer holds
+    wheel.write_bytes(bytes(data))
+    (wheel.parent / (wheel.name + ".sha256")).unlink(missing_ok=True)
+    cache = tmp_path / "cache"
+    with pytest.raises(UpstreamError) as err:
+        pypi.ensure(cache, PROJECT, ["0.6.0"], exact=True)
+    assert "not a readable wheel" in err.value.message and "big.py" in err.value.message
+    repo = pypi.store(cache, PROJECT)
+    assert pypi.tagged_versions(repo) == []
+    assert list((repo / "objects" / "pack").iterdir()) == []  # no pack, not even a temporary one
+
+
+def test_the_mirror_takes_the_stores_refs_as_a_fetch_would(
+    tmp_path: Path, served: IndexServer
+) -> None:
+    cache = tmp_path / "cache"
+    store = pypi.ensure(cache, PROJECT, ["0.1.0"])
+    mirrors = tmp_path / "mirrors"
+    mirror = git.ensure_cache(mirrors, str(store), share_objects=True)
+    assert git.tags(mirror) == ["v0.1.0"]
+    pypi.ensure(cache, PROJECT, ["0.2.0"])
+    assert git.ensure_cache(mirrors, str(store), share_objects=True) == mirror
+    assert sorted(git.tags(mirror)) == ["v0.1.0", "v0.2.0"]
+    assert git.commit_id(mirror, "refs/remotes/origin/main") == git.commit_id(store, "v0.2.0")
+    run_git(store, "tag", "-d", "v0.1.0")  # a tag gone from the source goes (fetch --prune)
+    git.ensure_cache(mirrors, str(store), share_objects=True)
+    assert git.tags(mirror) == ["v0.2.0"]
+    assert git.commit_id(mirror, "v0.2.0") == git.commit_id(store, "v0.2.0")

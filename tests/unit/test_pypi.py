@@ -86,11 +86,5 @@ def test_unreadable_wheel_names_the_file_and_how_to_recover(tmp_path: Path) -> N
 
 def test_blob_sha_is_gits() -> None:
     # `printf 'hello\n' | git hash-object --stdin`
-    # (the id pypi's fast-import stream refers to known blobs by)
+    # (the id the store's import skips blobs it holds by)
     assert git.blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
-
-
-def test_fast_import_paths_are_quoted_only_when_needed() -> None:
-    assert pypi._quote_path("python/sglang/a b.py") == b"python/sglang/a b.py"
-    assert pypi._quote_path('python/"q".py') == b'"python/\\"q\\".py"'
-    assert pypi._quote_path("python/a\nb") == b'"python/a\\nb"'

@@ -1,7 +1,7 @@
 """Every git operation sglforge performs, asked by meaning: the only package that runs git.
 
 It is built on GitPython: ``Repo`` reads refs, tags, commits and objects; the ``Git`` command
-object starts the porcelain (``am``, ``apply``, ``worktree``, ``fast-import``, ...). Callers
+object starts the porcelain (``am``, ``apply``, ``worktree``, ...). Callers
 ask named queries (``resolve``, ``tags``, ``is_ancestor``, ``patch_ids``, ``add_worktree``,
 ``am``, ...) and never spell a git command. Every command keeps: exact bytes (output decoded
 with ``util.decode_exact``, text input encoded with ``encode_exact``), the fixed IDENTITY and
@@ -9,7 +9,8 @@ NONINTERACTIVE environment, a git killed when sglforge is interrupted or a timeo
 and failures turned into the project's own errors naming the ref or path.
 
 Callers import the package (``from sglforge import git``) and ask ``git.<query>``. Its parts:
-``_process`` (running git), ``project_checkout`` (the project's own checkout), ``mirror`` (the
+``_process`` (running git), ``pack`` (new objects written as a pack),
+``project_checkout`` (the project's own checkout), ``mirror`` (the
 upstream cache), ``refs`` (repositories, refs and commits), ``diffs`` (diffs and patches, the
 private ``Index``) and ``worktrees`` (``git am`` sessions, commits, linked worktrees).
 """
@@ -21,7 +22,6 @@ from sglforge.git._process import (
     RENAME_LIMIT,
     GitFailed,
     GitResult,
-    fast_import,
 )
 from sglforge.git.diffs import (
     Index,
@@ -45,6 +45,12 @@ from sglforge.git.mirror import (
     cache_name,
     ensure_cache,
     is_local,
+)
+from sglforge.git.pack import (
+    BLOB,
+    COMMIT,
+    PackWriter,
+    new_pack,
 )
 from sglforge.git.project_checkout import (
     checkout_facts,
@@ -106,6 +112,10 @@ from sglforge.git.worktrees import (
 )
 
 __all__ = [
+    "BLOB",
+    "COMMIT",
+    "PackWriter",
+    "new_pack",
     "GitFailed",
     "GitResult",
     "IDENTITY",
@@ -140,7 +150,6 @@ __all__ = [
     "diff_width",
     "ensure_cache",
     "export_files",
-    "fast_import",
     "find_line",
     "format_patch",
     "format_patch_width",

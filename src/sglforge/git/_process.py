@@ -9,10 +9,9 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from sglforge import progress as _progress
 from sglforge.errors import ConfigError, PatchError, UpstreamError, disk_error
@@ -213,59 +212,6 @@ def _repo(path: Path | str) -> Iterator[Repo]:
         yield repo
     finally:
         repo.close()
-
-
-def fast_import(repo: Path, stream: Iterable[bytes]) -> None:
-    """Feed ``stream`` (a git fast-import command stream ending in ``done``) to ``git
-    fast-import`` as it is produced, so a release's files are never all in memory at once.
-    An interrupt or an error in the producer kills git; nothing it wrote is referenced."""
-    # always a pack (never loose objects): the store records and checks its packs. No deltas
-    # (fast-import tries each blob against the one before it, unrelated files of a release:
-    # a third of the time, and the pack came out larger) and zlib level 1 (a fifth larger,
-    # three times faster): a release imports at the pace of its unzip.
-    args = [
-        "-c",
-        "fastimport.unpackLimit=0",
-        "-c",
-        "pack.depth=0",
-        "-c",
-        "pack.compression=1",
-        "fast-import",
-        "--quiet",
-        "--done",
-    ]
-    _progress.current().detail(f"git fast-import  (in {repo})")
-    proc = _start(repo, args, _env(), stdin=True, stdout=False)
-    assert proc.stdin is not None and proc.stderr is not None
-    # stderr drained as we write: a pipe nobody reads could fill and block both sides
-    errors: list[bytes] = []
-    drain = threading.Thread(target=lambda: errors.append(_read_all(proc.stderr)), daemon=True)
-    drain.start()
-    try:
-        try:
-            for chunk in stream:
-                proc.stdin.write(chunk)
-        except BrokenPipeError:
-            pass  # git stopped reading: its status and stderr below say why
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-        status = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    finally:
-        drain.join()
-        proc.stderr.close()
-    if status != 0:
-        raise GitFailed(
-            ("fast-import",), GitResult(status, "", decode_exact(b"".join(errors))), repo
-        )
-
-
-def _read_all(stream: IO[bytes] | None) -> bytes:
-    return stream.read() if stream is not None else b""
 
 
 # "Receiving objects:  45% (123/456), 1.20 MiB | 300.00 KiB/s", possibly after "remote: ".

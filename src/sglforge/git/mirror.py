@@ -55,8 +55,8 @@ def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Pat
 
     ``share_objects`` (for local repositories sglforge itself maintains, such as the
     PyPI-built history) borrows the source's objects through git's alternates instead of
-    copying them: the first fetch then copies nothing. A cache that was deleted, or left
-    broken, is made again.
+    copying them, and copies its refs instead of fetching (``_copy_refs``). A cache that was
+    deleted, or left broken, is made again.
     """
     cache_root.mkdir(parents=True, exist_ok=True)
     path = cache_root / cache_name(url)
@@ -83,7 +83,10 @@ def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Pat
                 _run(tmp, "config", "extensions.partialClone", "origin")
                 _run(tmp, "config", "remote.origin.promisor", "true")
                 _run(tmp, "config", "remote.origin.partialclonefilter", "blob:none")
-            _fetch(tmp, url)
+            if share_objects and is_local(url):
+                _copy_refs(tmp, url)
+            else:
+                _fetch(tmp, url)
             if path.exists():
                 shutil.rmtree(path)
             os.replace(tmp, path)
@@ -91,8 +94,31 @@ def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Pat
             current = _run(path, "remote", "get-url", "origin", check=False).stdout
             if current != url:
                 _run(path, "remote", "set-url", "origin", url)
-            _fetch(path, url)
+            if share_objects and is_local(url) and (path / "objects/info/alternates").is_file():
+                _copy_refs(path, url)
+            else:
+                _fetch(path, url)
     return path
+
+
+def _copy_refs(path: Path, url: str) -> None:
+    """What ``_fetch`` brings from a local repository whose objects ``path`` borrows: its refs
+    alone (branches as ``refs/remotes/origin/*``, tags as they are, gone ones dropped), in
+    one ``update-ref`` instead of a fetch's negotiation and helper processes."""
+    fmt = "--format=%(objectname) %(refname)"
+    theirs = _run(url, "for-each-ref", fmt, "refs/heads/", "refs/tags/").stdout.splitlines()
+    ours = _run(path, "for-each-ref", fmt, "refs/remotes/origin/", "refs/tags/").stdout
+    want: dict[str, str] = {}
+    for line in theirs:
+        sha, ref = line.split(" ", 1)
+        if ref.startswith("refs/heads/"):
+            ref = "refs/remotes/origin/" + ref[len("refs/heads/") :]
+        want[ref] = sha
+    have = {ref: sha for sha, ref in (line.split(" ", 1) for line in ours.splitlines())}
+    lines = [f"update {ref} {sha}\n" for ref, sha in want.items() if have.get(ref) != sha]
+    lines += [f"delete {ref}\n" for ref in have if ref not in want]
+    if lines:
+        _run(path, "update-ref", "--stdin", stdin="".join(lines))
 
 
 def _fetch(path: Path, url: str) -> None:

@@ -272,8 +272,6 @@ def upstream_findings(
 ) -> list[tuple[str, int, str, str]]:
     """Each item's CSV against the upstream file it names: by sha256 always, by the commit's
     own bytes when ``aiter_repo`` (a clone holding that commit) is given."""
-    from sglforge import git
-
     found: list[tuple[str, int, str, str]] = []
     for item in items:
         up = item.upstream
@@ -302,6 +300,8 @@ def upstream_findings(
             )
         if aiter_repo is None:
             continue
+        from sglforge import git  # GitPython only when a clone is read (lint's import time)
+
         data = git.blob(aiter_repo, up.commit, up.path)
         if data is None:
             found.append(

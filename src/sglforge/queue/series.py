@@ -51,6 +51,7 @@ _DIFF_START = re.compile(r"^(diff --git |--- |Index: )", re.M)
 # Line patterns start with a newline (see line_heads): a literal first lets the regex engine
 # skip to candidates at C speed, where a MULTILINE ``^`` tries every character.
 _FILE_RE = re.compile(r"\ndiff --git a/(?P<a>\S+) b/(?P<b>\S+)")
+GIT_LINE = re.compile(r"\n(diff --git[^\n]*)")  # a literal first: C-speed scanning
 _NON_SPACE = re.compile(r"\S")
 _PLUS_FILE = re.compile(r"\n\+\+\+ (?:b/)?(\S+)")
 
@@ -95,6 +96,9 @@ class Patch:
     # also reads its old one (git needs it in the index to apply the patch).
     paths: tuple[str, ...] = ()
     scan: DiffScan | None = None  # the diff's one counting pass (``scan_text``), kept for lint
+    # Its ``diff --git`` lines, found once by ``parse_patch`` (lint's duplicate check reads
+    # them too); None when the Patch was made otherwise.
+    git_lines: tuple[str, ...] | None = None
 
     @property
     def diff(self) -> str:
@@ -441,7 +445,11 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
     description, trailers = _split_trailers(body)
     files: list[str] = []
     paths: list[str] = []
-    for m in line_heads(_FILE_RE, text, start):
+    git_lines = tuple(m.group(1) for m in line_heads(GIT_LINE, text, start))
+    for line in git_lines:
+        m = _FILE_RE.match("\n" + line)
+        if m is None:
+            continue
         files.append(m.group("b") if m.group("b") != "/dev/null" else m.group("a"))
         paths += [x for x in (m.group("a"), m.group("b")) if x != "/dev/null"]
     if not files:
@@ -473,6 +481,7 @@ def parse_patch(path: Path, index: int = 0) -> Patch:
         sha256=digest,
         text=exact,
         scan=scan,
+        git_lines=git_lines,
     )
 
 
