@@ -219,21 +219,37 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def remove(container_id: str) -> bool:
-    """Kill and remove a container; False when it was already gone."""
+def remove(container_id: str, wait: float = 60.0) -> bool:
+    """Kill and remove a container; False when it was already gone or another caller was
+    removing it (then it is waited for, up to ``wait`` seconds: when this returns, the
+    container is gone either way, so a caller's "nothing left" holds)."""
     try:
         client().api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
         return False
     except docker.errors.APIError as exc:
-        # "removal already in progress" means someone (the engine) is on it already.
+        # "removal already in progress": someone (another run reaping the same orphan, or
+        # the engine) is on it already; it is gone once that removal ends
         if exc.status_code == 409:
+            _wait_gone(container_id, wait)
             return False
         raise ContainerFailed(
             f"container {container_id[:12]}: could not remove it: {exc.explanation or exc}",
             f"docker rm -f {container_id[:12]}",
         ) from exc
     return True
+
+
+def _wait_gone(container_id: str, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            left = client().api.containers(all=True, filters={"id": container_id})
+        except docker.errors.DockerException:
+            return
+        if not left:
+            return
+        time.sleep(0.2)
 
 
 def remove_named(ident: str, name: str, tries: int = 25) -> None:
