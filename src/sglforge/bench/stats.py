@@ -392,7 +392,13 @@ def best_mde(
     side can reach: the declared per-boot noise alone (the requests' spread only adds to it;
     :func:`compare` computes the same figure with it)."""
     z = statistics.NormalDist().inv_cdf(confidence) + statistics.NormalDist().inv_cdf(power)
-    se = boot_sd * math.sqrt(2 / max(boots_per_side, 1))
+    return detectable(z, boot_sd * math.sqrt(2 / max(boots_per_side, 1)), tolerance)
+
+
+def detectable(z: float, se: float, tolerance: float) -> float:
+    """The drop detected at ``z`` (the decision's plus the power's normal quantiles) with
+    standard error ``se`` of the log change: the one formula :func:`compare` and
+    :func:`best_mde` share."""
     return -math.expm1(-(z * se)) + tolerance
 
 
@@ -452,7 +458,7 @@ def compare(
     observed, status, why = logs.spread(boot_sd, noise_check)
     high = d + z * se
     low = d - z * se
-    mde = -math.expm1(-((z + z_power) * se)) + tolerance
+    mde = detectable(z + z_power, se, tolerance)
     if status == PASSED and math.expm1(high) < -tolerance:
         status = REGRESSED
     elif status == PASSED and mde > max_mde:
