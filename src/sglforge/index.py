@@ -1,14 +1,16 @@
 """The package index pip would read: its configuration, any standard index shape, checked
 downloads.
 
-**Configuration** is pip's own, read by pip itself (``pip config list``, which merges the
-``pip.conf`` files, ``$PIP_CONFIG_FILE`` and the ``PIP_*`` variables), with
-``$SGLFORGE_PYPI_URL`` taking precedence over pip's ``index-url``. A user who has configured
-pip has configured sglforge: ``index-url``, ``extra-index-url``, ``find-links``, ``no-index``,
-``cert``, ``client-cert`` and ``proxy`` are honoured; credentials come from the URL or from
-``~/.netrc`` (requests reads it, as pip does). Values are taken as ``pip download`` takes them:
-the ``PIP_*`` variables over a file's ``[download]`` section over ``[install]`` over
-``[global]``.
+**Configuration** is pip's own: what ``pip config list`` reports, the ``pip.conf`` files,
+``$PIP_CONFIG_FILE`` and the ``PIP_*`` variables merged as pip merges them (read here on Linux
+for pip 22-26, by pip's own loader or command elsewhere), with ``$SGLFORGE_PYPI_URL`` taking
+precedence over pip's ``index-url``. A user who has configured pip has configured sglforge:
+``index-url``, ``extra-index-url``, ``find-links``, ``no-index``, ``cert``, ``client-cert`` and
+``proxy`` are honoured; credentials come from the URL or from ``~/.netrc`` (requests reads it,
+as pip does). Values are taken as ``pip download`` takes them (pip's
+``ConfigOptionParser._get_ordered_configuration_items``): the ``PIP_*`` variables over a file's
+``[download]`` section over ``[global]``; an empty value is no value. A configuration file pip
+would refuse is refused, naming it.
 
 **Index shapes.** Each index URL is read as a simple repository (PEP 691 JSON and PEP 503 HTML
 pages, content-negotiated; a ``file://`` index or a plain folder of archives too), and, when it
@@ -57,7 +59,7 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 PAGE_CAP = 64 << 20
 # pip's keys sglforge honours, as `pip config list` spells them
 _KEYS = ("index-url", "extra-index-url", "find-links", "no-index", "cert", "client-cert", "proxy")
-_SECTION_ORDER = ("global", "install", "download", ":env:")  # later wins, as in pip download
+_SECTION_ORDER = ("global", "download", ":env:")  # later wins, as in pip download
 
 
 @dataclass(frozen=True)
@@ -144,13 +146,122 @@ def _pip_config_here() -> dict[str, str] | None:
 
             loaded = Configuration(isolated=False)
             loaded.load()
-            return {str(k): str(v) for k, v in loaded.items()}
+            return _flat(loaded.items())
     except Exception:  # noqa: BLE001 - another pip, a broken config: ask the command
         return None
 
 
+def _flat(items: Any) -> dict[str, str]:
+    """``Configuration.items()`` as ``{"section.key": value}``, whichever shape this pip
+    gives: pip < 25.2 yields ``(key, value)`` merged already; pip >= 25.2 yields
+    ``(file, {key: value})`` per file in precedence order, later files winning (as its
+    option parser pools them)."""
+    out: dict[str, str] = {}
+    for key, value in items:
+        if isinstance(value, dict):
+            out.update((str(k), str(v)) for k, v in value.items())
+        else:
+            out[str(key)] = str(value)
+    return out
+
+
+# pip's own configuration loader costs a third of a second in imports (its exceptions, logging
+# and rich) before the first byte is fetched; on Linux the files and their precedence are read
+# here as pip 22.0-26.2 reads them, which tests/integration/test_index_pip_config.py compares
+# with the installed pip and with the newest pip's wheel. Cited from pip's
+# src/pip/_internal/configuration.py (get_configuration_files, iter_config_files,
+# _load_config_files, _construct_parser, _normalized_keys, get_environ_vars; OVERRIDE_ORDER =
+# GLOBAL, USER, SITE, ENV, ENV_VAR) and src/pip/_internal/utils/appdirs.py (site_config_dirs:
+# $XDG_CONFIG_DIRS or /etc/xdg, then /etc; user_config_dir: $XDG_CONFIG_HOME or ~/.config).
+_PIP_READ = (22, 26)  # the pip majors this reader mirrors; any other pip is asked itself
+
+
+class _Unreadable(Exception):
+    """A pip configuration file pip itself would refuse."""
+
+
+def _pip_config_read() -> dict[str, str] | None:
+    """What pip's loader gives (``_pip_config_here``), without importing it: the merged
+    ``{"section.key": value}`` of pip's configuration files and ``PIP_*`` variables. None
+    where this reader is not pip's (another platform or pip, isolated mode, a
+    ``$PIP_CONFIG_FILE`` naming one of the standard files): the caller asks pip."""
+    if sys.platform != "linux" or "PIP_ISOLATED" in os.environ:
+        return None
+    try:
+        import pip
+
+        major = int(str(pip.__version__).split(".")[0])
+    except Exception:  # noqa: BLE001 - no pip, or a version this reader cannot tell
+        return None
+    if not _PIP_READ[0] <= major <= _PIP_READ[1]:
+        return None
+    env_file = os.environ.get("PIP_CONFIG_FILE")
+    xdg_dirs = os.environ.get("XDG_CONFIG_DIRS", "")
+    xdg_dirs = xdg_dirs if xdg_dirs.strip() else "/etc/xdg"
+    xdg_home = os.environ.get("XDG_CONFIG_HOME", "")
+    xdg_home = xdg_home if xdg_home.strip() else os.path.expanduser("~/.config")
+    glob = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs.split(os.pathsep)]
+    glob.append("/etc/pip.conf")
+    user = [os.path.join(os.path.expanduser("~"), ".pip", "pip.conf")]
+    user.append(os.path.join(xdg_home, "pip", "pip.conf"))
+    site = [os.path.join(sys.prefix, "pip.conf")]
+    if env_file is not None and env_file in (*glob, *user, *site):
+        return None  # one file in two places: pip versions disagree on its precedence
+    files: list[str] = []
+    if env_file != os.devnull:
+        files += glob
+        if not (env_file and os.path.exists(env_file)):
+            files += user
+        files += site
+        files += [env_file] if env_file is not None else []
+    out: dict[str, str] = {}
+    for fname in files:
+        out.update(_pip_conf_file(fname))
+    for key, val in os.environ.items():
+        if key.startswith("PIP_") and key[4:].lower() not in ("version", "help"):
+            out[":env:." + _pip_name(key[4:])] = val
+    return out
+
+
+def _pip_name(name: str) -> str:
+    name = name.lower().replace("_", "-")
+    return name[2:] if name.startswith("--") else name
+
+
+def _pip_conf_file(fname: str) -> dict[str, str]:
+    """One configuration file's ``{"section.key": value}`` as pip parses it (RawConfigParser,
+    the locale's encoding); {} when it does not exist."""
+    if not os.path.exists(fname):
+        return {}
+    import configparser
+    import locale
+
+    parser = configparser.RawConfigParser()
+    encoding = locale.getpreferredencoding(False)
+    try:
+        parser.read(fname, encoding=encoding)
+    except UnicodeDecodeError:
+        raise _Unreadable(f"{fname}: it holds characters that are not {encoding}") from None
+    except configparser.Error as exc:
+        raise _Unreadable(f"{fname}: {one_line(str(exc))}") from None
+    return {
+        f"{section}.{_pip_name(name)}": value
+        for section in parser.sections()
+        for name, value in parser.items(section)
+    }
+
+
 def _pip_config() -> dict[str, str]:
     """What ``pip config list`` reports: ``{"global.index-url": "...", ":env:.cert": ...}``."""
+    try:
+        here = _pip_config_read()
+    except _Unreadable as exc:
+        raise UpstreamError(
+            f"pip's configuration cannot be read: {exc}",
+            "fix that file (`pip config debug` lists the files pip reads); pip itself refuses it",
+        ) from None
+    if here is not None:
+        return here
     here = _pip_config_here()
     if here is not None:
         return here
@@ -180,7 +291,7 @@ def _pick(conf: dict[str, str], key: str) -> tuple[str, str] | None:
     """(value, origin) of pip's ``key`` as pip download sees it."""
     for section in reversed(_SECTION_ORDER):
         name = f"{section}.{key}"
-        if name in conf:
+        if conf.get(name):  # an empty value is no value (pip's option parser drops it)
             origin = (
                 f"$PIP_{key.upper().replace('-', '_')}"
                 if section == ":env:"
