@@ -41,7 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """(wall s, CPU s) of ``cmd``; exits on failure."""
+    """(wall s, CPU s) of ``cmd``, started on a settled disk; exits on failure.
+
+    The earlier runs' writes (a worktree of 3,200 files and a pack each) are flushed first,
+    untimed: on this ext4 a run creating thousands of files while the kernel still writes
+    back another's took 0.6-1.4 s instead of 0.12-0.19 s to create them, so without it each
+    run partly timed the one before."""
+    os.sync()
     return run_timed(cmd, cwd=cwd, env=env)
 
 

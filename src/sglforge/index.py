@@ -38,7 +38,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,9 @@ class File:
 class _Memo:
     config: dict[tuple[str, ...], IndexConfig] = field(default_factory=dict)
     pages: dict[tuple[Index, str], list[File]] = field(default_factory=dict)
+    # one session per configuration and thread: its TLS context (the CA bundle read once)
+    # and its open connections serve the pages and the download after them
+    sessions: dict[tuple[IndexConfig, int], Any] = field(default_factory=dict)
 
 
 _MEMO = _Memo()
@@ -354,9 +357,22 @@ def forget() -> None:
     """Drop what this process read from the indexes (tests, and a long-lived caller)."""
     _MEMO.pages.clear()
     _MEMO.config.clear()
+    for http in _MEMO.sessions.values():
+        http.close()
+    _MEMO.sessions.clear()
 
 
 # --- HTTP ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _http(conf: IndexConfig) -> Iterator[Any]:
+    """This thread's session for ``conf`` (``session``), made once and kept open for the
+    process's later requests (``forget`` closes it)."""
+    key = (conf, threading.get_ident())
+    if key not in _MEMO.sessions:
+        _MEMO.sessions[key] = session(conf)
+    yield _MEMO.sessions[key]
 
 
 def session(conf: IndexConfig) -> Any:
@@ -461,7 +477,7 @@ def files(project: str) -> list[File]:
     from sglforge.progress import current
 
     found: list[File] = []
-    with session(conf) as http:
+    with _http(conf) as http:
         for ix in conf.indexes:
             memo = (ix, name)
             if memo not in _MEMO.pages:
@@ -754,7 +770,7 @@ def _fetch(
     conf = config()
     # a wheel needs more than a page: allow 20 reads' worth, and at least 1 MB/s for its size
     allowed = max(total, (file.size or 0) / 1e6)
-    with session(conf) as http:
+    with _http(conf) as http:
         try:
             res = http.get(file.url, stream=True, timeout=each, auth=_same_host_auth(file))
         except requests.RequestException as exc:

@@ -144,11 +144,48 @@ def _parallel_checkout() -> dict[str, str]:
     }
 
 
-def add_worktree(repo: Path, path: Path, commit: str, branch: str | None = None) -> None:
+def add_worktree(
+    repo: Path, path: Path, commit: str, branch: str | None = None, checkout: bool = True
+) -> None:
     """A worktree of ``repo`` at ``path`` checked out at ``commit``: on ``branch`` (made or
-    moved there), or detached when None."""
+    moved there), or detached when None. ``checkout=False`` writes no file and no index (for
+    ``am_then_checkout``)."""
     at = ["-B", branch] if branch else ["--detach"]
-    _run(repo, "worktree", "add", "--force", *at, str(path), commit, env=_parallel_checkout())
+    files = [] if checkout else ["--no-checkout"]
+    _run(
+        repo, "worktree", "add", "--force", *files, *at, str(path), commit, env=_parallel_checkout()
+    )
+
+
+def am_then_checkout(
+    wt: Path, commit: str, patches: Sequence[Path], paths: Sequence[str]
+) -> GitResult:
+    """In a worktree added without its files (``add_worktree(..., checkout=False)``, at
+    ``commit``): ``patches`` committed by ``git am --3way``, then every file written, once,
+    at the last commit. ``paths`` are the files the patches name (either side of a diff).
+
+    ``git am`` runs while only ``paths`` are in the worktree and the index holds ``commit``'s
+    tree (as ``git am`` reads it: it applies to the index and to the files it changes, and
+    commits the index). Checking out first and running ``git am`` after writes sglang's
+    3,200 files and then reads them all again (git's racy-timestamp check hashes each file
+    written in the same second as the index). A failed ``git am`` leaves nothing: the
+    worktree is at ``commit`` with every file written and no session, and the result says
+    why."""
+    _run(wt, "read-tree", commit)
+    literal = {"GIT_LITERAL_PATHSPECS": "1"}
+    # the files a patch names that the tree has (a new file's name is in no tree yet)
+    held = (
+        _run(wt, "ls-files", "-z", "--", *paths, env=literal, strip=False).stdout if paths else ""
+    )
+    if held:
+        _run(wt, "checkout-index", "-u", "-f", "-z", "--stdin", stdin=held)
+    res = am(wt, patches)
+    if res.status != 0:
+        am_abort(wt)
+    _run(
+        wt, "reset", "-q", "--hard", "HEAD" if res.status == 0 else commit, env=_parallel_checkout()
+    )
+    return res
 
 
 def reset_worktree(wt: Path, branch: str, commit: str) -> None:

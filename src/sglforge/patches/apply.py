@@ -232,10 +232,15 @@ def apply_at(
     if record is not None:
         return run.applied(record, reused=True)
     report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
+    pairs = list(zip(queue.patches, report.patches, strict=True))
+    todo = [p for p, st in pairs if st.status not in (UPSTREAMED, SKIPPED)]
     with git.cache_lock(up.cache):
-        _ensure_worktree(up.cache, wt, branch, commit)
+        fresh = _ensure_worktree(up.cache, wt, branch, commit, checkout=not todo)
     steps = progress.current().start(f"apply at {ref}", len(queue.patches))
-    results = _apply_patches(run, list(zip(queue.patches, report.patches, strict=True)), steps)
+    if fresh and todo:
+        results = _apply_fresh(run, pairs, todo, steps)
+    else:
+        results = _apply_patches(run, pairs, steps)
     progress.current().finish(steps)
     done = WorktreeRecord(ref, commit, queue.hash, git.head(wt), tuple(results), complete=True)
     return run.applied(write_record(root, done), reused=False)
@@ -300,6 +305,41 @@ def _reusable(run: _Run, force: bool) -> WorktreeRecord | None:
     ):
         return record
     return None
+
+
+def _apply_fresh(
+    run: _Run, pairs: list[tuple[Patch, PatchStatus]], todo: list[Patch], steps: progress.Task
+) -> list[AppliedPatch]:
+    """A new worktree (no file written yet): the patches committed by one ``git am`` before
+    sglang's files are written, once, at the last commit (``git.am_then_checkout``). Where
+    ``git am`` does not commit every one of them, the worktree is at the upstream commit
+    with its files, and the usual per-run path takes over (it stops on the conflict with
+    the session to resolve). An interrupt removes the half-made worktree: it held no work."""
+    try:
+        res = git.am_then_checkout(
+            run.wt,
+            run.commit,
+            [p.path.resolve() for p in todo],
+            sorted({f for p in todo for f in p.paths or p.files}),
+        )
+    except BaseException:
+        with git.cache_lock(run.up.cache):
+            git.remove_worktree(run.up.cache, run.wt)
+        raise
+    made = git.commits_between(run.wt, run.commit) if res.status == 0 else []
+    if len(made) != len(todo):
+        if res.status == 0:
+            git.reset_worktree(run.wt, run.branch, run.commit)
+        return _apply_patches(run, pairs, steps)
+    commits = iter(made)
+    results: list[AppliedPatch] = []
+    for patch, st in pairs:
+        steps.advance(note=patch.name)
+        if st.status in (UPSTREAMED, SKIPPED):
+            results.append(AppliedPatch(patch.name, st.status, None, st.detail))
+        else:
+            results.append(_applied_patch(patch.name, st, next(commits)))
+    return results
 
 
 def _apply_patches(
@@ -447,15 +487,20 @@ def _branch_for(cache: Path, wt: Path, ref: str) -> str:
     return f"{branch}-{hashlib.sha256(str(wt.resolve()).encode()).hexdigest()[:8]}"
 
 
-def _ensure_worktree(cache: Path, wt: Path, branch: str, commit: str) -> None:
+def _ensure_worktree(
+    cache: Path, wt: Path, branch: str, commit: str, checkout: bool = True
+) -> bool:
+    """The worktree at ``commit`` on ``branch``; True when it is new, and then with no file
+    written unless ``checkout`` (``_apply_fresh`` writes them after ``git am``)."""
     if wt.exists() and not (wt / ".git").exists():
         shutil.rmtree(wt)
     if not wt.exists():
         git.prune_worktrees(cache)
         wt.parent.mkdir(parents=True, exist_ok=True)
-        git.add_worktree(cache, wt, commit, branch=branch)
-    else:
-        git.reset_worktree(wt, branch, commit)
+        git.add_worktree(cache, wt, commit, branch=branch, checkout=checkout)
+        return True
+    git.reset_worktree(wt, branch, commit)
+    return False
 
 
 def _conflict(
