@@ -17,7 +17,11 @@ modules are compiled once before the runs too (``compileall`` of ``--src``, unti
 ``__pycache__`` folders an installed sglforge has), since this machine's environment sets
 ``PYTHONDONTWRITEBYTECODE`` (without it, the first run of a checkout writes them).
 
-    python bench/bench_first_apply.py [--runs 3]
+The first run starts after a sync and ``--settle`` seconds (65 by default): ext4 skips inodes
+freed in the last minute each time it makes a file (``SETTLE``), and on this 2-core VM a
+worktree written right after a test suite's clean-up took 0.7-2.4 s instead of 0.2 s.
+
+    python bench/bench_first_apply.py [--runs 3] [--settle 65]
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -38,6 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import run_timed, src_option  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+SETTLE = (
+    "ext4 passes over inodes freed in the last 60 s (360 s while their table block is unwritten) "
+    "each time it makes a file, so a run started right after a large deletion (a test suite, "
+    "this bench's own clean-up) spends up to 1.5 s more making the worktree's 3,200 files"
+)
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -55,13 +65,17 @@ def chosen_wheel(py: str, version: str, cwd: Path, env: dict[str, str]) -> str:
     """The file name of the wheel sglforge downloads for ``sglang==version`` (asked of
     sglforge's own choice, ``pypi.releases``; not timed)."""
     code = (
+        "import sglforge; print(sglforge.__file__); "
         "from packaging.version import Version; from sglforge import pypi; "
         f"print(pypi.releases('sglang')[Version({version!r})].file.filename)"
     )
     res = subprocess.run([py, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"cannot tell which wheel sglforge chooses:\n{res.stderr[-2000:]}")
-    return res.stdout.strip().splitlines()[-1]
+    where, name = res.stdout.strip().splitlines()[-2:]
+    if not Path(where).resolve().is_relative_to(Path(env["PYTHONPATH"]).resolve()):
+        raise SystemExit(f"the runs would time {where}, not the sources under --src")
+    return name
 
 
 def pip_tags(wheel: str) -> list[str]:
@@ -80,8 +94,16 @@ def pip_tags(wheel: str) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--settle", type=float, default=65.0,
+        help="seconds to wait (after a sync) before the first run; see SETTLE",
+    )  # fmt: skip
     src_option(ap)
     args = ap.parse_args()
+    if args.settle > 0:
+        print(f"settling {args.settle:g} s first (after a sync): {SETTLE}", flush=True)
+        os.sync()
+        time.sleep(args.settle)
     base = Path(tempfile.mkdtemp(prefix="sglforge-bench-first-apply-"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(args.src)

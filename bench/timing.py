@@ -45,7 +45,7 @@ def src_option(ap: argparse.ArgumentParser) -> None:
     """``--src DIR``: the sglforge sources to time (default: this checkout's ``src/``)."""
     ap.add_argument(
         "--src",
-        type=Path,
+        type=lambda given: Path(given).resolve(),  # the runs change folder: never relative
         default=ROOT / "src",
         help="sglforge sources to time (another checkout's src/ to compare)",
     )

@@ -48,7 +48,6 @@ import shutil
 import stat
 import struct
 import zipfile
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +59,18 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge import git, index
 from sglforge.errors import ConfigError, UpstreamError
+from sglforge.git.pack import INFLATE_ERRORS, fast_zlib
 from sglforge.progress import Progress, Task, resolve
 from sglforge.util import flock
 
 DEFAULT_SPEC = ">=0.5.10"
+# what reading a damaged wheel raises
+_BAD_WHEEL: tuple[type[Exception], ...] = (
+    zipfile.BadZipFile,
+    EOFError,
+    ValueError,
+    *INFLATE_ERRORS,
+)
 # Bump when the tree layout or commit format changes: it is part of the store's folder name,
 # so a new format never mixes with commits an older sglforge made.
 FORMAT = 2
@@ -622,7 +629,7 @@ def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> 
                     _message(project, version),
                 )
                 commit_id = pack.add(git.COMMIT, commit).hex()
-        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
+        except _BAD_WHEEL as exc:
             raise UpstreamError(
                 f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
             ) from exc
@@ -649,14 +656,14 @@ def _member_bytes(
         raise zipfile.BadZipFile(f"{info.filename}: its local header names {name!r}")
     raw.seek(extra_len, os.SEEK_CUR)
     deflated = raw.read(info.compress_size)
-    inflater = zlib.decompressobj(-15)
+    inflater = fast_zlib.decompressobj(-15)
     data = inflater.decompress(deflated, info.file_size + 1)
     if (
         len(deflated) != info.compress_size
         or not inflater.eof
         or inflater.unused_data
         or len(data) != info.file_size
-        or zlib.crc32(data) != info.CRC
+        or fast_zlib.crc32(data) != info.CRC
     ):
         raise zipfile.BadZipFile(f"{info.filename}: its bytes do not unpack as recorded")
     return data, deflated

@@ -116,6 +116,20 @@ def test_same_release_same_sha_whatever_else_was_imported(
     assert a == GOLDEN
 
 
+def test_zlib_alone_imports_the_same_commits(
+    tmp_path: Path, served: IndexServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ISA-L (pyproject's isal) is only faster: with zlib in its place, the same commits."""
+    import zlib
+
+    from sglforge.git import pack
+
+    assert pack.fast_zlib is not zlib  # the dependency is installed here
+    monkeypatch.setattr(pack, "fast_zlib", zlib)
+    monkeypatch.setattr(pypi, "fast_zlib", zlib)
+    assert tag_shas(build(tmp_path / "z", ">=0.1")) == GOLDEN
+
+
 GOLDEN = {
     "v0.1.0": "28c77b0976b17655ddf4c8d00db2b59f12729342",
     "v0.2.0": "591e7cc738aff7c899ea291afdb2225d563d4907",

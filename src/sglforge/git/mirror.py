@@ -84,7 +84,7 @@ def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Pat
                 _run(tmp, "config", "remote.origin.promisor", "true")
                 _run(tmp, "config", "remote.origin.partialclonefilter", "blob:none")
             if share_objects and is_local(url):
-                _copy_refs(tmp, url)
+                _copy_refs(tmp, url, new=True)
             else:
                 _fetch(tmp, url)
             if path.exists():
@@ -101,13 +101,16 @@ def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Pat
     return path
 
 
-def _copy_refs(path: Path, url: str) -> None:
+def _copy_refs(path: Path, url: str, new: bool = False) -> None:
     """What ``_fetch`` brings from a local repository whose objects ``path`` borrows: its refs
     alone (branches as ``refs/remotes/origin/*``, tags as they are, gone ones dropped), in
-    one ``update-ref`` instead of a fetch's negotiation and helper processes."""
+    one ``update-ref`` instead of a fetch's negotiation and helper processes. ``new``: ``path``
+    was just made and holds no ref yet."""
     fmt = "--format=%(objectname) %(refname)"
     theirs = _run(url, "for-each-ref", fmt, "refs/heads/", "refs/tags/").stdout.splitlines()
-    ours = _run(path, "for-each-ref", fmt, "refs/remotes/origin/", "refs/tags/").stdout
+    ours = (
+        "" if new else _run(path, "for-each-ref", fmt, "refs/remotes/origin/", "refs/tags/").stdout
+    )
     want: dict[str, str] = {}
     for line in theirs:
         sha, ref = line.split(" ", 1)

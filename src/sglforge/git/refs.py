@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from git.cmd import Git
@@ -42,8 +43,10 @@ def in_work_tree(path: Path | str) -> bool:
 def init(path: Path, bare: bool = False, head: str | None = None) -> None:
     """A new repository at ``path`` (``git init``); ``head`` names the branch HEAD points at."""
     path.mkdir(parents=True, exist_ok=True)
-    _run(path, "init", "-q", *(["--bare"] if bare else []), identity=False)
-    if head:
+    branch = head.removeprefix("refs/heads/") if head else ""
+    first = [f"--initial-branch={branch}"] if head and branch != head else []
+    _run(path, "init", "-q", *(["--bare"] if bare else []), *first, identity=False)
+    if head and not first:
         _run(path, "symbolic-ref", "HEAD", head)
 
 
@@ -63,26 +66,34 @@ def has_head(path: Path | str) -> bool:
     return _run(path, "rev-parse", "--verify", "-q", "HEAD", check=False).status == 0
 
 
+def _peeled(repo: Path | str, rev: str, kind: str) -> str | None:
+    """The id of the ``kind`` (``commit``, ``tree``) ``rev`` names, peeled through tags; None
+    when it names none. One ``git rev-parse`` (GitPython's object reader starts two
+    ``cat-file`` helpers for the same answer)."""
+    res = _run(
+        repo, "rev-parse", "--verify", "-q", "--end-of-options", f"{rev}^{{{kind}}}", check=False
+    )
+    return res.stdout.strip() if res.status == 0 and res.stdout.strip() else None
+
+
 def commit_id(repo: Path | str, rev: str) -> str:
     """The full SHA of the commit ``rev`` names; GitFailed naming ``rev`` when it names none."""
-    with _repo(repo) as r:
-        try:
-            return str(r.commit(rev).hexsha)
-        except _NOT_FOUND as exc:
-            raise GitFailed(
-                ("rev-parse", rev), GitResult(128, "", f"fatal: {rev!r} names no commit"), repo
-            ) from exc
+    found = _peeled(repo, rev, "commit")
+    if found is None:
+        raise GitFailed(
+            ("rev-parse", rev), GitResult(128, "", f"fatal: {rev!r} names no commit"), repo
+        )
+    return found
 
 
 def tree(repo: Path | str, rev: str) -> str:
     """The SHA of the tree of the commit (or tag) ``rev``; GitFailed naming ``rev`` else."""
-    with _repo(repo) as r:
-        try:
-            return str(r.rev_parse(f"{rev}^{{tree}}").hexsha)
-        except _NOT_FOUND as exc:
-            raise GitFailed(
-                ("rev-parse", rev), GitResult(128, "", f"fatal: {rev!r} names no tree"), repo
-            ) from exc
+    found = _peeled(repo, rev, "tree")
+    if found is None:
+        raise GitFailed(
+            ("rev-parse", rev), GitResult(128, "", f"fatal: {rev!r} names no tree"), repo
+        )
+    return found
 
 
 def has_tree(repo: Path | str, rev: str) -> bool:
@@ -121,12 +132,10 @@ def set_ref(repo: Path | str, name: str, rev: str) -> None:
 def resolve(repo: Path, ref: str) -> str:
     """The full commit SHA ``ref`` names in ``repo`` (a tag first, then an upstream branch,
     then any name git knows); UpstreamError naming ``ref`` when none."""
-    with _repo(repo) as r:
-        for cand in (f"refs/tags/{ref}", f"refs/remotes/origin/{ref}", ref):
-            try:
-                return str(r.commit(cand).hexsha)
-            except _NOT_FOUND:
-                continue
+    for cand in (f"refs/tags/{ref}", f"refs/remotes/origin/{ref}", ref):
+        found = _peeled(repo, cand, "commit")
+        if found is not None:
+            return found
     raise UpstreamError(
         f"ref {ref!r} not found in upstream {repo}",
         "run `sglforge upstream tags` to list known tags, or fetch with the right --upstream",
@@ -212,6 +221,8 @@ def blob_id(data: bytes) -> str:
 
 def blob_ids(repo: Path) -> set[str]:
     """The ids of every blob the repository holds (packed or loose)."""
+    if _holds_no_object(Path(repo)):
+        return set()  # a repository just made: no git process to ask
     res = _run(
         repo,
         "cat-file",
@@ -220,6 +231,20 @@ def blob_ids(repo: Path) -> set[str]:
         check=False,
     )
     return {line.split()[0] for line in res.stdout.splitlines() if line.endswith(" blob")}
+
+
+def _holds_no_object(repo: Path) -> bool:
+    """Whether a bare repository has no pack, no loose object and borrows none (alternates)."""
+    objects = repo / "objects"
+    try:
+        names = os.listdir(objects)
+        packs = os.listdir(objects / "pack") if "pack" in names else []
+    except OSError:
+        return False
+    loose = [n for n in names if len(n) == 2]
+    info = objects / "info"
+    borrowed = (info / "alternates").exists() or (info / "http-alternates").exists()
+    return not loose and not [n for n in packs if n.endswith(".pack")] and not borrowed
 
 
 def fsck(repo: Path) -> str:
