@@ -76,24 +76,22 @@ def _peeled(repo: Path | str, rev: str, kind: str) -> str | None:
     return res.stdout.strip() if res.status == 0 and res.stdout.strip() else None
 
 
+def _peeled_or_refused(repo: Path | str, rev: str, kind: str) -> str:
+    found = _peeled(repo, rev, kind)
+    if found is None:
+        said = GitResult(128, "", f"fatal: {rev!r} names no {kind}")
+        raise GitFailed(("rev-parse", rev), said, repo)
+    return found
+
+
 def commit_id(repo: Path | str, rev: str) -> str:
     """The full SHA of the commit ``rev`` names; GitFailed naming ``rev`` when it names none."""
-    found = _peeled(repo, rev, "commit")
-    if found is None:
-        raise GitFailed(
-            ("rev-parse", rev), GitResult(128, "", f"fatal: {rev!r} names no commit"), repo
-        )
-    return found
+    return _peeled_or_refused(repo, rev, "commit")
 
 
 def tree(repo: Path | str, rev: str) -> str:
     """The SHA of the tree of the commit (or tag) ``rev``; GitFailed naming ``rev`` else."""
-    found = _peeled(repo, rev, "tree")
-    if found is None:
-        raise GitFailed(
-            ("rev-parse", rev), GitResult(128, "", f"fatal: {rev!r} names no tree"), repo
-        )
-    return found
+    return _peeled_or_refused(repo, rev, "tree")
 
 
 def has_tree(repo: Path | str, rev: str) -> bool:
