@@ -18,10 +18,11 @@ import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.tags import sys_tags
+from packaging.tags import Tag, sys_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -117,6 +118,14 @@ def _unpacked(wheel: Path) -> Path:
     return dest
 
 
+@cache
+def _supported() -> frozenset[Tag]:
+    """This interpreter's wheel tags, computed once: ``sys_tags()`` takes milliseconds (its
+    manylinux probe tries an import per glibc version), and an index lists thousands of files
+    per project (numpy: 4,400), which made a first construction take minutes of CPU."""
+    return frozenset(sys_tags())
+
+
 def _compatible(filename: str, project: str) -> Version | None:
     try:
         name, version, _, tags = parse_wheel_filename(filename)
@@ -124,8 +133,7 @@ def _compatible(filename: str, project: str) -> Version | None:
         return None
     if name != canonicalize_name(project):
         return None
-    supported = set(sys_tags())
-    return version if any(t in supported for t in tags) else None
+    return version if not _supported().isdisjoint(tags) else None
 
 
 def _cached(project: str, req: Requirement) -> Path | None:
