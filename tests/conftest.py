@@ -75,10 +75,18 @@ def git_identity(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempP
 @pytest.fixture(autouse=True)
 def sglforge_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
     """$SGLFORGE_CACHE per test: its own upstream mirrors (tests make throwaway upstreams that
-    must not pile up in the user cache), the user cache's PyPI wheels and histories."""
+    must not pile up in the user cache) and scan reports, the user cache's PyPI wheels and
+    histories, and its scan units (one JIT kernel source's preprocessing, keyed by the blob ids
+    of every file it read, the defines and sglforge's code: what a test asserts about the
+    scan's caching is its reports', and tests/unit/test_scan_cache.py keeps a cache of its own).
+    Shared, a release's 118 kernel sources are preprocessed once per run, not once per test."""
     root = tmp_path_factory.mktemp("sglforge-cache")
     (USER_CACHE / "pypi").mkdir(parents=True, exist_ok=True)
     (root / "pypi").symlink_to(USER_CACHE / "pypi", target_is_directory=True)
+    units = USER_CACHE / "scan" / "units"
+    units.mkdir(parents=True, exist_ok=True)
+    (root / "scan").mkdir()
+    (root / "scan" / "units").symlink_to(units, target_is_directory=True)
     monkeypatch.setenv("SGLFORGE_CACHE", str(root))
     return root
 
