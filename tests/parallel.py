@@ -46,28 +46,32 @@ TESTS = Path(__file__).resolve().parent
 # Seconds a test (or a file's first test, with its module fixture) took in the last full run
 # with empty caches on the 2-core machine; only the order of the work depends on them.
 SECONDS = {
-    "tests/docker/test_bench.py::test_publish_gates_on_a_regression_against_the_last_release": 542,
-    "tests/docker/test_bench.py::test_an_unchanged_image_passes_against_a_registry_only_ba": 270,
-    "tests/docker/test_bench.py::test_a_slower_image_is_refused_and_the_compared_figure_mov": 131,
-    "tests/integration/test_scan.py::test_gate_blocks_unless_a_patch_names_the_finding": 96,
-    "tests/integration/test_scan.py::test_stock_0_5_14_shows_both_case_study_blockers": 88,
-    "tests/integration/test_scan.py::test_scan_command_json": 38,
-    "tests/integration/test_scan.py::test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5_16": 25,
-    "tests/docker/test_infra.py::test_sglang_base_is_reused_until_its_content_changes": 85,
-    "tests/docker/test_infra.py::test_sglang_base_extra_files_land_under_workspace": 40,
-    "tests/docker/test_infra.py::test_sglang_base_reports_version_and_path": 34,
-    "tests/docker/test_upgrade_real.py::test_upgrade_0_5_14_to_0_5_16_retires_both": 50,
-    "tests/docker/test_upgrade_real.py::test_upgrade_with_publish_pushes_only_after_smoke": 31,
+    "tests/docker/test_bench.py::test_an_unchanged_image_passes_against_a_registry_only_b": 566,
+    "tests/docker/test_bench.py::test_publish_gates_on_a_regression_against_the_last_rele": 265,
+    "tests/docker/test_bench.py::test_a_slower_image_is_refused_and_the_compared_figure_m": 122,
+    "tests/docker/test_tune.py::test_tune_turns_the_standin_tuner_s_rows_into_a_pending_i": 114,
+    "tests/docker/test_infra.py::test_sglang_base_is_reused_until_its_content_changes": 101,
+    "tests/docker/test_release_replica.py::test_real_queue_builds_and_imports_the_git_am_": 87,
+    "tests/docker/test_upgrade_real.py::test_upgrade_0_5_14_to_0_5_16_retires_both_and_st": 80,
+    "tests/docker/test_upgrade_real.py::test_upgrade_with_publish_pushes_only_after_smoke": 74,
+    "tests/docker/test_build.py::test_wrong_sglang_version_is_refused": 67,
+    "tests/integration/test_scan.py::test_gate_blocks_unless_a_patch_names_the_finding": 67,
+    "tests/docker/test_infra.py::test_sglang_base_extra_files_land_under_workspace": 67,
+    "tests/integration/test_coverage_differential.py::test_coverage_answers_what_the_rele": 63,
+    "tests/reliability/test_publish_trust.py::test_a_foreign_image_under_our_immutable_ta": 60,
+    "tests/integration/test_scan.py::test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5": 59,
+    "tests/docker/test_infra.py::test_sglang_base_reports_version_and_path": 58,
+    "tests/docker/test_walkthrough.py::test_the_walkthrough_runs_as_written": 58,
     "tests/docker/test_release_replica.py::test_the_trimmed_package_root_does_not_matter": 46,
-    "tests/docker/test_release_replica.py::test_a_base_holding_another_release_is_refused": 33,
-    "tests/docker/test_tune.py::test_coverage_on_a_replica_with_the_release_image_s_aiter": 40,
-    "tests/docker/test_build.py::test_wrong_sglang_version_is_refused": 30,
-    "tests/docker/test_aiter_configs.py::test_replica_aiter_is_the_wheels": 30,
-    "tests/reliability/test_publish_trust.py::test_a_foreign_image_under_our_immutable_tag": 27,
-    "tests/reliability/test_messages.py::test_the_lock_message_names_the_subcommand": 25,
+    "tests/docker/test_build.py::test_overlay_holds_exactly_the_patched_files": 43,
+    "tests/integration/test_scan.py::test_scan_command_json": 39,
+    "tests/integration/test_construct_device.py::test_fusion_holds_from_gfx942_and_goes_b": 39,
+    "tests/integration/test_package.py::test_installed_from_git_the_workflow_installs_tha": 37,
+    "tests/integration/test_coverage_differential.py::test_the_publish_gate_fails_on_an_u": 37,
+    "tests/docker/test_publish.py::test_publish_push_pull_round_trip_then_inspect_and_no_": 36,
 }
 # Everything else, per top folder (the last full run's mean per test, rounded).
-FOLDER_SECONDS = {"tests/docker": 10.0, "tests/integration": 1.5, "tests/reliability": 0.4}
+FOLDER_SECONDS = {"tests/docker": 12.0, "tests/integration": 1.5, "tests/reliability": 0.4}
 OTHER_SECONDS = 0.05
 # Added to each worker's niceness: containers, started by the engine, keep niceness 0.
 NICE = 10
