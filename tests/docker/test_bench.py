@@ -20,7 +20,7 @@ The single stream (2 requests a boot here) is compared in no Docker test: on thi
 machine an unchanged image's single stream read 7-17 % below its baseline's in three of three
 1 + 1 runs, far beyond the +-2 % per-boot noise the gate declares; the power study holds its
 statistics. The unchanged comparison declares the machine's own noise (boot_sd 0.05) and so
-the drop its pass rules out (max_mde 0.25).
+the drop its pass rules out (max_mde 0.40).
 
 The stand-in runs on a slower clock than its default for these tests (decode 100 tok/s,
 16-token outputs: the same time per request, a quarter of the steps), so that the Python
@@ -203,9 +203,12 @@ def test_an_unchanged_image_passes_against_a_registry_only_baseline_with_the_tab
     # pairs here read 3-10 % apart under the suite's load (+-2 %, the GPU scenarios' figure,
     # would refuse some of them as drops: the noise was declared falsely, not the gate wrong).
     # The loaded machine's own per-boot noise, declared, and the drop a pass of 1 + 1 boots
-    # can then rule out (its minimum detectable effect is about 20 %).
+    # can then rule out: its minimum detectable effect was 20 % when the suite took 25 minutes
+    # and 33 % once it took 16 (more work beside the bench: the requests' own spread doubled),
+    # so the bound is 40 %. This test holds the path (a registry-only baseline, the table, the
+    # knee); the power study holds the statistics.
     scenario = _scenario(
-        tmp_path, {"boot_sd": "0.05", "max_mde": "0.25"}, search=SEARCH, single_stream=False
+        tmp_path, {"boot_sd": "0.05", "max_mde": "0.40"}, search=SEARCH, single_stream=False
     )
     out = tmp_path / "out"
     junit = tmp_path / "bench.xml"
