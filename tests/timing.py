@@ -43,26 +43,18 @@ def _cpu_now() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    _phase_cpu[0] = _cpu_now()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    _phase_cpu[0] = _cpu_now()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
     _phase_cpu[0] = _cpu_now()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     report = yield
-    # the phase's CPU, carried to the controller with the report (xdist sends user_properties)
-    report.user_properties.append((CPU_KEY, round(_cpu_now() - _phase_cpu[0], 3)))
+    # the phase's CPU (since the test started or its last phase ended), carried to the
+    # controller with the report (xdist sends user_properties)
+    now = _cpu_now()
+    report.user_properties.append((CPU_KEY, round(now - _phase_cpu[0], 3)))
+    _phase_cpu[0] = now
     return report
 
 
@@ -101,6 +93,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for worker in sorted(_worker_seconds, key=lambda w: int(w.lstrip("gw") or 0)):
         seconds, count = _worker_seconds[worker], len(_worker_tests[worker])
         terminalreporter.write_line(f"{'worker ' + worker:<24} {count:>5} tests {seconds:>8.1f} s")
+    wall = time.monotonic() - _started
+    terminalreporter.write_line(f"{'(whole run, wall)':<24} {'':>11} {wall:>8.1f} s")
     if _cpu:
         terminalreporter.section("most CPU: 20 tests")
         terminalreporter.write_line(
@@ -109,8 +103,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
         for nodeid, seconds in sorted(_cpu.items(), key=lambda item: -item[1])[:20]:
             terminalreporter.write_line(f"{seconds:>8.1f} s  {nodeid}")
-    wall = time.monotonic() - _started
-    terminalreporter.write_line(f"{'(whole run, wall)':<24} {'':>11} {wall:>8.1f} s")
     out = os.environ.get("SGLFORGE_CI_PHASES")
     if out:
         path = Path(out)
