@@ -510,6 +510,9 @@ def recover_transactions(journal_dir: Path) -> bool:
 # goes through ``printable`` before it is shown, so it can never move the cursor, clear the
 # screen, retitle the window or hide a line.
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# ... and the Unicode line and paragraph separators, which end a line for str.splitlines,
+# JavaScript and some Markdown renderers (a forged line in a summary or a trailer).
+_BIDI |= frozenset("\u2028\u2029")
 
 
 def printable(text: str, keep: str = "") -> str:
@@ -629,6 +632,41 @@ def raise_held(arrived: list[int]) -> None:
     if arrived[0] == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(f"received {signal.Signals(arrived[0]).name}")
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """Make SIGTERM/SIGHUP raise :class:`Terminated` in the main thread while a server runs, so
+    the ``finally`` that stops it runs (a container removed, a process group killed)."""
+    import signal
+
+    from sglforge.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Terminated(f"received {signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def tail_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` lines of a text file (empty when there is none), control characters
+    shown escaped: a server log is untrusted text on its way to terminals and reports."""
+    from collections import deque
+
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
+            return [printable(line.rstrip("\n")) for line in deque(fh, maxlen=n)]
+    except OSError:
+        return []
 
 
 # --- JSON from outside: bounded ---------------------------------------------------------------

@@ -19,15 +19,12 @@ import contextlib
 import datetime as _dt
 import io
 import os
-import signal
 import socket
 import tarfile
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +35,10 @@ import requests
 
 from sglforge.engine import LABEL, client
 from sglforge.engine.errors import BuildFailed, ContainerFailed, EngineError
-from sglforge.errors import Terminated
-from sglforge.util import env_seconds, printable, raise_held, signals_held
+from sglforge.engine.profile import Mount as Mount  # re-exported: callers build mounts here
+from sglforge.engine.profile import Profile
+from sglforge.util import env_seconds, raise_held, signals_held, signals_raise
+from sglforge.util import tail_lines as tail_lines  # re-exported: the log tail of a run
 
 # Labels on every smoke container: which runner (host + pid) owns it, so an orphan left by a
 # runner that was SIGKILLed can be recognised and removed by the next run.
@@ -48,31 +47,6 @@ OWNER_HOST_LABEL = "io.sglforge.owner-host"
 OWNER_PID_LABEL = "io.sglforge.owner-pid"
 # How long to wait for the log stream to drain after the container stopped.
 LOG_DRAIN_S = 1.0
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A bind mount from the engine's host into the container (read-only by default)."""
-
-    source: str
-    target: str
-    read_only: bool = True
-
-
-@dataclass(frozen=True)
-class Profile:
-    """How a container runs: the ``docker run`` flags a ROCm serving container needs."""
-
-    devices: tuple[str, ...] = ()
-    group_add: tuple[str, ...] = ()
-    ipc_mode: str | None = None
-    shm_size: str | None = None
-    security_opt: tuple[str, ...] = ()
-    cap_add: tuple[str, ...] = ()
-    nofile: int | None = None
-    network_mode: str = "host"
-    mounts: tuple[Mount, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
 
 
 def create_options(profile: Profile) -> dict[str, Any]:
@@ -191,34 +165,6 @@ class Container:
         return tail_lines(self.log_path, n)
 
 
-def tail_lines(path: Path, n: int) -> list[str]:
-    """The last ``n`` lines of a text file (empty when there is none), control characters
-    shown escaped: a server log is untrusted text on its way to terminals and reports."""
-    try:
-        with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
-            return [printable(line.rstrip("\n")) for line in deque(fh, maxlen=n)]
-    except OSError:
-        return []
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """Make SIGTERM/SIGHUP raise :class:`Terminated` in the main thread (for cleanup)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Terminated(f"received {signal.Signals(signum).name}")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 def remove(container_id: str, wait: float = 60.0) -> bool:
     """Kill and remove a container; False when it was already gone or another caller was
     removing it (then it is waited for, up to ``wait`` seconds: when this returns, the
@@ -326,7 +272,7 @@ def running(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
     raw = None
-    with _signals_raise():
+    with signals_raise():
         try:
             try:
                 raw = c.containers.create(

@@ -17,7 +17,7 @@ from sglforge.errors import ConfigError
 from sglforge.util import confined
 
 if TYPE_CHECKING:
-    from sglforge.engine.containers import Profile
+    from sglforge.engine.profile import Profile
     from sglforge.scenario.bench import Bench
 from sglforge.scenario.constants import (
     ACCELERATORS,
@@ -301,7 +301,7 @@ def _parse_container(ct: _Table, path: Path) -> Profile:
                 f"{path}: 'container.env.{k}' must be a string or number", f"fix {path}"
             )
         env.append((k, str(v)))
-    from sglforge.engine.containers import Profile
+    from sglforge.engine.profile import Profile
 
     container = Profile(
         devices=ct.get("devices", "strs", ()),
