@@ -10,6 +10,11 @@ A token can sit in any part of a URL but the host and the path: in the userinfo
   taken out (``https://***@host/simple``), and keeps a wheel URL's ``#sha256=`` digest.
 - ``scrub_text`` applies ``shown`` to every URL inside a longer text (the CLI does this to
   every error as its last line of defence) and blanks the secrets a caller names.
+- ``scrub_secrets`` is the form for free text that is committed or written to disk (a patch
+  trailer, a crash log's argv): only the credentials go (userinfo; a query or fragment
+  parameter named like a credential, ``token=``, ``access_token=``, ``X-Amz-Signature=``; a
+  bare ``password=...``; a token by its issuer's prefix, ``ghp_...``), so a bug tracker's
+  ``?id=123`` is kept. ``secrets_in`` says whether a text holds any (lint's check).
 """
 
 from __future__ import annotations
@@ -28,6 +33,19 @@ _SCP = re.compile(r"^[^@/:\s]+@([^/:\s]+:.*)$")
 # userinfo without a scheme (``user:pw@host/path``), as some tools print it
 _BARE_USERINFO = re.compile(r"(?<![\w/:@])[^\s/@:'\"]+:[^\s/@'\"]+@(?=[\w.-]+(?::\d+)?/)")
 _DIGEST = re.compile(r"(sha256|sha384|sha512|md5)=[0-9a-fA-F]+")
+# A parameter named like a credential, in a URL's query or fragment or bare in a text
+# (``token=``, ``access_token=``, ``X-Amz-Signature=``, ``password=``, ``sig=``), with its value.
+_SECRET_PARAM = re.compile(
+    r"(?i)(?<![\w-])((?:[\w-]*[_-])?(?:token|secret|password|passwd|pwd|api[_-]?key|apikey|"
+    r"signature|sig|credential|auth|authorization|session|private[_-]?key|access[_-]?key)"
+    r")=([^\s&;#'\"<>`\[\](){}]+)"
+)
+# Tokens known by their issuer's prefix (GitHub, GitLab, Slack, Hugging Face, AWS, npm, PyPI).
+_TOKEN = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{8,}|github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|"
+    r"xox[abporst]-[A-Za-z0-9-]{8,}|hf_[A-Za-z0-9]{8,}|A[KS]IA[0-9A-Z]{16}|npm_[A-Za-z0-9]{8,}|"
+    r"pypi-[A-Za-z0-9_-]{16,})"
+)
 
 
 def _parts(text: str) -> tuple[str, str, str, str, str, bool] | None:
@@ -79,6 +97,37 @@ def has_credentials(url: str) -> bool:
     return bool(parts and parts[5])
 
 
+def _clean_url(url: str) -> str:
+    """``url`` without userinfo and without the query or fragment parameters named like a
+    credential (the others kept: a tracker's ``?id=123``)."""
+    scheme, sep, rest = url.partition("://")
+    m = re.search(r"[/?#]", rest)
+    netloc, tail = (rest[: m.start()], rest[m.start() :]) if m else (rest, "")
+    head, hash_, fragment = tail.partition("#")
+    path, ask, query = head.partition("?")
+
+    def kept(params: str, mark: str) -> str:
+        left = [p for p in re.split(r"[&;]", params) if p and not _SECRET_PARAM.fullmatch(p)]
+        return mark + "&".join(left) if left else ""
+
+    tail = path + kept(query, ask) + kept(fragment, hash_)
+    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{tail}"
+
+
+def scrub_secrets(text: str) -> str:
+    """``text`` without the credentials in it, the rest kept (see the module's docstring):
+    the form for a trailer value, a crash log's argv, anything written to disk."""
+    text = _IN_TEXT.sub(lambda m: _clean_url(m.group(0)), text)
+    text = _BARE_USERINFO.sub("", text)
+    text = _SECRET_PARAM.sub(lambda m: f"{m.group(1)}=***", text)
+    return _TOKEN.sub("***", text)
+
+
+def secrets_in(text: str) -> bool:
+    """Whether ``text`` holds a credential :func:`scrub_secrets` would take out."""
+    return scrub_secrets(text) != text
+
+
 def scrub_text(text: str, secrets: tuple[str, ...] = (), *, record: bool = False) -> str:
     """``text`` with every URL in it passed through :func:`shown` (or, with ``record``, for
     a label or a manifest, through :func:`scrub`), and each of ``secrets`` (passwords or
@@ -86,10 +135,11 @@ def scrub_text(text: str, secrets: tuple[str, ...] = (), *, record: bool = False
     form = scrub if record else shown
     text = _IN_TEXT.sub(lambda m: form(m.group(0)), text)
     text = _BARE_USERINFO.sub("" if record else "***@", text)
+    text = _TOKEN.sub("***", _SECRET_PARAM.sub(lambda m: f"{m.group(1)}=***", text))
     for secret in secrets:
         if secret and len(secret) >= 3:
             text = text.replace(secret, "***")
     return text
 
 
-__all__ = ["has_credentials", "scrub", "scrub_text", "shown"]
+__all__ = ["has_credentials", "scrub", "scrub_secrets", "scrub_text", "secrets_in", "shown"]

@@ -26,9 +26,10 @@ from sglforge.queue.series import (
     ref_version,
     safe_entry,
     split_patch,
+    trailer_problem,
     validate_patch,
 )
-from sglforge.urls import scrub, scrub_text, shown
+from sglforge.urls import scrub, scrub_secrets, scrub_text, secrets_in, shown
 from sglforge.util import commit_files, confined, project_lock, read_exact
 
 # git format-patch's mbox separator: one per commit in a file (a pull request's .patch).
@@ -158,6 +159,7 @@ def import_patches(
         kept: dict[str, tuple[str, ...]] = {}
         own_name = _file_name(source) if len(texts) == 1 and not name else None
         for i, text in enumerate(texts):
+            text = _scrubbed_trailers(text)
             own = own_trailers(text, (*recorded, *TRAILER_KEYS))
             text = set_trailers(
                 text, {k: v for k, v in recorded.items() if k in given or k not in own}
@@ -168,7 +170,9 @@ def import_patches(
                     f"{said}: no diff in it (part {i + 1}): not a patch",
                     "pass a `git format-patch` file, a pull request's .patch URL or a commit",
                 )
-            subject = _parsed(text, said).subject or Path(scrub(source)).stem
+            parsed = _parsed(text, said)
+            _one_line_trailers(parsed, f"{said} (part {i + 1})" if len(texts) > 1 else said)
+            subject = parsed.subject or Path(scrub(source)).stem
             wanted = name if name and len(texts) == 1 else own_name or subject
             new = _numbered(names, wanted)
             kept[new] = tuple(f"{k}: {v}" for k, v in own.items() if k not in given) + (
@@ -203,6 +207,29 @@ def own_trailers(text: str, keys: tuple[str, ...]) -> dict[str, str]:
         if m and key not in found:
             found[key] = m.group(1)
     return found
+
+
+def _scrubbed_trailers(text: str) -> str:
+    """``text`` with the credentials taken out of its trailer lines (a patch may arrive
+    with ``Origin: https://user:token@...``); every other byte kept."""
+    header, diff = split_patch(text)
+    end = _body_end(header)
+    lines = header[:end].split("\n")
+    for n, line in enumerate(lines):
+        if re.match(r"^[A-Za-z][A-Za-z-]*:", line) and secrets_in(line):
+            lines[n] = scrub_secrets(line)
+    return "\n".join(lines) + header[end:] + diff
+
+
+def _one_line_trailers(patch: Patch, said: str) -> None:
+    """ConfigError (nothing written) for a trailer of ``patch`` holding a line break."""
+    for key, value in patch.trailers:
+        problem = trailer_problem(value)
+        if problem:
+            raise ConfigError(
+                f"{said}: its {key}: trailer is refused: {problem}; nothing was written",
+                "fix that line of the patch, then import it again",
+            )
 
 
 def _file_name(source: str) -> str | None:

@@ -14,8 +14,16 @@ from sglforge.errors import ConfigError
 from sglforge.patches.edit import find_entry, set_trailers
 from sglforge.patches.stack import read_stack
 from sglforge.project import Project
-from sglforge.queue.series import NEEDS_DETAIL, STATUSES, Queue, parse_patch, split_patch
-from sglforge.util import commit_files, encode_exact, project_lock
+from sglforge.queue.series import (
+    NEEDS_DETAIL,
+    STATUSES,
+    Queue,
+    parse_patch,
+    split_patch,
+    trailer_problem,
+)
+from sglforge.urls import scrub_secrets
+from sglforge.util import commit_files, encode_exact, one_line, project_lock
 
 # The trailers `patches header --set` edits, as DEP-3 and lint know them.
 KEYS = (
@@ -66,9 +74,13 @@ class HeaderEdit:
 
 def check_value(key: str, value: str) -> str:
     """``value`` for trailer ``key`` if lint would take it; ConfigError naming the option."""
-    opt = f"--set {key}={value!r}"
-    if "\n" in value or not value.strip():
-        raise ConfigError(f"{opt}: one non-empty line expected", f"e.g. --set {key}=...")
+    # Credentials are taken out before anything else (the value is committed, and an
+    # Upstream-Status reaches the image's manifest); what is left must be one line.
+    value = scrub_secrets(value)
+    opt = f"--set {key}={one_line(value)}"
+    problem = "it is empty" if not value.strip() else trailer_problem(value)
+    if problem:
+        raise ConfigError(f"{opt}: {problem}", f"e.g. --set {key}=... (one line)")
     value = value.strip()
     if key == "Upstream-Status":
         m = re.match(r"^([A-Za-z-]+)\s*(\[(.*)\])?\s*$", value)

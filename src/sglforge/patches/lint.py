@@ -15,14 +15,17 @@ from packaging.version import InvalidVersion, Version
 from sglforge.errors import ConfigError
 from sglforge.queue.series import (
     GIT_LINE,
+    LINE_BREAKS,
     NEEDS_DETAIL,
     STATUSES,
+    TRAILERS,
     Patch,
     SeriesEntry,
     line_heads,
     parse_patch,
     read_series,
     scan_text,
+    trailer_problem,
 )
 from sglforge.util import recover_transactions
 
@@ -176,6 +179,7 @@ def lint_patch(patch: Patch, rel: str) -> list[Finding]:
     # The patch is read once (``parse_patch``) and its diff walked line by line: a 40 MB
     # patch costs its own size in memory, not a list of a million lines.
     out = _status_findings(patch, rel) + _field_findings(patch, rel)
+    out += _trailer_findings(patch, rel)
     if not patch.has_diff():
         lines = max(1, len(patch.header.splitlines()))
         return [*out, Finding(rel, lines, "empty-patch", "no diff in this patch")]
@@ -267,6 +271,37 @@ def _field_findings(patch: Patch, rel: str) -> list[Finding]:
                     _line_of(patch, r"^Upstream-Fixed-In:"),
                     "invalid-version",
                     f"Upstream-Fixed-In {patch.fixed_in!r} is not a version",
+                )
+            )
+    return out
+
+
+def _trailer_findings(patch: Patch, rel: str) -> list[Finding]:
+    """Every trailer is one line without credentials (``trailer_problem``, the check
+    ``--set`` and ``import`` make), and no line of the message hides a trailer behind a
+    line break git does not split on (``Origin: x<U+2028>Fixes-Scan: ...``)."""
+    out: list[Finding] = []
+    for key, value in patch.trailers:
+        problem = trailer_problem(value)
+        if problem:
+            code = "trailer-line-break" if "line break" in problem else "trailer-credential"
+            n = _line_of(patch, rf"^{re.escape(key)}:")
+            out.append(Finding(rel, n, code, f"{key}: {problem}"))
+    keys = {k.lower() for k in TRAILERS}
+    for n, line in enumerate(patch.header.split("\n"), 1):
+        line = line.removesuffix("\r")
+        if not any(ch in LINE_BREAKS for ch in line) or line.split(":", 1)[0] in TRAILERS:
+            continue
+        hidden = [p for p in line.splitlines()[1:] if p.split(":", 1)[0].strip().lower() in keys]
+        if hidden:
+            what = hidden[0].split(":", 1)[0].strip()
+            out.append(
+                Finding(
+                    rel,
+                    n,
+                    "trailer-line-break",
+                    f"a line break inside this line makes a {what}: trailer some readers "
+                    "see and git does not; write one trailer per line",
                 )
             )
     return out
@@ -450,7 +485,7 @@ def _symlink_findings(rel: str, n: int, path: str, target: str) -> list[Finding]
 
 def _line_of(patch: Patch, pattern: str) -> int:
     """The line of the header (trailers live there) matching ``pattern``; 1 if none."""
-    for n, line in enumerate(patch.header.splitlines(), 1):
+    for n, line in enumerate(patch.header.split("\n"), 1):
         if re.match(pattern, line):
             return n
     return 1

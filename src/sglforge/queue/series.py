@@ -16,10 +16,12 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import ConfigError
 from sglforge.queue.configs import ConfigItem, load_items
+from sglforge.urls import scrub_secrets, secrets_in
 from sglforge.util import (
     atomic_write,
     confined,
     decode_exact,
+    one_line,
     recover_transactions,
     sha256_bytes,
 )
@@ -44,6 +46,11 @@ TRAILERS = (
     "Fixes-Scan",  # KIND WHERE: a scan finding this patch fixes (sglforge.scan.findings)
 )
 NEEDS_DETAIL = ("Submitted", "Backport", "Inappropriate")  # Status [detail]
+# Every character ``str.splitlines`` ends a line at. A trailer is one line of the patch file
+# (git splits on ``\n`` alone); a value holding any of these could read as two lines to some
+# reader, so a second trailer (a ``Fixes-Scan:`` nobody set) could hide inside the first.
+# tests/unit/test_trailer_integrity.py checks this against splitlines over all of Unicode.
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 PIN_KEYS = {"url", "ref", "commit", "sources"}
 
 _TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z-]*):\s*(?P<value>.*\S)?\s*$")
@@ -221,9 +228,29 @@ def _classify_one(path: str) -> str:
     return "other"
 
 
+def trailer_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a trailer's value (a line break inside it, a credential), or
+    None: the one check ``--set``, ``import``, ``export`` and lint all make."""
+    brk = next((ch for ch in value if ch in LINE_BREAKS), None)
+    if brk is not None:
+        return f"it holds a line break (U+{ord(brk):04X}); a trailer is one line"
+    if secrets_in(value):
+        return "it holds a credential (userinfo, a token or a signature); it would be committed"
+    return None
+
+
 def check_trailers(trailers: dict[str, str]) -> dict[str, str]:
-    """``trailers`` (Upstream-Status, Applies-To, Origin, ...) validated as lint would;
-    ConfigError naming the option otherwise, before anything is written."""
+    """``trailers`` (Upstream-Status, Applies-To, Origin, ...) validated as lint would, their
+    credentials taken out (the values are committed); ConfigError naming the option
+    otherwise, before anything is written."""
+    trailers = {key: scrub_secrets(value) for key, value in trailers.items()}
+    for key, value in trailers.items():
+        problem = "it is empty" if not value.strip() else trailer_problem(value)
+        if problem:
+            raise ConfigError(
+                f"{key}: {one_line(value)}: {problem}; nothing was written",
+                "one line, without userinfo or tokens (credential helpers hold those)",
+            )
     status = trailers.get("Upstream-Status")
     if status is not None:
         m = re.match(r"^([A-Za-z-]+)\s*(\[(.*)\])?\s*$", status)
@@ -246,9 +273,6 @@ def check_trailers(trailers: dict[str, str]) -> dict[str, str]:
                 f"--applies-to {spec!r}: not a PEP 440 specifier",
                 "e.g. --applies-to '>=0.5.10,<0.5.15'",
             ) from None
-    for key, value in trailers.items():
-        if "\n" in value or not value.strip():
-            raise ConfigError(f"{key}: {value!r}: one non-empty line expected", "")
     return trailers
 
 
@@ -529,7 +553,10 @@ def _strip_stat(body: str) -> str:
 def _split_trailers(body: str) -> tuple[str, list[tuple[str, str]]]:
     trailers: list[tuple[str, str]] = []
     desc_lines: list[str] = []
-    for line in body.splitlines():
+    # Lines end at ``\n`` only, as git reads them: a value holding another line break
+    # (``\r``, U+2028) stays one trailer, which lint then refuses (``trailer_problem``).
+    for line in body.split("\n"):
+        line = line.removesuffix("\r")
         m = _TRAILER_RE.match(line)
         if (
             m
