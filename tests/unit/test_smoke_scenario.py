@@ -68,7 +68,8 @@ def test_the_mission_scenario_launches_glm5_with_mtp_5_1_6_on_tp8() -> None:
     assert s.checks.min_accept_length == 2.5
     severity = {p.name: p.severity for p in s.checks.forbidden}
     assert severity == {
-        "python-traceback": "fail",
+        "process-crash": "fail",
+        "python-traceback": "warn",  # a survived one (tests/unit/test_smoke_real_logs.py)
         "weight-shape-assert": "fail",
         "bare-assertion-error": "fail",
         "tensor-size-mismatch": "fail",
@@ -88,6 +89,15 @@ def test_the_mission_scenario_launches_glm5_with_mtp_5_1_6_on_tp8() -> None:
 
 # Real lines, as the software cited in the scenario files prints them (values made up).
 REAL_LINES = {
+    "process-crash": [
+        "[2026-11-30 06:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "[2026-11-30 06:00:00] Received sigquit from a child process. It usually means the child "
+        "failed.",
+        "[2026-11-30 06:00:00] SIGQUIT received. signum=3, frame=None. It usually means one child "
+        "failed.",
+        "[2026-11-30 06:00:00] Subprocess scheduler_0 (pid=3412) crashed with exit code -9. "
+        "Triggering SIGQUIT for cleanup...",
+    ],
     "python-traceback": [
         "[2026-11-30 06:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):"
     ],
@@ -200,7 +210,7 @@ def test_cpu_scenario_needs_no_devices_and_resolves_the_model_next_to_the_file()
             lambda t: t.replace(
                 'name = "python-traceback"', 'name = "python-traceback"\nlevel = "warn"'
             ),
-            "checks.logs.forbidden[0].level",
+            "checks.logs.forbidden[1].level",
         ),
     ],
 )
@@ -232,12 +242,12 @@ def test_unknown_keys_are_rejected_naming_key_and_file(tmp_path: Path, edit, key
         (
             'severity = "warn"',
             'severity = "info"',
-            "'checks.logs.forbidden[8].severity' must be \"fail\" or \"warn\", not 'info'",
+            "'checks.logs.forbidden[1].severity' must be \"fail\" or \"warn\", not 'info'",
         ),
         (
             'severity = "warn"',
             "severity = 2",
-            "'checks.logs.forbidden[8].severity' must be a string",
+            "'checks.logs.forbidden[1].severity' must be a string",
         ),
     ],
 )
