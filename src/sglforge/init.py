@@ -19,7 +19,7 @@ from pathlib import Path
 from sglforge import __version__
 from sglforge.defaults import defaults_root
 from sglforge.errors import ConfigError
-from sglforge.util import confined, raise_held, signals_held
+from sglforge.util import confined, make_dirs, raise_held, signals_held
 
 # Where a new project takes upstream sglang from (``init --upstream``): its released wheels,
 # so that no clone of upstream's whole history is needed and the CI job and a laptop agree.
@@ -273,7 +273,7 @@ def init_project(
             f"{dest}: would overwrite {', '.join(existing)}; nothing was written",
             "run sglforge init in an empty folder, or move those files away first",
         )
-    dest.mkdir(parents=True, exist_ok=True)
+    make_dirs(dest)  # a dangling link or a file in the path: exit 74 naming it (F17)
     stage = Path(tempfile.mkdtemp(dir=dest, prefix=".sglforge-init-"))
     linked: list[Path] = []
     created: list[Path] = []

@@ -31,7 +31,7 @@ from pathlib import Path
 from sglforge import progress as _progress
 from sglforge.defaults import defaults_root
 from sglforge.errors import BuildError, ConfigError, SglforgeError
-from sglforge.util import atomic_write
+from sglforge.util import atomic_write, make_dirs, raise_held, signals_held
 
 SCENARIO_NAME = "standin-cpu"
 # What a first run costs (measured on 2 busy cores: 5 m 23 s to 10 m 01 s, of which
@@ -123,10 +123,20 @@ def prepare(
 ) -> Tryout:
     """Build (or reuse) the stand-in base, start (or reuse) the registry, write the scenario,
     the model folder and ``env.sh`` under ``folder``."""
+    from sglforge.engine.reference import check_registry, is_loopback
+
     say = _progress.resolve(progress)
     version = release_version(version)
-    folder = folder.resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+    if registry is not None:
+        # what publish --registry takes (HOST[:PORT][/NAMESPACE], no credentials): env.sh
+        # is written 0644 and printed, and the walk-through passes it to publish (F15)
+        registry = check_registry(registry, "--use-registry")
+        if not is_loopback(registry.split("/", 1)[0]):
+            say.warn(
+                f"tryout: --use-registry {registry} is not on this machine; a try-out pushes "
+                "stand-in images (TEST DOUBLES) there"
+            )
+    folder = make_dirs(folder.resolve())  # a file in the way: exit 74 naming it (F17)
     _preflight(registry)
     tag, built = _base(version, bench, say, folder)
     if registry:
@@ -219,8 +229,7 @@ def write_scenario(folder: Path, bench: bool) -> tuple[Path, Path]:
         text = text[:start] + text[end:]
     text = re.sub(r"^port = \d+", f"port = {free_port()}", text, count=1, flags=re.M)
     text = re.sub(r'^path = "[^"]*"', 'path = "model"', text, count=1, flags=re.M)
-    model = folder / "model"
-    model.mkdir(parents=True, exist_ok=True)
+    model = make_dirs(folder / "model")
     shipped_model = root / "tests" / "standin" / "model" / "config.json"
     atomic_write(model / "config.json", shipped_model.read_text())
     scenario = folder / f"{SCENARIO_NAME}.toml"
@@ -272,11 +281,12 @@ def start_registry(folder: Path, say: _progress.Progress) -> tuple[str, bool]:
     binary = registry_binary()
     if binary is None:  # _preflight said so first
         raise TryoutError("docker-registry not found")
-    where = folder / "registry"
-    where.mkdir(exist_ok=True)
+    where = make_dirs(folder / "registry")
     address = f"127.0.0.1:{free_port()}"
     config = write_config(where, address)
-    with open(where / "registry.log", "ab") as log:
+    # Started and recorded with Ctrl-C held, so an interrupt never leaves a registry that
+    # no pid file names (`--stop` finds it); until it answers, any exit ends it (F13).
+    with signals_held() as arrived, open(where / "registry.log", "ab") as log:
         proc = subprocess.Popen(
             [binary, "serve", str(config)],
             stdout=log,
@@ -284,21 +294,34 @@ def start_registry(folder: Path, say: _progress.Progress) -> tuple[str, bool]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives this command, like a service
         )
-    deadline = time.monotonic() + REGISTRY_WAIT
-    while time.monotonic() < deadline and proc.poll() is None:
-        if answers(address):
-            _CHILDREN[proc.pid] = proc
-            atomic_write(_pid_file(folder), f"{proc.pid} {address}\n")
-            say.info(f"registry {address}: started (pid {proc.pid}, log {where}/registry.log)")
-            return address, True
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    proc.wait()
+        _CHILDREN[proc.pid] = proc
+        atomic_write(_pid_file(folder), f"{proc.pid} {address}\n")
+    try:
+        raise_held(arrived)
+        deadline = time.monotonic() + REGISTRY_WAIT
+        while time.monotonic() < deadline and proc.poll() is None:
+            if answers(address):
+                say.info(f"registry {address}: started (pid {proc.pid}, log {where}/registry.log)")
+                return address, True
+            time.sleep(0.1)
+    except BaseException:
+        _end_unanswered(proc, folder)
+        raise
+    _end_unanswered(proc, folder)
     raise TryoutError(
         f"{binary} did not answer on http://{address}/v2/ within {REGISTRY_WAIT:.0f} s",
         f"read {where}/registry.log",
     )
+
+
+def _end_unanswered(proc: subprocess.Popen[bytes], folder: Path) -> None:
+    """A registry that never answered: ended, reaped and unrecorded, with signals held."""
+    with signals_held():
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait()
+        _CHILDREN.pop(proc.pid, None)
+        _pid_file(folder).unlink(missing_ok=True)
 
 
 def stop(folder: Path) -> int | None:

@@ -159,6 +159,41 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         raise
 
 
+def write_private(folder: Path, name: str, data: str | bytes, *, shared: bool = False) -> Path:
+    """``data`` written 0600 to ``folder/name`` through a temporary file and a rename, with
+    no symbolic link followed: the folder is opened ``O_NOFOLLOW`` and must be ours; with
+    ``shared`` (a folder under a temp folder other users can write) it is created 0700 and
+    refused unless it is a real folder that only we can read. OSError when refused."""
+    import stat
+
+    if shared:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    dfd = os.open(folder, flags)
+    try:
+        st = os.fstat(dfd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise PermissionError(13, "not a folder of this user", str(folder))
+        if shared and st.st_mode & 0o077:
+            os.fchmod(dfd, 0o700)  # ours, but opened up: close it before writing
+        tmp = f".{name}.{os.getpid()}{TMP_SUFFIX}"
+        create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(tmp, create, 0o600, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(encode_exact(data) if isinstance(data, str) else data)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=dfd)
+            raise
+    finally:
+        os.close(dfd)
+    return folder / name
+
+
 def make_dirs(path: Path) -> Path:
     """``path`` and its parents, created on demand; LocalDiskError (exit 74) naming what is in
     the way when that cannot be done (a read-only disk, a dangling ``build`` symlink)."""

@@ -348,24 +348,29 @@ def _crash_log(ctx: click.Context, exc: BaseException) -> Path | None:
     neither can be written. Never raises (it runs inside the last error handler)."""
     import tempfile
 
-    text = (
+    from sglforge.urls import scrub_text
+    from sglforge.util import write_private
+
+    # A bug report is shared: argv and the traceback lose their credentials (issue 42, F4).
+    known = (os.environ.get("SGLFORGE_REGISTRY_PASSWORD", ""),)
+    argv = [scrub_text(a, known) for a in sys.argv]
+    text = scrub_text(
         f"sglforge {__version__}\npython {sys.version}\nplatform {platform.platform()}\n"
-        f"argv {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
+        f"argv {argv}\n\n" + "".join(traceback.format_exception(exc)),
+        known,
     )
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    folders: list[Path] = []
+    folders: list[tuple[Path, bool]] = []
     try:
         state = ctx.find_object(State)
-        folders.append((state.root if state else Path.cwd()) / "build" / "logs")
+        folders.append(((state.root if state else Path.cwd()) / "build" / "logs", False))
     except Exception:  # noqa: BLE001 - no root, no cwd: the temp folder still works
         pass
-    folders.append(Path(tempfile.gettempdir()) / f"sglforge-logs-{os.getuid()}")
-    for base in folders:
+    folders.append((Path(tempfile.gettempdir()) / f"sglforge-logs-{os.getuid()}", True))
+    for base, shared in folders:
         try:
-            base.mkdir(parents=True, exist_ok=True)
-            path = base / f"crash-{stamp}-{os.getpid()}.log"
-            path.write_text(text, errors="replace")
-            return path
+            name = f"crash-{stamp}-{os.getpid()}.log"
+            return write_private(base, name, text.encode(errors="replace"), shared=shared)
         except Exception:  # noqa: BLE001, S112 - try the next folder
             continue
     return None

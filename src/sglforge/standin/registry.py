@@ -63,6 +63,11 @@ def answers(address: str) -> bool:
 
 def write_config(folder: Path, address: str, auth: str = "") -> Path:
     """The registry's config file under ``folder`` (storage in ``folder/storage``)."""
+    import json
+
+    # Each value a JSON string, which YAML reads as a double-quoted scalar: a folder named
+    # `my #1` or `try: v2` is a path, not a comment or a mapping (F14).
     config = folder / "config.yml"
-    config.write_text(CONFIG.format(storage=folder / "storage", address=address, auth=auth))
+    storage, addr = json.dumps(str(folder / "storage")), json.dumps(address)
+    config.write_text(CONFIG.format(storage=storage, address=addr, auth=auth))
     return config
