@@ -87,7 +87,7 @@ def read_image(
 
     Every answer is checked against the digest that names it: a manifest asked for by digest
     must hash to it, a config must hash to the manifest's descriptor."""
-    parsed = parse(ref, require_registry=True)
+    parsed = parse(ref, require_registry=True, allow_digest=True)
     transfer = transfer if transfer is not None else Transfer()
     what = f"reading the manifest of {ref}"
     with RegistrySession(parsed.registry, creds) as session:
@@ -215,7 +215,7 @@ def push_image(
     with RegistrySession(target.registry, creds) as session:
         for digest, _size in layers:
             assert base is not None
-            source = parse(base.name + "@" + base.digest, require_registry=True)
+            source = parse(base.name + "@" + base.digest, require_registry=True, allow_digest=True)
             _mount_or_copy(session, target, source, digest, base_creds, transfer)
         for blob in blobs:
             _upload(session, target, blob, transfer)
