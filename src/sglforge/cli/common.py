@@ -158,6 +158,24 @@ def _full_short_help(group: click.Group, ctx: click.Context) -> list[tuple[str, 
     return rows
 
 
+class UnknownCommand(click.UsageError):
+    """A mistyped command and the names it likely meant: the project's own, so that every
+    click the floor in pyproject.toml admits says the same (click's ``NoSuchCommand`` came in
+    8.4, and its ``possibilities`` became read-only in 8.5)."""
+
+    def __init__(self, name: str, near: list[str], ctx: click.Context) -> None:
+        super().__init__(f"No such command {name!r}.", ctx)
+        self.command_name = name
+        self.near = list(near)
+
+    def format_message(self) -> str:
+        if not self.near:
+            return self.message
+        if len(self.near) == 1:
+            return f"{self.message} Did you mean {self.near[0]!r}?"
+        return f"{self.message} (Did you mean one of: {', '.join(map(repr, self.near))}?)"
+
+
 class SubGroup(click.Group):
     """``patches``, ``cache``, ``configs``, ``upstream``: the listing and "did you mean" of
     the root group (errors are still mapped by the root group's ``invoke``)."""
@@ -173,12 +191,17 @@ class SubGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         """As click's, but "did you mean" offers only likely names (``near_commands``), the
         root's commands not loaded yet included (``list_commands``)."""
-        try:
-            return super().resolve_command(ctx, args)
-        except click.exceptions.NoSuchCommand as exc:
-            err = click.exceptions.NoSuchCommand(exc.command_name, ctx=ctx)
-            err.possibilities = near_commands(exc.command_name, self.list_commands(ctx)) or None
-            raise err from None
+        name = args[0] if args else ""
+        if name[:1].isalnum() and not ctx.resilient_parsing and not self._knows(ctx, name):
+            raise UnknownCommand(name, near_commands(name, self.list_commands(ctx)), ctx)
+        return super().resolve_command(ctx, args)
+
+    def _knows(self, ctx: click.Context, name: str) -> bool:
+        """Whether ``name`` (or its normalized spelling, as click tries it) is a command."""
+        if self.get_command(ctx, name) is not None:
+            return True
+        norm = ctx.token_normalize_func
+        return norm is not None and self.get_command(ctx, norm(name)) is not None
 
 
 class Group(SubGroup):

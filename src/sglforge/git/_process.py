@@ -9,9 +9,10 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sglforge import progress as _progress
 from sglforge.errors import ConfigError, PatchError, UpstreamError, disk_error
@@ -124,7 +125,10 @@ def _start(
         # GitPython would run git in the current folder instead
         raise ConfigError(f"{cwd}: no such folder (git was to run there)")
     try:
-        handle = Git(str(cwd)).execute(
+        # GitPython's overloads of ``execute`` leave out the keywords it hands to Popen in some
+        # declared versions (3.1.41 among them): called as a plain callable, every one checks
+        execute: Callable[..., Any] = Git(str(cwd)).execute
+        handle = execute(
             [Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *args],
             istream=subprocess.PIPE if stdin else None,
             as_process=True,
