@@ -173,7 +173,16 @@ class Candidate:
         config = self.model_config
         assert config is not None, "the gates check for a config.json first"
         launch, _name = launch_of(self.scenario)
-        return construct.build(self.scan_tree, config, launch, self.target.device)
+        return construct.build(self.scan_tree, config, launch, self.target.device, self.environment)
+
+    @cached_property
+    def environment(self) -> construct.TargetEnv:
+        """The node's environment the construction runs in: the release image's variables
+        (the replica's list: the scan gate runs before the base is pulled), the target's
+        defaults and the scenario's ``[container.env]``."""
+        from sglforge.construct.environment import target_env
+
+        return target_env(self.target.gpu_arch, self.target, self.scenario)
 
     @cached_property
     def base_tables(self) -> BaseTables | None:

@@ -131,6 +131,7 @@ class Coverage:
     lookups: tuple[Lookup, ...]
     notes: tuple[str, ...] = field(default=())
     aiter: AiterRule = field(default_factory=default_rule)  # whose lookup rule was applied
+    environment: construct.TargetEnv | None = None  # the node's variables of the construction
 
     @property
     def misses(self) -> int:
@@ -151,6 +152,7 @@ class Coverage:
             "misses": self.misses,
             "hot_misses": sum(len(x.tokens) for x in self.hot_misses()),
             "notes": list(self.notes),
+            "environment": self.environment.to_dict() if self.environment else None,
         }
 
 
@@ -398,6 +400,9 @@ def read_model(model_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a JSON object")
+    from sglforge.construct import bounds
+
+    bounds.check(data, str(path))  # sizes that would run the construction away (F7)
     return data
 
 
@@ -407,11 +412,12 @@ def shapes(
     args: Sequence[str],
     device: Device,
     pad: Buckets | None = None,
+    env: construct.TargetEnv | None = None,
 ) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], construct.Construction]:
     """The fused-MoE layers and token buckets of the main model and (with MTP) the draft
-    (``pad``: the base's aiter's token bucket)."""
+    (``pad``: the base's aiter's token bucket; ``env``: the node's environment)."""
     config = read_model(model_dir)
-    built = construct.build(tree, config, launch_args(args, model_dir), device)
+    built = construct.build(tree, config, launch_args(args, model_dir), device, env)
     layers, buckets = shapes_of(built, config, pad)
     return layers, buckets, built
 
@@ -438,24 +444,31 @@ def coverage(
     base: BaseTables,
     items: Sequence[ConfigItem],
     gfx: str = "gfx950",
-    env: Mapping[str, str] | None = None,
+    environment: construct.TargetEnv | None = None,
     *,
     on: Device | construct.Construction | None = None,
 ) -> Coverage:
     """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``.
 
-    ``on``: the target's GPU to construct the launch for (default: the shipped target of
-    ``gfx``), or a construction a caller already ran on it (``Candidate.construction``)."""
+    ``environment``: the node's variables (``construct.environment.target_env``; default: the
+    release image's for ``gfx``): the construction runs with them and aiter's
+    ``AITER_CONFIG_FMOE`` is read from them. ``on``: the target's GPU to construct the launch
+    for (default: the shipped target of ``gfx``), or a construction a caller already ran on
+    it (``Candidate.construction``, with the same environment)."""
     if gfx not in CU_NUM:
         raise ConfigError(f"gfx {gfx!r}: no known CU count (known: {', '.join(sorted(CU_NUM))})")
     rule = base.aiter or default_rule()
+    if environment is None:
+        from sglforge.construct.environment import default_env
+
+        environment = default_env(gfx)
     if isinstance(on, construct.Construction):
         built = on
         layers, buckets = shapes_of(on, read_model(model_dir), rule.buckets)
     else:
         device = on or device_of_gfx(gfx)
-        layers, buckets, built = shapes(tree, model_dir, args, device, rule.buckets)
-    tables, notes = merged_tables(base, items, env)
+        layers, buckets, built = shapes(tree, model_dir, args, device, rule.buckets, environment)
+    tables, notes = merged_tables(base, items, environment.as_dict())
     if built.config_source:  # transformers' own class, or the fallback and why (never silent)
         notes.append(f"config.json read by {built.config_source}")
     lookups = resolve(layers, buckets, tables, gfx, CU_NUM[gfx], rule)
@@ -480,6 +493,7 @@ def coverage(
         lookups=tuple(lookups),
         notes=tuple(notes),
         aiter=rule,
+        environment=environment,
     )
 
 
@@ -526,12 +540,19 @@ def for_scenario(
     tree: Path | None = None,
     gfx: str | None = None,
     built: construct.Construction | None = None,
+    base_env: tuple[str, Sequence[str]] | None = None,
 ) -> Coverage:
     """The coverage of one smoke scenario's launch on a base, with the queue's items (the
-    pin, the items and the targets as the project read them)."""
+    pin, the items and the targets as the project read them), in the node's environment:
+    the release image's (``base_env`` = (image, its config's ``Env``) when sglforge has the
+    image, else the replica's list), the target's defaults, the scenario's
+    ``[container.env]`` (``construct.environment.target_env``, as ``Candidate.environment``)."""
+    from sglforge.construct.environment import target_env
+
     target = project.target(scenario.target) if scenario.target else None
     if gfx is None:
         gfx = target.gpu_arch if target else "gfx950"
+    environment = target_env(gfx, target, scenario, base_env)
     queue = project.queue
     version = str(queue.pin.version) if queue.pin.version else None
     items = items_for(queue.configs, scenario.target, version)
@@ -542,7 +563,7 @@ def for_scenario(
         base,
         items,
         gfx=gfx,
-        env=scenario.container.env,
+        environment=environment,
         on=built or (target.target.device if target else None),
     )
 

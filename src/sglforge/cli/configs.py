@@ -118,8 +118,16 @@ def coverage_cmd(
             raise ConfigError(f"image {base_image} has no aiter: no tuned tables to match")
         base = found
     project = st.project
+    from sglforge.construct.environment import env_of_image
+
     result = coverage.for_scenario(
-        project, model_dir, project.scenario_named(scenario), base, tree, gfx
+        project,
+        model_dir,
+        project.scenario_named(scenario),
+        base,
+        tree,
+        gfx,
+        base_env=env_of_image(base_image) if base_image else None,
     )
     hot = result.hot_misses()
     if untuned is not None:
@@ -154,6 +162,8 @@ def coverage_cmd(
             click.echo(table(["tokens", "lookup", "answered by"], rows))
         for note in result.notes:
             click.echo(f"note: {note}")
+        if result.environment is not None:
+            click.echo(f"environment: {result.environment.describe()}")
         click.echo(
             f"\n{result.misses} lookup(s) miss"
             + (f", {sum(len(x.tokens) for x in hot)} on hot shapes" if hot else "")

@@ -70,6 +70,7 @@ def scan_cmd(
                 "commit": report.commit,
                 "queue": list(report.queue),
                 "scenario": report.scenario,
+                "environment": report.environment.to_dict() if report.environment else None,
                 "findings": [
                     {
                         "kind": f.kind,
@@ -90,6 +91,8 @@ def scan_cmd(
 
         queue = ", ".join(report.queue) if report.queue else "no queue"
         click.echo(f"{report.ref} ({report.commit[:12]}), {queue}; model {report.model}")
+        if report.environment is not None:
+            click.echo(f"environment: {report.environment.describe()}")
         shown = scan_text(report.findings, each=st.verbosity > 0)
         if shown.rows:
             click.echo(table(("severity", "kind", "where", "detail"), shown.rows))

@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge.construct.built import Construction, Launch, Model
+from sglforge.construct.environment import TargetEnv, default_env
 from sglforge.errors import ConfigError
 from sglforge.targets import Device
 
@@ -79,6 +80,7 @@ __all__ = [
     "ConstructionError",
     "Model",
     "Request",
+    "TargetEnv",
     "build",
     "build_many",
     "device_json",
@@ -111,24 +113,36 @@ class Request:
 
 
 def build(
-    tree: Path, config: Mapping[str, Any], launch: Sequence[str], device: Device
+    tree: Path,
+    config: Mapping[str, Any],
+    launch: Sequence[str],
+    device: Device,
+    env: TargetEnv | None = None,
 ) -> Construction:
     """What the sglang of ``tree`` (a release's ``python/`` folder) builds for the checkpoint
-    config ``config`` launched with ``launch`` on ``device``: ConstructionError if it fails."""
-    return build_many(tree, [Request("launch", config, launch)], device)["launch"]
+    config ``config`` launched with ``launch`` on ``device``, in the node's environment ``env``
+    (default: the release image's, :func:`environment.default_env`): ConstructionError if it
+    fails."""
+    return build_many(tree, [Request("launch", config, launch)], device, env)["launch"]
 
 
-def build_many(tree: Path, requests: Sequence[Request], device: Device) -> dict[str, Construction]:
+def build_many(
+    tree: Path, requests: Sequence[Request], device: Device, env: TargetEnv | None = None
+) -> dict[str, Construction]:
     """Several constructions in one child (one import of the release), by request id."""
+    tree = Path(tree).resolve()  # the child runs in another working folder
     if not (tree / "sglang" / "srt").is_dir():
         raise ConstructionError(
             f"{tree}: not a sglang release's python/ folder (no sglang/srt)",
             "pass the python/ folder of a release checkout (sglforge patches apply, or a wheel)",
         )
-    from sglforge.construct import hfresolve
+    from sglforge.construct import bounds, hfresolve
 
-    env = hfresolve.environment(tree)
-    read = hfresolve.resolve(env, {r.id: r.config for r in requests})
+    for r in requests:
+        bounds.check(r.config, f"config.json of request {r.id!r}")
+    target = env if env is not None else default_env(device.gfx)
+    packages = hfresolve.environment(tree)
+    read = hfresolve.resolve(packages, {r.id: r.config for r in requests}, target)
     requested = []
     for r in requests:
         one = r.to_json()
@@ -136,7 +150,7 @@ def build_many(tree: Path, requests: Sequence[Request], device: Device) -> dict[
             one["hf"] = read[r.id]
         requested.append(one)
     stdin = json.dumps({"device": device_json(device), "requests": requested})
-    raw = _run_child(tree, stdin)
+    raw = _run_child(tree, stdin, target)
     return {
         r.id: _construction(tree, r, raw[r.id], device, config_source(read[r.id])) for r in requests
     }
@@ -155,27 +169,32 @@ def device_json(device: Device) -> dict[str, Any]:
     return dict(asdict(device), capability=list(device.capability))
 
 
-def _run_child(tree: Path, stdin: str) -> dict[str, Any]:
+def _run_child(tree: Path, stdin: str, target: TargetEnv) -> dict[str, Any]:
+    from sglforge.construct import sandbox
     from sglforge.construct.packages import install
 
     src = Path(__file__).resolve().parents[2]
     real = install(tree)  # the release's own packages that need no GPU (msgspec, ...)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # sglforge and those packages; the release comes from ``tree``
-    env["PYTHONPATH"] = os.pathsep.join([str(src), *map(str, real.paths)])
-    from sglforge.construct.childrun import run_json_child
-
-    got = run_json_child(  # an empty working folder: nothing in it shadows the stubs
+    path = os.pathsep.join([str(src), *map(str, real.paths)])
+    got = sandbox.run(
         [sys.executable, "-m", "sglforge.construct.child", str(tree)],
         stdin,
         timeout=CHILD_TIMEOUT,
         prefix="sglforge-construct-",
-        env=env,
+        target=target.as_dict(),
+        ours={"PYTHONPATH": path},
     )
     if got.timed_out:
         raise ConstructionError(
-            f"{tree}: sglang's model construction took over {CHILD_TIMEOUT} s",
+            f"{tree}: sglang's model construction took over {CHILD_TIMEOUT} s and was stopped",
             "report the config and launch that cause it",
+        )
+    if got.limited is not None:
+        raise ConstructionError(
+            f"{tree}: sglang's model construction was stopped by its {got.limited} limit "
+            f"({got.tail})",
+            "check the sizes in config.json (experts, layers, hidden size)",
         )
     if got.doc is None:
         gaps = f" (stubbed, not installed: {'; '.join(real.missing)})" if real.missing else ""

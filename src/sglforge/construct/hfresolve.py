@@ -31,7 +31,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -39,6 +39,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from sglforge.errors import SglforgeError
+
+if TYPE_CHECKING:
+    from sglforge.construct.environment import TargetEnv
 
 CHILD_TIMEOUT = 300  # seconds: importing transformers and reading a few configs
 # transformers' and huggingface_hub's requirements that reading a configuration never imports:
@@ -143,9 +146,12 @@ def _write(path: Path, value: Any) -> None:
     os.replace(tmp, path)
 
 
-def resolve(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def resolve(
+    env: Environment, configs: Mapping[str, Mapping[str, Any]], target: TargetEnv | None = None
+) -> dict[str, Any]:
     """By id: transformers' own reading of each config (the config child's record), or
-    ``{"fallback": reason}``. Cached by (transformers version, config.json content)."""
+    ``{"fallback": reason}``. Cached by (transformers version, config.json content); the
+    child runs fenced (:mod:`sglforge.construct.sandbox`) with ``target``'s variables."""
     if env.transformers is None:
         return {i: {"fallback": f"no transformers: {env.missing}"} for i in configs}
     keys = {i: _key(env.transformers, c) for i, c in configs.items()}
@@ -158,7 +164,7 @@ def resolve(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[
         else:
             todo[keys[i]] = config
     if todo:
-        got = _run(env, todo)
+        got = _run(env, todo, target)
         for key, record in got.items():
             if "error" not in record:  # a refusal is not cached: the next run tries again
                 _write(_cache_root() / f"transformers-{env.transformers}" / f"{key}.json", record)
@@ -172,16 +178,19 @@ def resolve(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[
     return out
 
 
-def _run(env: Environment, configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _run(
+    env: Environment, configs: Mapping[str, Mapping[str, Any]], target: TargetEnv | None
+) -> dict[str, Any]:
+    from sglforge.construct import sandbox
+
     script = Path(__file__).with_name("configchild.py")
     stdin = json.dumps({"paths": [str(p) for p in env.paths], "configs": dict(configs)})
-    from sglforge.construct.childrun import run_json_child
-
-    got = run_json_child(
+    got = sandbox.run(
         [sys.executable, "-I", "-S", str(script)],
         stdin,
         timeout=CHILD_TIMEOUT,
         prefix="sglforge-config-",
+        target=target.as_dict() if target is not None else {},
     )
     if got.timed_out:
         why = f"the config child took over {CHILD_TIMEOUT} s"

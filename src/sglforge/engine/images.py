@@ -53,6 +53,7 @@ class ImageInfo:
     layers: tuple[str, ...]
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] | None = None
+    env: tuple[str, ...] = ()  # the config's Env, NAME=value each
 
     @property
     def digest(self) -> str | None:
@@ -112,6 +113,7 @@ def inspect(ref: str) -> ImageInfo | None:
         layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
         entrypoint=_words(cfg.get("Entrypoint")) or (),
         cmd=_words(cfg.get("Cmd")),
+        env=tuple(str(e) for e in cfg.get("Env") or ()),
     )
 
 

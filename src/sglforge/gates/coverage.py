@@ -36,7 +36,13 @@ def check(c: Candidate) -> GateResult:
     if base is None:
         return skipped(NAME, "the base image has no aiter tables")
     cov = coverage.for_scenario(
-        c.project, c.model, sc, base, tree, gfx=c.target.gpu_arch, built=c.construction
+        c.project,
+        c.model,
+        sc,
+        base,
+        tree,
+        gfx=c.target.gpu_arch,
+        built=c.construction,
     )
     gate = coverage.gate(cov, sc.accepted_misses)
     accepted = f", {len(gate.accepted)} accepted" if gate.accepted else ""

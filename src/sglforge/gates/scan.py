@@ -23,6 +23,7 @@ def check(c: Candidate) -> GateResult:
     from sglforge.errors import EXIT_PROBLEMS, ScanBlocked
     from sglforge.scan import (
         CACHE_HIT,
+        Node,
         blocking_findings,
         cached_scan,
         launch_of,
@@ -48,17 +49,22 @@ def check(c: Candidate) -> GateResult:
         # too, and the construction built here is the one it checks
         tree = c.checkout.tree
         return scan_tree(
-            tree, config, launch, c.target.device, config_file, built=lambda: c.construction
+            tree,
+            config,
+            launch,
+            c.target.device,
+            config_file,
+            built=lambda: c.construction,
+            env=c.environment,
         )
 
     # served from the scan cache when `sglforge scan` (or an earlier publish) saw the same
     # commit, queue, config, launch and device
-    where, found, hit = cached_scan(
-        c.project, None, True, config, launch, c.target.device, config_file, scan
-    )
+    node = Node(c.target.device, c.environment)
+    where, found, hit = cached_scan(c.project, None, True, config, launch, node, config_file, scan)
     if hit:
         c.say(CACHE_HIT)
-    report = report_of(c.model, sc, where, found)
+    report = report_of(c.model, sc, where, found, c.environment)
     blocked = blocking_findings(c.project, report)
     given, refused = waivers(report.findings, c.project.queue.patches)
     record = ScanRecord(report, tuple(given), tuple(refused))

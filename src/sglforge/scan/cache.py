@@ -150,8 +150,10 @@ def report_key(
     launch: Sequence[str],
     device: Any,
     config_file: str,
+    env: Mapping[str, str] | None = None,
 ) -> str:
-    """The key of a whole scan: ``patches`` (name, bytes) applied in order on ``commit``."""
+    """The key of a whole scan: ``patches`` (name, bytes) applied in order on ``commit``;
+    ``env``: the node's variables the construction ran with (they decide shapes)."""
     from dataclasses import asdict
 
     return _digest(
@@ -163,6 +165,7 @@ def report_key(
             "launch": list(launch),
             "device": asdict(device),
             "config_file": config_file,
+            "env": dict(env or {}),
         }
     )
 

@@ -1,0 +1,195 @@
+"""Where code sglforge did not write runs on this host: upstream sglang with the queue's patches,
+and the packages the index serves (transformers and its closure, msgspec, ...).
+
+Every construction child (``scan``, ``configs coverage``, publish's scan and coverage gates)
+is started by :func:`run` and nowhere else, and gets:
+
+- an environment built from an allow-list by :func:`child_env`, the one function that makes
+  it: ``PATH``, ``LANG``/``LC_ALL`` of the caller; a throw-away ``HOME`` and ``TMPDIR``; the
+  target's variables (:mod:`sglforge.construct.environment`: the release image's, then the
+  scenario's ``[container.env]``); what sglforge itself hands the child (``PYTHONPATH``).
+  Nothing else of the caller's reaches it: no ``SGLFORGE_*``, ``DOCKER_*``, ``AWS_*``,
+  ``GITHUB_*`` nor any ``*_TOKEN``/``*_PASSWORD``/``*_KEY``/``*_SECRET`` (not even from the
+  target's list), and none of the host's ``SGLANG_*``/``AITER_*``/``HIP_*``/``ROCM_*``/
+  ``CUDA_*`` (those come from the target only, so the answer is the node's);
+- resource limits, set in the child before it runs anything (:mod:`sglforge.construct.rlimits`,
+  a stdlib-only launcher that execs the child): address space and data (:data:`MEMORY`), CPU
+  time, file size (:data:`FILE_SIZE`) and processes (this user's count now plus
+  :data:`PROCESSES`);
+- no network where the platform allows: ``unshare -rn`` (a user and network namespace: only a
+  loopback that is down). Where it is not available (no ``unshare``, user namespaces off, not
+  Linux) the child runs with the host's network, and :func:`isolation` says so: the reports
+  name it;
+- a working folder, ``HOME`` and ``TMPDIR`` in a fresh temporary folder outside the project,
+  removed afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MEMORY = 8 << 30  # bytes of address space (and data): GLM-5.2 and its draft peak near 0.2 GB
+FILE_SIZE = 256 << 20  # bytes: the children write only their answer (a pipe) and small files
+PROCESSES = 64  # more than this user's processes at the start: a fork bomb stops there
+CPU_MARGIN = 30  # seconds of CPU time over the wall-clock timeout
+
+# Of the caller's environment, only these reach a child.
+HOST_PASSED = ("PATH", "LANG", "LC_ALL")
+# Never in a child's environment, wherever the value comes from (the target's list included).
+SECRET = re.compile(
+    r"^(SGLFORGE|DOCKER|AWS|GITHUB|ACTIONS|RUNNER)_|_(TOKEN|PASSWORD|PASSWD|KEY|SECRET)S?$"
+    r"|(^|_)(CREDENTIALS?|AUTH)(_|$)",
+    re.IGNORECASE,
+)
+
+
+def child_env(
+    target: Mapping[str, str],
+    scratch: Path,
+    ours: Mapping[str, str] | None = None,
+    host: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The whole environment of a child that runs code sglforge did not write: the allowed
+    host variables (``host``: default ``os.environ``), a throw-away ``HOME``/``TMPDIR`` under
+    ``scratch``, then ``target`` (the node's variables), then ``ours`` (what sglforge hands
+    the child, e.g. ``PYTHONPATH``); names :data:`SECRET` matches are dropped from all."""
+    host = os.environ if host is None else host
+    env = {k: host[k] for k in HOST_PASSED if k in host}
+    env.setdefault("PATH", os.defpath)
+    env.setdefault("LANG", "C.UTF-8")
+    home, tmp = scratch / "home", scratch / "tmp"
+    home.mkdir(exist_ok=True)
+    tmp.mkdir(exist_ok=True)
+    env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1")
+    env.update(target)
+    env.update(ours or {})
+    return {k: v for k, v in env.items() if not SECRET.search(k)}
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How the children are fenced on this host: the network (None: isolated) and limits."""
+
+    network: str | None  # why the children have the host's network; None: they have none
+
+    def describe(self) -> str:
+        limits = f"address space {MEMORY >> 30} GiB, file size {FILE_SIZE >> 20} MiB"
+        net = (
+            "no network (unshare -rn)"
+            if self.network is None
+            else (f"the host's network ({self.network})")
+        )
+        return f"{net}; {limits}; a throw-away HOME and working folder"
+
+
+@functools.cache
+def isolation() -> Isolation:
+    """Whether ``unshare -rn`` works here (probed once per process)."""
+    unshare = shutil.which("unshare")
+    if not sys.platform.startswith("linux") or unshare is None:
+        return Isolation(f"no unshare on {sys.platform}")
+    try:
+        proc = subprocess.run(
+            [unshare, "-rn", "true"], capture_output=True, text=True, timeout=20, env={}
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Isolation(f"unshare -rn: {exc}")
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return Isolation(f"unshare -rn refused: {why[:160]}")
+    return Isolation(None)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The child's answer (``doc``), or None and why not: its last line of output, that it ran
+    past the timeout, or that a limit stopped it (``limited``: which)."""
+
+    doc: dict[str, Any] | None
+    tail: str = ""
+    timed_out: bool = False
+    limited: str | None = None
+
+
+def _launcher(timeout: float) -> list[str]:
+    """The argv prefix that sets the limits, then (where it works) drops the network."""
+    launcher = Path(__file__).with_name("rlimits.py")
+    cpu = int(timeout) + CPU_MARGIN
+    limits = [sys.executable, "-I", "-S", str(launcher), str(MEMORY), str(cpu), str(FILE_SIZE)]
+    limits += [str(PROCESSES), "--"]
+    unshare = shutil.which("unshare")
+    if isolation().network is None and unshare is not None:
+        return [*limits, unshare, "-rn", "--"]
+    return limits
+
+
+def run(
+    argv: Sequence[str],
+    stdin: str,
+    *,
+    timeout: float,
+    prefix: str,
+    target: Mapping[str, str],
+    ours: Mapping[str, str] | None = None,
+) -> Answer:
+    """Run ``argv`` (a child that prints one JSON object on its last stdout line) fenced as the
+    module says, with ``stdin``, ``target``'s variables and ``ours``."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        work = Path(scratch) / "work"  # empty: nothing in it shadows what the child imports
+        work.mkdir()
+        env = child_env(target, Path(scratch), ours)
+        try:
+            proc = subprocess.run(
+                [*_launcher(timeout), *argv],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                cwd=work,
+                env=env,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return Answer(None, f"ran past {timeout:.0f} s and was stopped", timed_out=True)
+    return _answer(proc)
+
+
+def _answer(proc: subprocess.CompletedProcess[str]) -> Answer:
+    lines = proc.stdout.strip().splitlines()
+    tail = ((proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"])[0]
+    limited = _limit_hit(proc.returncode, proc.stderr or "")
+    if limited is not None:
+        return Answer(None, f"stopped by its {limited} limit: {tail}", limited=limited)
+    if proc.returncode != 0 or not lines:
+        return Answer(
+            None, tail if proc.returncode >= 0 else f"killed by signal {-proc.returncode}"
+        )
+    try:
+        doc = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return Answer(None, f"no answer on its last line: {lines[-1][:200]}")
+    return Answer(doc if isinstance(doc, dict) else None, tail)
+
+
+def _limit_hit(code: int, stderr: str) -> str | None:
+    import signal
+
+    if code == -signal.SIGXCPU:
+        return "CPU time"
+    if code == -signal.SIGXFSZ:
+        return "file size"
+    if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
+        return "memory"
+    return None
