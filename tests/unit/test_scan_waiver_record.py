@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,15 @@ class P:
     files: tuple[str, ...]
     trailers: tuple[tuple[str, str], ...]
     paths: tuple[str, ...] = ()
+    diff: str = ""  # what the patch writes (``writes``): a waiver needs the flagged line
+
+    def diff_lines(self) -> Iterator[str]:
+        return iter(self.diff.splitlines())
+
+
+def writes(file: str, line: int) -> str:
+    """A diff whose hunk writes line ``line`` of ``file`` (the line before it is context)."""
+    return f"--- a/{file}\n+++ b/{file}\n@@ -{line - 1},1 +{line - 1},2 @@\n ctx\n+guarded\n"
 
 
 def fixes(*keys: str) -> tuple[tuple[str, str], ...]:
@@ -57,7 +67,7 @@ def fixes(*keys: str) -> tuple[tuple[str, str], ...]:
 
 
 NONE = P("0001-plain.patch", (QUARK,), fixes())
-GIVER = P("0002-guard.patch", (KERNEL,), fixes(F_KERNEL.key))
+GIVER = P("0002-guard.patch", (KERNEL,), fixes(F_KERNEL.key), diff=writes(KERNEL, 38))
 LIAR = P("0003-version.patch", ("python/sglang/version.py",), fixes(F_OTHER.key))
 QUARKP = P("0004-quark.patch", (QUARK,), fixes(F_EXCLUDE.key))
 

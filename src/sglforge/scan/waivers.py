@@ -3,9 +3,12 @@
 A patch's ``Fixes-Scan: KIND WHERE`` trailer says it fixes the finding ``KIND WHERE``
 (``Finding.key``). It waives that finding only when the patch can have fixed it:
 
-- a source finding (``KIND FILE``, it has a line): the patch touches ``FILE`` (a new, changed,
-  deleted or renamed path of its diff). A patch that touches other files waives nothing, and
-  its trailer is reported as refused;
+- a source finding (``KIND FILE``, it has a line): the patch's hunks wrote the flagged line.
+  The scan reads the tree with the whole queue applied, so its line is mapped back through
+  the later patches to the waiving one; a line the waiving patch did not write (one it left
+  as it was, as a patch appending a comment does, or one a later patch wrote) is a finding
+  still present on the patched tree, and is never waived (issue 42, F5). A patch that does
+  not touch ``FILE`` waives nothing either; each such trailer is reported as refused;
 - a config finding (``KIND ENTRY``, about the model's config.json, which no patch can touch):
   the patch changes at least one file of the tree (a trailer on an empty patch waives nothing).
 
@@ -17,6 +20,7 @@ record it in the image's manifest, a label and the release record (:func:`record
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +45,7 @@ class Waiver:
     patch: str
     file: str
     detail: str = ""
+    line: int | None = None  # the flagged line the patch wrote (a source finding)
 
 
 @dataclass(frozen=True)
@@ -56,34 +61,127 @@ def waivers(
     findings: Sequence[Finding], patches: Iterable[PatchLike]
 ) -> tuple[list[Waiver], list[Refused]]:
     """(the waivers the queue's ``Fixes-Scan:`` trailers give for ``findings``' fails, the
-    trailers that give none), each in queue order."""
-    fails: dict[str, Finding] = {}
+    trailers that give none), each in queue order. ``patches`` is the whole queue, in order
+    (the tree the scan read): a later patch may move or rewrite the flagged line."""
+    queue = list(patches)
+    fails: dict[str, list[Finding]] = {}
     for f in findings:
         if f.severity == FAIL:
-            fails.setdefault(f.key, f)
+            fails.setdefault(f.key, []).append(f)
     given: list[Waiver] = []
     refused: list[Refused] = []
-    for patch in patches:
+    for n, patch in enumerate(queue):
         touched = touched_paths(patch)
         for key in fixes_scan_keys(patch):
-            found = fails.get(key)
-            if found is None:
+            found = fails.get(key, [])
+            if not found:
                 refused.append(Refused(key, patch.name, "no such fail in this scan"))
-            elif found.line is not None and found.file not in touched:
-                refused.append(Refused(key, patch.name, f"the patch does not touch {found.file}"))
-            elif found.line is None and not touched:
-                refused.append(Refused(key, patch.name, "the patch changes no file"))
+            elif found[0].line is None:
+                if touched:
+                    given.append(Waiver(key, patch.name, sorted(touched)[0], found[0].detail))
+                else:
+                    refused.append(Refused(key, patch.name, "the patch changes no file"))
+            elif found[0].file not in touched:
+                refused.append(
+                    Refused(key, patch.name, f"the patch does not touch {found[0].file}")
+                )
             else:
-                where = found.file if found.line is not None else sorted(touched)[0]
-                given.append(Waiver(key, patch.name, where, found.detail))
+                for f in found:
+                    why = _not_written(f, queue, n)
+                    if why:
+                        refused.append(Refused(key, patch.name, why))
+                    else:
+                        given.append(Waiver(key, patch.name, f.file, f.detail, f.line))
     return given, refused
 
 
 def blocking(findings: Sequence[Finding], patches: Iterable[PatchLike]) -> list[Finding]:
     """The fails that block ``upgrade``/``publish``: every fail no valid waiver covers."""
     given, _ = waivers(findings, list(patches))
-    ok = {w.key for w in given}
-    return [f for f in findings if f.severity == FAIL and f.key not in ok]
+    ok = {(w.key, w.line) for w in given}
+    return [f for f in findings if f.severity == FAIL and (f.key, f.line) not in ok]
+
+
+def _not_written(found: Finding, queue: Sequence[PatchLike], n: int) -> str:
+    """Why ``queue[n]`` did not write the line ``found`` flags on the patched tree ("" when
+    it did): the line is mapped back through the later patches, then looked up among
+    ``queue[n]``'s added lines for that file."""
+    line = found.line
+    assert line is not None
+    for later in reversed(queue[n + 1 :]):
+        written, before = _through(line, _hunks(later, found.file))
+        if written:
+            return f"line {found.line} of {found.file} was written by {later.name}"
+        line = before
+    written, _ = _through(line, _hunks(queue[n], found.file))
+    if written:
+        return ""
+    return (
+        f"the patch does not change line {found.line} of {found.file}, where the scan still "
+        "finds it on the patched tree"
+    )
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def _hunks(patch: PatchLike, file: str) -> list[tuple[int, int, str]]:
+    """The hunks ``patch`` has for ``file`` (its new path): (old start, new start, the
+    lines' first characters, `` ``, ``+`` or ``-``). Counted by the hunk's lengths, so a
+    format-patch ``-- `` signature is no line."""
+    lines = getattr(patch, "diff_lines", None)
+    if lines is None:
+        return []
+    out: list[tuple[int, int, str]] = []
+    current = ""
+    it = iter(lines())
+    for text in it:
+        if text.startswith("+++ "):
+            current = text[4:].split("\t")[0].strip().removeprefix("b/")
+            continue
+        m = _HUNK.match(text)
+        if not m or current != file:
+            continue
+        old_left = int(m.group(2) or "1")
+        new_left = int(m.group(4) or "1")
+        tags: list[str] = []
+        while old_left > 0 or new_left > 0:
+            body = next(it, None)
+            if body is None:
+                break
+            tag = body[:1] or " "
+            if tag == "\\":
+                continue  # "\ No newline at end of file"
+            tags.append(tag)
+            old_left -= tag != "+"
+            new_left -= tag != "-"
+        out.append((int(m.group(1)), int(m.group(3)), "".join(tags)))
+    return out
+
+
+def _through(line: int, hunks: list[tuple[int, int, str]]) -> tuple[bool, int]:
+    """(whether these hunks added ``line`` of their new side, else where it was before)."""
+    shift = 0
+    for old_start, new_start, tags in hunks:
+        # a side of length 0 names the line before the hunk (``@@ -4,0 +5,2 @@``)
+        old = old_start + 1 if set(tags) <= {"+"} else old_start
+        new = new_start + 1 if set(tags) <= {"-"} else new_start
+        if line < new:
+            break
+        for tag in tags:
+            if tag == "+":
+                if new == line:
+                    return True, line
+                new += 1
+            elif tag == "-":
+                old += 1
+            else:
+                if new == line:
+                    return False, old
+                old += 1
+                new += 1
+        shift = old - new
+    return False, line + shift
 
 
 def record(given: Sequence[Waiver]) -> list[dict[str, str]]:
