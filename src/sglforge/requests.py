@@ -78,8 +78,12 @@ class SmokeRequest:
     env: Mapping[str, str] = field(default_factory=dict)  # added to the container's
     labels: Mapping[str, str] = field(default_factory=dict)  # added to the container's
     load_timeout: float | None = None  # None: the scenario's
+    runtime: str | None = None  # "docker" or "process" (None: the scenario's runtime)
+    python: tuple[str, ...] = ()  # the process runtime's interpreter words (): the scenario's
+    server_url: str | None = None  # a server sglforge did not start: nothing is launched
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "python", tuple(self.python))
         if self.model is not None:
             object.__setattr__(self, "model", Path(self.model))
         _freeze(self, "env", "labels")

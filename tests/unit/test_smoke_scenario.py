@@ -228,7 +228,7 @@ def test_unknown_keys_are_rejected_naming_key_and_file(tmp_path: Path, edit, key
     [
         ("port = 30123", "port = 'x'", "'scenario.port' must be an integer"),
         ("port = 30123", "port = 70000", "not a TCP port"),
-        ('accelerator = "none"', 'accelerator = "cuda"', "'scenario.accelerator' must be one"),
+        ('accelerator = "none"', 'accelerator = "tpu"', "'scenario.accelerator' must be one"),
         ('"--port", "<port>",', '"--port", "30000",', "must pass the port as <port>"),
         ('"--port", "<port>",', '"--port", "<port>", "<gpu>",', "unknown placeholder <gpu>"),
         ('network_mode = "host"', 'network_mode = "bridge"', 'must be "host"'),

@@ -52,6 +52,13 @@ from sglforge.scenario.bench import (
 from sglforge.scenario.file import Scenario
 from sglforge.smoke.checks import HttpError, http_request
 from sglforge.smoke.preflight import port_in_use, refuse_simulated_acceptance
+from sglforge.smoke.runtime import (
+    SERVER_URL_NOTE,
+    ContainerRuntime,
+    Runtime,
+    parse_server_url,
+    runtime_for,
+)
 from sglforge.util import check_output_dir, confined, work_dir
 
 BENCH_COMMAND = ("python3", "-m", "sglang.bench_serving")
@@ -89,6 +96,10 @@ class _Ctx:
     calibrated: bool = False
     notes: list[str] = field(default_factory=list)
     knee_prior: tuple[float, float | None] | None = None
+    rt: Runtime = field(default_factory=ContainerRuntime)  # where server and client run
+    host: str = "127.0.0.1"  # the server's host and URL (--server-url's, else 127.0.0.1)
+    base: str = ""
+    server_url: str | None = None  # a server sglforge did not start: no boot, no ABBA
 
 
 def run_bench(
@@ -116,13 +127,29 @@ def run_bench(
     refused point is a report (``ok`` False), not an exception.
     """
     ctx = _prepare(root, req, point_timeout)
+    if against and ctx.server_url:
+        raise ConfigError(
+            f"--against {against} with --server-url {ctx.server_url}: the comparison boots "
+            "both images in turn, and sglforge did not start that server",
+            "drop --against (the report says no comparison ran), or drop --server-url",
+        )
+    if against and ctx.rt.kind != "docker":
+        raise ConfigError(
+            f"--against {against} with the process runtime: both sides would run the same "
+            "--python; the comparison boots two images",
+            "drop --against (the report says no comparison ran), or use --runtime docker",
+        )
     if against:
         require_passable(ctx.bench, ctx.scenario.path)
     ctx.say = progress or (lambda _m: None)
     ctx.knee_prior = _usable_prior(knee_prior)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    _reap()
+    image = image if ctx.rt.kind == "docker" else ctx.rt.describe(image)
+    if ctx.server_url:
+        no_baseline = f"{SERVER_URL_NOTE}: {ctx.server_url}; the comparison needs boots"
+        ctx.notes.append(f"measured {ctx.server_url}, {SERVER_URL_NOTE}: no boot time")
+    _reap(ctx)
     ctx.dataset = choose_dataset(_dataset_choices(ctx, image))
     ctx.say(f"dataset {ctx.dataset} (from {image}'s own bench_serving)")
     order = abba(ctx.bench.repeats) if against else ("candidate",)
@@ -165,25 +192,31 @@ def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
         run_id = uuid.uuid4().hex[:8]
         folder = confined(parent, f"{scenario.name}-{stamp}-{run_id}", "report folder", "")
         folder.mkdir(parents=True)
+    port = port or scenario.port
+    host, base = "127.0.0.1", f"http://127.0.0.1:{port}"
+    if req.server_url:
+        host, port, base = parse_server_url(req.server_url)
     return _Ctx(
         root=root,
         scenario=scenario,
         bench=scenario.bench,
-        port=port or scenario.port,
+        port=port,
         model_path=Path(model).resolve() if model else scenario.model_path,
         report_dir=folder,
         env=merged,
         labels=dict(labels or {}),
         say=lambda _m: None,
         timeout=point_timeout,
+        rt=runtime_for(req.runtime, req.python or scenario.python, scenario.runtime),
+        host=host,
+        base=base,
+        server_url=req.server_url,
     )
 
 
-def _reap() -> None:
-    from sglforge.engine import containers
-
+def _reap(ctx: _Ctx) -> None:
     for role in ("bench", "bench-client"):
-        containers.reap_orphans(role)
+        ctx.rt.reap(role)
 
 
 @dataclass(frozen=True)
@@ -201,13 +234,11 @@ class _Measured:
 
 
 def _profile(ctx: _Ctx, extra_mounts: tuple[Any, ...] = ()) -> Any:
-    from sglforge.engine import containers
+    from sglforge.engine.profile import Mount
 
     mounts = list(extra_mounts)
     if ctx.model_path is not None:
-        mounts.append(
-            containers.Mount(str(ctx.model_path), ctx.scenario.model_mount, read_only=True)
-        )
+        mounts.append(Mount(str(ctx.model_path), ctx.scenario.model_mount, read_only=True))
     return replace(ctx.scenario.container, mounts=tuple(mounts), env=dict(ctx.env))
 
 
@@ -239,18 +270,20 @@ def _client(
     expect_file: bool = True,
     command: tuple[str, ...] = BENCH_COMMAND,
 ) -> str:
-    """Run bench_serving (or ``command``) in a container of ``image``; its output (or the
-    JSONL's last line)."""
-    from sglforge.engine import containers
+    """Run bench_serving (or ``command``) in a container of ``image`` (or a process of the
+    process runtime's python); its output (or the JSONL's last line)."""
+    from sglforge.engine.profile import Mount
 
     ctx.client_runs += 1
     log = ctx.report_dir / f"{name}.log"
-    mount = containers.Mount(str(ctx.report_dir), CLIENT_MOUNT, read_only=False)
+    mount = Mount(str(ctx.report_dir), CLIENT_MOUNT, read_only=False)
+    if ctx.host != "127.0.0.1":  # --server-url's host, wherever the flags name the server
+        args = [ctx.host if i and args[i - 1] == "--host" else a for i, a in enumerate(args)]
     profile = _profile(ctx, (mount,))
     # No hub: the tokenizer is a local folder (the model's own, or the scenario's).
     profile = replace(profile, env={**profile.env, "HF_HUB_OFFLINE": "1", "HOME": CLIENT_HOME})
     (ctx.report_dir / "home").mkdir(exist_ok=True)
-    with containers.running(
+    with ctx.rt.running(
         image,
         entrypoint=(),
         command=[*command, *args],
@@ -287,10 +320,17 @@ def _client(
 
 @contextmanager
 def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
-    from sglforge.engine import containers
     from sglforge.smoke.runner import wait_ready
+    from sglforge.smoke.runtime import RemoteBox
 
     log = ctx.report_dir / f"{name}.server.log"
+    if ctx.server_url:
+        ready = wait_ready(RemoteBox(), ctx.port, ctx.scenario.load_timeout, ctx.say, ctx.base)
+        if not ready.passed:
+            raise BenchError(f"{ctx.server_url}: {ready.detail}", "is the server up there?")
+        ctx.say(f"{name}: {ctx.server_url} answers ({SERVER_URL_NOTE}: nothing started)")
+        yield
+        return
     if port_in_use(ctx.port):
         # Something else would answer the readiness and metrics requests.
         raise BenchError(
@@ -298,7 +338,7 @@ def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
             "free the port or pass --port N",
         )
     ctx.say(f"starting {image} for {name}; log: {log}")
-    with containers.running(
+    with ctx.rt.running(
         image,
         entrypoint=(),
         command=_server_command(ctx),
@@ -307,7 +347,7 @@ def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
         role="bench",
         labels={"io.sglforge.bench": ctx.scenario.name, **ctx.labels},
     ) as box:
-        ready = wait_ready(box, ctx.port, ctx.scenario.load_timeout, ctx.say)
+        ready = wait_ready(box, ctx.port, ctx.scenario.load_timeout, ctx.say, ctx.base)
         if not ready.passed:
             raise BenchError(f"{image}: {ready.detail}", f"read {log}")
         yield
@@ -319,7 +359,7 @@ def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
 
 
 def _scrape(ctx: _Ctx) -> dict[str, float]:
-    url = f"http://127.0.0.1:{ctx.port}/metrics"
+    url = f"{ctx.base}/metrics"
     try:
         status, body = http_request(url, None, timeout=30)
     except HttpError as exc:
@@ -565,7 +605,7 @@ def _report(
     started: str,
     seconds: float,
 ) -> BenchReport:
-    from sglforge.engine import images as engine_images
+    engine_images = _images(ctx)
 
     b = ctx.bench
     cand = [m for m in boots if m.side == "candidate"]
@@ -631,13 +671,22 @@ def _report(
         no_baseline="" if against else (no_baseline or "no --against image was given"),
         planned=spent,
         notes=tuple(ctx.notes),
-        boot_seconds=tuple(round(m.seconds, 1) for m in boots),
+        boot_seconds=() if ctx.server_url else tuple(round(m.seconds, 1) for m in boots),
         input_len=b.input_len,
     )
 
 
+def _images(ctx: _Ctx) -> Any:
+    """The engine's images module (None for the process runtime: no image, no Docker SDK)."""
+    if ctx.rt.kind != "docker":
+        return None
+    from sglforge.engine import images
+
+    return images
+
+
 def _digest(engine_images: Any, image: str) -> str | None:
-    info = engine_images.inspect(image)
+    info = engine_images.inspect(image) if engine_images is not None else None
     return (info.digest or info.id) if info else None
 
 

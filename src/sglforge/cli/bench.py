@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,15 +10,19 @@ import click
 from sglforge.bench import report as core_report
 from sglforge.bench.runner import ensure_local, run_bench
 from sglforge.cli.common import State, json_option, main, pass_state, print_json
-from sglforge.cli.options import env_option, scenario_option
+from sglforge.cli.options import env_option, runtime_options, scenario_option
+from sglforge.cli.smoke import outputs_writable
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
 from sglforge.progress import current
 from sglforge.requests import SmokeRequest
-from sglforge.util import check_output_file
+from sglforge.smoke.runtime import parse_python
 
 
 @main.command("bench")
-@click.option("--image", required=True, help="Image to benchmark (tag or ID).")
+@click.option(
+    "--image",
+    help="Image to benchmark (tag or ID); not needed with --runtime process.",
+)
 @scenario_option(
     "Scenario with a [bench] table: NAME (smoke/NAME.toml) or a file, e.g. standin-cpu.",
     required=True,
@@ -40,11 +43,12 @@ from sglforge.util import check_output_file
     "--report-dir", type=click.Path(file_okay=False), help="Where the JSONL, table and chart go."
 )
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write JUnit XML here.")
+@runtime_options
 @json_option
 @pass_state
 def bench_cmd(
     state: State,
-    image: str,
+    image: str | None,
     scenario: str,
     against: str | None,
     model: str | None,
@@ -52,6 +56,9 @@ def bench_cmd(
     envs: dict[str, str],
     report_dir: str | None,
     junit: str | None,
+    runtime: str | None,
+    python: str | None,
+    server_url: str | None,
     as_json: bool,
 ) -> None:
     """Measure serving performance the case study's way, with the image's own client.
@@ -74,6 +81,10 @@ def bench_cmd(
     conclude fails too. Without --against the output says no comparison ran. A scenario with
     accelerator = "none" is a stand-in: its figures are labelled "standin-cpu", never a GPU run.
 
+    --runtime process runs the server as a local process and the client as `WORDS -m
+    sglang.bench_serving` under --python (see `sglforge smoke --help`): no Docker. --server-url
+    measures a server sglforge did not start: no boot time, no --against; the report says so.
+
     Exit code 0 when a knee was found and nothing regressed, 1 otherwise, 7 when it cannot run.
 
     \b
@@ -83,24 +94,39 @@ def bench_cmd(
           --against registry.example/sglforge/sglang:v0.5.14-rocm700-mi355x
       sglforge bench --image sglforge-standin/sglang:v0.5.14-rocm700-mi35x-bench \\
           --scenario smoke/standin-cpu.toml --json
+      sglforge bench --runtime process --python /opt/venv/bin/python3 \\
+          --scenario my-h200.toml --env PYTHONPATH=/opt/site
     """
-    if junit:
-        check_output_file(junit, "--junit")
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
+    outputs_writable(junit)
     say = current().info
-    if against:
+    chosen = state.project.scenario_named(scenario)
+    if not image and (runtime or chosen.runtime) == "docker":
+        raise click.UsageError("pass --image IMAGE, or --runtime process (a local python)")
+    if against and (runtime or chosen.runtime) == "docker" and not server_url:
         against = ensure_local(against, lambda m: say(f"bench: {m}"))
     req = SmokeRequest(
-        scenario=state.project.scenario_named(scenario),
+        scenario=chosen,
         model=Path(model) if model else None,
         port=port,
         log_dir=Path(report_dir) if report_dir else None,
         env=envs,
+        runtime=runtime,
+        python=parse_python(python, "--python") if python else (),
+        server_url=server_url,
     )
     report = run_bench(
-        state.root, image, req, against=against, progress=lambda message: say(f"bench: {message}")
+        state.root,
+        image or "",
+        req,
+        against=against,
+        progress=lambda message: say(f"bench: {message}"),
     )
+    _emit(report, junit, as_json)
+    click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
+
+
+def _emit(report: core_report.BenchReport, junit: str | None, as_json: bool) -> None:
+    """The report on stdout (text or --json), in the JUnit file and the CI step summary."""
     if junit:
         core_report.write_junit(report, Path(junit))
     core_report.append_step_summary(report)
@@ -110,4 +136,3 @@ def bench_cmd(
         for line in core_report.text(report):
             click.echo(line)
     sys.stdout.flush()
-    click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)

@@ -131,6 +131,36 @@ label_option = key_value_option(
 env_option = key_value_option("--env", "envs", "Extra container environment (repeatable).")
 
 
+def runtime_options(f: F) -> F:
+    """``--runtime``, ``--python`` and ``--server-url``: where smoke's and bench's server runs
+    (``sglforge.smoke.runtime``)."""
+    f = click.option(
+        "--server-url",
+        metavar="URL",
+        help="Check a server sglforge did not start (http://HOST:PORT): nothing is launched; "
+        "what needs a boot (boot time, server log, stays-up, the --against comparison) is "
+        "not run, and every output says so.",
+    )(f)
+    f = click.option(
+        "--python",
+        "python",
+        metavar="WORDS",
+        help="The process runtime's interpreter, or a prefix ending in one: "
+        "'/venv/bin/python3', 'apptainer exec IMAGE.sif python3' (split as a shell does). "
+        "It replaces the scenario command's leading python3; the bench client is "
+        "WORDS -m sglang.bench_serving. Default: the scenario's python, else python3.",
+    )(f)
+    return click.option(
+        "--runtime",
+        type=click.Choice(["docker", "process"]),
+        help="Run the server in a container (docker, the default) or as a local process in "
+        "its own process group (stopped whole: SIGTERM, then SIGKILL). The process gets only "
+        "PATH, HOME, LANG, CUDA_/HIP_VISIBLE_DEVICES, [container.env] and --env "
+        "(PYTHONPATH only that way); paths under the model's mount become the --model "
+        "folder. Default: the scenario's runtime.",
+    )(f)
+
+
 def base_image_option(f: F) -> F:
     """``--base-image`` (a ``{version}``/``{date}`` template is allowed; also
     ``$SGLFORGE_BASE_IMAGE``, e.g. a mirror of the release images)."""

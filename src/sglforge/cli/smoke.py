@@ -12,10 +12,11 @@ import click
 from sglforge import smoke as core
 from sglforge.cli import colour
 from sglforge.cli.common import State, json_option, main, pass_state, print_json, table
-from sglforge.cli.options import env_option, key_value_option, scenario_option
+from sglforge.cli.options import env_option, key_value_option, runtime_options, scenario_option
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS, SmokeError
 from sglforge.progress import current
 from sglforge.requests import SmokeRequest
+from sglforge.smoke.runtime import parse_python
 from sglforge.util import check_output_file
 
 if TYPE_CHECKING:
@@ -40,6 +41,36 @@ def _target_scenario(state: State, image: str) -> Scenario:
     rocm = labels.get(LABEL_ROCM)
     found = find_scenario(state.root, target, f"{target}-{rocm}" if rocm else None)
     return state.project.scenario_file(found)
+
+
+def outputs_writable(junit: str | None) -> None:
+    """The report files proven writable before the server loads (minutes on real hardware)."""
+    if junit:
+        check_output_file(junit, "--junit")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
+
+
+def _chosen(
+    state: State,
+    scenario: str | None,
+    image: str | None,
+    runtime: str | None,
+    server_url: str | None,
+) -> Scenario:
+    """The scenario asked for (else the image's); a usage error when no image is given where
+    one is needed (the docker runtime starts one)."""
+    if scenario:
+        chosen = state.project.scenario_named(scenario)
+    elif image:
+        return _target_scenario(state, image)
+    else:
+        raise click.UsageError("pass --scenario NAME (without --image no image names one)")
+    if not image and not server_url and (runtime or chosen.runtime) == "docker":
+        raise click.UsageError(
+            "pass --image IMAGE, or --runtime process (a local python), or --server-url URL"
+        )
+    return chosen
 
 
 def echo_report(report: SmokeReport, standin: bool) -> None:
@@ -71,7 +102,9 @@ def echo_report(report: SmokeReport, standin: bool) -> None:
 
 
 @main.command("smoke")
-@click.option("--image", required=True, help="Image to test (tag or ID).")
+@click.option(
+    "--image", help="Image to test (tag or ID); not needed with --runtime process or --server-url."
+)
 @scenario_option(
     "Scenario: a NAME of smoke/NAME.toml (standin-cpu) or a file. Default: the one "
     "whose target is the image's (as publish picks it)."
@@ -85,11 +118,12 @@ def echo_report(report: SmokeReport, standin: bool) -> None:
 @key_value_option("--label", "labels", "Extra container label (repeatable).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Where the log and reports go.")
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write JUnit XML here.")
+@runtime_options
 @json_option
 @pass_state
 def smoke_cmd(
     state: State,
-    image: str,
+    image: str | None,
     scenario: str | None,
     model: str | None,
     port: int | None,
@@ -98,6 +132,9 @@ def smoke_cmd(
     labels: dict[str, str],
     log_dir: str | None,
     junit: str | None,
+    runtime: str | None,
+    python: str | None,
+    server_url: str | None,
     as_json: bool,
 ) -> None:
     """Prove an image serves with speculative decoding: launch it, check it, remove it.
@@ -111,6 +148,12 @@ def smoke_cmd(
     counted and listed (table, JSON, JUnit, step summary) without failing it. The container
     is removed whatever happens; reports go to a new build/smoke/<scenario>-<time>-<run id>/.
 
+    With --runtime process the launch runs as a local process under --python (a venv's
+    python3, or a prefix such as `apptainer exec IMAGE.sif python3`), with the same readiness
+    polling, log, crash detection, timeout and teardown (the whole process group); no Docker
+    is needed. With --server-url the checks run against a server sglforge did not start: no
+    boot time, log check or stays-up (the report lists them as not run).
+
     Exit code 0 when every check passed (warnings or not), 1 when some failed, 7 when it
     cannot run here.
 
@@ -120,15 +163,13 @@ def smoke_cmd(
           --scenario smoke/glm5-mxfp4-mtp-mi355x.toml --model /data/GLM-5.2-MXFP4
       sglforge smoke --image sglforge-standin/sglang:v0.5.14-rocm700-mi35x \\
           --scenario smoke/standin-cpu.toml --json --junit build/smoke.xml
+      sglforge smoke --runtime process --python /opt/venv/bin/python3 \\
+          --scenario my-h200.toml --env PYTHONPATH=/opt/site
+      sglforge smoke --server-url http://10.0.0.5:30000 --scenario my-h200.toml
     """
 
-    # Outputs are proven writable before the server loads (minutes on real hardware).
-    if junit:
-        check_output_file(junit, "--junit")
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        check_output_file(os.environ["GITHUB_STEP_SUMMARY"], "$GITHUB_STEP_SUMMARY")
-
-    chosen = state.project.scenario_named(scenario) if scenario else _target_scenario(state, image)
+    outputs_writable(junit)
+    chosen = _chosen(state, scenario, image, runtime, server_url)
     req = SmokeRequest(
         scenario=chosen,
         model=Path(model) if model else None,
@@ -137,9 +178,15 @@ def smoke_cmd(
         env=envs,
         labels=labels,
         load_timeout=load_timeout,
+        runtime=runtime,
+        python=parse_python(python, "--python") if python else (),
+        server_url=server_url,
     )
     report = core.run_smoke(
-        state.project, image, req, progress=lambda message: current().info(f"smoke: {message}")
+        state.project,
+        image or "",
+        req,
+        progress=lambda message: current().info(f"smoke: {message}"),
     )
     if junit:
         core.write_junit(report, Path(junit))
@@ -150,10 +197,5 @@ def smoke_cmd(
     else:
         echo_report(report, chosen.standin)
     sys.stdout.flush()
-    if report.verdict == "passed":
-        code = EXIT_OK
-    elif report.verdict == "failed":
-        code = EXIT_PROBLEMS
-    else:
-        code = SmokeError.exit_code
-    click.get_current_context().exit(code)
+    codes = {"passed": EXIT_OK, "failed": EXIT_PROBLEMS}
+    click.get_current_context().exit(codes.get(report.verdict, SmokeError.exit_code))

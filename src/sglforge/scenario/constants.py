@@ -11,7 +11,7 @@ LOG_TAIL_LINES = 50
 # After a failed request: how long to wait for the engine to report the container's exit.
 EXIT_GRACE_S = 2.0
 HTTP_FAILED = "request failed: "
-ACCELERATORS = ("rocm", "none")
+ACCELERATORS = ("rocm", "cuda", "none")  # cuda: no GPU preflight (NVIDIA, process runtime)
 SEVERITIES = ("fail", "warn")
 Value = float | int | str | None
 

@@ -144,6 +144,8 @@ class Scenario:
     checks: Checks
     bench: Bench | None = None  # the [bench] table: the serving workload `sglforge bench` runs
     accepted_misses: tuple[AcceptedMiss, ...] = ()  # [[coverage.accept]]: misses the gate allows
+    runtime: str = "docker"  # [scenario] runtime: "docker" or "process" (smoke.runtime)
+    python: tuple[str, ...] = ()  # [scenario] python: the process runtime's interpreter words
 
     @property
     def standin(self) -> bool:
@@ -224,6 +226,7 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
     if not 0 < port < 65536:
         raise ConfigError(f"{path}: 'scenario.port' {port} is not a TCP port", f"fix {path}")
     load_timeout = sc.number("load_timeout", "float", DEFAULT_LOAD_TIMEOUT)
+    runtime, python = _parse_runtime(sc, path)
     sc.done()
 
     model_path, model_mount = _parse_model(top.table("model"), path)
@@ -252,7 +255,28 @@ def parse_scenario(data: Mapping[str, Any], path: Path) -> Scenario:
         checks=checks,
         bench=bench,
         accepted_misses=accepted,
+        runtime=runtime,
+        python=python,
     )
+
+
+def _parse_runtime(sc: _Table, path: Path) -> tuple[str, tuple[str, ...]]:
+    """``runtime`` ("docker", the default, or "process") and ``python`` (the process
+    runtime's interpreter, or a prefix ending in one: a string split as a shell does)."""
+    import shlex
+
+    runtime = sc.get("runtime", "str", "docker")
+    if runtime not in ("docker", "process"):
+        raise ConfigError(
+            f"{path}: 'scenario.runtime' must be \"docker\" or \"process\", not {runtime!r}",
+            f"fix {path}",
+        )
+    python = sc.get("python", "str", "")
+    try:
+        words = tuple(shlex.split(python))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: 'scenario.python' {python!r}: {exc}", f"fix {path}") from None
+    return runtime, words
 
 
 def _parse_model(mt: _Table, path: Path) -> tuple[Path | None, str]:

@@ -293,10 +293,10 @@ def _timed(name: str, fn: Callable[[], Check]) -> Check:
 class _Session:
     """The checks of one running server, collecting figures and ``meta_info`` as they go."""
 
-    def __init__(self, scenario: Scenario, port: int) -> None:
+    def __init__(self, scenario: Scenario, port: int, base: str = "") -> None:
         self.s = scenario
         self.c = scenario.checks
-        self.base = f"http://127.0.0.1:{port}"
+        self.base = base or f"http://127.0.0.1:{port}"
         self.metas: list[dict[str, Any]] = []
         self.figures: dict[str, Value] = {}
 

@@ -65,6 +65,8 @@ class SmokeReport:
     warnings: tuple[LogMatch, ...] = ()
     run_id: str = ""
     required: tuple[LogMatch, ...] = ()  # one per required pattern, found or missing
+    not_run: tuple[str, ...] = ()  # skipped, neither passed nor failed: --server-url's gaps
+    server_url: str | None = None  # the server sglforge did not start (None: it started one)
 
     @property
     def failed_checks(self) -> list[Check]:

@@ -10,6 +10,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,14 @@ from sglforge.smoke.preflight import (
     refuse_simulated_acceptance,
 )
 from sglforge.smoke.report import Check, SmokeReport, report_dict
-from sglforge.util import atomic_write, check_output_dir, confined, work_dir
+from sglforge.smoke.runtime import (
+    SERVER_URL_NOTE,
+    RemoteBox,
+    Runtime,
+    parse_server_url,
+    runtime_for,
+)
+from sglforge.util import atomic_write, check_output_dir, confined, tail_lines, work_dir
 
 if TYPE_CHECKING:
     from sglforge.project import Project
@@ -87,6 +95,10 @@ class _Run:
     image_id: str | None = None
     figures: dict[str, Value] = field(default_factory=dict)
     preflight: tuple[Check, ...] = ()
+    rt: Runtime | None = None  # None with --server-url: nothing is started
+    base: str = ""  # the server's URL: http://127.0.0.1:<port>, or --server-url's
+    server_url: str | None = None
+    not_run: tuple[str, ...] = ()  # what a server sglforge did not start leaves unmeasured
 
 
 @dataclass
@@ -153,14 +165,23 @@ def _prepare(
         raise ConfigError(
             f"--load-timeout {timeout!r}: must be a finite number of seconds greater than 0"
         )
+    port = port or scenario.port
+    rt: Runtime | None = None
+    base = f"http://127.0.0.1:{port}"
+    not_run: tuple[str, ...] = ()
+    if req.server_url:
+        _host, port, base = parse_server_url(req.server_url)
+        not_run = ("boot time", "logs", "stays-up")
+    else:
+        rt = runtime_for(req.runtime, req.python or scenario.python, scenario.runtime)
     if log_dir:
         report_dir, run_id = check_output_dir(log_dir, "--log-dir"), uuid.uuid4().hex[:8]
     else:
         report_dir, run_id = new_report_dir(root, scenario.name)
     return _Run(
         scenario=scenario,
-        image=image,
-        port=port or scenario.port,
+        image=base if req.server_url else rt.describe(image) if rt else image,
+        port=port,
         timeout=timeout,
         model_path=Path(model).resolve() if model else scenario.model_path,
         report_dir=report_dir,
@@ -169,11 +190,17 @@ def _prepare(
         say=progress or (lambda _m: None),
         t_start=t_start,
         started_at=started_at,
+        rt=rt,
+        base=base,
+        server_url=req.server_url,
+        not_run=not_run,
     )
 
 
 def _preflight(project: Project, run: _Run, gpus: GpuInventory | None) -> _Run:
     """Leftovers of killed runs removed; the image, devices, arch, model and port checked."""
+    if run.rt is None or run.rt.kind != "docker":
+        return _preflight_local(project, run, gpus)
     from sglforge.engine import containers
     from sglforge.engine import images as engine_images
 
@@ -204,35 +231,43 @@ def _preflight(project: Project, run: _Run, gpus: GpuInventory | None) -> _Run:
     return run
 
 
-def _launch(run: _Run, env: Mapping[str, str] | None, labels: Mapping[str, str] | None) -> _Outcome:
-    """Start the container, wait until it serves, run the checks, then read its whole log."""
-    from sglforge.engine import containers
-
-    scenario, say = run.scenario, run.say
-    assert run.model_path is not None  # preflight.model passed
-    profile = replace(
-        scenario.container,
-        mounts=(containers.Mount(str(run.model_path), scenario.model_mount, read_only=True),),
-        env={**scenario.container.env, **dict(env or {})},
+def _preflight_local(project: Project, run: _Run, gpus: GpuInventory | None) -> _Run:
+    """The process runtime's preflight: the container's, with the interpreter for the image;
+    none for a server sglforge did not start (it is there or the readiness check says not)."""
+    if run.rt is None:
+        return run
+    if run.scenario.accelerator == "rocm" and gpus is None:
+        gpus = detect_gpus()
+    checks = preflight(
+        run.scenario,
+        image=run.image,
+        image_found=True,
+        model_path=run.model_path,
+        port=run.port,
+        arch=expected_arch(project, run.scenario, {}),
+        host=Host(gpus),
     )
-    session = _Session(scenario, run.port)
-    out = _Outcome([], log_path=run.log_path)
-    say(f"starting {run.image} ({scenario.name}) on 127.0.0.1:{run.port}; log: {run.log_path}")
-    # The launch command is the container's command, under the image's own ENTRYPOINT (none
-    # in release images, reset in overlays): smoke runs exactly what `docker run` runs.
-    with containers.running(
-        run.image,
-        entrypoint=None,
-        command=scenario.container_command(run.port),
-        profile=profile,
-        log_path=run.log_path,
-        labels={"io.sglforge.smoke": scenario.name, **dict(labels or {})},
-    ) as box:
-        ready = wait_ready(box, run.port, run.timeout, say)
-        out.checks.append(ready)
-        if ready.passed:
+    ran = Check("preflight.runtime", True, run.image, "a local process")
+    run.preflight = (ran, *(c for c in checks if c.name != "preflight.image"))
+    return run
+
+
+def _launch(run: _Run, env: Mapping[str, str] | None, labels: Mapping[str, str] | None) -> _Outcome:
+    """Start the server, wait until it serves, run the checks, then read its whole log."""
+    scenario, say = run.scenario, run.say
+    session = _Session(scenario, run.port, run.base)
+    out = _Outcome([], log_path=None if run.server_url else run.log_path)
+    with _server(run, env, labels) as box:
+        ready = wait_ready(box, run.port, run.timeout, say, url=run.base)
+        if ready.passed and run.server_url:
+            # Seconds until it answered, not a boot: ready_s is left out, and says why.
+            ready = replace(ready, detail=f"it answers; no boot time ({SERVER_URL_NOTE})")
+            say(f"{run.base} answers; running checks (no boot time: {SERVER_URL_NOTE})")
+        elif ready.passed:
             run.figures["ready_s"] = ready.value
             say(f"ready after {ready.value} s; running checks")
+        out.checks.append(ready)
+        if ready.passed:
             out.checks += _serving_checks(box, session, scenario, say)
         if box.exited.is_set():
             out.exit_code = box.exit_code
@@ -247,6 +282,36 @@ def _launch(run: _Run, env: Mapping[str, str] | None, labels: Mapping[str, str] 
     _fill_not_run(out.checks, scenario)
     out.figures = session.figures
     return out
+
+
+def _server(
+    run: _Run, env: Mapping[str, str] | None, labels: Mapping[str, str] | None
+) -> AbstractContextManager[Any]:
+    """The scenario's server through the run's runtime (a container, or a local process), or
+    the one ``--server-url`` names, which is neither started nor stopped here."""
+    if run.rt is None:
+        run.say(f"checking {run.base} ({run.scenario.name}): {SERVER_URL_NOTE}")
+        return nullcontext(RemoteBox())
+    from sglforge.engine.profile import Mount
+
+    scenario = run.scenario
+    assert run.model_path is not None  # preflight.model passed
+    profile = replace(
+        scenario.container,
+        mounts=(Mount(str(run.model_path), scenario.model_mount, read_only=True),),
+        env={**scenario.container.env, **dict(env or {})},
+    )
+    run.say(f"starting {run.image} ({scenario.name}) on 127.0.0.1:{run.port}; log: {run.log_path}")
+    # The launch command is the container's command, under the image's own ENTRYPOINT (none
+    # in release images, reset in overlays): smoke runs exactly what `docker run` runs.
+    return run.rt.running(
+        run.image,
+        entrypoint=None,
+        command=scenario.container_command(run.port),
+        profile=profile,
+        log_path=run.log_path,
+        labels={"io.sglforge.smoke": scenario.name, **dict(labels or {})},
+    )
 
 
 def _serving_checks(
@@ -273,7 +338,9 @@ def _serving_checks(
             # A refused or cut connection usually means the server just died; the engine
             # reports the exit a moment later, so give it that moment.
             box.wait_exit(EXIT_GRACE_S)
-    if box.wait_exit(0.05):
+    if isinstance(box, RemoteBox):
+        out.append(Check("stays-up", False, None, None, f"not run: {SERVER_URL_NOTE}", True))
+    elif box.wait_exit(0.05):
         out.append(
             Check(
                 "stays-up", False, box.exit_code, "running", "the server exited during the checks"
@@ -286,9 +353,12 @@ def _serving_checks(
 
 def _log_checks(run: _Run, out: _Outcome) -> None:
     """The container is gone, so its log is complete: forbidden and required lines."""
-    from sglforge.engine import containers
-
     scenario = run.scenario
+    if run.server_url:
+        out.checks.append(
+            Check("logs", False, None, None, f"not run: no server log ({SERVER_URL_NOTE})", True)
+        )
+        return
     matches = scan_log(run.log_path, scenario.checks.forbidden)
     out.required = tuple(scan_required(run.log_path, scenario.checks.required))
     out.warnings = tuple(m for m in matches if m.severity == "warn")
@@ -297,7 +367,7 @@ def _log_checks(run: _Run, out: _Outcome) -> None:
     if not out.reason and not all(c.passed for c in out.checks):
         out.reason = "failed: " + ", ".join(c.name for c in out.checks if not c.passed)
     if not all(c.passed for c in out.checks) and not out.log_tail:
-        out.log_tail = tuple(containers.tail_lines(run.log_path, LOG_TAIL_LINES))
+        out.log_tail = tuple(tail_lines(run.log_path, LOG_TAIL_LINES))
 
 
 def _fill_not_run(checks: list[Check], scenario: Scenario) -> None:
@@ -320,7 +390,13 @@ def _finish(run: _Run, out: _Outcome) -> SmokeReport:
     cannot = out.cannot_run or any(
         not c.passed and c.name.startswith("preflight.") for c in all_checks
     )
-    passed = not cannot and all(c.passed for c in all_checks)
+    # A check a server sglforge did not start cannot have (its log, its life) is skipped and
+    # named in the report; it neither fails nor passes the run.
+    passed = not cannot and all(
+        c.passed or (c.skipped and c.name in run.not_run) for c in all_checks
+    )
+    if passed and run.not_run:
+        out.reason = f"not run: {', '.join(run.not_run)} ({SERVER_URL_NOTE}: {run.server_url})"
     figures = {**run.figures, **out.figures}
     if out.warnings:
         figures["log_warnings"] = sum(w.count for w in out.warnings)
@@ -346,14 +422,19 @@ def _finish(run: _Run, out: _Outcome) -> SmokeReport:
         reason=out.reason,
         warnings=out.warnings,
         required=out.required,
+        not_run=run.not_run,
+        server_url=run.server_url,
     )
     atomic_write(run.report_dir / "report.json", json.dumps(report_dict(report), indent=2) + "\n")
     return report
 
 
-def wait_ready(box: Any, port: int, timeout: float, say: Callable[[str], None]) -> Check:
-    """Poll ``GET /health_generate`` until 200, the container exits, or ``timeout`` passes."""
-    url = f"http://127.0.0.1:{port}/health_generate"
+def wait_ready(
+    box: Any, port: int, timeout: float, say: Callable[[str], None], url: str = ""
+) -> Check:
+    """Poll ``GET /health_generate`` until 200, the server exits, or ``timeout`` passes
+    (``url``: the server's base URL, default ``http://127.0.0.1:<port>``)."""
+    url = f"{url or f'http://127.0.0.1:{port}'}/health_generate"
     started = time.monotonic()
     deadline = started + timeout
     next_note = started + 30

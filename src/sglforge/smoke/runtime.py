@@ -1,0 +1,354 @@
+"""Where a scenario's server (and the bench's client) runs: a container on the Docker engine,
+or a local process in an environment the user names. Smoke and bench start both through one
+:class:`Runtime`; readiness (``smoke.runner.wait_ready``), the log checks and the verdicts are
+written once above it.
+
+- :class:`ContainerRuntime`: :func:`sglforge.engine.containers.running` (the default).
+- :class:`ProcessRuntime`: the command under ``python`` (``python3``, a venv's interpreter, or a
+  prefix such as ``apptainer exec IMAGE.sif python3``), in its own session (process group),
+  stdout and stderr to the log file, a minimal environment, the mounts' paths mapped to their
+  host folders; the whole group is stopped (SIGTERM, then SIGKILL) whatever ends the block.
+  Nothing here imports the Docker SDK.
+- :func:`runtime_for`: the runtime a request and its scenario ask for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sglforge.engine.profile import Mount, Profile
+from sglforge.errors import ConfigError, SmokeError
+from sglforge.util import env_seconds, raise_held, signals_held, signals_raise, tail_lines
+
+RUNTIMES = ("docker", "process")
+DEFAULT_PYTHON = ("python3",)
+# What a process's environment keeps from sglforge's own: nothing else (no SGLFORGE_*, no
+# credentials, no PYTHONPATH unless the scenario's [container.env] or --env passes it).
+PASSED_ENV = ("PATH", "HOME", "LANG", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+STOP_GRACE_ENV = "SGLFORGE_STOP_GRACE"  # seconds between SIGTERM and SIGKILL (default 20)
+_PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+
+
+class Box(Protocol):
+    """A started server or client: its log, whether and when it exited, its exit code."""
+
+    log_path: Path
+    exited: threading.Event
+    exit_code: int | None
+    noticed_exit_at: float | None
+
+    def wait_exit(self, timeout: float) -> bool: ...
+
+    def drain_logs(self, timeout: float = ...) -> None: ...
+
+    def finished_at(self) -> float | None: ...
+
+    def tail(self, n: int = ...) -> list[str]: ...
+
+
+class Runtime(Protocol):
+    """Starts commands the way ``docker run IMAGE COMMAND`` would, and always stops them."""
+
+    kind: str  # "docker" or "process"
+
+    def describe(self, image: str) -> str:
+        """What runs, for reports: the image, or ``process: <python words>``."""
+        ...
+
+    def running(
+        self,
+        image: str,
+        *,
+        entrypoint: Sequence[str] | None,
+        command: Sequence[str],
+        profile: Profile,
+        log_path: Path,
+        role: str = "smoke",
+        labels: Mapping[str, str] | None = None,
+    ) -> AbstractContextManager[Box]: ...
+
+    def reap(self, role: str) -> list[str]:
+        """Remove what killed runs of ``role`` left behind; their names."""
+        ...
+
+
+class ContainerRuntime:
+    """The Docker engine: exactly what smoke and bench ran before there was a choice."""
+
+    kind = "docker"
+
+    def describe(self, image: str) -> str:
+        return image
+
+    def running(
+        self,
+        image: str,
+        *,
+        entrypoint: Sequence[str] | None,
+        command: Sequence[str],
+        profile: Profile,
+        log_path: Path,
+        role: str = "smoke",
+        labels: Mapping[str, str] | None = None,
+    ) -> AbstractContextManager[Box]:
+        from sglforge.engine import containers
+
+        return containers.running(
+            image,
+            entrypoint=entrypoint,
+            command=command,
+            profile=profile,
+            log_path=log_path,
+            role=role,
+            labels=labels,
+        )
+
+    def reap(self, role: str) -> list[str]:
+        from sglforge.engine import containers
+
+        return containers.reap_orphans(role)
+
+
+@dataclass(frozen=True)
+class ProcessRuntime:
+    """Local processes under ``python`` (the interpreter, or a prefix ending in one)."""
+
+    python: tuple[str, ...] = DEFAULT_PYTHON
+    kind = "process"
+
+    def describe(self, image: str) -> str:
+        return "process: " + shlex.join(self.python)
+
+    def argv(self, command: Sequence[str], mounts: Sequence[Mount]) -> list[str]:
+        """``command`` as this runtime runs it: a leading ``python3`` (or ``python``) becomes
+        ``self.python``; any other program gets ``self.python``'s prefix (all but its last
+        word: ``apptainer exec IMAGE.sif``). Paths under a mount's target become the host's."""
+        words = [map_path(w, mounts) for w in command]
+        if words and _PYTHON.match(words[0]):
+            return [*self.python, *words[1:]]
+        return [*self.python[:-1], *words]
+
+    def running(
+        self,
+        image: str,
+        *,
+        entrypoint: Sequence[str] | None,
+        command: Sequence[str],
+        profile: Profile,
+        log_path: Path,
+        role: str = "smoke",
+        labels: Mapping[str, str] | None = None,
+    ) -> AbstractContextManager[Box]:
+        argv = self.argv([*(entrypoint or ()), *command], profile.mounts)
+        env = child_env(profile.env, profile.mounts)
+        return _process(argv, env, log_path)
+
+    def reap(self, role: str) -> list[str]:
+        return []  # a process group dies with its block (see _process); none is left to find
+
+
+def map_path(word: str, mounts: Sequence[Mount]) -> str:
+    """``word`` with a mount's target (the container's view) replaced by its host source:
+    the whole word, a path under it, or the value of ``--flag=PATH``."""
+    flag, eq, value = word.partition("=")
+    splits = [("", word)] + ([(flag + eq, value)] if eq and word.startswith("-") else [])
+    for m in mounts:
+        target = m.target.rstrip("/")
+        for head, rest in splits:
+            if rest == target or rest.startswith(target + "/"):
+                return head + m.source.rstrip("/") + rest[len(target) :]
+    return word
+
+
+def child_env(env: Mapping[str, str], mounts: Sequence[Mount]) -> dict[str, str]:
+    """The process's environment: PATH, HOME, LANG and the visible-devices lists from
+    sglforge's own, then ``env`` (the scenario's and --env's, paths mapped); never SGLFORGE_*."""
+    out = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    out.update({k: map_path(str(v), mounts) for k, v in env.items()})
+    return {k: v for k, v in out.items() if not k.startswith("SGLFORGE_")}
+
+
+class ProcessBox:
+    """A started process group: its log file, whether and when its leader exited."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.proc = proc
+        self.pgid = proc.pid  # start_new_session: the leader's pid is the group's id
+        self.log_path = log_path
+        self.exited = threading.Event()
+        self.exit_code: int | None = None
+        self.noticed_exit_at: float | None = None
+        threading.Thread(target=self._watch, name=f"wait-{proc.pid}", daemon=True).start()
+
+    def _watch(self) -> None:
+        code = self.proc.wait()
+        self.noticed_exit_at = time.time()
+        # A signal as a shell (and the Docker engine) reports it: 128 + its number.
+        self.exit_code = 128 - code if code < 0 else code
+        self.exited.set()
+
+    def wait_exit(self, timeout: float) -> bool:
+        return self.exited.wait(timeout)
+
+    def drain_logs(self, timeout: float = 0.0) -> None:
+        """Nothing to drain: the process writes its log file itself."""
+
+    def finished_at(self) -> float | None:
+        return self.noticed_exit_at
+
+    def tail(self, n: int = 50) -> list[str]:
+        return tail_lines(self.log_path, n)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies awaiting their reaper don't)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def stop_group(box: ProcessBox, grace: float | None = None) -> None:
+    """SIGTERM to the whole group, SIGKILL to what is left after ``grace`` seconds; returns
+    once no process of the group runs and the leader is reaped."""
+    grace = env_seconds(STOP_GRACE_ENV, 20.0, minimum=0.0) if grace is None else grace
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(box.pgid, sig)
+        deadline = time.monotonic() + wait
+        while group_alive(box.pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not group_alive(box.pgid):
+            break
+    box.exited.wait(5.0)
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[ProcessBox]:
+    """Start ``argv`` in a new session, output to ``log_path``; yield it; always stop the
+    group, also on Ctrl-C and SIGTERM (re-raised once the group is gone)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    box: ProcessBox | None = None
+    with signals_raise():
+        try:
+            with signals_held() as arrived, open(log_path, "wb") as log:
+                try:
+                    proc = subprocess.Popen(  # noqa: S603 (the user's own command)
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise SmokeError(
+                        f"{shlex.join(argv[:4])}: could not start it: {exc.strerror or exc}",
+                        "pass --python with an interpreter (or a prefix ending in one) that exists",
+                    ) from None
+                box = ProcessBox(proc, log_path)
+            raise_held(arrived)
+            yield box
+        finally:
+            if box is not None:
+                with signals_held() as late:
+                    stop_group(box)
+                raise_held(late)
+
+
+def parse_python(words: str | Sequence[str], where: str) -> tuple[str, ...]:
+    """The interpreter words (``/venv/bin/python3``, ``apptainer exec x.sif python3``)."""
+    out = tuple(shlex.split(words) if isinstance(words, str) else words)
+    if not out:
+        raise ConfigError(f"{where}: the python command is empty", "pass --python python3")
+    return out
+
+
+def runtime_for(kind: str | None, python: Sequence[str], default: str = "docker") -> Runtime:
+    """The runtime ``kind`` names (None: ``default``, the scenario's), for ``python``."""
+    chosen = kind or default
+    if chosen not in RUNTIMES:
+        raise ConfigError(
+            f"unknown runtime {chosen!r} (known: {', '.join(RUNTIMES)})", "--runtime process"
+        )
+    if chosen == "docker":
+        return ContainerRuntime()
+    words = tuple(python) or DEFAULT_PYTHON
+    if shutil.which(words[0]) is None:
+        raise ConfigError(
+            f"--python {shlex.join(words)}: {words[0]} is not a program here",
+            "pass --python /path/to/python3 (or a prefix ending in one)",
+        )
+    return ProcessRuntime(words)
+
+
+SERVER_URL_NOTE = "a server sglforge did not start (--server-url)"
+
+
+def parse_server_url(url: str) -> tuple[str, int, str]:
+    """(host, port, base URL) of ``--server-url http://HOST:PORT``; ConfigError otherwise."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise ConfigError(f"--server-url {url!r}: {exc}", "--server-url http://HOST:PORT") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise ConfigError(
+            f"--server-url {url!r}: not http(s)://HOST:PORT (no path, query or user)",
+            "--server-url http://127.0.0.1:30000",
+        )
+    if parts.query or parts.fragment or parts.username:
+        raise ConfigError(f"--server-url {url!r}: no query, fragment or user", "--server-url URL")
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    return host, port, f"{parts.scheme}://{shown}:{port}"
+
+
+class RemoteBox:
+    """A server sglforge did not start: it never "exits" here, and it has no log."""
+
+    def __init__(self) -> None:
+        self.log_path = Path(os.devnull)
+        self.exited = threading.Event()  # never set: its life is not watched
+        self.exit_code: int | None = None
+        self.noticed_exit_at: float | None = None
+
+    def wait_exit(self, timeout: float) -> bool:
+        return self.exited.wait(timeout)
+
+    def drain_logs(self, timeout: float = 0.0) -> None:
+        """No log to drain."""
+
+    def finished_at(self) -> float | None:
+        return None
+
+    def tail(self, n: int = 50) -> list[str]:
+        return []
