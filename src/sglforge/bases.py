@@ -179,11 +179,18 @@ def _numbers(version: str | None) -> tuple[int, ...]:
 
 
 def dry_run_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
-    """In a dry run, the base inspected as a real build would, when the engine has it
-    locally (nothing pulled, nothing written): the plan then shows the real immutable tag,
-    which names the base's digest. Otherwise the base stays unpinned (a tag without -i)."""
+    """In a dry run, the base inspected as a real build would, with nothing pulled, no
+    container and nothing written: its digest from its registry and its facts from the cache
+    kept by that digest (a real build keeps them); else, when the engine has it locally, the
+    engine's. The plan then shows the real immutable tag (and the overlay's digest). Otherwise
+    the base stays unpinned (a tag without -i)."""
     from sglforge.engine import images as eng
 
+    digest = registry_digest_of(base.ref)
+    if digest is not None:
+        known = cached_base(replace(base, digest=digest), version)
+        if known is not None:
+            return known
     try:
         info = eng.inspect(base.ref)
         if info is None:
@@ -193,12 +200,101 @@ def dry_run_base(root: Path, base: Base, version: str, labels: Mapping[str, str]
         return base
 
 
+def registry_digest_of(ref: str) -> str | None:
+    """The digest ``ref``'s registry serves for it (over HTTP, no engine); None when it
+    cannot say (no registry in the reference, unreachable, no such tag)."""
+    from sglforge.engine import distribution
+    from sglforge.engine.reference import parse
+
+    try:
+        parsed = parse(ref, allow_digest=True)
+        if parsed.digest:
+            return parsed.digest
+        return distribution.served_digest(ref, _creds_or_none(parsed.registry))
+    except SglforgeError:
+        return None
+
+
+def _creds_or_none(registry: str) -> Any:
+    from sglforge.engine.registry import credentials
+
+    try:
+        return credentials(registry)
+    except SglforgeError:
+        return None
+
+
+# The base's facts (its sglang and ENTRYPOINT/CMD; its aiter tables), kept in the user cache
+# by the base's registry digest: a digest names the same bytes forever, so a later build of
+# the same base asks no container (issue 43). A damaged entry reads as a miss.
+FACTS_FOLDER = "base-facts"
+
+
+def _facts_file(digest: str, what: str) -> Path:
+    from sglforge.cache import cache_root
+
+    return cache_root() / FACTS_FOLDER / f"{what}-{digest.replace(':', '-')}.json"
+
+
+def cached_facts(digest: str | None, what: str) -> dict[str, Any] | None:
+    """The facts ``what`` kept for registry digest ``digest``; None when none are."""
+    from sglforge.util import read_json
+
+    if not digest or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        return None
+    try:
+        data = read_json(_facts_file(digest, what), cap=64 << 20)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("digest") == digest else None
+
+
+def keep_facts(digest: str | None, what: str, data: Mapping[str, Any]) -> None:
+    """Keep ``data`` as the facts ``what`` of registry digest ``digest`` (if it is one)."""
+    if digest and re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        try:
+            atomic_write(_facts_file(digest, what), json.dumps({**data, "digest": digest}))
+        except OSError:
+            pass  # a cache that cannot be written only costs the next build a probe
+
+
+def cached_base(base: Base, version: str) -> Base | None:
+    """The base with its facts from the cache kept by its digest; None on a miss."""
+    facts = cached_facts(base.digest, "sglang")
+    if facts is None:
+        return None
+    try:
+        return _with_facts(base, facts, version)
+    except (KeyError, TypeError):
+        return None
+
+
 def inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
-    """Read the sglang version and package path of the base; refuse a version mismatch."""
+    """Read the sglang version and package path of the base; refuse a version mismatch.
+
+    Read from the facts kept by the base's registry digest when there are (no container),
+    else probed in a container and kept."""
     from sglforge.engine import images as eng
 
-    info = sglang_info(base.ref, work_dir(root, "cache"), labels=labels)
-    if info.version is None and info.fallback_only:
+    facts = cached_facts(base.digest, "sglang")
+    if facts is None:
+        info = sglang_info(base.ref, work_dir(root, "cache"), labels=labels)
+        image = eng.require(base.ref)
+        facts = {
+            "version": info.version,
+            "path": info.path,
+            "fallback_only": info.fallback_only,
+            "entrypoint": list(image.entrypoint),
+            "cmd": list(image.cmd) if image.cmd is not None else None,
+        }
+        keep_facts(base.digest, "sglang", facts)
+    return _with_facts(base, facts, version)
+
+
+def _with_facts(base: Base, facts: Mapping[str, Any], version: str) -> Base:
+    """``base`` with its sglang facts; BuildError when they do not fit ``version``."""
+    found, path = facts["version"], facts["path"]
+    if found is None and facts.get("fallback_only"):
         raise BuildError(
             f"base image {base.ref}: its sglang reports only setuptools-scm's fallback version "
             "0.0.0.dev0 (no _version.py, no distribution metadata), so which release it holds "
@@ -206,24 +302,23 @@ def inspect_base(root: Path, base: Base, version: str, labels: Mapping[str, str]
             "pass --base-image with an sglang release image (pip install -e python in a git "
             "checkout at the release tag writes sglang/_version.py)",
         )
-    if info.path is None:
+    if path is None:
         raise BuildError(
             f"base image {base.ref} holds no importable sglang package",
             "pass --base-image with an sglang release image",
         )
-    if not _same_version(info.version, version):
+    if not _same_version(found, version):
         raise BuildError(
-            f"base image {base.ref} holds sglang {info.version}, but the queue is pinned to "
-            f"{version}",
+            f"base image {base.ref} holds sglang {found}, but the queue is pinned to {version}",
             "pass --base-image with the release image of the pinned version, or re-pin",
         )
-    image = eng.require(base.ref)
+    cmd = facts.get("cmd")
     return replace(
         base,
-        sglang_version=info.version,
-        package_path=info.path,
-        entrypoint=image.entrypoint,
-        cmd=image.cmd,
+        sglang_version=str(found),
+        package_path=str(path),
+        entrypoint=tuple(str(w) for w in facts.get("entrypoint") or ()),
+        cmd=tuple(str(w) for w in cmd) if isinstance(cmd, list) else None,
     )
 
 
@@ -442,9 +537,16 @@ class AiterTables:
 
 
 def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> AiterTables | None:
-    """Image ``ref``'s aiter tables (one probe container); None when the image has no aiter."""
+    """Image ``ref``'s aiter tables (one probe container); None when the image has no aiter.
+
+    A ``ref`` naming a registry digest (``repo:tag@sha256:...``) reads the tables kept for
+    that digest when there are, and keeps them after a probe: no container the next time."""
     from sglforge.engine import containers
 
+    digest = ref.rpartition("@")[2] if "@sha256:" in ref else None
+    kept = cached_facts(digest, "aiter")
+    if kept is not None:
+        return aiter_tables_from(ref, kept.get("probe"))
     text = containers.run_python(ref, _AITER_PROBE, labels=labels, working_dir="/")
     line = next((ln for ln in text.splitlines() if ln.startswith("SGLFORGE-AITER ")), None)
     if line is None:
@@ -453,7 +555,10 @@ def aiter_configs(ref: str, labels: Mapping[str, str] | None = None) -> AiterTab
             f"docker run --rm -w / {ref} python3 -c 'import importlib.util as u; "
             'print(u.find_spec("aiter"))\'',
         )
-    return aiter_tables_from(ref, json.loads(line.removeprefix("SGLFORGE-AITER ")))
+    probe = json.loads(line.removeprefix("SGLFORGE-AITER "))
+    tables = aiter_tables_from(ref, probe)  # checked before it is kept
+    keep_facts(digest, "aiter", {"probe": probe})
+    return tables
 
 
 def aiter_tables_from(ref: str, data: Any) -> AiterTables | None:

@@ -46,7 +46,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
 from sglforge import bases
-from sglforge.errors import BuildError, ConfigError
+from sglforge.errors import BuildError, ConfigError, SglforgeError
+from sglforge.images import oci
 from sglforge.project import Project
 from sglforge.provenance import (
     LABEL_ENTRYPOINT_RESET,
@@ -65,7 +66,7 @@ from sglforge.provenance import (
 )
 from sglforge.requests import BuildRequest, check_mode
 from sglforge.targets import BuildTarget
-from sglforge.util import plural, sha256_bytes, work_dir
+from sglforge.util import atomic_write, plural, sha256_bytes, work_dir
 
 if TYPE_CHECKING:
     from sglforge.engine.images import BuildStep, ImageInfo
@@ -111,6 +112,32 @@ class Status:
 
 
 @dataclass(frozen=True)
+class OciBuild:
+    """The overlay image as its inputs give it: the base as its registry holds it, the
+    image's blobs, and the fixed time its files and config carry."""
+
+    base: oci.BaseImage
+    image: oci.OverlayImage
+    epoch: int
+
+    def to_dict(self) -> dict[str, object]:
+        """What ``build --json`` shows: the digests and how to recompute them."""
+        return {
+            "digest": self.image.digest,
+            "config": self.image.config_digest,
+            "layer": self.image.layer.digest,
+            "diff_id": self.image.layer.diff_id,
+            "layer_size": self.image.layer.size,
+            "media_type": self.image.media_type,
+            "base": f"{self.base.name}@{self.base.digest}",
+            "base_size": self.base.size,
+            "source_date_epoch": self.epoch,
+            "zlib": oci.ZLIB_VERSION,
+            "recompute": "sglforge build --dry-run --json (no engine, no pull)",
+        }
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     """Everything a build will do, computed without touching the engine."""
 
@@ -138,6 +165,9 @@ class BuildPlan:
     context_dir: Path | None = None  # source mode: the patched worktree
     # the base's aiter tables when staging the config items probed them (the gates reuse them)
     base_tables: BaseTables | None = None
+    # the overlay written as an OCI image over the base's registry manifest (issue 43); None
+    # when the base is known to no registry (the engine's classic builder makes it then)
+    oci: OciBuild | None = None
 
 
 @dataclass(frozen=True)
@@ -375,7 +405,7 @@ def plan_build(facts: ImageFacts, given: PlanInputs) -> BuildPlan:
         files=layout.files,
         deleted=layout.deleted,
         key_dockerfile=layout.key_dockerfile,
-        created=given.created or _now(),
+        created=given.created or oci.rfc3339(source_date_epoch()),
         extra_labels=given.extra_labels,
     )
     return BuildPlan(
@@ -633,19 +663,78 @@ def _overlay_plan(
     else:
         base = bases.inspect_base(root, base, version, labels)
     configs = project.queue.configs
-    if not configs or req.dry_run:
-        return plan_build(replace(facts, base=base), given)
+    base_ref = bases.from_reference(base)  # by digest: the aiter tables kept for it
+    if not configs or (req.dry_run and not _tables_known(base_ref)):
+        return _with_oci(plan_build(replace(facts, base=base), given), given.worktree, say)
     from sglforge import overlay_configs
 
-    staged = overlay_configs.stage(root, configs, base.ref, version, req.target.name, labels, say)
+    staged = overlay_configs.stage(root, configs, base_ref, version, req.target.name, labels, say)
     extra = {**staged.labels, **given.extra_labels}
     plan = plan_build(replace(facts, base=base), replace(given, extra_labels=extra))
     plan = replace(plan, base_tables=staged.tables)
-    if not staged.files:
+    if staged.files:
+        # The staged files join the context and the items the manifest.
+        manifest: Manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
+        plan = replace(plan, files=plan.files + staged.files, manifest=manifest)
+    return _with_oci(plan, given.worktree, say)
+
+
+def _tables_known(base_ref: str) -> bool:
+    """Whether the base's aiter tables are kept by its digest (a dry run starts no probe)."""
+    digest = base_ref.rpartition("@")[2] if "@sha256:" in base_ref else None
+    return bases.cached_facts(digest, "aiter") is not None
+
+
+def _with_oci(plan: BuildPlan, worktree: Path, say: Callable[[str], None]) -> BuildPlan:
+    """``plan`` with its overlay written as an OCI image over the base's registry manifest
+    (read by digest, or from the cache kept by it); unchanged when the base is in no
+    registry, or not inspected (its sglang's place unknown)."""
+    from sglforge.images import registry as oreg
+
+    base = plan.base
+    if not (base.digest and base.digest.startswith("sha256:") and base.package_path):
         return plan
-    # The staged files join the context and the items the manifest.
-    manifest: Manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
-    return replace(plan, files=plan.files + staged.files, manifest=manifest)
+    try:
+        found = oreg.read_base(bases.from_reference(base), bases._creds_or_none(base.ref))
+    except (SglforgeError, oci.ImageFormatError) as exc:
+        say(f"{base.ref}: its registry did not give its manifest ({exc}); the engine builds")
+        return plan
+    epoch = source_date_epoch()
+    image = oci.overlay_image(
+        found, _layer_files(plan, worktree), plan.deleted, _config_change(plan, epoch), epoch
+    )
+    return replace(plan, oci=OciBuild(found, image, epoch))
+
+
+def _layer_files(plan: BuildPlan, worktree: Path) -> list[oci.LayerFile]:
+    """The overlay layer's files: the changed files as the patched tree holds them (checked
+    against the plan) and ``/opt/sglforge/manifest.json``; the context's, without ``overlay/``."""
+    files: list[oci.LayerFile] = []
+    for f in plan.files:
+        if f.link is not None:
+            files.append(oci.LayerFile(f.dest, link=f.link))
+            continue
+        data = (worktree / f.path).read_bytes()
+        if sha256_bytes(data) != f.sha256:
+            raise BuildError(
+                f"{worktree / f.path} changed while building",
+                "rerun `sglforge build` once nothing else writes to the worktree",
+            )
+        files.append(oci.LayerFile(f.dest, data, f.mode))
+    files.append(oci.LayerFile(MANIFEST_PATH, manifest_bytes(plan.manifest)))
+    return files
+
+
+def _config_change(plan: BuildPlan, epoch: int) -> oci.ConfigChange:
+    """What ``images/overlay.Dockerfile`` changes in the base's config, said as data."""
+    return oci.ConfigChange(
+        labels=dict(plan.labels),
+        env=dict(plan.target.env),
+        created=oci.rfc3339(epoch),
+        entrypoint_reset=bool(plan.base.entrypoint),
+        created_by=f"sglforge overlay: {plural(len(plan.files) + 1, 'file')}, "
+        f"{plural(len(plan.deleted), 'deletion')}",
+    )
 
 
 def _base_for(req: BuildRequest, version: str, say: Callable[[str], None]) -> Base:
@@ -674,6 +763,8 @@ def _already_built(plan: BuildPlan, started: float) -> BuildResult | None:
             f"this build's {plan.inputs_key}): an immutable tag is never re-pointed",
             f"remove it if it is wrong: docker rmi {plan.image}",
         )
+    if plan.oci is not None and existing.id != plan.oci.image.config_digest:
+        return None  # the same inputs built by the engine before: the reproducible one replaces it
     _retag(existing.id, plan.tags)
     return _result(
         replace(plan, labels=dict(existing.labels)), existing, up_to_date=True, started=started
@@ -718,6 +809,9 @@ def _build_overlay(b: _Build) -> BuildResult:
     from sglforge.engine import images as eng
 
     plan = b.plan
+    built = plan.oci
+    if built is not None:
+        return _engine_build(b, lambda log_path: _load_oci(b, built, log_path))
 
     def make(log_path: Path) -> tuple[ImageInfo | None, str | None]:
         context = context_tar(plan, b.worktree)
@@ -727,6 +821,27 @@ def _build_overlay(b: _Build) -> BuildResult:
         return eng.inspect(plan.image), image_id
 
     return _engine_build(b, make)
+
+
+def _load_oci(b: _Build, built: OciBuild, log_path: Path) -> tuple[ImageInfo | None, str]:
+    """The OCI overlay loaded into the engine (for the self-check and the smoke): an archive
+    of its config and layer only, over the base pulled by digest when the engine lacks it.
+    The engine's image ID is then the config's digest, the image what a registry serves."""
+    from sglforge.engine import images as eng
+
+    plan, image = b.plan, built.image
+    base_ref = bases.from_reference(plan.base)
+    if eng.inspect(base_ref) is None:
+        b.say(f"pulling {base_ref} (the engine runs the image over it)")
+        eng.pull(f"{built.base.name}@{plan.base.digest}")
+    b.say(
+        f"loading {plan.image} ({image.digest}: {len(plan.files)} file(s), "
+        f"{image.layer.size} bytes of layer) into the engine"
+    )
+    eng.load(oci.docker_archive(image, [plan.image], built.epoch), plan.image)
+    atomic_write(log_path, json.dumps(built.to_dict(), indent=2) + "\n")
+    _retag(image.config_digest, plan.tags)  # the self-check removes every tag if it fails
+    return eng.inspect(plan.image), image.config_digest
 
 
 def _self_check(
@@ -850,5 +965,19 @@ def _sayer(progress: BuildProgress | None) -> Callable[[str], None]:
     return say
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
+
+
+def source_date_epoch() -> int:
+    """The time an image's files, config and ``created`` label carry: ``$SOURCE_DATE_EPOCH``
+    (reproducible-builds.org) when set to whole seconds, else 0; never the clock, so the same
+    inputs give the same image digest on any machine at any time (issue 43)."""
+    given = os.environ.get(SOURCE_DATE_EPOCH, "").strip()
+    if given:
+        if not given.isdigit():
+            raise ConfigError(
+                f"${SOURCE_DATE_EPOCH}={given!r} is not a whole number of seconds",
+                f"unset {SOURCE_DATE_EPOCH}, or set it to e.g. $(git log -1 --format=%ct)",
+            )
+        return int(given)
+    return 0

@@ -109,6 +109,8 @@ def to_json(r: BuildResult) -> dict[str, Any]:
         ],
         "deleted": list(r.plan.deleted),
         "skipped": list(r.plan.skipped),
+        # the overlay's digest as its inputs give it (issue 43); null when the engine builds
+        "oci": r.plan.oci.to_dict() if r.plan.oci is not None else None,
     }
     if r.dry_run:
         doc["dockerfile"] = r.plan.dockerfile
@@ -129,6 +131,8 @@ def render_plan(r: BuildResult) -> str:
     ]
     if p.tags:
         lines.append("tags      " + ", ".join(one_line(t) for t in p.tags))
+    if p.oci is not None:
+        lines.append(f"digest    {p.oci.image.digest} (the inputs' image, in any registry)")
     if p.mode == "overlay":
         note = "" if p.workspace_source.inspected else " (assumed until inspected)"
         lines.append(f"workspace {p.workspace}{note}")

@@ -344,6 +344,23 @@ def pull(ref: str, creds: Credentials | None = None) -> ImageInfo:
     return info
 
 
+def load(archive: bytes, ref: str) -> None:
+    """Load a ``docker save``-format ``archive`` naming ``ref`` (every event read); BuildFailed
+    naming the image when the engine refuses it (a base layer it lacks, a damaged archive)."""
+    error: str | None = None
+    try:
+        for event in _api().load_image(archive):
+            if isinstance(event, dict) and ("error" in event or "errorDetail" in event):
+                error = error or str(event.get("error") or event.get("errorDetail"))
+    except docker.errors.APIError as exc:
+        error = str(exc.explanation or exc)
+    if error is not None:
+        raise BuildFailed(
+            f"loading {ref} into the engine failed: {_first_line(error)}",
+            "pull its base first (docker pull BASE@DIGEST), then rerun sglforge build",
+        )
+
+
 def tag(image: str, ref: str) -> None:
     """Point ``ref`` at ``image`` (moving it if it existed)."""
     r = parse(ref)

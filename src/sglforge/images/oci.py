@@ -170,17 +170,17 @@ def layer_tar(files: Sequence[LayerFile], deleted: Sequence[str], mtime: int) ->
             if name in dirs:
                 tar.addfile(_info(name, tarfile.DIRTYPE, DIR_MODE, mtime))
                 continue
-            f = entries[name]
-            if f is None:
+            entry = entries[name]
+            if entry is None:
                 tar.addfile(_info(name, tarfile.REGTYPE, 0o644, mtime))
-            elif f.link is not None:
+            elif entry.link is not None:
                 info = _info(name, tarfile.SYMTYPE, 0o777, mtime)
-                info.linkname = f.link
+                info.linkname = entry.link
                 tar.addfile(info)
             else:
-                info = _info(name, tarfile.REGTYPE, f.mode & 0o7777, mtime)
-                info.size = len(f.data)
-                tar.addfile(info, io.BytesIO(f.data))
+                info = _info(name, tarfile.REGTYPE, entry.mode & 0o7777, mtime)
+                info.size = len(entry.data)
+                tar.addfile(info, io.BytesIO(entry.data))
     return buf.getvalue()
 
 
