@@ -158,7 +158,10 @@ def scan_tree(
                 config_file,
                 None,
                 "construction",
-                f"sglang's own model construction did not run on this tree ({exc.message}); "
+                # the checkout is a temporary folder: named as the tree's python/, so two
+                # scans of the same inputs read alike
+                "sglang's own model construction did not run on this tree "
+                f"({exc.message.replace(str(tree.resolve()), '<tree>')}); "
                 "quant-exclude-unmatched and fused-shared-expert-dtype were not checked, and the "
                 "launch was read from its flags as written (the DSA backend assumed)",
                 "report it with the release and the config (sglforge -v scan shows the child's "

@@ -1,0 +1,256 @@
+"""The construction children run fenced, in the node's environment (issue 42 F1, issue 41 item 1).
+
+Real children, real code we did not write: a sglang tree whose package (a queue patch, or the
+release as given) runs code at import, and a ``transformers`` served on the config child's path.
+Each writes what it sees (its whole environment, its working folder, its limits, whether it can
+reach a socket on this host's loopback) to a file. Every child is started with the caller's
+secrets and the host's ``SGLANG_USE_AITER=0`` in the environment; none of it may arrive, and
+the target's ``SGLANG_USE_AITER=1`` must. Then each way a child can fail to answer (an error,
+a timeout, a kill, a resource limit) is a ``scan-incomplete`` fail, never "nothing blocks".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from sglforge import construct, coverage
+from sglforge.cli import main
+from sglforge.construct import hfresolve, sandbox
+from sglforge.construct.environment import target_env
+from sglforge.queue.configs import base_tables_from_dir
+from sglforge.scan import scan_tree
+from sglforge.scan.findings import FAIL
+from sglforge.scan.text import scan_text
+from sglforge.targets import load_targets
+
+REPO = Path(__file__).resolve().parents[2]
+MI355X = load_targets(REPO).resolve("mi355x")
+# What the caller has: secrets, and a host setting that would change the construction's shapes.
+CALLER = {
+    "SGLFORGE_REGISTRY_PASSWORD": "hunter2-SECRET",
+    "AWS_SECRET_ACCESS_KEY": "aws-SECRET",
+    "GITHUB_TOKEN": "ghp-SECRET",
+    "DOCKER_AUTH_CONFIG": "docker-SECRET",
+    "HF_TOKEN": "hf-SECRET",
+    "MY_SERVICE_API_KEY": "key-SECRET",
+    "AITER_LOG_MORE": "host",
+    "HIP_VISIBLE_DEVICES": "host",
+    "ROCM_PATH": "/host/rocm",
+    "CUDA_VISIBLE_DEVICES": "host",
+}
+CONFIG = {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa"}
+
+
+def spy(dump: Path, then: str = "") -> str:
+    """Python that records what the process sees into ``dump``, then runs ``then``."""
+    return (
+        "import json as _j, os as _o, resource as _r, socket as _s\n"
+        "def _reach(port):\n"
+        "    try:\n"
+        "        _s.create_connection(('127.0.0.1', port), timeout=2).close()\n"
+        "        return True\n"
+        "    except OSError:\n"
+        "        return False\n"
+        f"_j.dump({{'env': dict(_o.environ), 'cwd': _o.getcwd(),"
+        f" 'as': _r.getrlimit(_r.RLIMIT_AS)[0], 'fsize': _r.getrlimit(_r.RLIMIT_FSIZE)[0],"
+        f" 'reach': _reach({listener_port()})}},"
+        f" open({str(dump)!r}, 'w'))\n"
+        f"{then}\n"
+    )
+
+
+_LISTENER: list[socket.socket] = []  # closed at exit with the test process
+
+
+def listener_port() -> int:
+    """A socket listening on this host's loopback for the test run (a child must not reach it)."""
+    if not _LISTENER:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        _LISTENER.append(s)
+    return int(_LISTENER[0].getsockname()[1])
+
+
+def fake_tree(root: Path, init: str) -> Path:
+    """A release's ``python/`` folder whose ``sglang/__init__.py`` is ``init``."""
+    tree = root / "python"
+    (tree / "sglang" / "srt").mkdir(parents=True)
+    (tree / "sglang" / "__init__.py").write_text(init)
+    (tree / "sglang" / "srt" / "__init__.py").write_text("")
+    return tree
+
+
+@pytest.fixture
+def caller(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for k, v in CALLER.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SGLANG_USE_AITER", "0")
+    yield
+
+
+def seen(dump: Path) -> dict[str, Any]:
+    assert dump.is_file(), "the child never ran the code"
+    return dict(json.loads(dump.read_text()))
+
+
+def assert_fenced(got: dict[str, Any], project: Path | None = None) -> None:
+    env = got["env"]
+    leaked = {k for k in env if k in CALLER or CALLER.get(k) in env.values()}
+    assert not leaked and not any("SECRET" in v for v in env.values()), leaked
+    assert env["SGLANG_USE_AITER"] == "1", "the node's variable, not the host's 0"
+    assert env["HOME"] != os.environ["HOME"] and Path(env["HOME"]).parent == Path(got["cwd"]).parent
+    ours = {"HOME", "TMPDIR", "PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE"}
+    config_child = {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_VERBOSITY"}
+    node = target_env("gfx950", MI355X).as_dict()
+    assert set(env) <= {*sandbox.HOST_PASSED, *ours, *config_child, *node}, set(env)
+    assert got["as"] == sandbox.MEMORY and got["fsize"] == sandbox.FILE_SIZE
+    if sandbox.isolation().network is None:
+        assert got["reach"] is False, "the child reached this host's loopback"
+    for folder in (REPO, project):
+        if folder is not None:
+            assert not Path(got["cwd"]).is_relative_to(folder)
+
+
+def test_the_construction_child_sees_only_the_nodes_environment(
+    tmp_path: Path, caller: None
+) -> None:
+    dump = tmp_path / "dump.json"
+    tree = fake_tree(tmp_path, spy(dump))
+    env = target_env("gfx950", MI355X)
+    with pytest.raises(construct.ConstructionError):
+        construct.build(tree, CONFIG, [], MI355X.device, env)
+    assert_fenced(seen(dump))
+
+
+def test_the_config_child_runs_an_index_served_transformers_fenced(
+    tmp_path: Path, caller: None
+) -> None:
+    dump = tmp_path / "dump.json"
+    wheel = tmp_path / "transformers-9.9.9.dist-info-less"
+    (wheel / "transformers").mkdir(parents=True)
+    (wheel / "transformers" / "__init__.py").write_text(spy(dump, "__version__ = '9.9.9'"))
+    env = hfresolve.Environment("9.9.9", (wheel,))
+    got = hfresolve._run(env, {"k": CONFIG}, target_env("gfx950", MI355X))
+    assert "fallback" in got["k"] or "error" in got["k"]  # no AutoConfig in the fake
+    assert_fenced(seen(dump))
+
+
+def test_configs_coverage_runs_its_construction_fenced(tmp_path: Path, caller: None) -> None:
+    dump = tmp_path / "dump.json"
+    tree = fake_tree(tmp_path, spy(dump))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(CONFIG))
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "tuned_fmoe.csv").write_text("cu_num,token,model_dim,inter_dim,expert,topk\n")
+    base = base_tables_from_dir(configs)
+    with pytest.raises(construct.ConstructionError):
+        coverage.coverage(tree, model, [], base, [], environment=target_env("gfx950", MI355X))
+    assert_fenced(seen(dump))
+
+
+def upstream_with_sglang(tmp: Path) -> Path:
+    from synthetic import commit, git
+
+    repo = tmp / "upstream"
+    (repo / "python" / "sglang" / "srt").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    init = "".join(f"# line {i}\n" for i in range(1, 11))
+    (repo / "python" / "sglang" / "__init__.py").write_text(init)
+    (repo / "python" / "sglang" / "srt" / "__init__.py").write_text("")
+    commit(repo, "release")
+    git(repo, "tag", "v0.5.14")
+    return repo
+
+
+def scan_project(tmp: Path, dump: Path) -> Path:
+    """A project whose one queue patch makes sglang's ``__init__`` record what it sees and
+    fail, naming the ``SGLANG_USE_AITER`` it saw (so the output shows it too)."""
+    from synthetic import make_project
+
+    line = spy(dump, "raise RuntimeError('aiter=%s' % _o.environ.get('SGLANG_USE_AITER'))")
+    one_line = "exec(" + repr(line) + ")"
+    patch = ("dump-env", "python/sglang/__init__.py", 5, one_line, "")
+    return make_project(tmp, upstream_with_sglang(tmp), [patch], base="v0.5.14")
+
+
+def run_scan(root: Path, model: Path, *extra: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, ["--root", str(root), "scan", "--model", str(model), *extra])
+    return res.exit_code, res.stdout  # the report; progress goes to stderr
+
+
+def test_scan_with_a_patch_that_dumps_its_environment(
+    tmp_path: Path, caller: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42's done-when for ``scan``, and issue 41's: the same output whatever the host's
+    ``SGLANG_USE_AITER``; the report names the environment; an unrun construction is a fail."""
+    dump = tmp_path / "dump.json"
+    root = scan_project(tmp_path, dump)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(CONFIG))
+    outputs = []
+    for host in ("0", None, "1"):
+        if host is None:
+            monkeypatch.delenv("SGLANG_USE_AITER")
+        else:
+            monkeypatch.setenv("SGLANG_USE_AITER", host)
+        dump.unlink(missing_ok=True)
+        outputs.append(run_scan(root, model, "--json"))
+        assert_fenced(seen(dump), root)
+        outputs.append(run_scan(root, model))
+    assert outputs[0] == outputs[2] == outputs[4] and outputs[1] == outputs[3] == outputs[5]
+    code, text = outputs[1]
+    assert code == 1 and "nothing blocks" not in text and "aiter=1" in text, text
+    assert "environment: " in text and "from the release image's ENV" in text, text
+    assert "[targets.mi355x.env]" in text, text
+    doc = json.loads(outputs[0][1])
+    assert doc["environment"]["variables"]["SGLANG_USE_AITER"] == "1"
+    assert [f["kind"] for f in doc["findings"] if f["severity"] == FAIL] == ["scan-incomplete"]
+
+
+@pytest.mark.parametrize(
+    ("then", "stopped_by"),
+    [
+        ("raise ImportError('a patch broke sglang')", "a patch broke sglang"),
+        ("_o.kill(_o.getpid(), 9)", "killed by signal 9"),
+        ("import time; time.sleep(60)", "took over 3 s"),
+        ("b = bytearray(16 << 30)", "MemoryError"),
+        ("open(_o.path.join(_o.environ['TMPDIR'], 'big'), 'wb').write(b'x' * (300 << 20))",
+         "File too large"),
+    ],
+    ids=["error", "killed", "timeout", "memory", "file-size"],
+)  # fmt: skip
+def test_a_construction_that_did_not_run_is_a_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str, stopped_by: str
+) -> None:
+    monkeypatch.setattr(construct, "CHILD_TIMEOUT", 3)
+    dump = tmp_path / "dump.json"
+    tree = fake_tree(tmp_path / "t", spy(dump, then))
+    found = scan_tree(tree.parent, CONFIG, [], MI355X.device, "config.json")
+    incomplete = [f for f in found if f.kind == "scan-incomplete"]
+    assert [f.severity for f in incomplete] == [FAIL], found
+    assert stopped_by in incomplete[0].detail, incomplete[0].detail
+    assert "nothing blocks" not in scan_text(found).footer
+
+
+def test_no_caller_variable_survives_the_allow_list(tmp_path: Path) -> None:
+    host = {**CALLER, "PATH": "/bin", "LANG": "C.UTF-8", "SGLANG_USE_AITER": "0",
+            "PYTHONPATH": "/host", "LD_PRELOAD": "/evil.so", "HOME": "/root"}  # fmt: skip
+    target = {"SGLANG_USE_AITER": "1", "HF_TOKEN": "from-the-scenario", "NCCL_X": "1"}
+    env = sandbox.child_env(target, tmp_path, {"PYTHONPATH": "/ours"}, host)
+    assert env["PATH"] == "/bin" and env["PYTHONPATH"] == "/ours" and env["NCCL_X"] == "1"
+    assert env["SGLANG_USE_AITER"] == "1" and env["HOME"] == str(tmp_path / "home")
+    assert not {"HF_TOKEN", "LD_PRELOAD", *CALLER} & set(env), env
+    assert sys.executable  # the children run this interpreter
