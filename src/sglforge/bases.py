@@ -215,6 +215,17 @@ def registry_digest_of(ref: str) -> str | None:
         return None
 
 
+def login_for(ref: str) -> Any:
+    """The login for the registry of image ``ref`` (or its ``registry/repository`` name);
+    None when there is none or it cannot be read."""
+    from sglforge.engine.reference import parse
+
+    try:
+        return _creds_or_none(parse(ref, allow_digest=True).registry)
+    except SglforgeError:
+        return None
+
+
 def _creds_or_none(registry: str) -> Any:
     from sglforge.engine.registry import credentials
 

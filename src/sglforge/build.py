@@ -695,7 +695,7 @@ def _with_oci(plan: BuildPlan, worktree: Path, say: Callable[[str], None]) -> Bu
     if not (base.digest and base.digest.startswith("sha256:") and base.package_path):
         return plan
     try:
-        found = oreg.read_base(bases.from_reference(base), bases._creds_or_none(base.ref))
+        found = oreg.read_base(bases.from_reference(base), bases.login_for(base.ref))
     except (SglforgeError, oci.ImageFormatError) as exc:
         say(f"{base.ref}: its registry did not give its manifest ({exc}); the engine builds")
         return plan

@@ -47,7 +47,7 @@ from sglforge.util import Progress, raise_held, signals_held
 
 if TYPE_CHECKING:
     from sglforge.bench.cost import PlannedCost
-    from sglforge.build import BuildResult
+    from sglforge.build import BuildResult, OciBuild
     from sglforge.candidate import Candidate
     from sglforge.gates import BenchRecord, GateResult
     from sglforge.scenario.file import Scenario
@@ -522,9 +522,12 @@ def _push(run: _Run) -> None:
     """The immutable tag pushed and verified, then each friendly tag moved to its digest."""
     req = run.req
     run.clock.reset()
-    run.digest, run.source = _push_immutable(
-        run.candidate, run.immutable, run.creds, req.attempts, req.backoff, run.say
-    )
+    if run.build_result.plan.oci is not None:
+        run.digest, run.source = _push_oci(run, run.build_result.plan.oci), run.candidate
+    else:
+        run.digest, run.source = _push_immutable(
+            run.candidate, run.immutable, run.creds, req.attempts, req.backoff, run.say
+        )
     run.pushed.append(run.immutable)
     run.clock.done("push", True, f"{run.immutable}@{run.digest}")
     _move_friendly(run)
@@ -635,6 +638,13 @@ def _move_friendly(run: _Run) -> None:
             continue
         run.say(f"move {ref}")
         engine_images.tag(run.source, ref)
+        if run.build_result.plan.oci is not None:  # the manifest PUT under the tag, no engine
+            from sglforge.images import registry as oci_registry
+
+            oci_registry.promote(run.build_result.plan.oci.image, ref, run.creds)
+            run.pushed.append(ref)
+            run.clock.done("tag", True, ref)
+            continue
         moved = reg.push(
             ref, run.creds, attempts=req.attempts, backoff=req.backoff, progress=run.say
         )
@@ -685,6 +695,17 @@ def _candidate(run: _Run) -> str:
     ``--skip-smoke`` nothing would test it, and publish refuses.
     """
     image, immutable = run.build_result.image, run.immutable
+    built = run.build_result.plan.oci
+    if built is not None:
+        # Issue 43: the inputs give one digest; the tag names it, is free, or is refused here,
+        # before any smoke (a smoke cannot see an added file).
+        from sglforge.engine import distribution
+        from sglforge.images import registry as oci_registry
+
+        found = distribution.served_digest(immutable, run.creds)
+        if found is not None and found != built.image.digest:
+            raise oci_registry.foreign(immutable, found, built.image.digest)
+        return image
     existing = reg.registry_digest_or_none(immutable, run.creds)
     published = engine_images.repo_digests(image, immutable)
     if existing is None or existing in published:
@@ -796,6 +817,24 @@ def _push_immutable(
             layer_progress=layer_bar(task),
         )
     return reg.verify(immutable, pushed.digest, creds), image
+
+
+def _push_oci(run: _Run, built: OciBuild) -> str:
+    """The tested overlay pushed by blobs (the base's layers mounted, never pulled) as the
+    immutable tag; its digest, the one its inputs give (issue 43)."""
+    from sglforge.bases import login_for
+    from sglforge.images import registry as oci_registry
+
+    base_creds = login_for(built.base.name)
+    done = oci_registry.publish(built.image, built.base, run.immutable, run.creds, base_creds)
+    t = done.transfer
+    run.say(
+        f"{run.immutable} is already {done.digest}, the inputs' image; kept"
+        if done.already
+        else f"pushed {run.immutable}@{done.digest}: {t.sent} bytes sent, {len(t.mounted)} "
+        f"base layer(s) mounted, {len(t.copied)} copied"
+    )
+    return done.digest
 
 
 def _labels_of(image: str) -> dict[str, str]:
