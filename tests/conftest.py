@@ -88,6 +88,9 @@ def sglforge_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Tem
     (root / "scan").mkdir()
     (root / "scan" / "units").symlink_to(units, target_is_directory=True)
     monkeypatch.setenv("SGLFORGE_CACHE", str(root))
+    # the key the cache's entries are sealed with (sglforge.cachekey): one per machine, as in
+    # use, so the shared scan units stay valid across tests, workers and runs
+    monkeypatch.setenv("SGLFORGE_KEYS", str(USER_CACHE.parent / "sglforge-keys"))
     return root
 
 

@@ -139,11 +139,30 @@ def _key(transformers: str, config: Mapping[str, Any]) -> str:
 
 
 def _write(path: Path, value: Any) -> None:
+    from sglforge.cachekey import seal
+
+    sealed = seal("config-child", path.name, {"record": value})  # a hint, never a verdict
+    if sealed is None:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     with os.fdopen(fd, "w") as f:
-        json.dump(value, f)
+        json.dump(sealed, f)
     os.replace(tmp, path)
+
+
+def _cached(path: Path) -> dict[str, Any] | None:
+    """The config child's cached record at ``path``: through the bounded reader, sealed by
+    this machine (``sglforge.cachekey``) and an object; anything else a miss (F6, F11)."""
+    from sglforge.cachekey import opened
+    from sglforge.util import read_json
+
+    try:
+        doc = opened("config-child", path.name, read_json(path))
+    except (OSError, ValueError, RecursionError):
+        return None
+    record = doc.get("record") if doc is not None else None
+    return record if isinstance(record, dict) else None
 
 
 def resolve(
@@ -159,21 +178,25 @@ def resolve(
     todo: dict[str, Mapping[str, Any]] = {}
     for i, config in configs.items():
         path = _cache_root() / f"transformers-{env.transformers}" / f"{keys[i]}.json"
-        if path.is_file():
-            out[i] = json.loads(path.read_text())
+        record = _cached(path)
+        if record is not None:
+            out[i] = record
         else:
             todo[keys[i]] = config
     if todo:
         got = _run(env, todo, target)
+        got = got if isinstance(got, dict) else {}
         for key, record in got.items():
-            if "error" not in record:  # a refusal is not cached: the next run tries again
+            if isinstance(record, dict) and "error" not in record:  # a refusal is not cached
                 _write(_cache_root() / f"transformers-{env.transformers}" / f"{key}.json", record)
         for i in configs:
             if i not in out:
-                out[i] = got[keys[i]]
+                out[i] = got.get(keys[i])
     for i, record in out.items():
-        if "error" in record:
-            last = record["error"].strip().splitlines()[-1]
+        if not isinstance(record, dict):  # a child's answer of another shape
+            out[i] = {"fallback": "the config child answered no record for it"}
+        elif "error" in record:
+            last = (str(record["error"]).strip().splitlines() or ["(no message)"])[-1]
             out[i] = {"fallback": f"transformers {env.transformers} refused it: {last}"}
     return out
 

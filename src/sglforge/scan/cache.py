@@ -63,20 +63,34 @@ def _entry(kind: str, key: str) -> Path:
     return _folder(kind) / key[:2] / f"{key}.json"
 
 
-def _load(path: Path) -> dict[str, Any] | None:
+def _load(kind: str, key: str) -> dict[str, Any] | None:
+    """The entry ``key`` of ``kind``: through the bounded reader, and only when its HMAC
+    under this machine's key checks (``sglforge.cachekey``); absent, damaged, too large or
+    too deep, of another shape, or planted by whoever wrote the cache: a miss (issue 42, F6,
+    F11), rewritten by this run."""
+    from sglforge.cachekey import opened
+    from sglforge.util import read_json
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # absent or damaged: a miss (rewritten by this run)
-    return doc if isinstance(doc, dict) and doc.get("version") == VERSION else None
+        doc = opened(f"scan/{kind}", key, read_json(_entry(kind, key)))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if doc is not None and doc.get("version") == VERSION else None
 
 
-def _store(path: Path, doc: dict[str, Any]) -> None:
-    """Write an entry through a temporary file and a rename. Not fsynced (a cold scan writes
-    one per kernel source): an entry a crash left empty or torn reads as damaged, a miss."""
+def _store(kind: str, key: str, doc: dict[str, Any]) -> None:
+    """Write an entry, sealed with its HMAC, through a temporary file and a rename. Not
+    fsynced (a cold scan writes one per kernel source): an entry a crash left empty or torn
+    reads as damaged, a miss. Without a key nothing is written."""
     import tempfile
 
-    raw = json.dumps({"version": VERSION, **doc}, sort_keys=True).encode()
+    from sglforge.cachekey import seal
+
+    path = _entry(kind, key)
+    sealed = seal(f"scan/{kind}", key, {"version": VERSION, **doc})
+    if sealed is None:
+        return
+    raw = json.dumps(sealed, sort_keys=True).encode()
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +130,7 @@ def unit_key(jit: JitTree, unit: str, blob: str, passes: Sequence[Mapping[str, s
 
 def load_unit(tree: Path, key: str, files: Files) -> UnitScan | None:
     """The cached preprocessing under ``key`` if every file it read is unchanged in ``tree``."""
-    doc = _load(_entry("units", key))
+    doc = _load("units", key)
     if doc is None:
         return None
     try:
@@ -134,7 +148,8 @@ def load_unit(tree: Path, key: str, files: Files) -> UnitScan | None:
 
 def store_unit(key: str, got: UnitScan) -> None:
     _store(
-        _entry("units", key),
+        "units",
+        key,
         {
             "reads": [list(r) for r in got.reads],
             "found": [[c.file, c.line, c.header, c.unit] for c in got.found],
@@ -171,16 +186,16 @@ def report_key(
 
 
 def load_report(key: str) -> list[Finding] | None:
-    doc = _load(_entry("reports", key))
+    doc = _load("reports", key)
     if doc is None:
         return None
     try:
         return [Finding(**f) for f in doc["findings"]]
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return None
 
 
 def store_report(key: str, findings: Sequence[Finding]) -> None:
     from dataclasses import asdict
 
-    _store(_entry("reports", key), {"findings": [asdict(f) for f in findings]})
+    _store("reports", key, {"findings": [asdict(f) for f in findings]})
