@@ -16,6 +16,7 @@ EXIT_BUILD = 6  # image build failed
 EXIT_SMOKE = 7  # smoke run could not run (preflight, container start)
 EXIT_PUBLISH = 8  # push or registry failure
 EXIT_NO_IMAGE = 9  # the image named (to inspect, or to build on) does not exist
+EXIT_BASELINE = 10  # the bench baseline (the last release) was found but cannot be benched
 EXIT_DISK = 74  # local disk: full, read-only or not writable (sysexits' EX_IOERR)
 EXIT_BUSY = 75  # another sglforge command holds the project (sysexits' EX_TEMPFAIL)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT)
@@ -35,6 +36,18 @@ class SglforgeError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  next: {self.hint}"
+
+
+def split_hint(text: str) -> tuple[str, str | None]:
+    """``(message, hint)`` of an error's text as :meth:`SglforgeError.__str__` writes it: the
+    last ``next:`` line is the hint (an earlier one belongs to a cause quoted in the message);
+    None when there is none. Results that carry an error as text (a failed gate, a push) give
+    their JSON ``hint`` this way."""
+    message, sep, hint = text.rpartition(NEXT)
+    return (message, hint) if sep else (text, None)
+
+
+NEXT = "\n  next: "
 
 
 class ConfigError(SglforgeError):
@@ -90,6 +103,20 @@ class BenchError(SglforgeError):
 
 class PublishError(SglforgeError):
     exit_code = EXIT_PUBLISH
+
+
+class NoBaseline(SglforgeError):
+    """A publish whose bench compares with the last release of its target, and the registry
+    holds none (found before the build: the first release needs ``--no-baseline REASON``)."""
+
+    exit_code = EXIT_PROBLEMS
+
+
+class BaselineUnusable(SglforgeError):
+    """The last release was found but cannot be benched (its bench client does not start:
+    a module it imports is missing from the image), so nothing can be compared with it."""
+
+    exit_code = EXIT_BASELINE
 
 
 class BusyError(SglforgeError):

@@ -29,9 +29,11 @@ from sglforge.engine.credentials import Credentials
 from sglforge.engine.errors import EngineError
 from sglforge.errors import (
     ConfigError,
+    NoBaseline,
     PublishError,
     SglforgeError,
 )
+from sglforge.gates.bench import FIRST_RELEASE_HINT
 from sglforge.inspect import image_manifest
 from sglforge.progress import current as current_progress
 from sglforge.progress import layer_bar
@@ -390,7 +392,44 @@ def _open(project: Project, req: PublishRequest, progress: Progress | None) -> _
         reg.check_login(host, creds)
     run = _Run(project, req, prefix, creds, progress or (lambda _msg: None))
     run.standin = _standin_rule(run)
+    if not req.dry_run and _compares(run):
+        # U3: the first release is found out now, with one read of the registry's tag list,
+        # not after the build, the smoke and a model load on every GPU runner
+        found, why = _last_release(run)
+        if found is False:
+            raise NoBaseline(
+                f"bench: {why}: a publish compares with the last release, so this one was "
+                "refused before the build (nothing built, pushed or tagged)",
+                FIRST_RELEASE_HINT,
+            )
     return run
+
+
+def _compares(run: _Run) -> bool:
+    """The bench gate will compare with the last release: a [bench] table, a smoke run, and
+    no ``--no-baseline``."""
+    sc = run.scenario
+    return sc is not None and sc.bench is not None and not run.req.no_baseline
+
+
+def _last_release(run: _Run) -> tuple[bool | None, str]:
+    """Whether the target has a last release to bench against, from one read of the
+    registry's tag list, before anything is built: (True, which), (False, why not), or
+    (None, why nobody can tell: the registry did not answer; the bench gate decides after
+    the build). Like the gate, a registry without the repository falls back to the records
+    under build/releases/ (a release published elsewhere, pulled where it was recorded)."""
+    from sglforge.release import load_records, release_tags
+
+    bt = run.target
+    repository = _repository(references(run.prefix, f"{bt.repository}:v", bt.name)[0])
+    tags = release_tags(repository, bt.name)
+    if tags is None:
+        return None, f"{repository} did not answer: whether {bt.name} has a release is unknown"
+    if tags:
+        return True, f"the last of {len(tags)} release(s) of {bt.name} in {repository}"
+    if any(r.target == bt.name for r in load_records(run.root)):
+        return True, f"the last release of {bt.name} recorded under build/releases/"
+    return False, f"no release of {bt.name} in {repository} yet"
 
 
 def _build(run: _Run, built: BuildResult | None) -> PublishResult:
@@ -426,11 +465,16 @@ def _dry_run(run: _Run, result: PublishResult) -> PublishResult:
     use (the bench with its planned node-minutes), the push and the tags."""
     steps = [*run.clock.steps]
     planned = _planned_bench(run)
-    for name, detail in _planned_gates(run, planned):
+    baseline = _last_release(run) if _compares(run) else None
+    for name, detail in _planned_gates(run, planned, baseline):
         steps.append(Step(name, None, detail=detail))
     steps.append(Step("push", None, detail=run.immutable))
     steps += [Step("tag", None, detail=ref) for ref in run.moving]
-    bench = {"planned": planned.as_dict()} if planned is not None else None
+    bench: dict[str, Any] | None = None
+    if planned is not None:
+        bench = {"planned": planned.as_dict()}
+        if baseline is not None:
+            bench["baseline"] = {"found": baseline[0], "detail": baseline[1]}
     return replace(result, steps=tuple(steps), bench=bench)
 
 
@@ -445,8 +489,11 @@ def _planned_bench(run: _Run) -> PlannedCost | None:
     return plan(sc, compared=not run.req.no_baseline)
 
 
-def _planned_gates(run: _Run, planned: PlannedCost | None) -> list[tuple[str, str]]:
-    """(gate, what it will use) for each gate, in the order a real run takes them."""
+def _planned_gates(
+    run: _Run, planned: PlannedCost | None, baseline: tuple[bool | None, str] | None = None
+) -> list[tuple[str, str]]:
+    """(gate, what it will use) for each gate, in the order a real run takes them;
+    ``baseline``: what :func:`_last_release` found (None: nothing is compared)."""
     from sglforge.gates import GATES
 
     sc = run.scenario
@@ -463,11 +510,15 @@ def _planned_gates(run: _Run, planned: PlannedCost | None) -> list[tuple[str, st
     if planned is None:
         out.append(("bench", "skipped (the scenario has no [bench] table)"))
     else:
-        against = (
-            f"--no-baseline: {run.req.no_baseline}"
-            if run.req.no_baseline
-            else f"the last release in {run.req.registry}"
-        )
+        if baseline is None:
+            against = f"--no-baseline: {run.req.no_baseline}"
+        elif baseline[0] is False:
+            refused = f"REFUSED before the build: {baseline[1]}; {FIRST_RELEASE_HINT}"
+            return [*out, ("bench", refused)]
+        elif baseline[0] is None:
+            against = f"the last release in {run.req.registry} ({baseline[1]})"
+        else:
+            against = baseline[1]
         sees = (
             f"; {planned.boots // 2} boots a side see a drop of {planned.best_mde:.1%} at best "
             f"(a pass rules out {planned.max_mde:.1%})"
@@ -560,12 +611,21 @@ def _last_release_image(run: _Run) -> tuple[str | None, str]:
     previous = previous_release(run.root, run.target.name, version, repository, run.creds)
     if previous is None:
         return None, f"no earlier release of {run.target.name} in {repository}"
-    against = f"{previous.image.rpartition(':')[0]}@{previous.digest}"
-    run.say(f"bench against the last release {previous.version} ({against})")
-    try:
-        name = ensure_local(against, run.say, run.creds)
-    except (SglforgeError, EngineError) as exc:
-        return None, f"the last release's image {against} cannot be pulled ({exc})"
+    # U2: pulled where it was just found (--registry), by digest; the address its record
+    # names (another registry name, a mirror, an earlier tryout port) only as a fallback
+    here = f"{repository}@{previous.digest}"
+    recorded = f"{_repository(previous.image)}@{previous.digest}"
+    run.say(f"bench against the last release {previous.version} ({here})")
+    failures: list[str] = []
+    for against in dict.fromkeys((here, recorded)):
+        try:
+            # the login of --registry goes to --registry only
+            name = ensure_local(against, run.say, run.creds if against == here else None)
+            break
+        except (SglforgeError, EngineError) as exc:
+            failures.append(f"{against}: {exc.message}")
+    else:
+        return None, f"the last release's image cannot be pulled ({'; '.join(failures)})"
     if run.cand is not None:
         run.cand.knee_prior = _knee_prior(run, previous.smoke.bench if previous.smoke else None)
     return name, ""

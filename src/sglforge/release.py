@@ -263,6 +263,17 @@ def registry_records(repository: str, creds: Credentials | None = None) -> list[
     return records
 
 
+def release_tags(repository: str, target: str) -> list[str] | None:
+    """The release-record tags of ``target`` in ``repository``, from one read of its tag list
+    (a record's tag names its target: ``v0.5.14-rocm700-mi355x-q…-release``; no record is
+    read): ``[]`` when there are none or the registry holds no such repository, None when
+    the registry cannot be asked."""
+    tags = reg.remote_tags(repository, missing_ok=True)
+    if tags is None:
+        return None
+    return [t for t in tags if t.endswith(RECORD_SUFFIX) and f"-{target}-q" in t]
+
+
 def known_records(
     root: Path, repository: str | None = None, creds: Credentials | None = None
 ) -> list[Release]:

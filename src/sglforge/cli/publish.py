@@ -26,7 +26,7 @@ from sglforge.cli.options import (
     target_option,
     upstream_option,
 )
-from sglforge.errors import SglforgeError
+from sglforge.errors import SglforgeError, split_hint
 from sglforge.progress import current
 from sglforge.publish import (
     PublishResult,
@@ -184,7 +184,8 @@ def publish_cmd(
         doc = summary(result)
         doc["run_by_digest"] = by_digest(result)
         if result.error:
-            error_document(doc, result.exit_code or 1, result.error, None)
+            # the hint in `hint`, as every other error document has it (U11)
+            error_document(doc, result.exit_code or 1, *split_hint(result.error))
         else:
             print_json(doc)
     else:
@@ -233,8 +234,14 @@ def render(r: PublishResult) -> str:
     if r.dry_run:
         lines.append(f"plan for {r.target} -> {r.registry} (dry run; nothing done)")
         lines.append(f"  image     {r.image}" + ("  (up to date)" if r.build_reused else ""))
-        smoke = "skipped (--skip-smoke; recorded untested)" if r.skip_smoke else r.scenario
-        lines.append(f"  smoke     {smoke}")
+        # every gate a real run takes, with what it will use (the bench: its node-minutes,
+        # and whether the registry has a last release to compare with)
+        gates = [s for s in r.steps if s.name not in ("build", "push", "tag")]
+        for s in gates:
+            lines.append(f"  {s.name:<9} {s.detail}")
+        if not gates:
+            smoke = "skipped (--skip-smoke; recorded untested)" if r.skip_smoke else r.scenario
+            lines.append(f"  smoke     {smoke}")
         lines.append(f"  push      {r.immutable}")
         for ref in r.friendly:
             lines.append(f"  then tag  {ref}")

@@ -542,13 +542,20 @@ def _platform(entry: dict[str, Any]) -> dict[str, Any]:
     return platform if isinstance(platform, dict) else {}
 
 
-def remote_tags(repository: str, timeout: float = REGISTRY_TIMEOUT) -> list[str] | None:
-    """The tags a registry lists for ``repository``; None when it cannot be asked."""
+def remote_tags(
+    repository: str, timeout: float = REGISTRY_TIMEOUT, *, missing_ok: bool = False
+) -> list[str] | None:
+    """The tags a registry lists for ``repository``; None when it cannot be asked.
+
+    ``missing_ok``: a repository the registry does not know (HTTP 404, the distribution
+    spec's NAME_UNKNOWN) lists no tags (``[]``) instead of None: it answered, and nothing was
+    ever pushed there (a first publish).
+    """
     ref = parse(repository)
     url = f"{ref.base_url}/v2/{ref.repository}/tags/list?n=1000"
     try:
         with RegistrySession(ref.registry, _creds_or_none(ref.registry), timeout) as session:
-            return _tag_pages(session, url)
+            return _tag_pages(session, url, missing_ok)
     except (RegistryError, ValueError):
         return None
 
@@ -560,14 +567,14 @@ def _creds_or_none(registry: str) -> Credentials | None:
         return None
 
 
-def _tag_pages(session: RegistrySession, url: str) -> list[str] | None:
+def _tag_pages(session: RegistrySession, url: str, missing_ok: bool = False) -> list[str] | None:
     # Registries page long lists (Docker Hub's lmsysorg/sglang has thousands of tags).
     tags: list[str] = []
-    for _ in range(MAX_TAG_PAGES):
+    for page in range(MAX_TAG_PAGES):
         resp = session.request("GET", url, stream=True)
         if resp.status_code != 200:
             resp.close()
-            return None
+            return [] if missing_ok and page == 0 and resp.status_code == 404 else None
         body = _object(
             _capped(resp, MANIFEST_CAP, READ_DEADLINE, url, "listing tags"), url, "tag list"
         )

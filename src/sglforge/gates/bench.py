@@ -13,6 +13,11 @@ if TYPE_CHECKING:
     from sglforge.candidate import Candidate
 
 NAME = "bench"
+# What a first release needs: this gate and publish's check before the build say it alike.
+FIRST_RELEASE_HINT = (
+    "pass --no-baseline REASON (the first release, say); in CI, run the workflow "
+    "`sglforge init` wrote by hand (Run workflow) with its no_baseline input"
+)
 
 
 def check(c: Candidate) -> GateResult:
@@ -33,8 +38,8 @@ def check(c: Candidate) -> GateResult:
             NAME,
             why,
             f"bench: {why}; a publish compares with the last release, so nothing was pushed "
-            "and no tag moved\n  next: fix the registry or the last release, or pass "
-            "--no-baseline REASON (the first release, say) to publish without a comparison",
+            f"and no tag moved\n  next: fix the registry or the last release, or "
+            f"{FIRST_RELEASE_HINT}",
             EXIT_PROBLEMS,
         )
     if against is None:
@@ -52,10 +57,11 @@ def check(c: Candidate) -> GateResult:
             knee_prior=c.knee_prior if against else None,
         )
     except SglforgeError as exc:
+        hint = f"\n  next: {exc.hint}" if exc.hint else ""
         return failed(
             NAME,
             exc.message,
-            f"bench could not run: {exc}; nothing was pushed and no tag moved",
+            f"bench could not run: {exc.message}; nothing was pushed and no tag moved{hint}",
             exc.exit_code,
         )
     if (report.regressed or report.inconclusive) and c.accept_regression:
