@@ -40,7 +40,7 @@ from sglforge.bench.stats import (
     point_from_result,
     require_finite,
 )
-from sglforge.errors import BenchError, ConfigError
+from sglforge.errors import BaselineUnusable, BenchError, ConfigError
 from sglforge.requests import SmokeRequest
 from sglforge.scenario.bench import (
     RANDOM_IDS_SHARED_PREFIX,
@@ -152,6 +152,8 @@ def run_bench(
     _reap(ctx)
     ctx.dataset = choose_dataset(_dataset_choices(ctx, image))
     ctx.say(f"dataset {ctx.dataset} (from {image}'s own bench_serving)")
+    if against:
+        _baseline_usable(ctx, against)
     order = abba(ctx.bench.repeats) if against else ("candidate",)
     boots: list[_Measured] = []
     searched = False
@@ -704,3 +706,31 @@ def ensure_local(ref: str, say: Callable[[str], None] | None = None, creds: Any 
             say(f"pulling {name}")
         engine_images.pull(name, creds)
     return name
+
+
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def _baseline_usable(ctx: _Ctx, against: str) -> None:
+    """The baseline's own bench client starts (its ``--help``), checked before any boot: a
+    release built without bench_serving's dependencies (on the stand-in base without
+    ``--bench``, say) cannot be benched. BaselineUnusable (exit 10) names the missing module,
+    instead of a failure after the candidate's boots that reads like a smoke preflight's."""
+    try:
+        _client(ctx, against, ["--help"], "baseline-help", expect_file=False)
+    except BenchError as exc:
+        log = ctx.report_dir / "baseline-help.log"
+        text = log.read_text(errors="replace") if log.is_file() else exc.message
+        missing = _MISSING_MODULE.findall(text)
+        cause = (
+            f"its bench client lacks the module {missing[-1]!r}"
+            if missing
+            else f"its bench client does not start ({exc.message})"
+        )
+        raise BaselineUnusable(
+            f"the last release {against} cannot be the bench baseline: {cause}, so it was "
+            "built on a base without bench_serving's dependencies (the stand-in base without "
+            "--bench, say)",
+            "publish with --no-baseline REASON, or republish the last release on a base that "
+            f"has them; read {log}",
+        ) from None
