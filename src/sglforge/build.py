@@ -665,7 +665,7 @@ def _overlay_plan(
     configs = project.queue.configs
     base_ref = bases.from_reference(base)  # by digest: the aiter tables kept for it
     if not configs or (req.dry_run and not _tables_known(base_ref)):
-        return _with_oci(plan_build(replace(facts, base=base), given), given.worktree, say)
+        return _with_oci(plan_build(replace(facts, base=base), given), given.worktree, req, say)
     from sglforge import overlay_configs
 
     staged = overlay_configs.stage(root, configs, base_ref, version, req.target.name, labels, say)
@@ -676,7 +676,7 @@ def _overlay_plan(
         # The staged files join the context and the items the manifest.
         manifest: Manifest = {**plan.manifest, "configs": [dict(e) for e in staged.manifest]}
         plan = replace(plan, files=plan.files + staged.files, manifest=manifest)
-    return _with_oci(plan, given.worktree, say)
+    return _with_oci(plan, given.worktree, req, say)
 
 
 def _tables_known(base_ref: str) -> bool:
@@ -685,17 +685,20 @@ def _tables_known(base_ref: str) -> bool:
     return bases.cached_facts(digest, "aiter") is not None
 
 
-def _with_oci(plan: BuildPlan, worktree: Path, say: Callable[[str], None]) -> BuildPlan:
+def _with_oci(
+    plan: BuildPlan, worktree: Path, req: BuildRequest, say: Callable[[str], None]
+) -> BuildPlan:
     """``plan`` with its overlay written as an OCI image over the base's registry manifest
     (read by digest, or from the cache kept by it); unchanged when the base is in no
-    registry, or not inspected (its sglang's place unknown)."""
+    registry (or, ``--offline``, not cached), or not inspected (its sglang's place unknown)."""
     from sglforge.images import registry as oreg
 
     base = plan.base
     if not (base.digest and base.digest.startswith("sha256:") and base.package_path):
         return plan
     try:
-        found = oreg.read_base(bases.from_reference(base), bases.login_for(base.ref))
+        ref = bases.from_reference(base)
+        found = oreg.read_base(ref, bases.login_for(ref), offline=req.offline)
     except (SglforgeError, oci.ImageFormatError) as exc:
         say(f"{base.ref}: its registry did not give its manifest ({exc}); the engine builds")
         return plan

@@ -17,6 +17,7 @@ from typing import Any
 
 from sglforge.engine import distribution as dist
 from sglforge.engine.credentials import Credentials
+from sglforge.engine.errors import RegistryError
 from sglforge.engine.reference import parse
 from sglforge.errors import PublishError
 from sglforge.images import oci
@@ -48,9 +49,11 @@ def read_base(
     architecture: str = "amd64",
     cache: Path | None = None,
     transfer: dist.Transfer | None = None,
+    offline: bool = False,
 ) -> oci.BaseImage:
     """The base ``ref`` names (``repo:tag``, ``repo@digest`` or both) for the platform: from
-    the cache when ``ref`` carries a digest already read, else from its registry (and kept)."""
+    the cache when ``ref`` carries a digest already read, else from its registry (and kept;
+    ``offline``: RegistryError instead of asking)."""
     folder = cache or base_cache()
     parsed = parse(ref, allow_digest=True)
     name = f"{parsed.registry}/{parsed.repository}"
@@ -58,6 +61,8 @@ def read_base(
         found = _cached(folder, name, parsed.digest, architecture)
         if found is not None:
             return found
+    if offline:
+        raise RegistryError(f"{ref}: its manifest is not cached, and registries are not asked")
     remote = dist.read_image(ref, creds, architecture=architecture, transfer=transfer)
     base = oci.BaseImage(name, remote.digest, remote.manifest, remote.config)
     entry = {

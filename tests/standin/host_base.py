@@ -1,0 +1,99 @@
+"""A tiny base image made of this host's own programs, pushed to a registry by blobs (TEST DOUBLE).
+
+For the OCI overlay tests (issue 43): the overlay writer needs a base that a registry holds
+and an engine can run, without building one through the engine (a fresh engine has none, and
+the stand-in bases take minutes). Its first layer holds ``/bin/sh`` (dash), ``cat``, and the
+shared libraries they load, copied from this host (``ldd``), optionally ``python3`` with its
+standard library; its second layer holds ``files`` (an sglang-like tree). It differs from a
+release image in everything but the shape of its manifest and config, which is all the
+writer reads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from sglforge.engine import distribution as dist
+from sglforge.images import oci
+
+WORKDIR = "/sgl-workspace"
+
+
+def _with_libraries(programs: list[str]) -> dict[str, Path]:
+    """Image path -> host file of ``programs`` and every library they load."""
+    out: dict[str, Path] = {}
+    for program in programs:
+        real = Path(program).resolve()
+        out[program] = real
+        listed = subprocess.run(["ldd", str(real)], capture_output=True, text=True).stdout
+        for line in listed.splitlines():
+            parts = line.split()
+            path = next((p for p in parts if p.startswith("/")), None)
+            if path:
+                out[path] = Path(path).resolve()
+    return out
+
+
+def _python_tree() -> dict[str, Path]:
+    """The host's python3 standard library (no tests, no caches)."""
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    out: dict[str, Path] = {}
+    for dirpath, dirs, names in os.walk(stdlib):
+        dirs[:] = [d for d in dirs if d not in ("test", "__pycache__", "idlelib", "tkinter")]
+        for name in names:
+            host = Path(dirpath) / name
+            if host.is_file() and not host.is_symlink():
+                out[str(host)] = host
+    return out
+
+
+def push_host_base(
+    ref: str,
+    files: Mapping[str, bytes],
+    labels: Mapping[str, str],
+    python: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Push the base as ``ref`` (``registry/repository:tag``); its manifest digest."""
+    programs = ["/bin/sh", "/bin/cat"] + (["/usr/bin/python3"] if python else [])
+    host = _with_libraries(programs)
+    if python:
+        host.update(_python_tree())
+    system = [oci.LayerFile(path, src.read_bytes(), 0o755) for path, src in sorted(host.items())]
+    tree = [oci.LayerFile(path, data) for path, data in sorted(files.items())]
+    layers = [oci.make_layer(system, (), 0), oci.make_layer(tree, (), 0)]
+    config = oci.canonical_json(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Env": [f"{k}={v}" for k, v in {"PATH": "/usr/bin:/bin", **(env or {})}.items()],
+                "WorkingDir": WORKDIR,
+                "Cmd": ["/bin/sh"],
+                "Labels": dict(labels),
+            },
+            "rootfs": {"type": "layers", "diff_ids": [x.diff_id for x in layers]},
+            "history": [{"created_by": "host programs"}, {"created_by": "sglang tree"}],
+        }
+    )
+    manifest = oci.canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": oci.DOCKER_MANIFEST,
+            "config": {
+                "mediaType": oci.DOCKER_CONFIG,
+                "size": len(config),
+                "digest": oci.digest_of(config),
+            },
+            "layers": [
+                {"mediaType": oci.DOCKER_LAYER, "size": x.size, "digest": x.digest} for x in layers
+            ],
+        }
+    )
+    blobs = [dist.Blob(x.blob) for x in layers] + [dist.Blob(config)]
+    return dist.push_image(ref, manifest, oci.DOCKER_MANIFEST, blobs, None)
