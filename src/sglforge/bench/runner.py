@@ -49,6 +49,7 @@ from sglforge.scenario.bench import (
     point_args,
     single_stream_args,
 )
+from sglforge.scenario.constants import EXIT_GRACE_S
 from sglforge.scenario.file import Scenario
 from sglforge.smoke.checks import HttpError, http_request
 from sglforge.smoke.preflight import port_in_use, refuse_simulated_acceptance
@@ -352,12 +353,18 @@ def _server(ctx: _Ctx, image: str, name: str) -> Iterator[None]:
         ready = wait_ready(box, ctx.port, ctx.scenario.load_timeout, ctx.say, ctx.base)
         if not ready.passed:
             raise BenchError(f"{image}: {ready.detail}", f"read {log}")
-        yield
+        died = f"{image}: the server exited with code {{}} during the bench"
+        try:
+            yield
+        except BenchError as exc:
+            # A refused /metrics or a failed client usually means the server just died: the
+            # exit is the cause to report (the runtime sees it a moment later).
+            if not box.wait_exit(EXIT_GRACE_S):
+                raise
+            what = f"{died.format(box.exit_code)} ({exc.message})"
+            raise BenchError(what, f"read {log}") from None
         if box.exited.is_set():
-            raise BenchError(
-                f"{image}: the server exited with code {box.exit_code} during the bench",
-                f"read {log}",
-            )
+            raise BenchError(died.format(box.exit_code), f"read {log}")
 
 
 def _scrape(ctx: _Ctx) -> dict[str, float]:
