@@ -13,7 +13,6 @@ import docker.errors
 
 from sglforge.standin.base import (
     AITER_VERSION,
-    BENCH_DEPS,
     DEBIAN_TAG,
     DEFAULT_SGLANG_VERSION,
     HASH_LABEL,
@@ -31,6 +30,7 @@ from sglforge.standin.base import (
     aiter_tree,
     aiter_tree_at,
     aiter_wheel,
+    bench_deps,
     bench_wheels,
     build_tool_wheels,
     cache_dir,
@@ -45,7 +45,6 @@ SESSION = "io.sglforge.test.session"
 
 __all__ = [
     "AITER_VERSION",
-    "BENCH_DEPS",
     "DEBIAN_TAG",
     "DEFAULT_SGLANG_VERSION",
     "HASH_LABEL",
@@ -65,6 +64,7 @@ __all__ = [
     "aiter_tree",
     "aiter_tree_at",
     "aiter_wheel",
+    "bench_deps",
     "bench_wheels",
     "build_tool_wheels",
     "cache_dir",

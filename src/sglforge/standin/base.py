@@ -33,9 +33,10 @@ tests/docker/test_infra.py checks the install layout (finder, ``_version.py`` fr
 the WORKDIR namespace shadow) is upstream's.
 
 A replica built with ``bench=True`` (tag suffix ``-bench``) also carries what the release image's
-``python3 -m sglang.bench_serving`` imports, as the release image does (:data:`BENCH_DEPS`,
-the versions sglang 0.5.14's own metadata pins where it pins one: ``transformers==5.8.1``,
-``openai==2.6.1``), plus a small tokenizer for the stand-in model: GPT-2's, as the
+``python3 -m sglang.bench_serving`` imports, as the release image does (:func:`bench_deps`:
+read from that release's wheel, its ``Requires-Dist`` and the modules bench_serving reaches,
+with the versions the release pins where it pins one; :mod:`sglforge.standin.benchdeps`),
+plus a small tokenizer for the stand-in model: GPT-2's, as the
 ``openai-whisper`` 20230124 source release on PyPI ships it (``whisper/assets/gpt2/``, byte for
 byte), at :data:`STANDIN_TOKENIZER`. Differences from the release image, on purpose: torch is
 the CPU build (the machine's ``torch==2.13.0+cpu`` wheel; the release pins 2.11 for ROCm), and
@@ -126,28 +127,8 @@ RELEASE_ENV = {
     "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE": "1",
 }
 
-# What the release's bench_serving imports (found by running it: sglang/bench_serving.py:36-51
-# and the sglang.srt modules it reaches), pinned; pip resolves their own dependencies.
-BENCH_DEPS = (
-    "torch==2.13.0+cpu",
-    "triton==3.8.0",
-    "transformers==5.8.1",
-    "aiohttp==3.14.5",
-    "datasets==5.2.0",
-    "ipython==9.18.1",
-    "numpy==2.4.6",
-    "openai==2.6.1",
-    "orjson==3.13.0",
-    "partial-json-parser==0.2.1.1.post7",
-    "pillow==13.0.0",
-    "psutil==7.2.2",
-    "pybase64==1.5.1",
-    "pyzmq==27.3.0",
-    "requests==2.34.2",
-    "sentencepiece==0.2.3",
-    "starlette==1.10.0",
-    "tqdm==4.70.1",
-)
+# What the release's bench_serving imports comes from the release itself, per version
+# (bench_deps: its Requires-Dist and the modules bench_serving reaches; issue 45, U19).
 # The small tokenizer: GPT-2's, shipped in openai-whisper's 20230124 source release.
 TOKENIZER_SDIST = ("openai-whisper", "20230124")
 TOKENIZER_MEMBER = "openai-whisper-20230124/whisper/assets/gpt2/"
@@ -280,8 +261,9 @@ def replica_ready(
     if not _image_with_hash(client, DEBIAN_TAG, _debian_hash()):
         return False
     tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x" + ("-bench" if bench else "")
-    dockerfile = _replica_dockerfile(DEBIAN_TAG, True, bench)
-    recipe = _Recipe(version, SERVER_PY.read_bytes(), {}, True, None, bench, dockerfile)
+    deps = bench_deps(version) if bench else ()
+    dockerfile = _replica_dockerfile(DEBIAN_TAG, True, deps)
+    recipe = _Recipe(version, SERVER_PY.read_bytes(), {}, True, None, bench, dockerfile, deps)
     return _image_with_hash(client, tag, recipe.digest(client.images.get(DEBIAN_TAG).id))
 
 
@@ -522,9 +504,17 @@ def build_tool_wheels() -> Path:
     return folder
 
 
-def bench_wheels() -> Path:
-    """The wheels of :data:`BENCH_DEPS` and their dependencies (downloaded once)."""
-    key = hashlib.sha256(repr(BENCH_DEPS).encode()).hexdigest()[:12]
+def bench_deps(version: str) -> tuple[str, ...]:
+    """What the replica of sglang ``version`` installs for its bench client, read from the
+    release wheel (:func:`sglforge.standin.benchdeps.bench_requirements`)."""
+    from sglforge.standin.benchdeps import bench_requirements
+
+    return bench_requirements(release_wheel(version))
+
+
+def bench_wheels(deps: tuple[str, ...]) -> Path:
+    """The wheels of ``deps`` (:func:`bench_deps`) and their dependencies (downloaded once)."""
+    key = hashlib.sha256(repr(deps).encode()).hexdigest()[:12]
     folder = cache_dir() / f"bench-deps-{key}"
     if (folder / ".complete").is_file():
         return folder
@@ -534,8 +524,8 @@ def bench_wheels() -> Path:
         partial = folder.with_name(folder.name + ".part")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-        _pip_download(partial, list(BENCH_DEPS), deps=True)
-        (partial / ".complete").write_text("\n".join(BENCH_DEPS) + "\n")
+        _pip_download(partial, list(deps), deps=True)
+        (partial / ".complete").write_text("\n".join(deps) + "\n")
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(partial, folder)
     return folder
@@ -707,7 +697,8 @@ _BENCH_LINES = (
 )
 
 
-def _replica_dockerfile(debian: str, aiter: bool = False, bench: bool = False) -> str:
+def _replica_dockerfile(debian: str, aiter: bool = False, bench: tuple[str, ...] = ()) -> str:
+    """The replica's Dockerfile; ``bench``: the bench client's requirements (none: no bench)."""
     env = " \\\n    ".join(f"{k}={v}" for k, v in RELEASE_ENV.items())
     # docker/rocm.Dockerfile clones aiter to /sgl-workspace/aiter and installs it with
     # `pip install --config-settings editable_mode=compat -e .` (a .pth pointing at the checkout).
@@ -741,7 +732,7 @@ def _replica_dockerfile(debian: str, aiter: bool = False, bench: bool = False) -
         '      --find-links /tmp/sglforge-build-tools -e "python[all_hip]"'
         f"{sglang_end}"
         f"ENV {env}\n"
-        + (_BENCH_LINES.format(deps=" ".join(f"'{d}'" for d in BENCH_DEPS)) if bench else "")
+        + (_BENCH_LINES.format(deps=" ".join(f"'{d}'" for d in bench)) if bench else "")
         + 'CMD ["/bin/bash"]\n'
     )
 
@@ -753,7 +744,7 @@ def _context_dir(
     into: Path,
     aiter: bool = False,
     aiter_commit: str | None = None,
-    bench: bool = False,
+    bench: tuple[str, ...] = (),
 ) -> Path:
     into.mkdir(parents=True)
     (into / "Dockerfile").write_text(dockerfile)
@@ -764,7 +755,7 @@ def _context_dir(
     elif aiter:
         aiter_tree(into / "aiter")
     if bench:
-        shutil.copytree(bench_wheels(), into / "bench-wheels")
+        shutil.copytree(bench_wheels(bench), into / "bench-wheels")
         for rel, text in TORCHVISION_STUB.items():
             (into / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
             (into / "torchvision" / rel).write_text(text)
@@ -812,6 +803,7 @@ def ensure_sglang_base(
     if not server_path.is_file():
         raise FileNotFoundError(f"{server_path}: the stand-in sglang server is missing")
     base = ensure_debian_base(client)
+    deps = bench_deps(version) if bench else ()
     recipe = _Recipe(
         version,
         server_path.read_bytes(),
@@ -819,7 +811,8 @@ def ensure_sglang_base(
         aiter,
         aiter_commit,
         bench,
-        _replica_dockerfile(base, aiter, bench),
+        _replica_dockerfile(base, aiter, deps),
+        deps,
     )
     digest = recipe.digest(client.images.get(base).id)
     with _locked(f"sglang-{tag}"):
@@ -848,6 +841,7 @@ class _Recipe:
     aiter_commit: str | None
     bench: bool
     dockerfile: str
+    deps: tuple[str, ...] = ()  # the bench client's requirements (bench_deps)
 
     def digest(self, base_id: str) -> str:
         wheel = release_wheel(self.version)
@@ -863,7 +857,7 @@ class _Recipe:
         for path, data in sorted(self.files.items()):
             h.update(f"{path}\0{len(data)}\0".encode() + data)
         if self.bench:
-            h.update(f"{BENCH_DEPS}{TOKENIZER_SDIST}{sorted(TORCHVISION_STUB.items())}".encode())
+            h.update(f"{self.deps}{TOKENIZER_SDIST}{sorted(TORCHVISION_STUB.items())}".encode())
         return h.hexdigest()[:16]
 
 
@@ -891,7 +885,7 @@ def _build_replica(client: docker.DockerClient, tag: str, recipe: _Recipe, diges
             Path(tmp) / "context",
             recipe.aiter,
             recipe.aiter_commit,
-            recipe.bench,
+            recipe.deps,
         )
         _say(f"docker build {tag} (no network inside; the stand-in server as launch_server.py)")
         try:

@@ -1,0 +1,157 @@
+"""What a stand-in bench base installs for sglang's bench client, read from the release itself.
+
+``python3 -m sglang.bench_serving`` imports a different set of packages in every release
+(0.5.23 added ``msgspec``; issue 45, U19). The list is therefore derived from the release
+wheel, not written down once: the modules it reaches from ``sglang.bench_serving`` through
+module-level imports (an import under ``try``/``if`` or inside a function is optional, and is
+not followed), and of those the ones outside sglang and the standard library, each spelled as
+the release's own ``Requires-Dist`` spells it. Where the release pins a version (``==``) that
+version is installed; where it gives a range or nothing, the version this replica was benched
+with (:data:`PINS`, when it satisfies the range), else pip's choice within the range.
+
+What the CPU replica substitutes, on purpose (see :mod:`sglforge.standin.base`): torch is the
+machine's CPU build (:data:`CPU_TORCH`), torchvision is a stub and is not installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import zipfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+ENTRY = "sglang.bench_serving"
+CPU_TORCH = "torch==2.13.0+cpu"  # the machine's CPU wheel; the release pins a ROCm build
+STUBBED = frozenset({"torchvision"})  # the replica's stub (base.TORCHVISION_STUB)
+# Versions the replica of 0.5.14 was benched with (tests/docker/test_bench.py): used where a
+# release leaves a distribution unpinned, so the double stays reproducible. A lock, not the
+# list of what to install: that comes from the release.
+PINS = {
+    "aiohttp": "3.14.5",
+    "datasets": "5.2.0",
+    "ipython": "9.18.1",
+    "numpy": "2.4.6",
+    "orjson": "3.13.0",
+    "partial-json-parser": "0.2.1.1.post7",
+    "pillow": "13.0.0",
+    "psutil": "7.2.2",
+    "pybase64": "1.5.1",
+    "pyzmq": "27.3.0",
+    "requests": "2.34.2",
+    "sentencepiece": "0.2.3",
+    "starlette": "1.10.0",
+    "tqdm": "4.70.1",
+    "transformers": "5.8.1",
+    "triton": "3.8.0",
+}
+# Import names whose distribution is named otherwise (the rest are their own distribution).
+DISTRIBUTIONS = {
+    "PIL": "pillow",
+    "zmq": "pyzmq",
+    "IPython": "ipython",
+    "yaml": "pyyaml",
+    "cv2": "opencv-python-headless",
+    "sklearn": "scikit-learn",
+    "attr": "attrs",
+    "dateutil": "python-dateutil",
+    "google": "protobuf",
+}
+
+
+def bench_requirements(wheel: Path, entry: str = ENTRY) -> tuple[str, ...]:
+    """The requirements a replica of the release in ``wheel`` installs so that ``entry``
+    imports (sorted; the release's own specifiers, see the module docstring)."""
+    with zipfile.ZipFile(wheel) as zf:
+        imported = external_imports(zf, entry)
+        requires = requires_dist(zf)
+    out: dict[str, str] = {}
+    for name in imported:
+        dist = DISTRIBUTIONS.get(name, name)
+        key = canonicalize_name(dist)
+        if key in STUBBED:
+            continue
+        out[key] = CPU_TORCH if key == "torch" else _spec(dist, key, requires.get(key))
+    return tuple(out[k] for k in sorted(out))
+
+
+def _spec(dist: str, key: str, req: Requirement | None) -> str:
+    known = PINS.get(key)
+    if req is None:
+        return f"{dist}=={known}" if known else dist
+    pinned = [s for s in req.specifier if s.operator in ("==", "===")]
+    if pinned or not known or not req.specifier.contains(known, prereleases=True):
+        return f"{req.name}{req.specifier}"
+    return f"{req.name}=={known}"
+
+
+def requires_dist(zf: zipfile.ZipFile) -> Mapping[str, Requirement]:
+    """The wheel's ``Requires-Dist`` that apply without extras on this platform, by name."""
+    meta = next(n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+    found: dict[str, Requirement] = {}
+    for line in zf.read(meta).decode("utf-8", "replace").splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        try:
+            req = Requirement(line.partition(":")[2].strip())
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            found.setdefault(canonicalize_name(req.name), req)
+    return found
+
+
+def external_imports(zf: zipfile.ZipFile, entry: str) -> list[str]:
+    """Top-level names outside sglang and the standard library that the modules reached from
+    ``entry`` import at module level (sorted)."""
+    names = set(zf.namelist())
+    top = entry.partition(".")[0]
+    seen: set[str] = set()
+    external: set[str] = set()
+    todo = [entry]
+    while todo:
+        module = todo.pop()
+        path = _path_of(module, names)
+        if module in seen or path is None:
+            continue
+        seen.add(module)
+        parts = module.split(".")
+        # importing a.b.c runs a.b's __init__ (the package root's own is trimmed in the
+        # replica, and never followed)
+        todo += [".".join(parts[:i]) for i in range(2, len(parts))]
+        package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
+        for name, members in _module_imports(zf.read(path), package):
+            if name.partition(".")[0] == top:
+                todo += [name, *(f"{name}.{m}" for m in members)]
+            else:
+                external.add(name.partition(".")[0])
+    return sorted(n for n in external if n not in sys.stdlib_module_names and n != "__future__")
+
+
+def _path_of(module: str, names: set[str]) -> str | None:
+    base = module.replace(".", "/")
+    return next((p for p in (f"{base}.py", f"{base}/__init__.py") if p in names), None)
+
+
+def _module_imports(source: bytes, package: str) -> Iterable[tuple[str, tuple[str, ...]]]:
+    """(module, names taken from it) for each import statement at the module's top level."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, ()
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                name = ".".join([*parts, *([node.module] if node.module else [])])
+            else:
+                name = node.module or ""
+            yield name, tuple(a.name for a in node.names if a.name != "*")
