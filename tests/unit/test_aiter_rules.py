@@ -265,11 +265,42 @@ def test_the_logged_key_is_written_for_each_aiter_s_own_column_order() -> None:
 
 
 @pytest.mark.pypi  # the amd-aiter wheel the replica installs, from the cache or PyPI
-def test_the_standin_server_looks_up_as_the_replica_s_aiter_does() -> None:
-    """The stand-in server (a TEST DOUBLE run in the replica) logs and pads fused-MoE lookups
-    by its own copy of aiter's rule: held here to the rule read from that aiter's code."""
+def test_the_standin_server_looks_up_as_the_replica_s_aiter_does(tmp_path: Path) -> None:
+    """The stand-in server (a TEST DOUBLE run in the replica) pads fused-MoE lookups by the
+    image's own aiter's ``get_padded_M``: for the wheel and both release aiters, held here to
+    the rule sglforge.aiter_rules reads from the same file (issue 41: the MTP verify at batch 1,
+    6 tokens, asks 8 from a release aiter, 16 from the wheel)."""
     from standin import server
 
+    sources = {"wheel": wheel_fused_moe()}
+    sources |= {c[:12]: aiter_data.blob(c, FUSED).decode() for c in (A_7D6, A_912)}
+    probes = sorted(
+        {
+            *range(1, 70),
+            100,
+            511,
+            512,
+            513,
+            1000,
+            1023,
+            1024,
+            1025,
+            5000,
+            16384,
+            32767,
+            32768,
+            40000,
+            131072,
+            200000,
+        }
+    )
+    for name, text in sources.items():
+        (tmp_path / name / "aiter").mkdir(parents=True)
+        (tmp_path / name / FUSED).write_text(text)
+        padded = server.aiter_padded_m(str(tmp_path / name))
+        rule = aiter_rules.rule_from_source(text, None, "test", name)
+        assert [padded(m) for m in probes] == [rule.buckets(m) for m in probes], name
+        assert padded(6) == (16 if name == "wheel" else 8), name
     rule = aiter_rules.rule_from_source(wheel_fused_moe(), None, "test", "wheel")
     assert server.AITER_KEY_COLUMNS == rule.key
     assert {c for c in rule.key if c not in server.AITER_INT_COLUMNS} == {
@@ -279,5 +310,3 @@ def test_the_standin_server_looks_up_as_the_replica_s_aiter_does() -> None:
         "q_dtype_w",
         "q_type",
     }
-    for m in (1, 2, 8, 15, 16, 17, 100, 511, 512, 513, 1000, 1023, 1024, 5000, 16384):
-        assert server.aiter_padded_m(m) == rule.buckets(m), m

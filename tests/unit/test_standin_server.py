@@ -226,7 +226,7 @@ def test_generate_meta_info_is_0_5_14s(start: Start) -> None:
     hist = meta["spec_correct_drafts_histogram"]
     assert hist == meta["spec_accept_histogram"] and sum(hist) == meta["spec_verify_ct"]
     assert sum(i * c for i, c in enumerate(hist)) == meta["spec_num_correct_drafts"]
-    assert 2.5 < meta["spec_accept_length"] <= 6
+    assert 2.0 < meta["spec_accept_length"] <= 6  # a raw prompt: STANDIN_RAW_ACCEPT_LENGTH 2.4
     assert meta["e2e_latency"] > 0
 
 
@@ -253,14 +253,14 @@ def test_server_info_is_shaped_like_http_server_builds_it(start: Start) -> None:
 
 
 def test_server_accept_length_appears_after_a_decode_log_interval(start: Start) -> None:
-    base = start(*MTP, "--decode-log-interval", "10")
+    base = start(*MTP, "--decode-log-interval", "20")  # the warmup's steps count too
     meta = generate(base, "go", 20, ignore_eos=True)["meta_info"]
-    assert meta["spec_verify_ct"] < 10
+    assert meta["spec_verify_ct"] < 15
     state = json.loads(get(f"{base}/server_info")[1])["internal_states"][0]
     assert "avg_spec_accept_length" not in state
     generate(base, "more", 200, ignore_eos=True)
     state = json.loads(get(f"{base}/server_info")[1])["internal_states"][0]
-    assert 2.5 < state["avg_spec_accept_length"] <= 6
+    assert 2.0 < state["avg_spec_accept_length"] <= 6
 
 
 def test_without_speculative_flags_there_are_no_spec_statistics(start: Start) -> None:

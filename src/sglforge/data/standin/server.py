@@ -55,8 +55,18 @@ Where it differs from the real server, on purpose:
 - ``/generate`` takes one string ``text`` (no batches, no ``input_ids``): answers 400
   otherwise. The runner sends only that; ``test_generate_refuses_what_the_double_lacks``
   fails if the runner starts sending anything else.
-- One DP rank and one request at a time in the decode statistics (a verify step is one decode
-  batch of size 1); sglang batches concurrent requests.
+- One request at a time in the decode statistics (a verify step is one decode batch of size
+  1); sglang batches concurrent requests. Under ``--dp N`` each rank has its own slots, prefill
+  queue, radix cache and statistics, requests go to the ranks in turn (``round_robin``,
+  ``srt/managers/data_parallel_controller.py:604-616``) and ``internal_states`` has one entry per
+  rank (``srt/managers/tokenizer_control_mixin.py:132``, ``:788-795``).
+- MTP acceptance depends on the prompt's form: ``STANDIN_ACCEPT_LENGTH`` (3.4) for a prompt
+  rendered through a chat template (``/v1/chat/completions``, or ``/generate`` text carrying a
+  template's role markers, :data:`TEMPLATE_MARKERS` or the tokenizer's own template prefix),
+  ``STANDIN_RAW_ACCEPT_LENGTH`` (2.4) for raw text. The drop is an assumption (no GPU measured
+  it on GLM-5.2), set below the smoke's 2.5 so that a smoke gating on raw prompts fails here as
+  it could on a node; ``POST /v1/chat/completions`` takes ``return_meta_info`` (not with
+  ``stream``: 400, ``srt/entrypoints/openai/serving_chat.py:512-516``) and ``ignore_eos``.
 - Simple arithmetic questions ("What is 17 + 25?") are answered correctly; other text is
   filler words.
 
@@ -72,8 +82,9 @@ routed experts. Mirrored from amd-aiter 0.1.7.post2.dev18 (PyPI wheel; lines are
   ``:``-list is merged, a single path replaces (``core.py:75-78``); merged files must have the
   first file's columns (``core.py:85-88``); duplicate keys (the header of
   ``configs/untuned_fmoe.csv``) keep the lowest ``us`` (``core.py:95-108``);
-- the lookup: token bucketed by ``get_padded_M`` (``fused_moe.py:484-492``, called at
-  ``:223-224``), key ``cu_num, token, model_dim, inter_dim, expert, topk, act_type, dtype,
+- the lookup: token bucketed by the image's own aiter's ``get_padded_M`` (run from its
+  ``aiter/fused_moe.py``, :func:`aiter_padded_m`: the wheel's 1..16 -> 16, ROCm/aiter's next
+  power of two), key ``cu_num, token, model_dim, inter_dim, expert, topk, act_type, dtype,
   q_dtype_a, q_dtype_w, q_type, use_g1u1, doweight_stage1`` (``fused_moe.py:525-567``), logged
   once per key (``get_2stage_cfgs`` is ``lru_cache``d, ``:504``) as ``[fused_moe] using 2stage
   (kernelName1=..., kernelName2=...) for <key>`` or ``[fused_moe] using 2stage default for <key>``
@@ -117,7 +128,14 @@ The serving cost model (what ``sglforge bench`` measures through the image's own
 - a prefix cache, LRU over blocks of ``STANDIN_BLOCK_TOKENS`` (default 16) tokens, at most
   ``STANDIN_CACHE_TOKENS`` (default 2,000,000) tokens; a request reuses the longest run of cached
   blocks from its start (``--disable-radix-cache`` turns it off); ``meta_info.cached_tokens``
-  says how many (``tokenizer_manager.py:1861-1867``);
+  says how many (``tokenizer_manager.py:1861-1867``). As in 0.5.14, the cache is matched when
+  the request is scheduled (``scheduler.py:2847`` -> ``schedule_batch.py:1166``) and a prompt
+  is inserted only once its prefill ran (``maybe_cache_unfinished_req``,
+  ``scheduler_components/batch_result_processor.py:242``; the overlap loop forms the next
+  batch before it processes the last one's result, ``scheduler.py:1557-1578``); prefills run
+  one at a time, first come first served (``schedule_policy`` ``fcfs``,
+  ``schedule_policy.py:187-192``): a request that arrives while another with its prefix is
+  still prefilling waits for that prefill and gets no hit;
 - decode costs ``1 / STANDIN_DECODE_TOK_S`` seconds per token at batch 1, times
   ``1 + STANDIN_DECODE_BATCH_GROWTH x (running requests - 1)`` (default growth 0.05);
 - at most ``--max-running-requests`` (default 16) requests run; the rest wait in a queue (their
@@ -137,14 +155,16 @@ The serving cost model (what ``sglforge bench`` measures through the image's own
   ``sglang:cached_tokens_total{cache_source="device"}`` counted when a request finishes
   (``srt/observability/metrics_collector.py:1428-1431``, ``:1507-1511``, ``:1645-1673``), and
   the ``sglang:cache_hit_rate`` gauge (``:292-296``) set from the last prefill;
-- ``GET|POST /flush_cache`` empties the prefix cache when nothing runs, else 400
-  (``http_server.py:839-854``).
+- ``GET|POST /flush_cache`` empties the prefix cache and resets the decode statistics
+  (``avg_spec_accept_length`` is gone until the next interval) when nothing runs, else 400
+  (``http_server.py:839-854``; ``scheduler.py:3640-3649`` -> ``metrics_reporter.py:487-493``).
 
 ``STANDIN_LOG_LINES``: extra lines (newline-separated) printed verbatim while loading, for tests
 that need a given real line in the log. Other knobs: ``STANDIN_LOAD_SECONDS`` (default 0.5)
 before listening, ``STANDIN_WARMUP_SECONDS`` (default 0.2) of 503 before ready,
 ``STANDIN_CRASH_AFTER`` (seconds into loading before ``crash``, default 0.3),
-``STANDIN_ACCEPT_LENGTH`` (default 3.4).
+``STANDIN_ACCEPT_LENGTH`` (default 3.4, templated prompts), ``STANDIN_RAW_ACCEPT_LENGTH``
+(default 2.4, raw prompts).
 """
 
 from __future__ import annotations
@@ -161,7 +181,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BANNER = "sglforge STAND-IN sglang server (TEST DOUBLE, not sglang; no model is loaded)"
@@ -255,13 +275,30 @@ def aiter_root() -> str | None:
     return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
 
 
-def aiter_padded_m(m: int) -> int:
-    """``get_padded_M`` (``fused_moe.py:484-492``): 1..16 -> 16, < 1024 -> next power of 2."""
-    if 1 <= m <= 16:
-        return 16
-    if m < 1024:
-        return 1 << (m - 1).bit_length() if m > 0 else 1
-    return 1024
+def aiter_padded_m(root: str) -> Callable[[int], int]:
+    """The image's own aiter's token bucket: ``get_padded_M`` (with ``nextPow2`` and
+    ``_PADDED_M_TIERS``) taken from ``<root>/aiter/fused_moe.py`` and run in a namespace holding
+    nothing else, the rule ``sglforge.aiter_rules`` reads from the same file. ROCm/aiter
+    7d604afe5fa7 and 9127c94a18e4 pad to the next power of two (tiers from 32768 on); the PyPI
+    0.1.7 wheel maps 1..16 to 16 and caps at 1024."""
+    import ast
+
+    with open(os.path.join(root, "aiter", "fused_moe.py"), encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    parts: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("nextPow2", "get_padded_M"):
+            node.decorator_list = []
+            parts.append(node)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(x, ast.Name) and x.id == "_PADDED_M_TIERS" for x in node.targets
+        ):
+            parts.insert(0, node)
+    code = compile(ast.Module(body=parts, type_ignores=[]), "aiter/fused_moe.py", "exec")
+    space: dict = {"__builtins__": {"reversed": reversed, "len": len, "int": int}}
+    exec(code, space)  # noqa: S102 - aiter's pure bucket helpers only
+    padded = space["get_padded_M"]
+    return lambda m: int(padded(m))
 
 
 def _read_csv(path: str) -> tuple[list[str], list[dict]]:
@@ -278,6 +315,7 @@ class AiterFusedMoE:
     def __init__(self, root: str, env: dict) -> None:
         self.root = root
         self.env = env
+        self.padded_m = aiter_padded_m(root)
         self.logged: set[tuple] = set()
         self.merge_line: str | None = None
         self.table: dict[tuple, dict] = {}
@@ -331,7 +369,7 @@ class AiterFusedMoE:
     def lookup(self, token_num: int, model_dim: int, inter_dim: int, expert: int, topk: int):
         """The log line aiter prints for this shape, or None if this key was already logged."""
         cu_num = int(self.env.get("CU_NUM") or 256)
-        keys = (cu_num, aiter_padded_m(token_num), model_dim, inter_dim, expert, topk)
+        keys = (cu_num, self.padded_m(token_num), model_dim, inter_dim, expert, topk)
         keys = keys + AITER_FP4_TAIL
         if keys in self.logged:
             return None
@@ -441,7 +479,9 @@ def _token_id(word: str) -> int:
 
 
 class PrefixCache:
-    """An LRU over token blocks: a block is named by the hash of every token up to its end."""
+    """An LRU over token blocks: a block is named by the hash of every token up to its end.
+
+    ``match`` when the request is scheduled, ``insert`` after its prefill ran (module doc)."""
 
     def __init__(self, block: int, capacity_tokens: int, enabled: bool = True) -> None:
         self.block = max(1, block)
@@ -457,26 +497,85 @@ class PrefixCache:
             keys.append(h.copy().hexdigest())
         return keys
 
-    def match_and_insert(self, ids: list[int]) -> int:
-        """Tokens of ``ids`` served from the cache (whole blocks from the start), then cache it."""
+    def match(self, ids: list[int]) -> int:
+        """Tokens of ``ids`` the cache holds now (whole blocks from the start)."""
         if not self.enabled:
             return 0
-        keys = self._keys(ids)
         hit = 0
-        for key in keys:
+        for key in self._keys(ids):
             if key not in self.blocks:
                 break
+            self.blocks.move_to_end(key)
             hit += 1
-        for key in keys:
+        # sglang always computes at least the last prompt token.
+        return min(hit * self.block, max(len(ids) - 1, 0))
+
+    def insert(self, ids: list[int]) -> None:
+        """Cache ``ids`` (its prefill has run)."""
+        if not self.enabled:
+            return
+        for key in self._keys(ids):
             self.blocks[key] = None
             self.blocks.move_to_end(key)
         while len(self.blocks) > self.capacity:
             self.blocks.popitem(last=False)
-        # sglang always computes at least the last prompt token.
-        return min(hit * self.block, max(len(ids) - 1, 0))
 
     def flush(self) -> None:
         self.blocks.clear()
+
+
+class FifoGate:
+    """At most ``slots`` holders at once, the waiters let in first come first served."""
+
+    def __init__(self, slots: int) -> None:
+        self.free = max(1, slots)
+        self.queue: collections.deque[object] = collections.deque()
+        self.cv = threading.Condition()
+
+    def acquire(self) -> None:
+        me = object()
+        with self.cv:
+            self.queue.append(me)
+            while self.queue[0] is not me or self.free == 0:
+                self.cv.wait()
+            self.queue.popleft()
+            self.free -= 1
+            self.cv.notify_all()
+
+    def release(self) -> None:
+        with self.cv:
+            self.free += 1
+            self.cv.notify_all()
+
+
+class Rank:
+    """One DP rank: its scheduler's slots, prefill queue, radix cache and decode statistics
+    (``metrics_reporter.py``: per-interval and lifetime counters)."""
+
+    def __init__(self, index: int, args: argparse.Namespace, env: dict) -> None:
+        self.index = index
+        self.cache = PrefixCache(
+            int(env.get("STANDIN_BLOCK_TOKENS", "16")),
+            int(env.get("STANDIN_CACHE_TOKENS", "2000000")),
+            enabled=not args.disable_radix_cache,
+        )
+        self.slots = FifoGate(args.max_running_requests or 16)
+        self.prefill = FifoGate(1)  # one prefill batch runs at a time, in arrival order
+        self.running = 0
+        self.waiting = 0
+        self.reset_metrics()
+        self.last_gen_throughput = 0.0
+        self.last_decode_stats_tic = time.perf_counter()
+
+    def reset_metrics(self) -> None:
+        """``MetricsReporter.reset_metrics`` (metrics_reporter.py:487-493), run by
+        ``Scheduler.flush_cache`` (scheduler.py:3640-3649)."""
+        self.forward_ct_decode = 0
+        self.num_generated_tokens = 0
+        self.spec_num_accept_tokens = 0
+        self.spec_num_forward_ct = 0
+        self.spec_total_num_accept_tokens = 0
+        self.spec_total_num_forward_ct = 0
 
 
 class CostModel:
@@ -526,6 +625,20 @@ def load_tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
+# Text that only a prompt rendered through a chat template carries (the role markers of the
+# templates the scenarios' models ship: GLM's "[gMASK]<sop><|user|>", ChatML, Llama 3, Mistral,
+# DeepSeek, Gemma). A tokenizer with a template adds its own rendered prefix (Engine.templated).
+TEMPLATE_MARKERS = (
+    "[gMASK]<sop>",
+    "<|user|>",
+    "<|im_start|>",
+    "<|start_header_id|>",
+    "[INST]",
+    "<\uff5cUser\uff5c>",
+    "<start_of_turn>",
+)
+
+
 class Engine:
     """The fake model: deterministic words, arithmetic, timing and speculative statistics."""
 
@@ -541,33 +654,20 @@ class Engine:
         self.draft_tokens = args.speculative_num_draft_tokens or steps + 1
         default_speed = 4.0 if "slow" in faults else 400.0
         self.tok_s = float(env.get("STANDIN_DECODE_TOK_S", default_speed))
-        accept = 1.3 if "low-accept" in faults else float(env.get("STANDIN_ACCEPT_LENGTH", "3.4"))
-        self.accept = min(max(accept, 1.0), float(self.draft_tokens)) if self.spec else 1.0
+        # MTP acceptance by the prompt's form: the draft head was trained on chat-templated
+        # text, raw text accepts less (module doc).
+        self.accept_templated = self._accept(env, "STANDIN_ACCEPT_LENGTH", "3.4")
+        self.accept_raw = self._accept(env, "STANDIN_RAW_ACCEPT_LENGTH", "2.4")
         self.context_len = args.context_length or DEFAULT_CONTEXT_LEN
         self.lock = threading.Lock()
         self.status = "Starting"  # http_server.py ServerStatus: Starting -> Up
-        # metrics_reporter.py: per-interval and lifetime decode counters.
-        self.forward_ct_decode = 0
-        self.spec_num_accept_tokens = 0
-        self.spec_num_forward_ct = 0
-        self.spec_total_num_accept_tokens = 0
-        self.spec_total_num_forward_ct = 0
-        self.num_generated_tokens = 0
-        self.last_gen_throughput = 0.0
-        self.last_decode_stats_tic = time.perf_counter()
         self.aiter: AiterFusedMoE | None = None
         self.moe: list[tuple[int, int, int, int]] = []
         self.cost = CostModel(env, self.tok_s)
-        self.cache = PrefixCache(
-            int(env.get("STANDIN_BLOCK_TOKENS", "16")),
-            int(env.get("STANDIN_CACHE_TOKENS", "2000000")),
-            enabled=not args.disable_radix_cache,
-        )
-        self.max_running = args.max_running_requests or 16
-        self.slots = threading.Semaphore(self.max_running)
+        self.ranks = [Rank(i, args, env) for i in range(max(1, args.dp_size or 1))]
+        self.round_robin = 0
         self.tokenizer = None
-        self.running = 0
-        self.waiting = 0
+        self.markers: tuple[str, ...] = TEMPLATE_MARKERS
         # metrics_collector.py: counters bumped when a request finishes; the gauge per prefill.
         self.prompt_tokens_total = 0
         self.cached_tokens_total = 0
@@ -575,19 +675,58 @@ class Engine:
         self.num_requests_total = 0
         self.cache_hit_rate = 0.0
 
+    def _accept(self, env: dict, name: str, default: str) -> float:
+        value = 1.3 if "low-accept" in self.faults else float(env.get(name, default))
+        return min(max(value, 1.0), float(self.draft_tokens)) if self.spec else 1.0
+
+    @property
+    def running(self) -> int:
+        return sum(r.running for r in self.ranks)
+
+    @property
+    def waiting(self) -> int:
+        return sum(r.waiting for r in self.ranks)
+
+    def set_tokenizer(self, tokenizer) -> None:
+        """Tokenize with the model's tokenizer; its chat template's prefix marks templated text."""
+        self.tokenizer = tokenizer
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            return
+        try:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": "\x00"}], add_generation_prompt=True, tokenize=False
+            )
+        except Exception:  # noqa: BLE001 - a template that needs more than one message
+            return
+        head = text.split("\x00", 1)[0].replace(tokenizer.bos_token or "\x01", "").strip()
+        if head:
+            self.markers = (*TEMPLATE_MARKERS, head)
+
+    def templated(self, prompt: str) -> bool:
+        """Whether ``prompt`` was rendered through a chat template."""
+        return any(m in prompt for m in self.markers)
+
     def tokenize(self, prompt: str) -> list[int]:
         if self.tokenizer is not None:
             return list(self.tokenizer.encode(prompt))
         return [_token_id(w) for w in prompt.split()] or [0]
 
     def flush_cache(self) -> bool:
-        """Empty the prefix cache, only when no request runs or waits (as sglang does)."""
+        """Empty every rank's prefix cache and reset its decode statistics, only when no request
+        runs or waits (``Scheduler.flush_cache``, scheduler.py:3640-3649)."""
         with self.lock:
             if self.running or self.waiting:
                 return False
-            self.cache.flush()
-        log("Cache flushed successfully!", " TP0")
+            for rank in self.ranks:
+                rank.cache.flush()
+                rank.reset_metrics()
+        for rank in self.ranks:
+            log("Cache flushed successfully!", self._prefix(rank))
         return True
+
+    def _prefix(self, rank: Rank) -> str:
+        """sglang's log prefix of a scheduler (``DP<i>`` only with DP)."""
+        return f" DP{rank.index} TP0" if len(self.ranks) > 1 else " TP0"
 
     def metrics(self, model_name: str) -> str:
         """Prometheus text exposition of the engine's own counters."""
@@ -694,144 +833,6 @@ class Engine:
             return (out + filler)[:n], "length"
         return (out + filler)[:natural], "stop"
 
-    def _decode_batch(self, accepted: int) -> None:
-        """Count one decode forward pass of batch size 1 (metrics_reporter.py:347-349, 673)."""
-        with self.lock:
-            self.forward_ct_decode += 1
-            self.num_generated_tokens += accepted
-            if self.spec:
-                self.spec_num_accept_tokens += accepted
-                self.spec_num_forward_ct += 1
-            if self.forward_ct_decode % self.args.decode_log_interval != 0:
-                return
-            now = time.perf_counter()
-            gap = max(now - self.last_decode_stats_tic, 1e-9)
-            self.last_decode_stats_tic = now
-            self.last_gen_throughput = self.num_generated_tokens / gap
-            self.num_generated_tokens = 0
-            msg = "Decode batch, #running-req: 1, #token: 0, token usage: 0.00, "
-            if self.spec:
-                length = self.spec_num_accept_tokens / self.spec_num_forward_ct
-                correct = self.spec_num_accept_tokens - self.spec_num_forward_ct
-                rate = correct / (self.spec_num_forward_ct * (self.draft_tokens - 1) or 1)
-                self.spec_total_num_accept_tokens += self.spec_num_accept_tokens
-                self.spec_total_num_forward_ct += self.spec_num_forward_ct
-                self.spec_num_accept_tokens = self.spec_num_forward_ct = 0
-                msg += f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
-            msg += (
-                f"cuda graph: True, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
-                "#queue-req: 0"
-            )
-        log(msg, " TP0")
-
-    def generate(
-        self,
-        prompt: str,
-        params: dict,
-        emit: Callable[[dict], None] | None = None,
-        internal: bool = False,
-    ) -> dict:
-        """One completion as ``/generate`` returns it; ``emit`` gets each streamed chunk."""
-        if "crash-later" in self.faults and not internal:
-            log("Scheduler hit an exception: Traceback (most recent call last):", " TP0")
-            raw(
-                '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", '
-                "line 4227, in run_scheduler_process"
-            )
-            raw("torch.AcceleratorError: HIP error: an illegal memory access was encountered")
-            os._exit(1)
-        started = time.monotonic()
-        if internal:
-            return self._generate(prompt, params, emit, started, 0)
-        with self.lock:
-            self.waiting += 1
-        self.slots.acquire()
-        try:
-            with self.lock:
-                self.waiting -= 1
-                self.running += 1
-            return self._generate(prompt, params, emit, started, 1)
-        finally:
-            with self.lock:
-                self.running -= 1
-            self.slots.release()
-
-    def _generate(
-        self,
-        prompt: str,
-        params: dict,
-        emit: Callable[[dict], None] | None,
-        started: float,
-        counted: int,
-    ) -> dict:
-        rid = uuid.uuid4().hex
-        n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
-        words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
-        ids = self.tokenize(prompt)
-        prompt_tokens = len(ids)
-        self.aiter_lookup(prompt_tokens)  # the prefill's MoE forward
-        with self.lock:
-            cached = self.cache.match_and_insert(ids) if counted else 0
-            if counted:
-                self.cache_hit_rate = cached / prompt_tokens if prompt_tokens else 0.0
-        jitter = self.cost.request_factor()
-        # The costs are a schedule, not pauses: each step ends at its time from the request's
-        # start, so the Python work between steps (tokens, events, a loaded CPU) is absorbed
-        # and the figures are the cost model's; a step that cannot keep up ends late.
-        clock = time.monotonic() + max(0.001, self.cost.prefill(prompt_tokens - cached, jitter))
-        _sleep_until(clock)  # "prefill"
-        done, verify, correct = 0, 0, 0
-        histogram: list[int] = []
-        carry = 0.0
-        while done < len(words):
-            if done == 0:
-                step = 1  # prefill's token
-            else:
-                if self.spec:
-                    carry += self.accept
-                    step = min(max(1, int(carry)), self.draft_tokens)
-                    carry -= step
-                    verify += 1
-                    correct += step - 1
-                    histogram += [0] * (step - len(histogram))
-                    histogram[step - 1] += 1
-                else:
-                    step = 1
-                # A verify step runs the target on every draft token (decode without MTP: 1).
-                self.aiter_lookup(self.draft_tokens if self.spec else 1)
-                self._decode_batch(step)
-            step = min(step, len(words) - done)
-            clock += self.cost.decode(step, self.running, jitter)
-            _sleep_until(clock)
-            done += step
-            last = done >= len(words)
-            if emit is not None:
-                emit(
-                    self._out(
-                        rid,
-                        words[:done],
-                        prompt_tokens,
-                        started,
-                        finish if last else None,
-                        verify,
-                        correct,
-                        histogram,
-                        cached,
-                    )
-                )
-        out = self._out(
-            rid, words, prompt_tokens, started, finish, verify, correct, histogram, cached
-        )
-        if counted:
-            with self.lock:
-                self.prompt_tokens_total += prompt_tokens
-                self.cached_tokens_total += cached
-                self.generation_tokens_total += len(words)
-                self.num_requests_total += 1
-        if emit is not None and not words:
-            emit(out)
-        return out
-
     def _out(
         self,
         rid: str,
@@ -882,11 +883,180 @@ class Engine:
             "meta_info": meta,
         }
 
-    def internal_state(self) -> dict:
+    def _decode_batch(self, rank: Rank, accepted: int) -> None:
+        """Count one decode forward pass of batch size 1 (metrics_reporter.py:347-349, 673)."""
+        with self.lock:
+            rank.forward_ct_decode += 1
+            rank.num_generated_tokens += accepted
+            if self.spec:
+                rank.spec_num_accept_tokens += accepted
+                rank.spec_num_forward_ct += 1
+            if rank.forward_ct_decode % self.args.decode_log_interval != 0:
+                return
+            now = time.perf_counter()
+            gap = max(now - rank.last_decode_stats_tic, 1e-9)
+            rank.last_decode_stats_tic = now
+            rank.last_gen_throughput = rank.num_generated_tokens / gap
+            rank.num_generated_tokens = 0
+            running = max(rank.running, 1)
+            msg = f"Decode batch, #running-req: {running}, #token: 0, token usage: 0.00, "
+            if self.spec and rank.spec_num_forward_ct:
+                length = rank.spec_num_accept_tokens / rank.spec_num_forward_ct
+                correct = rank.spec_num_accept_tokens - rank.spec_num_forward_ct
+                rate = correct / (rank.spec_num_forward_ct * (self.draft_tokens - 1) or 1)
+                rank.spec_total_num_accept_tokens += rank.spec_num_accept_tokens
+                rank.spec_total_num_forward_ct += rank.spec_num_forward_ct
+                rank.spec_num_accept_tokens = rank.spec_num_forward_ct = 0
+                msg += f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
+            msg += (
+                f"cuda graph: True, gen throughput (token/s): {rank.last_gen_throughput:.2f}, "
+                "#queue-req: 0"
+            )
+        log(msg, self._prefix(rank))
+
+    def generate(
+        self,
+        prompt: str,
+        params: dict,
+        emit: Callable[[dict], None] | None = None,
+        internal: bool = False,
+        templated: bool | None = None,
+    ) -> dict:
+        """One completion as ``/generate`` returns it; ``emit`` gets each streamed chunk.
+
+        ``templated``: the prompt went through the chat template (``/v1/chat/completions``);
+        None: judged from the text. Requests go to the DP ranks in turn (round robin,
+        ``data_parallel_controller.py:604-616``), wait for a running slot first come first
+        served, then for their rank's prefill."""
+        if "crash-later" in self.faults and not internal:
+            log("Scheduler hit an exception: Traceback (most recent call last):", " TP0")
+            raw(
+                '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", '
+                "line 4227, in run_scheduler_process"
+            )
+            raw("torch.AcceleratorError: HIP error: an illegal memory access was encountered")
+            os._exit(1)
+        started = time.monotonic()
+        form = self.templated(prompt) if templated is None else templated
+        accept = self.accept_templated if form else self.accept_raw
+        if internal:
+            return self._generate(self.ranks[0], prompt, params, emit, started, accept, False)
+        with self.lock:
+            rank = self.ranks[self.round_robin]
+            self.round_robin = (self.round_robin + 1) % len(self.ranks)
+            rank.waiting += 1
+        rank.slots.acquire()
+        try:
+            with self.lock:
+                rank.waiting -= 1
+                rank.running += 1
+            return self._generate(rank, prompt, params, emit, started, accept, True)
+        finally:
+            with self.lock:
+                rank.running -= 1
+            rank.slots.release()
+
+    def _prefill(
+        self, rank: Rank, ids: list[int], counted: bool, jitter: float
+    ) -> tuple[int, float]:
+        """(cached tokens, the prefill's end on the monotonic clock).
+
+        The cache is matched when the request is scheduled and the prompt inserted only after
+        its prefill ran, one prefill at a time in arrival order (module doc): a request that
+        arrives while another with its prefix is still prefilling gets no hit."""
+        if not counted:
+            clock = time.monotonic() + max(0.001, self.cost.prefill(len(ids), jitter))
+            _sleep_until(clock)
+            return 0, clock
+        with self.lock:
+            cached = rank.cache.match(ids)
+            self.cache_hit_rate = cached / len(ids) if ids else 0.0
+        rank.prefill.acquire()
+        try:
+            # The costs are a schedule, not pauses: each step ends at its time, so the Python
+            # work between steps (tokens, events, a loaded CPU) is absorbed and the figures
+            # are the cost model's; a step that cannot keep up ends late.
+            clock = time.monotonic() + max(0.001, self.cost.prefill(len(ids) - cached, jitter))
+            _sleep_until(clock)
+            with self.lock:
+                rank.cache.insert(ids)
+        finally:
+            rank.prefill.release()
+        return cached, clock
+
+    def _steps(
+        self, rank: Rank, total: int, accept: float, histogram: list[int]
+    ) -> Iterator[tuple[int, int, int]]:
+        """Each step's (tokens, verify steps so far, correct drafts so far); the first is the
+        prefill's token. ``histogram`` counts verify steps by correct drafts + 1
+        (``schedule_batch.py:1077-1087``)."""
+        done, verify, correct, carry = 0, 0, 0, 0.0
+        while done < total:
+            if done == 0:
+                step = 1  # prefill's token
+            else:
+                step = 1
+                if self.spec:
+                    carry += accept
+                    step = min(max(1, int(carry)), self.draft_tokens)
+                    carry -= step
+                    verify += 1
+                    correct += step - 1
+                    histogram += [0] * (step - len(histogram))
+                    histogram[step - 1] += 1
+                # A verify step runs the target on every draft token (decode without MTP: 1).
+                self.aiter_lookup(self.draft_tokens if self.spec else 1)
+                self._decode_batch(rank, step)
+            step = min(step, total - done)
+            done += step
+            yield step, verify, correct
+
+    def _generate(
+        self,
+        rank: Rank,
+        prompt: str,
+        params: dict,
+        emit: Callable[[dict], None] | None,
+        started: float,
+        accept: float,
+        counted: bool,
+    ) -> dict:
+        rid = uuid.uuid4().hex
+        n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
+        words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
+        ids = self.tokenize(prompt)
+        self.aiter_lookup(len(ids))  # the prefill's MoE forward
+        jitter = self.cost.request_factor()
+        cached, clock = self._prefill(rank, ids, counted, jitter)
+        done, verify, correct, histogram = 0, 0, 0, []  # type: ignore[var-annotated]
+        for step, verify, correct in self._steps(rank, len(words), accept, histogram):
+            clock += self.cost.decode(step, rank.running, jitter)
+            _sleep_until(clock)
+            done += step
+            if emit is not None:
+                last = done >= len(words)
+                state = (verify, correct, histogram, cached)
+                emit(
+                    self._out(
+                        rid, words[:done], len(ids), started, finish if last else None, *state
+                    )
+                )
+        out = self._out(rid, words, len(ids), started, finish, verify, correct, histogram, cached)
+        if counted:
+            with self.lock:
+                self.prompt_tokens_total += len(ids)
+                self.cached_tokens_total += cached
+                self.generation_tokens_total += len(words)
+                self.num_requests_total += 1
+        if emit is not None and not words:
+            emit(out)
+        return out
+
+    def internal_state(self, rank: Rank) -> dict:
         """One DP rank's state as ``Scheduler.get_internal_state`` builds it (scheduler.py:3670)."""
         state: dict = {k: v for k, v in vars(self.args).items()}
         with self.lock:
-            state["last_gen_throughput"] = self.last_gen_throughput
+            state["last_gen_throughput"] = rank.last_gen_throughput
             state["memory_usage"] = {
                 "weight": 0.0,
                 "kvcache": 0.0,
@@ -894,270 +1064,306 @@ class Engine:
                 "graph": 0.0,
             }
             state["effective_max_running_requests_per_dp"] = self.args.max_running_requests or 1
-            if self.spec and self.spec_total_num_forward_ct > 0:
+            if self.spec and rank.spec_total_num_forward_ct > 0:
                 state["avg_spec_accept_length"] = (
-                    self.spec_total_num_accept_tokens / self.spec_total_num_forward_ct
+                    rank.spec_total_num_accept_tokens / rank.spec_total_num_forward_ct
                 )
         return state
 
+    def internal_states(self) -> list[dict]:
+        """One state per DP rank (``tokenizer_control_mixin.py:788-795`` gathers every rank's)."""
+        return [self.internal_state(rank) for rank in self.ranks]
 
-def make_handler(engine: Engine):
+
+def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     """The request handler class bound to one engine."""
     args = engine.args
-    model_name = args.served_model_name or args.model_path
-    engine_arch, engine_model_type = _model_config(args.model_path)
+    bound = {
+        "engine": engine,
+        "model_name": args.served_model_name or args.model_path,
+        "model_config": _model_config(args.model_path),
+    }
+    return type("BoundHandler", (Handler,), bound)
 
-    def server_info() -> dict:
-        # http_server.py:688-707: server args, scheduler info, internal states, version.
-        return {
-            **dict(vars(args)),
-            "status": "ready",
-            "max_total_num_tokens": 0,
-            "max_req_input_len": engine.context_len - 1,
-            "internal_states": [engine.internal_state()],
-            "version": sglang_version(),
-            "kv_events": None,
+
+class Handler(BaseHTTPRequestHandler):
+    """sglang's HTTP endpoints over one :class:`Engine` (``make_handler`` binds it)."""
+
+    engine: Engine
+    model_name: str
+    model_config: tuple[str, str | None]
+
+    server_version = "standin-sglang"  # HTTP/1.0, one request per connection (uvicorn: 1.1)
+
+    def log_message(self, format: str, *a) -> None:  # noqa: A002 - stdlib's name
+        log(f'{self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
+
+    def _empty(self, code: int) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _json(self, code: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse_start(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _sse(self, payload: object) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self.wfile.write(f"data: {data}\n\n".encode())
+        self.wfile.flush()
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw_body = self.rfile.read(length) if length else b"{}"
+        return json.loads(raw_body or b"{}")
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path = self.path.split("?", 1)[0]
+        routes = {
+            "/health": self._health,
+            "/health_generate": self._health,
+            "/server_info": self._server_info,
+            "/get_server_info": self._server_info,
+            "/flush_cache": self._flush_cache,
+            "/model_info": self._model_info,
+            "/v1/models": self._models,
         }
+        if path == "/metrics" and self.engine.args.enable_metrics:
+            self._metrics()
+        elif path in routes:
+            routes[path]()
+        else:
+            self._json(404, {"detail": "Not Found"})
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "standin-sglang"  # HTTP/1.0, one request per connection (uvicorn: 1.1)
+    def _health(self) -> None:
+        # http_server.py:575-576: 503 until the warmup request has gone through.
+        if self.engine.status != "Up":
+            self._empty(503)
+            return
+        self.engine.generate("health", {"max_new_tokens": 1}, internal=True)
+        self._empty(200)
 
-        def log_message(self, format: str, *a) -> None:  # noqa: A002 - stdlib's name
-            log(f'{self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
-
-        def _empty(self, code: int) -> None:
-            self.send_response(code)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def _json(self, code: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _sse_start(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-
-        def _sse(self, payload: object) -> None:
-            data = payload if isinstance(payload, str) else json.dumps(payload)
-            self.wfile.write(f"data: {data}\n\n".encode())
-            self.wfile.flush()
-
-        def _body(self) -> dict:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw_body = self.rfile.read(length) if length else b"{}"
-            return json.loads(raw_body or b"{}")
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            path = self.path.split("?", 1)[0]
-            if path in ("/health", "/health_generate"):
-                # http_server.py:575-576: 503 until the warmup request has gone through.
-                if engine.status != "Up":
-                    self._empty(503)
-                    return
-                engine.generate("health", {"max_new_tokens": 1}, internal=True)
-                self._empty(200)
-            elif path in ("/server_info", "/get_server_info"):
-                if path == "/server_info" and "old-api" in engine.faults:
-                    self._json(404, {"detail": "Not Found"})
-                    return
-                if path == "/get_server_info":
-                    log(
-                        "Endpoint '/get_server_info' is deprecated and will be removed in a "
-                        "future version. Please use '/server_info' instead."
-                    )
-                self._json(200, server_info())
-            elif path == "/metrics" and args.enable_metrics:
-                data = engine.metrics(model_name).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            elif path == "/flush_cache":
-                self._flush_cache()
-            elif path == "/model_info":
-                self._json(
-                    200,
-                    {
-                        "model_path": args.model_path,
-                        "tokenizer_path": args.tokenizer_path or args.model_path,
-                        "is_generation": True,
-                        "preferred_sampling_params": None,
-                        "weight_version": WEIGHT_VERSION,
-                        "has_image_understanding": False,
-                        "has_audio_understanding": False,
-                        "model_type": engine_model_type,
-                        "architectures": [engine_arch],
-                    },
-                )
-            elif path == "/v1/models":
-                self._json(
-                    200,
-                    {
-                        "object": "list",
-                        "data": [
-                            {
-                                "id": model_name,
-                                "object": "model",
-                                "created": int(time.time()),
-                                "owned_by": "sglang",
-                                "root": model_name,
-                                "parent": None,
-                                "max_model_len": engine.context_len,
-                            }
-                        ],
-                    },
-                )
-            else:
-                self._json(404, {"detail": "Not Found"})
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            path = self.path.split("?", 1)[0]
-            try:
-                body = self._body()
-            except (ValueError, UnicodeDecodeError) as exc:
-                self._json(400, {"error": {"message": f"invalid JSON: {exc}"}})
-                return
-            if path == "/generate":
-                self._generate(body)
-            elif path == "/v1/chat/completions":
-                self._chat(body)
-            elif path == "/flush_cache":
-                self._flush_cache()
-            else:
-                self._json(404, {"detail": "Not Found"})
-
-        def _flush_cache(self) -> None:
-            ok = engine.flush_cache()
-            data = (
-                b"Cache flushed.\nPlease check backend logs for more details. (When there are "
-                b"running or waiting requests, the operation will not be performed.)\n"
-                if ok
-                else b"Flush cache failed: requests are running or waiting.\n"
+    def _server_info(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/server_info" and "old-api" in self.engine.faults:
+            self._json(404, {"detail": "Not Found"})
+            return
+        if path == "/get_server_info":
+            log(
+                "Endpoint '/get_server_info' is deprecated and will be removed in a "
+                "future version. Please use '/server_info' instead."
             )
-            self.send_response(200 if ok else 400)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+        self._json(200, self.server_info())
 
-        def _generate(self, body: dict) -> None:
-            text = body.get("text")
-            params = body.get("sampling_params") or {}
-            if not isinstance(text, str):
-                # A difference from sglang (batches, input_ids): see the module docstring.
-                self._json(400, {"error": {"message": "the stand-in takes one string 'text'"}})
-                return
-            if not body.get("stream"):
-                self._json(200, engine.generate(text, params))
-                return
-            self._sse_start()
-            engine.generate(text, params, self._sse)
-            self._sse("[DONE]")
+    def _metrics(self) -> None:
+        data = self.engine.metrics(self.model_name).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def _chat(self, body: dict) -> None:
-            messages = body.get("messages") or []
-            if not messages:
-                self._json(400, {"error": {"message": "messages required"}})
-                return
-            prompt = "\n".join(str(m.get("content", "")) for m in messages)
-            params = {"max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens")}
-            if params["max_new_tokens"] is None:
-                params = {}
-            model = body.get("model") or model_name
-            created = int(time.time())
-            if body.get("stream"):
-                self._chat_stream(body, prompt, params, model, created)
-                return
-            result = engine.generate(prompt, params)
-            meta = result["meta_info"]
-            finish = meta["finish_reason"] or {}
-            self._json(
-                200,
+    def _model_info(self) -> None:
+        args = self.engine.args
+        arch, model_type = self.model_config
+        self._json(
+            200,
+            {
+                "model_path": args.model_path,
+                "tokenizer_path": args.tokenizer_path or args.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": WEIGHT_VERSION,
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": model_type,
+                "architectures": [arch],
+            },
+        )
+
+    def _models(self) -> None:
+        model = {
+            "id": self.model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "sglang",
+            "root": self.model_name,
+            "parent": None,
+            "max_model_len": self.engine.context_len,
+        }
+        self._json(200, {"object": "list", "data": [model]})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        path = self.path.split("?", 1)[0]
+        try:
+            body = self._body()
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._json(400, {"error": {"message": f"invalid JSON: {exc}"}})
+            return
+        if path == "/generate":
+            self._generate(body)
+        elif path == "/v1/chat/completions":
+            self._chat(body)
+        elif path == "/flush_cache":
+            self._flush_cache()
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def _flush_cache(self) -> None:
+        ok = self.engine.flush_cache()
+        data = (
+            b"Cache flushed.\nPlease check backend logs for more details. (When there are "
+            b"running or waiting requests, the operation will not be performed.)\n"
+            if ok
+            else b"Flush cache failed: requests are running or waiting.\n"
+        )
+        self.send_response(200 if ok else 400)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _generate(self, body: dict) -> None:
+        text = body.get("text")
+        params = body.get("sampling_params") or {}
+        if not isinstance(text, str):
+            # A difference from sglang (batches, input_ids): see the module docstring.
+            self._json(400, {"error": {"message": "the stand-in takes one string 'text'"}})
+            return
+        if not body.get("stream"):
+            self._json(200, self.engine.generate(text, params))
+            return
+        self._sse_start()
+        self.engine.generate(text, params, self._sse)
+        self._sse("[DONE]")
+
+    def _chat(self, body: dict) -> None:
+        messages = body.get("messages") or []
+        if not messages:
+            self._json(400, {"error": {"message": "messages required"}})
+            return
+        prompt = "\n".join(str(m.get("content", "")) for m in messages)
+        params = {"max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens")}
+        if params["max_new_tokens"] is None:
+            params = {}
+        params["ignore_eos"] = bool(body.get("ignore_eos"))  # protocol.py:725
+        model = body.get("model") or self.model_name
+        created = int(time.time())
+        if body.get("stream") and body.get("return_meta_info"):
+            # serving_chat.py:512-516, answered by serving_base.py:114-119
+            message = (
+                "return_meta_info is not supported with streaming. "
+                "Please set stream=false when using return_meta_info=true."
+            )
+            error = {"object": "error", "message": message, "type": "BadRequest"}
+            self._json(400, {**error, "param": None, "code": 400})
+            return
+        if body.get("stream"):
+            self._chat_stream(body, prompt, params, model, created)
+            return
+        result = self.engine.generate(prompt, params, templated=True)
+        meta = result["meta_info"]
+        finish = meta["finish_reason"] or {}
+        # protocol.py:973 ChatCompletionResponseChoice.meta_info, serving_chat.py:1315-1317
+        extra = {"meta_info": meta} if body.get("return_meta_info") else {}
+        self._json(
+            200,
+            {
+                "id": meta["id"],
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": result["text"],
+                            "reasoning_content": None,
+                            "tool_calls": None,
+                        },
+                        "logprobs": None,
+                        "finish_reason": finish.get("type"),
+                        "matched_stop": finish.get("matched"),
+                        **extra,
+                    }
+                ],
+                "usage": _usage(meta),
+                "metadata": {"weight_version": meta["weight_version"]},
+            },
+        )
+
+    def _chat_stream(self, body: dict, prompt: str, params: dict, model: str, created: int) -> None:
+        self._sse_start()
+        sent = {"text": "", "first": True, "meta": {}}
+
+        def chunk(rid: str, delta: dict, finish: str | None = None, matched=None) -> dict:
+            # sse_utils.py:13-46: reasoning_content always present, other None fields gone.
+            return {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"reasoning_content": None, **delta},
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "matched_stop": matched,
+                    }
+                ],
+            }
+
+        def emit(out: dict) -> None:
+            meta = out["meta_info"]
+            sent["meta"] = meta
+            if sent["first"]:
+                sent["first"] = False
+                self._sse(chunk(meta["id"], {"role": "assistant", "content": ""}))
+            delta = out["text"][len(sent["text"]) :]
+            sent["text"] = out["text"]
+            if delta:
+                self._sse(chunk(meta["id"], {"content": delta}))
+
+        self.engine.generate(prompt, params, emit, templated=True)
+        meta = sent["meta"]
+        finish = meta.get("finish_reason") or {}
+        self._sse(chunk(meta["id"], {}, finish.get("type"), finish.get("matched")))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._sse(
                 {
                     "id": meta["id"],
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {
-                                "role": "assistant",
-                                "content": result["text"],
-                                "reasoning_content": None,
-                                "tool_calls": None,
-                            },
-                            "logprobs": None,
-                            "finish_reason": finish.get("type"),
-                            "matched_stop": finish.get("matched"),
-                        }
-                    ],
-                    "usage": _usage(meta),
-                    "metadata": {"weight_version": meta["weight_version"]},
-                },
-            )
-
-        def _chat_stream(
-            self, body: dict, prompt: str, params: dict, model: str, created: int
-        ) -> None:
-            self._sse_start()
-            sent = {"text": "", "first": True, "meta": {}}
-
-            def chunk(rid: str, delta: dict, finish: str | None = None, matched=None) -> dict:
-                # sse_utils.py:13-46: reasoning_content always present, other None fields gone.
-                return {
-                    "id": rid,
                     "object": "chat.completion.chunk",
                     "created": created,
                     "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "delta": {"reasoning_content": None, **delta},
-                            "logprobs": None,
-                            "finish_reason": finish,
-                            "matched_stop": matched,
-                        }
-                    ],
+                    "choices": [],
+                    "usage": _usage(meta),
                 }
+            )
+        self._sse("[DONE]")
 
-            def emit(out: dict) -> None:
-                meta = out["meta_info"]
-                sent["meta"] = meta
-                if sent["first"]:
-                    sent["first"] = False
-                    self._sse(chunk(meta["id"], {"role": "assistant", "content": ""}))
-                delta = out["text"][len(sent["text"]) :]
-                sent["text"] = out["text"]
-                if delta:
-                    self._sse(chunk(meta["id"], {"content": delta}))
-
-            engine.generate(prompt, params, emit)
-            meta = sent["meta"]
-            finish = meta.get("finish_reason") or {}
-            self._sse(chunk(meta["id"], {}, finish.get("type"), finish.get("matched")))
-            if (body.get("stream_options") or {}).get("include_usage"):
-                self._sse(
-                    {
-                        "id": meta["id"],
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": _usage(meta),
-                    }
-                )
-            self._sse("[DONE]")
-
-    return Handler
+    def server_info(self) -> dict:
+        """http_server.py:688-707: server args, scheduler info, internal states, version."""
+        return {
+            **dict(vars(self.engine.args)),
+            "status": "ready",
+            "max_total_num_tokens": 0,
+            "max_req_input_len": self.engine.context_len - 1,
+            "internal_states": self.engine.internal_states(),
+            "version": sglang_version(),
+            "kv_events": None,
+        }
 
 
 def _usage(meta: dict) -> dict:
@@ -1287,7 +1493,7 @@ def main(
     if tokenizer is not None:
         log(f"tokenizer {type(tokenizer).__name__} from {args.tokenizer_path or args.model_path}")
     httpd = make_server(args, faults)
-    httpd.engine.tokenizer = tokenizer  # type: ignore[attr-defined]
+    httpd.engine.set_tokenizer(tokenizer)  # type: ignore[attr-defined]
     log(f"Uvicorn running on http://{args.host}:{args.port} (stand-in: http.server)")
     warmup = threading.Thread(
         target=warm_up,

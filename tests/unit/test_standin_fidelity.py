@@ -1,0 +1,247 @@
+"""The stand-in sglang server (TEST DOUBLE) is no kinder than sglang 0.5.14: each behaviour
+here is read from the released wheel (``sglang==0.5.14`` from PyPI, cached) and then run
+against the double (issue 41 item 3; FIDELITY-5 M2, M4, M6, M11).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from standin import server
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "tests" / "standin" / "model"
+MTP = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "5"]
+MTP += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6"]
+
+Start = Callable[..., str]
+
+pytestmark = pytest.mark.pypi
+
+
+@pytest.fixture(scope="module")
+def real() -> Callable[[str], str]:
+    """``real(path)``: a file of the released 0.5.14 wheel (``sglang/...``)."""
+    from sglforge.standin.base import release_wheel
+
+    archive = zipfile.ZipFile(release_wheel("0.5.14"))
+    return lambda path: archive.read(f"sglang/{path}").decode()
+
+
+@pytest.fixture
+def start() -> Iterator[Start]:
+    """``start(*flags, **env)``: a warmed-up stand-in on a free port; its base URL."""
+    running = []
+
+    def _start(*flags: str, **env: str) -> str:
+        argv = ["--model-path", str(MODEL), "--host", "127.0.0.1", "--port", "0", *flags]
+        httpd = server.make_server(server.build_parser().parse_args(argv), frozenset(), env)
+        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        running.append((httpd, thread))
+        server.warm_up(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield _start
+    for httpd, thread in running:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, _json(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, _json(exc.read())
+
+
+def _json(data: bytes) -> dict:
+    try:
+        return json.loads(data or b"{}")
+    except ValueError:
+        return {"text": data.decode()}  # /flush_cache answers text
+
+
+def generate(base: str, text: str, n: int) -> dict:
+    body = {"text": text, "sampling_params": {"max_new_tokens": n, "ignore_eos": True}}
+    return post(f"{base}/generate", body)[1]["meta_info"]
+
+
+def states(base: str) -> list[dict]:
+    with urllib.request.urlopen(f"{base}/server_info", timeout=10) as resp:
+        return json.loads(resp.read())["internal_states"]
+
+
+def _method(source: str, name: str) -> str:
+    tree = ast.parse(source)
+    (fn,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+    ]
+    return ast.get_source_segment(source, fn) or ""
+
+
+def _strings_near(source: str, needle: str) -> list[str]:
+    """The adjacent string literals (one implicit concatenation) starting at ``needle``."""
+    lines = source[source.index(needle) - 1 :].splitlines()
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith('"'):
+            break
+        out.append(line)
+    return out
+
+
+# --------------------------------------------------------------------------- prefix cache
+
+
+def test_a_prefix_still_prefilling_gives_no_hit(real, start: Start) -> None:
+    # 0.5.14 schedules first come first served (the default policy, no reordering)...
+    assert '] = "fcfs"' in real("srt/server_args.py").split("schedule_policy:", 1)[1][:900]
+    policy = _method(real("srt/managers/schedule_policy.py"), "calc_priority")
+    assert "if self.policy == CacheAgnosticPolicy.FCFS:" in policy
+    # ...matches the radix tree when a request is taken into a prefill batch...
+    sched = real("srt/managers/scheduler.py")
+    assert "req.init_next_round_input(self.tree_cache)" in _method(
+        sched, "_get_new_batch_prefill_raw"
+    )
+    assert "tree_cache.match_prefix(" in _method(
+        real("srt/managers/schedule_batch.py"), "init_next_round_input"
+    )
+    # ...and inserts a prompt only when its prefill's result is processed, which the overlap
+    # loop does after the next batch was formed and launched.
+    prefill = _method(
+        real("srt/managers/scheduler_components/batch_result_processor.py"),
+        "process_batch_result_prefill",
+    )
+    assert "maybe_cache_unfinished_req(req, self.tree_cache)" in prefill
+    loop = _method(sched, "event_loop_overlap")
+    assert loop.index("self.get_next_batch_to_run()") < loop.rindex("pop_and_process()")
+
+    base = start(STANDIN_PREFILL_US_PER_TOKEN="100")  # 4,000 uncached tokens: 0.4 s
+    prefix = " ".join(f"sys{i}" for i in range(4000))
+    out: dict[str, tuple[dict, float]] = {}
+
+    def send(key: str) -> None:
+        began = time.monotonic()
+        meta = generate(base, f"{prefix} question {key}", 4)
+        out[key] = (meta, time.monotonic() - began)
+
+    first = threading.Thread(target=send, args=("A",))
+    first.start()
+    time.sleep(0.1)
+    send("B")  # arrives while A's prefill runs
+    first.join()
+    (a, _), (b, b_s) = out["A"], out["B"]
+    assert a["cached_tokens"] == 0 and b["cached_tokens"] == 0
+    assert b_s > 0.6  # waited for A's prefill (one at a time), then ran its own
+    send("C")  # after A's prefill ran: A's blocks are in the tree
+    assert out["C"][0]["cached_tokens"] >= 4000 - 16
+
+
+# --------------------------------------------------------------------------- flush
+
+
+def _assigned(source: str) -> set[str]:
+    return {
+        t.attr
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Attribute)
+    }
+
+
+def test_flush_cache_resets_the_speculative_counters(real, start: Start) -> None:
+    reporter = real("srt/managers/scheduler_components/metrics_reporter.py")
+    released = _assigned(_method(reporter, "reset_metrics"))
+    assert "self.metrics_reporter.reset_metrics()" in _method(
+        real("srt/managers/scheduler.py"), "flush_cache"
+    )
+    ours = _assigned(_method(Path(server.__file__).read_text(), "reset_metrics"))
+    assert ours == released, ours ^ released
+
+    base = start(*MTP, "--decode-log-interval", "5")
+    generate(base, "Write a long answer", 64)
+    before = states(base)[0]["avg_spec_accept_length"]
+    assert before > 1
+    assert post(f"{base}/flush_cache", {})[0] == 200
+    assert "avg_spec_accept_length" not in states(base)[0]  # until 5 more decode batches
+    generate(base, "Write a long answer", 64)
+    assert states(base)[0]["avg_spec_accept_length"] > 1
+
+
+# --------------------------------------------------------------------------- DP ranks
+
+
+def test_one_internal_state_and_one_radix_cache_per_dp_rank(real, start: Start) -> None:
+    control = real("srt/managers/tokenizer_control_mixin.py")
+    assert "FanOutCommunicator(self.send_to_scheduler, server_args.dp_size, mode)" in control
+    assert "return [res.internal_state for res in responses]" in _method(
+        control, "get_internal_state"
+    )
+    dp = real("srt/managers/data_parallel_controller.py")
+    assert "self.round_robin_counter = (self.round_robin_counter + 1) % len(" in dp
+
+    base = start(*MTP, "--dp", "2", "--decode-log-interval", "5")
+    assert len(states(base)) == 2
+    prompt = " ".join(f"w{i}" for i in range(64))
+    first = generate(base, prompt, 40)  # rank 0
+    second = generate(base, prompt, 40)  # rank 1: its own tree, empty
+    third = generate(base, prompt, 40)  # rank 0 again: a hit
+    assert (first["cached_tokens"], second["cached_tokens"]) == (0, 0)
+    assert third["cached_tokens"] >= 48
+    assert all(s["avg_spec_accept_length"] > 1 for s in states(base))
+    assert len(states(start(*MTP))) == 1
+
+
+# --------------------------------------------------------------------------- prompt form
+
+
+def test_acceptance_drops_on_raw_prompts_and_chat_reports_it(real, start: Start) -> None:
+    chat = real("srt/entrypoints/openai/serving_chat.py")
+    protocol = real("srt/entrypoints/openai/protocol.py")
+    # the smoke's chat requests: templated by the server, meta_info when asked, not streamed
+    assert "return_meta_info: bool = False" in protocol
+    assert 'ret_item["meta_info"] if request.return_meta_info else None' in chat
+    message = (
+        "return_meta_info is not supported with streaming. "
+        "Please set stream=false when using return_meta_info=true."
+    )
+    convert = _method(chat, "_convert_to_internal_request")  # serving_chat.py:512-516
+    near = _strings_near(convert, "return_meta_info is not")
+    assert "".join(ast.literal_eval(s) for s in near) == message
+
+    base = start(*MTP)
+    raw = generate(base, "Explain speculative decoding in detail", 200)
+    glm = "[gMASK]<sop><|user|>\nExplain speculative decoding in detail<|assistant|>"
+    templated = generate(base, glm, 200)
+    body = {"messages": [{"role": "user", "content": "Explain it"}], "max_tokens": 200}
+    status, answer = post(
+        f"{base}/v1/chat/completions", {**body, "ignore_eos": True, "return_meta_info": True}
+    )
+    assert status == 200
+    via_chat = answer["choices"][0]["meta_info"]
+    assert raw["spec_accept_length"] < 2.5 < templated["spec_accept_length"]
+    assert abs(via_chat["spec_accept_length"] - templated["spec_accept_length"]) < 0.1
+    status, error = post(
+        f"{base}/v1/chat/completions", {**body, "stream": True, "return_meta_info": True}
+    )
+    assert (status, error["message"], error["type"]) == (400, message, "BadRequest")
