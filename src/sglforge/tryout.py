@@ -324,6 +324,30 @@ def _end_unanswered(proc: subprocess.Popen[bytes], folder: Path) -> None:
         _pid_file(folder).unlink(missing_ok=True)
 
 
+def folder_to_stop(folder: Path, default: bool) -> Path:
+    """The try-out folder ``--stop`` means: ``folder``, or, when it was not given and there is
+    none here, the nearest one above (the walk-through leaves you in the project, one level
+    down). NothingToDo (exit 1) when there is none: nothing was stopped (U1)."""
+    from sglforge.errors import NothingToDo
+
+    if folder.is_dir() or not default:
+        if folder.is_dir():
+            return folder
+        raise NothingToDo(
+            f"no tryout folder at {folder.resolve()}: nothing was stopped",
+            "give the --dir that sglforge tryout used",
+        )
+    here = Path.cwd().resolve()
+    for parent in here.parents:
+        if _pid_file(parent / folder.name).is_file():
+            return parent / folder.name
+    raise NothingToDo(
+        f"no tryout folder at {here / folder} nor above it: nothing was stopped",
+        "run it where you ran `sglforge tryout`, or give --dir (. sglforge-tryout/env.sh sets "
+        "SGLFORGE_TRYOUT_DIR)",
+    )
+
+
 def stop(folder: Path) -> int | None:
     """End the registry this folder's try-out started; its pid, or None if none ran."""
     folder = folder.resolve()

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sglforge.cli.common import json_option, main, print_json
+from sglforge.errors import NothingToDo
 
 DEFAULT_DIR = "sglforge-tryout"
 
@@ -71,11 +72,18 @@ def tryout_cmd(
 
     say = progress.current()
     if stop:
+        source = click.get_current_context().get_parameter_source("folder")
+        folder = tryout.folder_to_stop(folder, source is click.core.ParameterSource.DEFAULT)
         pid = tryout.stop(folder)
+        if pid is None:
+            raise NothingToDo(
+                f"no registry of the tryout in {folder.resolve()} is running: nothing was stopped",
+                "sglforge tryout starts it again",
+            )
         if as_json:
-            print_json({"stopped": pid is not None, "pid": pid, "folder": folder.resolve()})
+            print_json({"stopped": True, "pid": pid, "folder": folder.resolve()})
         else:
-            said = f"registry (pid {pid}) stopped" if pid else "no registry of tryout ran here"
+            said = f"registry (pid {pid}) of {folder.resolve()} stopped"
             click.echo(f"tryout: {said}; the stand-in base image stays", err=True)
         return
     for line in tryout.plan_text(tryout.release_version(version), bench):
