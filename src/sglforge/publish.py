@@ -1068,7 +1068,8 @@ def junit_xml(result: PublishResult | None, target: str, error: str | None = Non
 def markdown(result: PublishResult | None, target: str, error: str | None = None) -> str:
     """The GitHub step summary for one target."""
     if result is None:
-        return f"## sglforge publish {target}: failed\n\n```\n{error}\n```\n"
+        head = f"## sglforge publish {reports.md_text(target)}: failed"
+        return "\n".join([head, "", *reports.md_block(error)]) + "\n"
     state = (
         "dry run"
         if result.dry_run
@@ -1082,16 +1083,20 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
         if not result.pushed
         else "failed after a partial push"
     )
-    lines = [f"## sglforge publish {result.target}: {state}", ""]
+    # every free text through reports.md_text/md_code/md_block (issue 42, F16)
+    lines = [f"## sglforge publish {reports.md_text(result.target)}: {state}", ""]
     if result.error:
-        lines += ["```", result.error, "```", ""]
+        lines += [*reports.md_block(result.error), ""]
+    scenario = f" ({reports.md_text(result.scenario)})" if result.scenario else ""
     lines += [
-        f"- image: `{result.image}`",
-        f"- digest: `{result.digest or '-'}`",
-        f"- smoke: {_smoke_word(result)}" + (f" ({result.scenario})" if result.scenario else ""),
+        f"- image: {reports.md_code(result.image)}",
+        f"- digest: {reports.md_code(result.digest or '-')}",
+        f"- smoke: {_smoke_word(result)}{scenario}",
     ]
-    lines += [f"- pushed: `{ref}`" for ref in result.pushed]
-    lines += [f"- gate {g.name}: {_gate_word(g)}" for g in result.gates]
+    lines += [f"- pushed: {reports.md_code(ref)}" for ref in result.pushed]
+    lines += [
+        f"- gate {reports.md_text(g.name)}: {reports.md_text(_gate_word(g))}" for g in result.gates
+    ]
     if result.smoke_figures and not result.smoke_markdown:
         figures = sorted(result.smoke_figures.items())
         lines += ["", *reports.md_table(["figure", "value"], figures)]
@@ -1108,7 +1113,11 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
 def _gate_word(gate: GateResult) -> str:
     if not gate.ran:
         return f"skipped ({gate.why})"
-    return ("passed" if gate.ok else "FAILED") + (f": {gate.detail}" if gate.detail else "")
+    word = "passed" if gate.ok else "FAILED"
+    # a detail that only repeats the word is not said twice ("passed: passed", F19)
+    return word + (
+        f": {gate.detail}" if gate.detail and gate.detail.lower() != word.lower() else ""
+    )
 
 
 def _word(passed: bool | None) -> str:

@@ -11,6 +11,7 @@ message, never into a name, so CI can follow one test across runs.
 
 from __future__ import annotations
 
+import re
 import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
@@ -110,9 +111,55 @@ def junit_xml(suites: Iterable[Suite], name: str) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+# Free text in Markdown (a scenario path, a --no-baseline reason, an error) goes through
+# these, the one place it is escaped (issue 42, F16): no raw line break (a forged heading,
+# list item or fence), no HTML (``</details>`` closing a section, ``<img onerror>``), no
+# terminal control character; inline, a backtick cannot open a code span that swallows the
+# rest of the line. A table cell also escapes its pipes (``md_cell``).
+_MD_SPECIAL = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "`": "\\`"})
+_HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_CODE_SPAN = re.compile(r"((`+)(?!`).*?(?<!`)\2(?!`))")
+
+
+def md_text(value: object) -> str:
+    """``value`` as inline Markdown text that renders as itself: line breaks folded,
+    controls shown escaped, HTML and backticks escaped."""
+    return printable(" ".join(str(value).splitlines())).translate(_MD_SPECIAL)
+
+
+def md_code(value: object) -> str:
+    """``value`` as an inline code span (a digest, an image reference) that no backtick in
+    it can close early; controls shown escaped, line breaks folded."""
+    text = printable(" ".join(str(value).splitlines()))
+    fence = "`" * (_longest_run(text, "`") + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_block(text: object) -> list[str]:
+    """``text`` (an error, a log tail) as the lines of a fenced code block that no fence in
+    it can close; controls other than newlines and tabs shown escaped."""
+    body = printable(str(text), keep="\n\t")
+    fence = "`" * max(3, _longest_run(body, "`") + 1)
+    return [fence, *body.split("\n"), fence]
+
+
+def _longest_run(text: str, ch: str) -> int:
+    longest = run = 0
+    for c in text:
+        run = run + 1 if c == ch else 0
+        longest = max(longest, run)
+    return longest
+
+
 def md_cell(value: object) -> str:
-    """One Markdown table cell: pipes escaped, line breaks folded, controls shown escaped."""
-    return printable(" ".join(str(value).splitlines())).replace("|", "\\|")
+    """One Markdown table cell: pipes and HTML escaped, line breaks folded, controls shown
+    escaped."""
+    text = printable(" ".join(str(value).splitlines()))
+    # a cell may hold a code span on purpose (a log line): HTML is inert inside one
+    parts = _CODE_SPAN.split(text)
+    out = [p if i % 3 else p.translate(_HTML) for i, p in enumerate(parts) if i % 3 != 2]
+    return "".join(out).replace("|", "\\|")
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
@@ -133,6 +180,9 @@ __all__ = [
     "Case",
     "Suite",
     "junit_xml",
+    "md_block",
     "md_cell",
+    "md_code",
     "md_table",
+    "md_text",
 ]

@@ -467,32 +467,39 @@ def _cost_line(report: BenchReport) -> str:
     )
 
 
+def _mermaid_text(text: str) -> str:
+    """``text`` inside a Mermaid quoted string: one line, escaped as Markdown free text, no
+    double quote (it would end the string)."""
+    return reports.md_text(text).replace('"', "'")
+
+
 def markdown(report: BenchReport) -> str:
     """The step summary: the table CI renders, the knee, single stream, comparison, chart."""
     headers, rows = table_rows(report)
     state = "passed" if report.ok else "FAILED"
+    md, code = reports.md_text, reports.md_code  # every free text escaped there (F16)
     lines = [
-        f"## sglforge bench {report.scenario}: {state} ({_label(report)})",
+        f"## sglforge bench {md(report.scenario)}: {state} ({_label(report)})",
         "",
-        f"- image: `{report.run.image}` (`{report.run.digest or '-'}`)",
-        f"- dataset: `{report.dataset}`, declared prefix-cache hit {report.expected_hit:.0%}",
-        f"- {_knee_line(report)}",
-        f"- {_speed_line(report)}",
-        f"- {_single_line(report)}",
-        f"- {_comparison_line(report)}",
-        f"- {_cost_line(report)}",
+        f"- image: {code(report.run.image)} ({code(report.run.digest or '-')})",
+        f"- dataset: {code(report.dataset)}, declared prefix-cache hit {report.expected_hit:.0%}",
+        f"- {md(_knee_line(report))}",
+        f"- {md(_speed_line(report))}",
+        f"- {md(_single_line(report))}",
+        f"- {md(_comparison_line(report))}",
+        f"- {md(_cost_line(report))}",
     ]
     lines += [
-        f"- vs `{report.baseline.image}`: {_change_line(c)}"
+        f"- vs {code(report.baseline.image)}: {md(_change_line(c))}"
         for c in report.changes
         if report.baseline
     ]
     if report.accepted_regression:
-        lines.append(f"- regression accepted: {report.accepted_regression}")
+        lines.append(f"- regression accepted: {md(report.accepted_regression)}")
     if report.reason:
-        lines.append(f"- reason: {report.reason}")
+        lines.append(f"- reason: {md(report.reason)}")
     if next_step(report):
-        lines.append(f"- next: {next_step(report)}")
+        lines.append(f"- next: {md(next_step(report))}")
     lines += ["", *reports.md_table(headers, rows)]
     if report.changes:
         lines += ["", *reports.md_table(*comparison_rows(report))]
@@ -568,7 +575,7 @@ def mermaid(report: BenchReport) -> list[str]:
         return [
             "```mermaid",
             "xychart-beta",
-            f'    title "{title}"',
+            f'    title "{_mermaid_text(title)}"',
             f'    x-axis "offered request rate (requests/s)" {axis}',
             f'    y-axis "{y_title}" 0 --> {top:g}',
             *lines,

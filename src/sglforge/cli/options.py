@@ -173,6 +173,21 @@ def base_image_option(f: F) -> F:
     )(f)
 
 
+def _reason(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A recorded reason: one line of text, no control character (it reaches the terminal,
+    the step summary, JUnit and the release record; issue 42, F16)."""
+    from sglforge.util import one_line, printable
+
+    if value is None:
+        return None
+    if not value.strip() or printable(value) != value:
+        raise click.BadParameter(
+            f"{one_line(value)}: one line of text, without control characters, expected",
+            param=param,
+        )
+    return value.strip()
+
+
 def publish_options(f: F) -> F:
     """``--accept-regression``, ``--no-baseline``, ``--retries`` and ``--backoff``: how a
     publish goes (publish and ``upgrade --publish`` alike, copied into each target's
@@ -194,6 +209,7 @@ def publish_options(f: F) -> F:
     f = click.option(
         "--no-baseline",
         metavar="REASON",
+        callback=_reason,
         help="Publish with no bench comparison when no earlier release can be compared (the "
         "first release, say); REASON is recorded. Without it, a bench that cannot compare "
         "refuses the publish.",
@@ -201,6 +217,7 @@ def publish_options(f: F) -> F:
     return click.option(
         "--accept-regression",
         metavar="REASON",
+        callback=_reason,
         help="Publish despite a serving regression against the last release; REASON is recorded.",
     )(f)
 
