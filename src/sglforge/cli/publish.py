@@ -188,6 +188,9 @@ def publish_cmd(
             error_document(doc, result.exit_code or 1, *split_hint(result.error))
         else:
             print_json(doc)
+        # a CI log shows stderr only: it states the outcome too (U12)
+        for line in outcome_lines(result):
+            click.echo(line, err=True)
     else:
         click.echo(printable(render(result), keep="\n"))
     if result.error:
@@ -226,6 +229,28 @@ def _repository(ref: str) -> str:
     """``host:port/ns/repo`` of ``host:port/ns/repo:tag`` (a port's colon is no tag)."""
     head, sep, tail = ref.rpartition(":")
     return head if sep and "/" not in tail else ref
+
+
+def outcome_lines(r: PublishResult) -> list[str]:
+    """The verdict of each gate and of the publish, one line each, for a log that has only
+    stderr (``--json`` puts the document on stdout)."""
+    if r.dry_run:
+        return [f"publish {r.target}: dry run, nothing done"]
+    lines = [f"gate {g.name}: {g.detail}" for g in r.gates]
+    lines += [
+        f"bench {line}"
+        for line in r.bench_text
+        if line.startswith(("comparison", "vs baseline:", "regression accepted:"))
+    ]
+    if r.error:
+        lines.append(f"publish {r.target}: NOT published (exit {r.exit_code or 1})")
+    elif r.digest:
+        moved = ", ".join(ref.rpartition(":")[2] for ref in r.pushed if ref != r.immutable)
+        lines.append(
+            f"publish {r.target}: published {r.immutable}@{r.digest}"
+            + (f"; moved {moved}" if moved else "; no friendly tag moved")
+        )
+    return lines
 
 
 def render(r: PublishResult) -> str:

@@ -1,0 +1,63 @@
+"""A CI log of ``publish --json`` (stderr only) states the outcome (issue 45, U12): each
+gate's verdict, the bench's comparison, and whether and where the image was published."""
+
+from __future__ import annotations
+
+from sglforge.cli.publish import outcome_lines
+from sglforge.gates.result import failed, passed, skipped
+from sglforge.publish import PublishResult
+
+IMM = "127.0.0.1:5000/ns/sglang:v0.5.14-rocm700-mi355x-q1234abcd"
+
+
+def result(**kw: object) -> PublishResult:
+    base: dict[str, object] = dict(
+        target="mi355x-rocm700",
+        registry="127.0.0.1:5000",
+        image="ns/sglang:v0.5.14-rocm700-mi355x-q1234abcd",
+        immutable=IMM,
+        friendly=(),
+        scenario="smoke/x.toml",
+        dry_run=False,
+        skip_smoke=False,
+    )
+    return PublishResult(**{**base, **kw})  # type: ignore[arg-type]
+
+
+BENCH_TEXT = (
+    "standin-cpu on img [STAND-IN], dataset random-ids-shared-prefix, declared hit 60%",
+    "comparison against 127.0.0.1:5000/ns/sglang@sha256:ab: ran",
+    "vs baseline: knee output tok/s 384.1 -> 380.3 (-1.0%, 90% CI -4.4%..+2.5%, 2+2 boots, "
+    "128+128 requests, minimum detectable drop 6.0%): no significant drop",
+    "PASSED",
+)
+
+
+def test_a_published_release_names_each_gate_the_comparison_and_the_digest() -> None:
+    r = result(
+        gates=(skipped("scan", "not a ROCm scenario"), passed("smoke", "passed")),
+        bench_text=BENCH_TEXT,
+        digest="sha256:77ea",
+        pushed=(IMM, IMM.rsplit(":", 1)[0] + ":latest-mi355x"),
+    )
+    lines = outcome_lines(r)
+    assert lines[0] == "gate scan: skipped: not a ROCm scenario"
+    assert lines[1] == "gate smoke: passed"
+    assert any("no significant drop" in ln and ln.startswith("bench vs baseline:") for ln in lines)
+    assert lines[-1] == f"publish mi355x-rocm700: published {IMM}@sha256:77ea; moved latest-mi355x"
+
+
+def test_a_refused_publish_says_not_published_with_its_exit_code() -> None:
+    r = result(
+        gates=(failed("bench", "FAILED: knee output tok/s dropped", "bench failed: ...", 1),),
+        error="bench failed: ...",
+        exit_code=1,
+    )
+    assert outcome_lines(r) == [
+        "gate bench: FAILED: knee output tok/s dropped",
+        "publish mi355x-rocm700: NOT published (exit 1)",
+    ]
+
+
+def test_a_dry_run_says_nothing_was_done() -> None:
+    assert outcome_lines(result(dry_run=True)) == ["publish mi355x-rocm700: dry run, nothing done"]
