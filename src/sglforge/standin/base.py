@@ -541,22 +541,15 @@ def standin_tokenizer(dest: Path) -> Path:
     if not sdist.is_file():
         with _locked("tokenizer"):
             if not sdist.is_file():
-                partial = folder.with_name(folder.name + ".part")
-                shutil.rmtree(partial, ignore_errors=True)
-                partial.mkdir(parents=True)
-                # Its setup.py imports pkg_resources, which new setuptools dropped: pip
-                # prepares the metadata with an older one (the files are all we take).
-                constraint = partial / "constraints.txt"
-                constraint.write_text("setuptools<70\n")
-                cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
-                cmd += ["--no-binary", ":all:", "--dest", str(partial), f"{name}=={version}"]
-                env = {**os.environ, "PIP_CONSTRAINT": str(constraint)}
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-                constraint.unlink()
-                shutil.rmtree(folder, ignore_errors=True)
-                os.replace(partial, folder)
+                # The file alone, from the index (sha256 checked): `pip download` of an sdist
+                # runs its setup.py, code from the index, on this host (issue 42, F1).
+                from sglforge import index
+
+                listed = [f for f in index.files(name) if f.filename == sdist.name]
+                if not listed:
+                    raise RuntimeError(f"{sdist.name}: not on the package index")
+                folder.mkdir(parents=True, exist_ok=True)
+                index.download(listed[0], sdist, what=f"downloading {sdist.name}")
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(sdist) as tf:
         for member in tf.getmembers():
