@@ -28,9 +28,13 @@ against the index's sha256. Yanked files are skipped, except for a release asked
 (``<wheel>.sha256``), re-checked on every use.
 
 **A wheel is imported the way pip installs it:** regular files only (no symlinks, devices),
-no ``..`` or ``.git`` path components, with a bound on sizes and on the compression ratio
-(a zip bomb is refused), written one file at a time into a new pack of the store, each
+no ``..`` path components, written one file at a time into a new pack of the store, each
 file's compressed bytes as the wheel holds them (``git.new_pack``: nothing is compressed twice).
+A wheel no one should unpack is refused whole (exit 3, naming it) and removed from the
+cache, so the next run downloads it again rather than failing the same way: an encrypted
+member, a compression method pip cannot read, a ``.git`` folder in any spelling git refuses
+(``is_dotgit``), a member or package over its size bound, or a package whose compression
+ratio is a zip bomb's.
 
 **A damaged store heals:** the pack files it holds are recorded after each import; one that
 changed size or went missing makes the store be rebuilt from the cached wheels, with a message
@@ -61,7 +65,7 @@ from sglforge import git, index
 from sglforge.errors import ConfigError, UpstreamError
 from sglforge.git.pack import INFLATE_ERRORS, fast_zlib
 from sglforge.progress import Progress, Task, resolve
-from sglforge.util import flock
+from sglforge.util import flock, read_json
 
 DEFAULT_SPEC = ">=0.5.10"
 # what reading a damaged wheel raises
@@ -69,6 +73,8 @@ _BAD_WHEEL: tuple[type[Exception], ...] = (
     zipfile.BadZipFile,
     EOFError,
     ValueError,
+    RuntimeError,  # zipfile: an encrypted member
+    NotImplementedError,  # zipfile: a compression method it does not know
     *INFLATE_ERRORS,
 )
 # Bump when the tree layout or commit format changes: it is part of the store's folder name,
@@ -83,10 +89,21 @@ _SOURCE_RE = re.compile(
 )
 # Linux x86_64 platform tags of wheels (manylinux1/2010/2014, manylinux_2_NN, plain linux).
 _LINUX_X86_64 = re.compile(r"^(manylinux\w*|linux)_x86_64$")
-# Bounds on what one wheel may unpack to (sglang's largest release: about 60 MB of sources).
-MAX_TOTAL_BYTES = 4 << 30
-MAX_FILE_BYTES = 1 << 30
+# Bounds on what one wheel's package may unpack to. Measured on the sources sglforge keeps
+# (python/sglang/, no compiled modules): 0.5.14 36 MiB in 3190 files at 4.4:1, 0.5.23 73 MiB
+# in 5766 files at 4.2:1, its largest file 28:1. A bomb spread over many small members
+# (2048 x 1 MiB of zeros, 900:1) is caught by the whole package's ratio (F10).
+MAX_TOTAL_BYTES = 512 << 20
+MAX_FILE_BYTES = 256 << 20
 MAX_RATIO = 200  # uncompressed / compressed, for members over 1 MiB
+MAX_TOTAL_RATIO = 16  # the package's uncompressed / compressed, once over 16 MiB
+# The methods pip's zipfile reads: stored, deflate, bzip2, lzma.
+_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+# Code points HFS+ ignores in a name (git's is_hfs_dotgit): ".g\u200cit" is ".git" there.
+_HFS_IGNORED = frozenset(
+    "\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+    "\u206a\u206b\u206c\u206d\u206e\u206f\ufeff"
+)
 INDEX_ENV = index.INDEX_ENV
 TIMEOUT_ENV = index.TIMEOUT_ENV
 
@@ -321,7 +338,9 @@ def _open_store(
         _init(repo)
         return {"versions": []}
     try:
-        recorded = json.loads((repo / STATE_FILE).read_text())
+        recorded = read_json(repo / STATE_FILE)  # bounded: a cache entry (F11)
+        if not isinstance(recorded, dict):
+            raise TypeError("the state is not an object")
         versions = [str(Version(v)) for v in recorded["versions"]]
         packs = recorded["packs"]
         if not isinstance(packs, dict):
@@ -532,11 +551,29 @@ class _Member:
     info: zipfile.ZipInfo
 
 
+class _Hostile(Exception):
+    """A wheel sglforge will not import (why, one line); the caller removes it from the cache."""
+
+
+def is_dotgit(part: str) -> bool:
+    """Whether git refuses ``part`` as a path component naming its own folder (git's
+    ``verify_path``): ``.git`` in any case, with NTFS's trailing dots and spaces or an
+    ``::$INDEX_ALLOCATION`` stream, its short name ``git~1``, or with code points HFS+
+    ignores (``.g\u200cit``)."""
+    low = part.lower()
+    if "".join(ch for ch in low if ch not in _HFS_IGNORED) == ".git":
+        return True
+    base = low.split(":", 1)[0]
+    return any(base.startswith(p) and not base[len(p) :].strip(" .") for p in (".git", "git~1"))
+
+
 def _members(zf: zipfile.ZipFile, wheel: Path, project: str) -> list[_Member]:
-    """The regular files of the wheel's import package, checked as pip would install them."""
+    """The regular files of the wheel's import package, checked as pip would install them;
+    ``_Hostile`` for a member no one should unpack (encrypted, an unknown compression
+    method, a ``.git`` folder, a zip bomb)."""
     package = canonicalize_name(project).replace("-", "_")
     members: list[_Member] = []
-    total = 0
+    total = packed = 0
     for info in zf.infolist():
         name = info.filename
         parts = name.split("/")
@@ -544,30 +581,25 @@ def _members(zf: zipfile.ZipFile, wheel: Path, project: str) -> list[_Member]:
         # packaging artefacts whose place in the repository a wheel does not record.
         if info.is_dir() or parts[0] != package:
             continue
-        if any(p in ("", ".", "..", ".git") for p in parts) or "\\" in name or "\0" in name:
+        _check_member(info, parts)
+        if any(p in ("", ".", "..") for p in parts) or "\\" in name or "\0" in name:
             continue  # pip would refuse such a path; it never enters the tree
         if name.endswith(_BINARY_SUFFIXES) or ".so." in name or "/__pycache__/" in name:
             continue
         unix = info.external_attr >> 16
         if stat.S_IFMT(unix) not in (0, stat.S_IFREG):
             continue  # a symlink, a device, a fifo: pip installs regular files only
-        if info.file_size > MAX_FILE_BYTES or (
-            info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1)
-        ):
-            raise UpstreamError(
-                f"{wheel.name}: {name} unpacks to {info.file_size} bytes from "
-                f"{info.compress_size} (a zip bomb?); not imported",
-                f"check the wheel's origin; delete it: rm {wheel}",
-            )
         total += info.file_size
+        packed += info.compress_size
         if total > MAX_TOTAL_BYTES:
-            raise UpstreamError(
-                f"{wheel.name}: its package unpacks to over {MAX_TOTAL_BYTES >> 30} GiB; "
-                "not imported",
-                f"check the wheel's origin; delete it: rm {wheel}",
-            )
+            raise _Hostile(f"its package unpacks to over {MAX_TOTAL_BYTES >> 20} MiB")
         mode = "100755" if unix & 0o111 else "100644"
         members.append(_Member(f"python/{name}", mode, info))
+    if total > (16 << 20) and total > MAX_TOTAL_RATIO * max(packed, 1):
+        raise _Hostile(
+            f"its package unpacks to {total} bytes from {packed} "
+            f"({total // max(packed, 1)}:1, a zip bomb?)"
+        )
     if not members:
         raise UpstreamError(
             f"{wheel.name}: no {package}/ package folder in the wheel",
@@ -576,17 +608,54 @@ def _members(zf: zipfile.ZipFile, wheel: Path, project: str) -> list[_Member]:
     return sorted(members, key=lambda m: m.path)
 
 
+def _check_member(info: zipfile.ZipInfo, parts: list[str]) -> None:
+    """``_Hostile`` for a member of the package no one should unpack."""
+    name = info.filename
+    if info.flag_bits & 0x1:
+        raise _Hostile(f"{name} is encrypted")
+    if info.compress_type not in _METHODS:
+        raise _Hostile(
+            f"{name} uses compression method {info.compress_type}, which pip cannot read"
+        )
+    if any(is_dotgit(p) for p in parts):
+        raise _Hostile(f"{name} is inside a .git folder (git refuses such a path)")
+    if info.file_size > MAX_FILE_BYTES or (
+        info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1)
+    ):
+        raise _Hostile(
+            f"{name} unpacks to {info.file_size} bytes from {info.compress_size} (a zip bomb?)"
+        )
+
+
+def _refused(wheel: Path, why: str) -> UpstreamError:
+    """The wheel removed from the cache (it would fail the same way on every run) and the
+    error that says so, naming it."""
+    wheel.unlink(missing_ok=True)
+    _sidecar(wheel).unlink(missing_ok=True)
+    return UpstreamError(
+        f"{wheel.name}: {why}; not imported, and removed from the cache",
+        "check where the index got it (a mirror or proxy?); the next run downloads it again",
+    )
+
+
 def _wheel_files(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
     """repo path -> (git mode, content) for the sources in the wheel's package folders."""
     with _open_wheel(wheel) as zf:
-        return {m.path: (m.mode, zf.read(m.info)) for m in _members(zf, wheel, project)}
+        try:
+            return {m.path: (m.mode, zf.read(m.info)) for m in _members(zf, wheel, project)}
+        except _Hostile as exc:
+            raise _refused(wheel, str(exc)) from None
+        except _BAD_WHEEL as exc:
+            raise _refused(wheel, f"not a readable wheel ({exc})") from None
 
 
 @contextlib.contextmanager
 def _open_wheel(wheel: Path) -> Iterator[zipfile.ZipFile]:
     try:
         zf = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as exc:
+    except zipfile.BadZipFile as exc:
+        raise _refused(wheel, f"not a readable wheel ({exc})") from None
+    except OSError as exc:
         raise UpstreamError(
             f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
         ) from exc
@@ -611,7 +680,10 @@ def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> 
     who = f"{git.IDENTITY['GIT_COMMITTER_NAME']} <{git.IDENTITY['GIT_COMMITTER_EMAIL']}>"
     known = git.blob_ids(repo)
     with _open_wheel(wheel) as zf:
-        members = _members(zf, wheel, project)
+        try:
+            members = _members(zf, wheel, project)
+        except _Hostile as exc:
+            raise _refused(wheel, str(exc)) from None
         try:
             with open(wheel, "rb") as raw, git.new_pack(repo, have=known) as pack:
                 files = {}
@@ -630,9 +702,7 @@ def _import_release(repo: Path, version: Version, wheel: Path, project: str) -> 
                 )
                 commit_id = pack.add(git.COMMIT, commit).hex()
         except _BAD_WHEEL as exc:
-            raise UpstreamError(
-                f"{wheel}: not a readable wheel ({exc})", f"delete it and run again: rm {wheel}"
-            ) from exc
+            raise _refused(wheel, f"not a readable wheel ({exc})") from None
     git.set_ref(repo, f"refs/tags/v{version}", commit_id)
     _point_branch(repo)
     return commit_id
