@@ -144,23 +144,3 @@ def test_the_shipped_and_legacy_rope_forms_build(
     same = by_device["mi355x"]
     assert quant.findings(built, config, "c") == quant.findings(same, config, "c")
     assert [m.labels() for m in built.models.values()] == [m.labels() for m in same.models.values()]
-
-
-def test_the_nodes_sglang_use_aiter_decides_the_shapes_not_the_hosts(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 41 item 1 (FIDELITY-5 D1), differential on 0.5.14: a per-rank MLP size that is no
-    multiple of 128 (1536 / TP8 = 192) is padded by aiter only with ``SGLANG_USE_AITER``
-    (``srt/layers/quantization/quark/quark_w4a4_mxfp4_moe.py:34``, ``srt/layers/moe/utils.py:
-    543-572``: w13 512 and w2 128 packed columns with it, 384 and 96 without). The host says 1;
-    the node's environment says 0 (as a scenario's ``[container.env]`` would): the node wins."""
-    from sglforge.construct.environment import overlay, release_env
-
-    monkeypatch.setenv("SGLANG_USE_AITER", "1")
-    config = json.loads((STANDIN / "model-mxfp4" / "config.json").read_text())
-    config["moe_intermediate_size"] = 1536
-    node = overlay([("release", release_env("gfx950")), ("scenario", {"SGLANG_USE_AITER": "0"})])
-    built = construct.build(
-        tree, config, launch(STANDIN / "model-mxfp4"), TARGETS.resolve("mi355x").device, node
-    )
-    assert {(m["w13_shape"][1], m["w2_shape"][2]) for m in built.main.moe} == {(384, 96)}

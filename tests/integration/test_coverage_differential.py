@@ -308,3 +308,29 @@ def test_the_publish_gate_fails_on_an_uncovered_hot_shape_and_passes_once_an_ite
     # No routed experts (the CPU stand-in model): the gate cannot run and says why.
     result = check(REPO / "tests" / "standin" / "model")
     assert not result.ran and "no routed experts" in result.why
+
+
+def test_coverage_answers_for_the_nodes_environment_not_the_hosts(
+    trees: dict[str, Path], aiter_configs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41 item 1 (FIDELITY-5 D1), differential on 0.5.14 with the queue: a per-rank MLP
+    size that is no multiple of 128 (1536 / TP8 = 192) is padded by aiter only under
+    ``SGLANG_USE_AITER`` (``srt/layers/quantization/quark/quark_w4a4_mxfp4_moe.py:34``,
+    ``srt/layers/moe/utils.py:543-572``: inter_dim 256 with it, 192 without). The host says 1;
+    the scenario's ``[container.env]`` says 0: the command answers for the node (192) and its
+    report names the environment it used."""
+    model = tmp_path / "m1536"
+    model.mkdir()
+    config = json.loads((GLM / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "moe_intermediate_size": 1536}))
+    scenario = tmp_path / "glm5-no-aiter.toml"
+    text = TP8.read_text()
+    assert text.count('SGLANG_USE_AITER = "1"') == 1
+    scenario.write_text(text.replace('SGLANG_USE_AITER = "1"', 'SGLANG_USE_AITER = "0"'))
+    monkeypatch.setenv("SGLANG_USE_AITER", "1")
+    doc = run_coverage(trees["0.5.14+queue"], model, scenario, aiter_configs)
+    assert {x["inter_dim"] for x in doc["lookups"] if x["model"] == "main"} == {192}
+    env = doc["environment"]
+    assert env["variables"]["SGLANG_USE_AITER"] == "0"
+    assert env["sources"][-1] == f"{scenario} [container.env]"
+    assert env["sources"][0].startswith("the release image's ENV")
