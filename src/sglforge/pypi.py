@@ -627,13 +627,40 @@ def _check_member(info: zipfile.ZipInfo, parts: list[str]) -> None:
         )
 
 
+def check_archive(zf: zipfile.ZipFile, wheel: Path, max_total: int = 1 << 30) -> None:
+    """Every member of ``wheel`` checked before it is unpacked whole (the construction's
+    packages): the member checks of an import, and the total and ratio bounds over all of
+    them; UpstreamError naming the wheel, removed from the cache, otherwise."""
+    total = packed = 0
+    try:
+        for info in zf.infolist():
+            if not info.is_dir():
+                _check_member(info, info.filename.split("/"))
+                total, packed = total + info.file_size, packed + info.compress_size
+        if total > max_total:
+            raise _Hostile(f"it unpacks to over {max_total >> 20} MiB")
+        if total > (16 << 20) and total > MAX_TOTAL_RATIO * max(packed, 1):
+            raise _Hostile(f"it unpacks to {total} bytes from {packed} (a zip bomb?)")
+    except _Hostile as exc:
+        raise _refused(wheel, str(exc)) from None
+
+
+def bad_wheel(wheel: Path, exc: BaseException) -> UpstreamError:
+    """The error for ``wheel`` that failed to unpack (``exc``, one of the errors a damaged
+    wheel raises), the wheel removed from the cache."""
+    return _refused(wheel, f"not a readable wheel ({type(exc).__name__}: {exc})")
+
+
+BAD_WHEEL = _BAD_WHEEL
+
+
 def _refused(wheel: Path, why: str) -> UpstreamError:
     """The wheel removed from the cache (it would fail the same way on every run) and the
     error that says so, naming it."""
     wheel.unlink(missing_ok=True)
     _sidecar(wheel).unlink(missing_ok=True)
     return UpstreamError(
-        f"{wheel.name}: {why}; not imported, and removed from the cache",
+        f"{wheel}: {why}; not imported, and removed from the cache",
         "check where the index got it (a mirror or proxy?); the next run downloads it again",
     )
 

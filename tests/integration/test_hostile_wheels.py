@@ -97,3 +97,26 @@ def test_a_hostile_wheel_is_refused_named_and_removed(tmp_path: Path, case: str)
 def test_a_name_git_accepts_is_kept() -> None:
     for part in (".gitignore", ".github", "git", "gitx", ".git-blame", "git~2", "a.git"):
         assert not pypi.is_dotgit(part), part
+
+
+@pytest.mark.parametrize("case", ["encrypted", "deflate64", "dot-GIT", "git~1", "spread-bomb"])
+def test_the_constructions_packages_refuse_the_same_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """A package the construction unpacks whole (transformers and its closure) is checked
+    the same way before a byte is written, and removed from the cache."""
+    from sglforge.construct import packages
+
+    monkeypatch.setenv("SGLFORGE_CACHE", str(tmp_path / "cache"))
+    members, patch, said = CASES[case]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = _wheel(wheels / f"{PROJECT}-9.0.0-py3-none-any.whl", members)
+    if patch:
+        _central(wheel, VICTIM, **patch)
+    with pytest.raises(UpstreamError) as err:
+        packages._unpacked(wheel)
+    assert wheel.name in str(err.value) and said in str(err.value)
+    assert list(wheels.iterdir()) == []
+    site = tmp_path / "cache" / "pypi" / "construct-site"
+    assert not site.exists() or list(site.iterdir()) == []

@@ -101,18 +101,27 @@ def _unpacked(wheel: Path) -> Path:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    from sglforge import pypi
+
     try:
         with zipfile.ZipFile(wheel) as zf:
             for member in zf.namelist():
                 target = (tmp / member).resolve()
                 if tmp.resolve() not in target.parents:
                     raise SglforgeError(f"{wheel}: member {member} leaves the folder; refused")
-            zf.extractall(tmp)
+            # encrypted, unknown compression, .git, bombs: refused and removed (issue 42)
+            pypi.check_archive(zf, wheel)
+            try:
+                zf.extractall(tmp)
+            except pypi.BAD_WHEEL as exc:
+                raise pypi.bad_wheel(wheel, exc) from None
         try:
             tmp.rename(dest)
         except OSError:  # another process unpacked it first
             if not dest.is_dir():
                 raise
+    except zipfile.BadZipFile as exc:  # not a zip at all
+        raise pypi.bad_wheel(wheel, exc) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
