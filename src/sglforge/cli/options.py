@@ -18,16 +18,31 @@ F = TypeVar("F", bound=Callable[..., Any])
 TARGET_HELP = "Target from images/targets.toml: mi355x, mi300x, or NAME-ROCM (mi355x-rocm720)."
 
 
+def _one_target(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str:
+    # Collected as a list so that a second --target is refused, not silently the one used
+    # (issue 45, U17).
+    if len(value) > 1:
+        raise click.BadParameter(
+            f"given {len(value)} times ({', '.join(value)}): this command takes one target; "
+            "run it once per target (the workflow's matrix does)",
+            ctx,
+            param,
+        )
+    return value[0] if value else "mi355x"
+
+
 def target_option(f: F) -> F:
-    """``--target`` (also ``$SGLFORGE_TARGET``)."""
+    """``--target`` (also ``$SGLFORGE_TARGET``), once: a repeated one is a usage error."""
     return click.option(
         "--target",
-        default="mi355x",
+        multiple=True,
+        default=("mi355x",),
         show_default=True,
         envvar="SGLFORGE_TARGET",
         metavar="NAME[-ROCM]",
         shell_complete=complete_targets,
-        help=TARGET_HELP + " Also $SGLFORGE_TARGET.",
+        callback=_one_target,
+        help=TARGET_HELP + " Once; also $SGLFORGE_TARGET.",
     )(f)
 
 
