@@ -8,12 +8,22 @@ then pulls it, and loads the ``docker load`` archive the build uses for the loca
 
 from __future__ import annotations
 
+import json
+import shutil
+import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
+from click.testing import CliRunner
 
+from helpers_build import STANDIN_OWNED, make_build_project
+from sglforge.cli import main
 from sglforge.engine import images as engine_images
+from sglforge.engine import reset as engine_reset
 from sglforge.images import oci
 from sglforge.images import registry as oreg
 from standin.host_base import WORKDIR, push_host_base
@@ -69,3 +79,68 @@ def test_the_engine_pulls_and_runs_the_overlay_and_loads_its_archive(
     finally:
         for name in (ref, "sglforge-test/oci-loaded:v1", f"{base.name}@{base.digest}"):
             engine_images.remove(name)
+
+
+def _publish(
+    project: Path, registry: str, upstream: Path, labels: dict[str, str], cache: Path
+) -> dict[str, Any]:
+    args = ["--root", str(project), "publish", "--target", "mi355x", "--registry", registry]
+    args += ["--upstream", str(upstream), "--skip-smoke", "--retries", "1", "--json"]
+    for k, v in labels.items():
+        args += ["--label", f"{k}={v}"]
+    env = {"SGLFORGE_CACHE": str(cache), "SOURCE_DATE_EPOCH": ""}
+    result = CliRunner().invoke(main, args, env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return {**json.loads(result.stdout), "said": result.stderr}
+
+
+def test_one_queue_published_twice_from_empty_caches_pushes_one_digest_the_dry_run_predicts(
+    registry: Callable[..., Registry],
+    docker_labels: dict[str, str],
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first_reg, second_reg = registry(), registry()
+    repository = f"sglforge-test/oci-{uuid.uuid4().hex[:8]}"
+    base_ref = f"{first_reg.address}/standin/sglang:v0.5.14-rocm700-mi35x"
+    built = make_build_project(
+        tmp_path / "p",
+        base_template=f"{first_reg.address}/standin/sglang:v{{version}}-{{rocm}}-mi35x",
+        repository=repository,
+    )
+    tree = {f"{WORKDIR}/sglang/{k}": v for k, v in built.base_files().items()}
+    tree.update({f"{WORKDIR}/sglang/{k}": built.files[k].encode() for k in STANDIN_OWNED})
+    env = {"PYTHONPATH": f"{WORKDIR}/sglang/python"}
+    push_host_base(base_ref, tree, docker_labels, python=True, env=env)
+
+    first = _publish(built.root, first_reg.address, built.upstream, docker_labels, tmp_path / "c1")
+    # A second machine: empty caches, no local image of the queue or the base, a later clock.
+    for ref in engine_images.local_tags(repository):
+        engine_images.remove(f"{repository}:{ref}")
+    engine_images.remove(base_ref)
+    shutil.rmtree(built.root / "build" / "cache", ignore_errors=True)
+    later = time.time() + 400 * 86400
+    monkeypatch.setattr(time, "time", lambda: later)
+    second = _publish(
+        built.root, second_reg.address, built.upstream, docker_labels, tmp_path / "c2"
+    )
+    assert first["digest"] == second["digest"] and first["digest"].startswith("sha256:")
+    # the same registry mounts the base's 2 layers; another one gets them copied
+    assert "2 base layer(s) mounted, 0 copied" in first["said"]
+    assert "0 base layer(s) mounted, 2 copied" in second["said"]
+    served = oreg.dist.served_digest(second["immutable"])
+    assert served == first["digest"]
+
+    # The prediction: no engine, no pull (the base's facts are kept by its digest).
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    engine_reset()
+    args = ["--root", str(built.root), "build", "--target", "mi355x", "--dry-run", "--json"]
+    args += ["--upstream", str(built.upstream)]
+    for k, v in docker_labels.items():
+        args += ["--label", f"{k}={v}"]
+    dry = CliRunner().invoke(main, args, env={"SGLFORGE_CACHE": str(tmp_path / "c2")})
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["oci"]["digest"] == first["digest"]
+    monkeypatch.delenv("DOCKER_HOST")
+    engine_reset()

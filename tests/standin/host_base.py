@@ -37,14 +37,40 @@ def _with_libraries(programs: list[str]) -> dict[str, Path]:
     return out
 
 
-def _python_tree() -> dict[str, Path]:
-    """The host's python3 standard library (no tests, no caches)."""
-    import sysconfig
+# Left out of the copied standard library: big, and nothing a probe or self-check imports.
+_SKIP = {
+    "test",
+    "__pycache__",
+    "idlelib",
+    "tkinter",
+    "lib2to3",
+    "ensurepip",
+    "distutils",
+    "pydoc_data",
+    "turtledemo",
+    "unittest",
+    "asyncio",
+    "multiprocessing",
+    "site-packages",
+    "dist-packages",
+    "venv",
+    "sqlite3",
+    "curses",
+    "dbm",
+    "wsgiref",
+    "xmlrpc",
+}
 
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
+
+def _python_tree(python: str) -> dict[str, Path]:
+    """``python``'s own standard library (not this interpreter's: they may differ)."""
+    asked = "import sysconfig; print(sysconfig.get_paths()['stdlib'])"
+    stdlib = Path(
+        subprocess.run([python, "-c", asked], capture_output=True, text=True).stdout.strip()
+    )
     out: dict[str, Path] = {}
     for dirpath, dirs, names in os.walk(stdlib):
-        dirs[:] = [d for d in dirs if d not in ("test", "__pycache__", "idlelib", "tkinter")]
+        dirs[:] = [d for d in dirs if d not in _SKIP and not d.startswith("config-")]
         for name in names:
             host = Path(dirpath) / name
             if host.is_file() and not host.is_symlink():
@@ -63,7 +89,7 @@ def push_host_base(
     programs = ["/bin/sh", "/bin/cat"] + (["/usr/bin/python3"] if python else [])
     host = _with_libraries(programs)
     if python:
-        host.update(_python_tree())
+        host.update(_python_tree("/usr/bin/python3"))
     system = [oci.LayerFile(path, src.read_bytes(), 0o755) for path, src in sorted(host.items())]
     tree = [oci.LayerFile(path, data) for path, data in sorted(files.items())]
     layers = [oci.make_layer(system, (), 0), oci.make_layer(tree, (), 0)]
