@@ -214,6 +214,15 @@ class _Patches(BaseHTTPRequestHandler):
     sent = 0
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.startswith("/slowhead"):  # F12: a header line every 0.3 s, for ever
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                while True:
+                    self.wfile.write(b"X-Slow: 1\r\n")
+                    self.wfile.flush()
+                    time.sleep(0.3)
+            except OSError:
+                return
         self.send_response(200)
         self.send_header("Content-Length", str(2 << 30))
         self.end_headers()
@@ -251,10 +260,12 @@ def test_patches_import_url_has_a_size_cap_and_a_deadline(
     code, out, err = cli(project, "patches", "import", f"{patch_server}/huge.patch")
     assert code == 3 and "larger than 64 MiB" in err and "nothing was written" in err, err
     assert _Patches.sent < 128 << 20
-    started = time.monotonic()
     env = {"SGLFORGE_PIP_TIMEOUT": "1"}  # per read; the whole download may take 4x
-    code, out, err = cli(project, "patches", "import", f"{patch_server}/trickle.patch", env=env)
-    assert code == 3 and "no complete answer within 4 s" in err, err
-    assert time.monotonic() - started < 15
+    # a trickled body (E6) and trickled headers (F12): the deadline covers both
+    for path in ("trickle.patch", "slowhead.patch"):
+        started = time.monotonic()
+        code, out, err = cli(project, "patches", "import", f"{patch_server}/{path}", env=env)
+        assert code == 3 and "no complete answer within 4 s" in err, (path, err)
+        assert time.monotonic() - started < 15, path
     assert (project / "patches" / "series").read_text() == series
     assert sorted(os.listdir(project / "patches")) == ["series", "upstream.toml"]

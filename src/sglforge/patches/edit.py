@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -325,22 +326,20 @@ _READS_PER_DOWNLOAD = 4  # the overall deadline, in per-read timeouts ($SGLFORGE
 def _download(url: str, cap: int = PATCH_CAP) -> str:
     """The body of ``url``, streamed with a size cap, a per-read timeout and an overall
     deadline (a server trickling bytes is cut off too)."""
+    import time
+
     import requests
 
-    from sglforge.index import TIMEOUT_ENV, timeouts
+    from sglforge.index import timeouts
     from sglforge.util import abort_response, deadline
 
     each, _ = timeouts()
     total = each * _READS_PER_DOWNLOAD
     where = shown(url)
-    try:
-        res = requests.get(url, timeout=each, stream=True)
-    except requests.RequestException as exc:
-        raise UpstreamError(
-            f"{where}: could not fetch it ({type(exc).__name__})",
-            "check the address, or download it and pass the file",
-        ) from None
-    with res, deadline(total, lambda: abort_response(res)) as fired:
+    started = time.monotonic()
+    res = _headers_within(url, each, total, where)
+    left = max(total - (time.monotonic() - started), 0.1)
+    with res, deadline(left, lambda: abort_response(res)) as fired:
         if res.status_code != 200:
             raise UpstreamError(
                 f"{where}: HTTP {res.status_code}",
@@ -366,12 +365,56 @@ def _download(url: str, cap: int = PATCH_CAP) -> str:
                     "retry, or download it and pass the file",
                 ) from None
         if fired.is_set():
-            raise UpstreamError(
-                f"{where}: no complete answer within {total:g} s; nothing was written",
-                f"check the network, or download it and pass the file; ${TIMEOUT_ENV}=SECONDS "
-                f"sets the per-read wait (a download may take {_READS_PER_DOWNLOAD}x)",
-            )
+            raise _late(where, total)
     return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _headers_within(url: str, each: float, total: float, where: str) -> Any:
+    """The response to ``url`` once its headers are in, within the whole download's
+    deadline: a server sending one header line at a time (each inside the per-read timeout)
+    is cut off too (F12). The request runs in a thread; one given up on is closed when it
+    answers."""
+    import threading
+
+    import requests
+
+    got: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def fetch() -> None:
+        try:
+            answer: dict[str, Any] = {"res": requests.get(url, timeout=each, stream=True)}
+        except Exception as exc:  # noqa: BLE001 - said below, as any failure to fetch
+            answer = {"error": exc}
+        with lock:
+            if got.get("abandoned") and "res" in answer:
+                answer["res"].close()
+            else:
+                got.update(answer)
+
+    worker = threading.Thread(target=fetch, name="sglforge-import-fetch", daemon=True)
+    worker.start()
+    worker.join(total)
+    with lock:
+        if not got:
+            got["abandoned"] = True
+            raise _late(where, total)
+    if "error" in got:
+        raise UpstreamError(
+            f"{where}: could not fetch it ({type(got['error']).__name__})",
+            "check the address, or download it and pass the file",
+        ) from None
+    return got["res"]
+
+
+def _late(where: str, total: float) -> UpstreamError:
+    from sglforge.index import TIMEOUT_ENV
+
+    return UpstreamError(
+        f"{where}: no complete answer within {total:g} s; nothing was written",
+        f"check the network, or download it and pass the file; ${TIMEOUT_ENV}=SECONDS "
+        f"sets the per-read wait (a download may take {_READS_PER_DOWNLOAD}x)",
+    )
 
 
 def _split_mbox(text: str) -> list[str]:
