@@ -11,9 +11,11 @@ from crash import CRASH_EXIT, crash_code
 from pipelines import open_project
 from sglforge.errors import PatchError, UpstreamError
 from sglforge.patches.apply import apply_queue
+from sglforge.patches.check import check_refs
 from sglforge.patches.export import export_queue, new_patch
 from sglforge.patches.refresh import refresh_queue
 from sglforge.queue.series import load_pin, load_queue
+from sglforge.queue.upstream import record_pin
 from synthetic import (
     NO_CONFLICT,
     PATCHES,
@@ -43,16 +45,23 @@ def test_apply_makes_one_commit_per_patch_and_reuses(tmp_path: Path) -> None:
     assert again.reused and again.head == a.head
 
 
-def test_apply_refuses_when_the_pinned_tag_moved(tmp_path: Path) -> None:
+def test_a_moved_pinned_tag_is_refused_where_upstream_is_asked(tmp_path: Path) -> None:
+    """apply works from the local mirror (no fetch: the pinned commit is there); the verbs
+    that ask upstream what it has now (check, pin) see the tag moved and refuse it."""
     upstream = make_upstream(tmp_path)
     root = make_project(tmp_path, upstream)
-    apply_queue(open_project(root))
+    first = apply_queue(open_project(root))
     git(upstream, "checkout", "-q", "v1.0")
     edit(upstream, "python/pkg/a.py", 1, "retagged")
     commit(upstream, "retag")
     git(upstream, "tag", "-f", "v1.0")
-    with pytest.raises(UpstreamError, match=r"pinned tag v1.0 now resolves to .*\(the tag moved\)"):
-        apply_queue(open_project(root))
+    again = apply_queue(open_project(root))
+    assert again.reused and again.commit == first.commit
+    moved = r"pinned tag v1.0 now resolves to .*\(the tag moved\)"
+    with pytest.raises(UpstreamError, match=moved):
+        check_refs(open_project(root), [])
+    with pytest.raises(UpstreamError, match=moved):
+        record_pin(root)
 
 
 def test_unknown_ref_and_unreachable_upstream(tmp_path: Path) -> None:

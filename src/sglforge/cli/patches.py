@@ -720,70 +720,92 @@ def _stack_options(f: Any) -> Any:
     return json_option(f)
 
 
+def _count_option(f: Any) -> Any:
+    return click.option(
+        "-n",
+        "--count",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Move N patches (quilt's `push N`/`pop N`; a bare N names patch #N).",
+    )(f)
+
+
 @patches_group.command("push")
-@click.argument("patch", required=False, metavar="[N|NAME]", shell_complete=complete_patches)
+@click.argument("patch", required=False, metavar="[#|NAME]", shell_complete=complete_patches)
 @click.option("--all", "all_", is_flag=True, help="Apply every patch of the series.")
+@_count_option
 @_stack_options
 @pass_state
 def push_cmd(
     st: State,
     patch: str | None,
     all_: bool,
+    count: int | None,
     ref: str | None,
     upstream: str | None,
     as_json: bool,
 ) -> None:
-    """Apply the next patch (or N more, or up to NAME) in build/worktrees/<ref>.
+    """Apply the next patch (or up to patch # or NAME, or --count N more) in
+    build/worktrees/<ref>.
 
-    N is a count, as in quilt; a NAME (file name, slug, 0002) is applied with all below it.
-    Without a worktree, it is made from upstream first.
+    A bare number is the patch's # in `patches list`, as for every verb; 0002 is the number
+    in a file's name. The patches go onto the current top (one `git am`); without a
+    worktree, it is made from upstream first.
 
     \b
     Examples:
       sglforge patches push            # one more
-      sglforge patches push 0002       # up to and including 0002
+      sglforge patches push 3          # up to and including #3 of `patches list`
+      sglforge patches push -n 2       # two more
       sglforge patches push --all
     """
     from sglforge.patches.stack import move_stack, parse_move
 
-    _render_stack(move_stack(st.project, parse_move("push", patch, all_), ref), as_json)
+    move = parse_move("push", patch, all_, count)
+    _render_stack(move_stack(st.project, move, ref), as_json)
 
 
 @patches_group.command("pop")
-@click.argument("patch", required=False, metavar="[N|NAME]", shell_complete=complete_patches)
+@click.argument("patch", required=False, metavar="[#|NAME]", shell_complete=complete_patches)
 @click.option("--all", "all_", is_flag=True, help="Take every patch off.")
+@_count_option
 @_stack_options
 @pass_state
 def pop_cmd(
     st: State,
     patch: str | None,
     all_: bool,
+    count: int | None,
     ref: str | None,
     upstream: str | None,
     as_json: bool,
 ) -> None:
-    """Take the top patch (or N, or all above NAME) off the worktree; files are kept.
+    """Take the top patch (or all above patch # or NAME, or --count N) off the worktree;
+    files are kept.
 
-    Refused while the worktree holds edits no patch has (`sglforge patches refresh`
-    first) or commits not exported.
+    A bare number is the patch's # in `patches list`, which becomes the top. Refused while
+    the worktree holds edits no patch has (`sglforge patches refresh` first) or commits not
+    exported.
 
     \b
     Examples:
       sglforge patches pop             # the top one off
-      sglforge patches pop 0001        # 0001 becomes the top
+      sglforge patches pop 1           # #1 of `patches list` becomes the top
+      sglforge patches pop -n 2        # two off
       sglforge patches pop --all
     """
     from sglforge.patches.stack import move_stack, parse_move
 
-    _render_stack(move_stack(st.project, parse_move("pop", patch, all_), ref), as_json)
+    move = parse_move("pop", patch, all_, count)
+    _render_stack(move_stack(st.project, move, ref), as_json)
 
 
 @patches_group.command("goto")
-@click.argument("patch", metavar="N|NAME", shell_complete=complete_patches)
+@click.argument("patch", metavar="#|NAME", shell_complete=complete_patches)
 @_stack_options
 @pass_state
 def goto_cmd(st: State, patch: str, ref: str | None, upstream: str | None, as_json: bool) -> None:
-    """Apply the series up to patch N (its # in `patches list`) or NAME, nothing above it.
+    """Apply the series up to patch # (of `patches list`) or NAME, nothing above it.
 
     To find which patch breaks: goto 1, build or test, goto 2, ...
 

@@ -44,6 +44,7 @@ from sglforge.git.mirror import (
     cache_lock,
     cache_name,
     ensure_cache,
+    fetch_cache,
     is_local,
 )
 from sglforge.git.pack import (
@@ -78,6 +79,7 @@ from sglforge.git.refs import (
     is_repository,
     merge_base,
     resolve,
+    resolve_fixed,
     resolve_many,
     set_ref,
     subject,
@@ -151,6 +153,7 @@ __all__ = [
     "diff_names",
     "diff_width",
     "ensure_cache",
+    "fetch_cache",
     "export_files",
     "find_line",
     "format_patch",
@@ -178,6 +181,7 @@ __all__ = [
     "renames",
     "reset_worktree",
     "resolve",
+    "resolve_fixed",
     "resolve_many",
     "set_ref",
     "staged_gitlinks",

@@ -50,16 +50,22 @@ def _local_repository(url: str) -> str:
     return str(src.resolve())
 
 
-def ensure_cache(cache_root: Path, url: str, share_objects: bool = False) -> Path:
+def ensure_cache(
+    cache_root: Path, url: str, share_objects: bool = False, refresh: bool = True
+) -> Path:
     """One shared bare cache of ``url``: cloned once, then only fetched.
 
     ``share_objects`` (for local repositories sglforge itself maintains, such as the
     PyPI-built history) borrows the source's objects through git's alternates instead of
     copying them, and copies its refs instead of fetching (``_copy_refs``). A cache that was
-    deleted, or left broken, is made again.
+    deleted, or left broken, is made again. ``refresh=False``: a cache that exists is used as
+    it is, without asking ``url`` anything (the upstream may be unreachable); what it lacks
+    is fetched later, by name (``fetch_names``).
     """
     cache_root.mkdir(parents=True, exist_ok=True)
     path = cache_root / cache_name(url)
+    if not refresh and (path / "HEAD").exists() and is_repository(path):
+        return path
     if is_local(url):
         url = _local_repository(url)
     with cache_lock(path):
@@ -124,7 +130,21 @@ def _copy_refs(path: Path, url: str, new: bool = False) -> None:
         _run(path, "update-ref", "--stdin", stdin="".join(lines))
 
 
-def _fetch(path: Path, url: str) -> None:
+def fetch_cache(path: Path, url: str, names: tuple[str, ...] = ()) -> None:
+    """Fetch into the cache ``path`` of ``url``: every tag and branch, or with ``names``
+    those tags alone (one round trip for what a command asks for by name, as kas does); a
+    name that is no tag of the remote (a branch, a commit) brings the whole fetch."""
+    if is_local(url):
+        url = _local_repository(url)
+    with cache_lock(path):
+        if names and _fetch(path, url, [f"+refs/tags/{n}:refs/tags/{n}" for n in names], False):
+            return
+        _fetch(path, url)
+
+
+def _fetch(path: Path, url: str, refspecs: list[str] | None = None, whole: bool = True) -> bool:
+    """``git fetch`` of ``refspecs`` (default: every tag and branch); False when a named ref
+    is not on the remote and ``whole`` is False, UpstreamError when it is unreachable."""
     args = [
         "-c",
         f"http.lowSpeedLimit={LOW_SPEED[0]}",
@@ -132,13 +152,12 @@ def _fetch(path: Path, url: str) -> None:
         f"http.lowSpeedTime={LOW_SPEED[1]}",
         "fetch",
         "--progress",
-        "--prune",
-        "--tags",
+        *(["--prune", "--tags"] if refspecs is None else []),
         "--force",
         "origin",
         # Upstream branches go to refs/remotes/origin/*, never refs/heads/*: the cache's own
         # branches are sglforge's worktree branches, which --prune must not delete.
-        "+refs/heads/*:refs/remotes/origin/*",
+        *(refspecs or ["+refs/heads/*:refs/remotes/origin/*"]),
     ]
     timeout = network_timeout()
     # ssh has no low-speed limit: a connect timeout at least (unless the user set their own)
@@ -151,6 +170,8 @@ def _fetch(path: Path, url: str) -> None:
         env=env,
         waiting_for=f"fetching tags and branches from upstream {url}",
     )
+    if res.status != 0 and not whole and "couldn't find remote ref" in res.stderr:
+        return False
     if res.status != 0:
         msg = (res.stderr or res.stdout).strip().splitlines()
         raise UpstreamError(
@@ -158,3 +179,4 @@ def _fetch(path: Path, url: str) -> None:
             "check the URL, or pass --upstream PATH (a local clone) or --upstream pypi:sglang "
             "(released wheels; python/ only)",
         )
+    return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from git.cmd import Git
@@ -138,6 +139,14 @@ def resolve(repo: Path, ref: str) -> str:
         f"ref {ref!r} not found in upstream {repo}",
         "run `sglforge upstream tags` to list known tags, or fetch with the right --upstream",
     )
+
+
+def resolve_fixed(repo: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in ``repo`` when it is a name that does not move: a tag, or a
+    full commit id; None otherwise (a branch moves upstream: it is fetched before use)."""
+    if re.fullmatch(r"[0-9a-f]{40}", ref):
+        return _peeled(repo, ref, "commit")
+    return _peeled(repo, f"refs/tags/{ref}", "commit")
 
 
 def resolve_many(repo: Path, refs: list[str]) -> dict[str, str]:

@@ -58,6 +58,9 @@ class WorktreeRecord:
     patches: tuple[AppliedPatch, ...]
     complete: bool = True
     format: int = RECORD_FORMAT
+    # patches/ as it stood when this was written (``stamp_of``): while it still stands so, the
+    # record's patches are the series' entries, and the stack verbs need not read the queue
+    stamp: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class WorktreeRecord:
             "queue_hash": self.queue_hash,
             "head": self.head,
             "complete": self.complete,
+            "stamp": self.stamp,
             "patches": [
                 {"name": p.name, "status": p.status, "commit": p.commit, "detail": p.detail}
                 for p in self.patches
@@ -93,6 +97,7 @@ class WorktreeRecord:
             patches=patches,
             complete=bool(data.get("complete", True)),
             format=int(data.get("format", RECORD_FORMAT)),
+            stamp=str(data.get("stamp", "")),
         )
 
     def applied(self) -> tuple[AppliedPatch, ...]:
@@ -122,6 +127,13 @@ class Applied:
         if self.ref == pin.ref and pin.commit:
             return pin.commit
         return self.ref if self.python_only else self.commit
+
+
+def stamp_of(stamp: tuple[tuple[str, int, int], ...]) -> str:
+    """A short digest of a ``queue_stamp`` (every file under patches/, its size and mtime)."""
+    import hashlib
+
+    return hashlib.sha256(repr(stamp).encode()).hexdigest()
 
 
 def safe_ref(ref: str) -> str:
@@ -242,7 +254,9 @@ def apply_at(
     else:
         results = _apply_patches(run, pairs, steps)
     progress.current().finish(steps)
-    done = WorktreeRecord(ref, commit, queue.hash, git.head(wt), tuple(results), complete=True)
+    done = WorktreeRecord(
+        ref, commit, queue.hash, git.head(wt), tuple(results), stamp=stamp_of(queue.stamp)
+    )
     return run.applied(write_record(root, done), reused=False)
 
 
@@ -421,6 +435,7 @@ def _apply_one(
             git.head(wt),
             (*results, stopped, *pending),
             complete=False,
+            stamp=stamp_of(queue.stamp),
         ),
     )
     progress.current().finish(steps, ok=False)

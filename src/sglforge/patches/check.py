@@ -576,6 +576,7 @@ def check_refs(
 ) -> CheckReport:
     """Check the project's queue at ``refs`` (plus upstream tags matching ``tags``)."""
     up = project.upstream
+    up.refresh()  # what upstream has now: new tags, and a pinned tag that moved
     pin_commit = project.pin_commit()
     queue = project.queue
     wanted = list(refs)

@@ -9,6 +9,7 @@ an edit is about (``Retired:`` on drop, ``Depends-On:`` naming a renamed patch).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,18 +82,33 @@ def _body_end(header: str) -> int:
 
 
 def find_entry(queue: Queue, name: str) -> SeriesEntry:
-    """The series entry ``name`` means: the file name, without ``.patch``, its slug
-    (``fix-foo`` for ``0003-fix-foo.patch``), its number (``3``, ``0003``)."""
+    """The series entry ``name`` means (``find_in``)."""
+    return find_in(queue.entries, name)
+
+
+def find_in(entries: Sequence[SeriesEntry], name: str) -> SeriesEntry:
+    """The series entry ``name`` means, one meaning for every verb: a bare number (``3``) is
+    the entry at that ``#`` of ``patches list``; a zero-padded one (``0003``) the number in a
+    file's name; else the file name, without ``.patch``, or its slug (``fix-foo`` for
+    ``0003-fix-foo.patch``)."""
     import difflib
 
-    for e in queue.entries:
+    if name.isdigit() and not name.startswith("0"):
+        if 1 <= int(name) <= len(entries):
+            return entries[int(name) - 1]
+        raise ConfigError(
+            f"no patch #{name} in patches/series: it has {len(entries)} (a bare number is the "
+            "# of `patches list`; 0003 is the number in a file's name)",
+            "sglforge patches list",
+        )
+    for e in entries:
         stem = e.name.removesuffix(".patch")
         number, _, slug_part = stem.partition("-")
         if name in (e.name, stem, slug_part) or (
             name.isdigit() and number.isdigit() and int(name) == int(number)
         ):
             return e
-    names = [e.name for e in queue.entries]
+    names = [e.name for e in entries]
     near = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
     raise ConfigError(
         f"no patch {name!r} in patches/series"

@@ -10,6 +10,7 @@ and the patch files, rewritten all-or-nothing under the project lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,14 +21,24 @@ from sglforge.patches.apply import (
     WorktreeRecord,
     apply_at,
     read_record,
+    stamp_of,
     worktree_path,
     write_record,
 )
-from sglforge.patches.check import CONFLICT, SKIPPED, UPSTREAMED
-from sglforge.patches.edit import find_entry
+from sglforge.patches.check import CLEAN, CONFLICT, SKIPPED, UPSTREAMED
+from sglforge.patches.edit import find_entry, find_in
 from sglforge.patches.export import BYTECODE, Exported, edits_in, export_at, refuse_gitlinks
 from sglforge.project import Project
-from sglforge.queue.series import Queue
+from sglforge.queue.series import (
+    Patch,
+    Queue,
+    SeriesEntry,
+    load_pin,
+    parse_patch,
+    queue_stamp,
+    ref_version,
+    validate_patch,
+)
 from sglforge.util import project_lock
 
 # A patch's place in the stack.
@@ -147,6 +158,22 @@ def _open(queue: Queue, ref: str, edits_ok: bool = False) -> _Open | None:
     record = read_record(queue.root, ref)
     if not (wt / ".git").exists() or record is None:
         return None
+    _refuse_unsaved(wt, record, ref, _ref(queue, ref), _at(queue, ref), edits_ok)
+    patches = _reconcile(queue, record)
+    if patches is None:
+        raise PatchError(
+            f"patches/series changed under the patches applied in {wt} (renamed, reordered "
+            "or folded since)",
+            f"make the worktree again: `sglforge patches apply{_ref(queue, ref)}`",
+        )
+    return _Open(wt, record, patches)
+
+
+def _refuse_unsaved(
+    wt: Path, record: WorktreeRecord, ref: str, ref_opt: str, at_opt: str, edits_ok: bool
+) -> None:
+    """PatchError when the worktree holds work a move would lose: a stopped `git am`, edits,
+    commits not exported (``ref_opt``/``at_opt``: the ``--ref``/``--at`` its hints need)."""
     if git.am_in_progress(wt):
         raise PatchError(
             f"a `git am` is stopped in {wt} (a patch met a conflict)",
@@ -158,22 +185,14 @@ def _open(queue: Queue, ref: str, edits_ok: bool = False) -> _Open | None:
         shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
         raise PatchError(
             f"worktree {wt} has edits no patch holds ({shown}); nothing was moved",
-            f"fold them into the top patch: `sglforge patches refresh{_at(queue, ref)}`, or "
-            f"`sglforge patches new NAME{_ref(queue, ref)}`",
+            f"fold them into the top patch: `sglforge patches refresh{at_opt}`, or "
+            f"`sglforge patches new NAME{ref_opt}`",
         )
     if git.head(wt) != record.head:
         raise PatchError(
             f"worktree {wt} has commits not yet in patches/; nothing was moved",
-            f"write them back first: `sglforge patches export{_ref(queue, ref)}`",
+            f"write them back first: `sglforge patches export{ref_opt}`",
         )
-    patches = _reconcile(queue, record)
-    if patches is None:
-        raise PatchError(
-            f"patches/series changed under the patches applied in {wt} (renamed, reordered "
-            "or folded since)",
-            f"make the worktree again: `sglforge patches apply{_ref(queue, ref)}`",
-        )
-    return _Open(wt, record, patches)
 
 
 def _ref(queue: Queue, ref: str) -> str:
@@ -186,8 +205,9 @@ def _at(queue: Queue, ref: str) -> str:
 
 @dataclass(frozen=True)
 class Move:
-    """Where a stack verb takes the top: ``count`` patches (quilt's ``push 2``), up to and
-    including patch ``name``, the ``position``-th entry of the series, or ``all`` of them."""
+    """Where a stack verb takes the top: ``count`` patches more or fewer (``--count N``, what
+    quilt spells ``push N``), up to and including patch ``name`` or the ``position``-th entry
+    of the series (the ``#`` of ``patches list``), or ``all`` of them."""
 
     verb: str  # push | pop | goto
     count: int | None = None
@@ -196,42 +216,48 @@ class Move:
     all: bool = False
 
 
-def parse_move(verb: str, arg: str | None, all_: bool = False) -> Move:
-    """The Move ``sglforge patches VERB [ARG] [--all]`` asks for.
+def parse_move(verb: str, arg: str | None, all_: bool = False, count: int | None = None) -> Move:
+    """The Move ``sglforge patches VERB [ARG] [--all] [--count N]`` asks for.
 
-    For push and pop a plain number is a count, as in quilt (``pop 2``: two patches off); a
-    zero-padded one (``0002``) or any other word names a patch. For goto a number is the
-    patch's place in the series (the ``#`` of ``patches list``).
+    A bare number is the patch's ``#`` in ``patches list``, for every verb (``pop 2``: #2
+    becomes the top); a zero-padded one (``0002``) is the number in a file's name, any other
+    word a name or slug. How many to move is ``--count N`` (quilt's ``push N``).
     """
-    if all_ and arg:
-        raise ConfigError(f"patches {verb}: give a patch or --all, not both", "")
-    if all_ or verb == "goto" and arg is None:
-        if verb == "goto":
-            raise ConfigError("patches goto: which patch? (a NAME or its # in the series)", "")
+    given = [x for x, on in (("a patch", arg), ("--all", all_), ("--count", count)) if on]
+    if len(given) > 1:
+        raise ConfigError(f"patches {verb}: give {' or '.join(given)}, not both", "")
+    if verb == "goto" and (all_ or count is not None or arg is None):
+        raise ConfigError("patches goto: which patch? (its # in `patches list`, or a NAME)", "")
+    if count is not None and count < 1:
+        raise ConfigError(f"patches {verb} --count {count}: a count is 1 or more", "")
+    if all_:
         return Move(verb, all=True)
     if arg is None:
-        return Move(verb, count=1)
+        return Move(verb, count=count or 1)
     if arg.isdigit() and not arg.startswith("0"):
-        return Move(verb, position=int(arg)) if verb == "goto" else Move(verb, count=int(arg))
+        return Move(verb, position=int(arg))
     return Move(verb, name=arg)
 
 
-def _target(queue: Queue, opened: _Open | None, move: Move) -> int:
-    """The number of series entries to leave at or below the top."""
+def _target(names: list[str], opened: _Open | None, move: Move, find: Callable[[str], str]) -> int:
+    """The number of series entries (``names``) to leave at or below the top; ``find`` gives
+    the entry a patch NAME means."""
     height = opened.height if opened else 0
-    total = len(queue.entries)
+    total = len(names)
     if move.all:
         return total if move.verb == "push" else 0
     if move.position is not None:
         if not 1 <= move.position <= total:
             raise ConfigError(
-                f"patches goto {move.position}: the series has {total} patches",
-                "sglforge patches list  (the # column)",
+                f"patches {move.verb} {move.position}: the series has {total} patches (a bare "
+                "number is the # of `patches list`)",
+                "sglforge patches list  (the # column)"
+                + ("" if move.verb == "goto" else "; to move N patches: --count N"),
             )
         return move.position
     if move.name is not None:
-        wanted = find_entry(queue, move.name).name
-        return next(i for i, e in enumerate(queue.entries, 1) if e.name == wanted)
+        wanted = find(move.name)
+        return names.index(wanted) + 1
     count = move.count or 0
     if move.verb == "push":
         return min(total, height + count)
@@ -241,40 +267,99 @@ def _target(queue: Queue, opened: _Open | None, move: Move) -> int:
 
 def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
     """Push, pop or go to a patch in the worktree of ``ref`` (default: the pin), making the
-    worktree when there is none. NothingToDo when the top is there already."""
+    worktree when there is none. NothingToDo when the top is there already.
+
+    Pop moves the branch back (one ``git reset``); push applies the patches it adds onto the
+    current top (one ``git am``); neither reads more of the queue than the record says
+    changed, nor asks upstream anything when its commit is in the local mirror."""
     with project_lock(project.root):
+        quick = _quick_move(project, move, ref)
+        if quick is not None:
+            return quick
         queue = project.fresh_queue()
         ref = project.upstream.tag(ref) if ref else queue.pin.ref
         opened = _open(queue, ref)
         height = opened.height if opened else 0
-        n = _target(queue, opened, move)
-        _refuse_direction(queue, opened, move, n, height)
+        names = [e.name for e in queue.entries]
+        n = _target(names, opened, move, lambda a: find_entry(queue, a).name)
+        _refuse_direction(names, opened, move, n, height)
         if n < height and opened is not None:
-            moved = _pop_to(queue, ref, opened, n)
+            same = opened.record.queue_hash == queue.hash
+            moved = _pop_to(queue.root, opened, n, stamp_of(queue.stamp) if same else "")
         else:
             moved = _push_to(project, queue, ref, n, opened)
         stack = read_stack(queue, ref)
     return replace(stack, action=move.verb, moved=moved)
 
 
-def _refuse_direction(queue: Queue, opened: _Open | None, move: Move, n: int, height: int) -> None:
+def _quick_move(project: Project, move: Move, ref: str | None) -> Stack | None:
+    """The move at the pin while patches/ stands as the worktree record last saw it (its
+    stamp): the record's entries are then the series', and only the patches pushed are read
+    (no parse of the whole queue, no upstream). None where the full way must decide."""
+    root = project.root
+    pin = load_pin(root)
+    if ref not in (None, pin.ref):
+        return None
+    wt = worktree_path(root, pin.ref)
+    record = read_record(root, pin.ref)
+    if record is None or not record.stamp or not (wt / ".git").exists():
+        return None
+    if record.stamp != stamp_of(queue_stamp(root)):
+        return None
+    _refuse_unsaved(wt, record, pin.ref, "", "", edits_ok=False)
+    opened = _Open(wt, record, record.patches)
+    names = [p.name for p in record.patches]
+    entries = tuple(SeriesEntry(name, i) for i, name in enumerate(names, 1))
+    n = _target(names, opened, move, lambda a: find_in(entries, a).name)
+    _refuse_direction(names, opened, move, n, opened.height)
+    if n < opened.height:
+        moved = _pop_to(root, opened, n, record.stamp)
+    else:
+        todo = [_read_patch(root, names[i], i + 1) for i in range(opened.height, n)]
+        pushed = _push_on_top(root, pin.ref, opened, n, todo, record.stamp)
+        if pushed is None:
+            return None
+        moved = pushed
+    after = read_record(root, pin.ref) or record
+    return _stack(pin.ref, wt, True, after.patches, action=move.verb, moved=moved)
+
+
+def _read_patch(root: Path, name: str, index: int) -> Patch:
+    patch = parse_patch(root / "patches" / name, index)
+    validate_patch(patch)
+    return patch
+
+
+def _refuse_direction(
+    names: list[str], opened: _Open | None, move: Move, n: int, height: int
+) -> None:
     top = next((p.name for p in reversed(opened.patches) if p.commit), None) if opened else None
     where = f"the top is {top}" if top else "no patch is applied"
+    said = move.name or (f"{move.position}" if move.position is not None else "")
+    if move.position is not None:
+        said += f" (#{move.position} is {names[move.position - 1]})"
+    count = (
+        f"; to move {move.position} patches: `sglforge patches {move.verb} --count {move.position}`"
+        if move.position is not None
+        else ""
+    )
     if n == height:
-        raise NothingToDo(f"patches {move.verb}: nothing to move, {where}", "sglforge patches list")
+        raise NothingToDo(
+            f"patches {move.verb}: nothing to move, {where}", "sglforge patches list" + count
+        )
     if move.verb == "push" and n < height:
         raise PatchError(
-            f"patches push {move.name}: it is applied already ({where})",
-            f"sglforge patches pop {move.name}  (leaves it on top)",
+            f"patches push {said}: it is applied already ({where})",
+            f"sglforge patches pop {move.name or move.position}  (leaves it on top){count}",
         )
     if move.verb == "pop" and n > height:
         raise PatchError(
-            f"patches pop {move.name}: it is not applied ({where})",
-            f"sglforge patches push {move.name}",
+            f"patches pop {said}: it is not applied ({where})",
+            f"sglforge patches push {move.name or move.position}{count}",
         )
 
 
-def _pop_to(queue: Queue, ref: str, opened: _Open, n: int) -> tuple[str, ...]:
+def _pop_to(root: Path, opened: _Open, n: int, stamp: str) -> tuple[str, ...]:
     """Take the patches above entry ``n`` off: the branch goes back to the commit of the
     last one kept (their content is in their patch files)."""
     keep = opened.patches[:n]
@@ -283,22 +368,30 @@ def _pop_to(queue: Queue, ref: str, opened: _Open, n: int) -> tuple[str, ...]:
     git.move_branch(opened.wt, target)
     off = opened.patches[n:]
     patches = keep + tuple(AppliedPatch(p.name, UNAPPLIED, None) for p in off)
-    write_record(
-        queue.root, replace(record, head=git.head(opened.wt), patches=patches, complete=False)
-    )
+    write_record(root, replace(record, head=target, patches=patches, complete=False, stamp=stamp))
     return tuple(p.name for p in reversed(off) if p.commit)
 
 
 def _push_to(
     project: Project, queue: Queue, ref: str, n: int, opened: _Open | None
 ) -> tuple[str, ...]:
-    """Apply the series up to entry ``n``: the worktree made again from upstream with the
-    first ``n`` patches (``apply_at``: git am --3way, skips, conflicts as `patches apply`
-    has them), the rest recorded unapplied."""
+    """Apply the series up to entry ``n``: onto the current top when it can (``_push_on_top``:
+    one ``git am`` of the patches pushed), else the worktree made again from upstream with
+    the first ``n`` patches (``apply_at``: git am --3way, skips, conflicts as `patches apply`
+    has them); the rest recorded unapplied."""
     height = opened.height if opened else 0
     up = project.upstream
     pin_commit = project.pin_commit()
     commit = pin_commit if ref == queue.pin.ref else up.resolve(ref)
+    if (
+        opened is not None
+        and opened.record.queue_hash == queue.hash
+        and opened.record.upstream_commit == commit
+    ):
+        todo = list(queue.patches[height:n])
+        pushed = _push_on_top(queue.root, ref, opened, n, todo, stamp_of(queue.stamp))
+        if pushed is not None:
+            return pushed
     part = replace(queue, entries=queue.entries[:n], patches=queue.patches[:n])
     # `_open` found nothing to lose in a recorded worktree but bytecode caches, which
     # apply's own check would count as edits: it may start over without asking.
@@ -308,6 +401,42 @@ def _push_to(
     if record is not None:
         write_record(queue.root, replace(record, patches=record.patches + rest, complete=not rest))
     return tuple(p.name for p in done.patches[height:] if p.commit)
+
+
+def _push_on_top(
+    root: Path, ref: str, opened: _Open, n: int, todo: list[Patch], stamp: str
+) -> tuple[str, ...] | None:
+    """quilt's push: entries ``height..n`` (``todo``) applied onto the current top by one
+    ``git am``, nothing below touched (the record is of this queue at this upstream commit).
+    None, with the worktree as it was, where that is not the whole story and ``apply_at``
+    must decide: a patch is outside its Applies-To, empty, or needs a patch not applied, or
+    `git am` stops (a conflict, a change upstream holds already)."""
+    record, height, wt = opened.record, opened.height, opened.wt
+    version = ref_version(ref)
+    have = {p.name for p in opened.patches[:height] if p.commit} | {p.name for p in todo}
+    if any(
+        p.applies_at(version) is False
+        or not p.has_diff()
+        or any(d not in have for d in p.depends_on)
+        for p in todo
+    ):
+        return None
+    before = record.head
+    res = git.am(wt, [p.path.resolve() for p in todo])
+    made = git.commits_between(wt, before) if res.status == 0 else []
+    if len(made) != len(todo):
+        if res.status != 0:
+            git.am_abort(wt)
+        git.move_branch(wt, before)
+        return None
+    # (git am --quiet does not say which needed a 3-way merge: `patches apply` tells)
+    pushed = tuple(AppliedPatch(p.name, CLEAN, c) for p, c in zip(todo, made, strict=True))
+    patches = opened.patches[:height] + pushed + opened.patches[n:]
+    complete = n == len(opened.patches)
+    write_record(
+        root, replace(record, head=made[-1], patches=patches, complete=complete, stamp=stamp)
+    )
+    return tuple(p.name for p in pushed)
 
 
 # ---- refreshing the top patch

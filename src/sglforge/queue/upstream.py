@@ -87,11 +87,29 @@ class Upstream:
     cache: Path
     python_only: bool  # a PyPI-built tree holds python/ only
     pypi: PypiSource | None = None
+    # whether this run fetched the whole upstream already (``refresh``): once is enough
+    _fetched: list[bool] = dataclasses.field(
+        default_factory=lambda: [False], compare=False, repr=False
+    )
+
+    def refresh(self) -> None:
+        """Fetch every tag and branch of a git upstream (once a run): for the commands that
+        ask what upstream has now (``upstream tags``, ``upgrade``, ``patches check``, ``pin``).
+        Every other command works from the local mirror and fetches only what it lacks."""
+        if self.pypi is None and not self._fetched[0]:
+            git.fetch_cache(self.cache, self.source)
+            self._fetched[0] = True
+
+    def _fetch_names(self, ref: str) -> None:
+        """Fetch ``ref`` alone (a tag by name; anything else brings the whole fetch)."""
+        if self.pypi is None and not self._fetched[0]:
+            git.fetch_cache(self.cache, self.source, (ref,))
 
     def tags(self) -> list[str]:
         """Every tag of upstream: a git source's, or the releases a PyPI source can import."""
         if self.pypi is not None:
             return self.pypi.tags()
+        self.refresh()
         return git.tags(self.cache)
 
     def _grow(self, refs: list[str]) -> None:
@@ -118,6 +136,13 @@ class Upstream:
         return f"v{ref}" if f"v{ref}" in known else ref
 
     def resolve(self, ref: str) -> str:
+        """The commit ``ref`` names: from the local mirror when it holds it as a tag or a
+        commit (nothing is fetched: the upstream may be unreachable); else fetched by name
+        first (a branch, which moves, is always fetched)."""
+        fixed = git.resolve_fixed(self.cache, ref)
+        if fixed is not None:
+            return fixed
+        self._fetch_names(ref)
         try:
             return git.resolve(self.cache, ref)
         except UpstreamError:
@@ -245,7 +270,8 @@ def _said_where(source: str, mirror: Path, history: Path | None = None) -> None:
 
 
 def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream:
-    """Open (fetching into the cache) the source ``upstream_source`` names."""
+    """Open the source ``upstream_source`` names: its mirror in the shared cache, cloned
+    when there is none; an existing one is not fetched (``Upstream.refresh`` does)."""
     from sglforge import cache as shared
 
     source = upstream_source(pin, upstream)
@@ -272,7 +298,8 @@ def open_upstream(root: Path, pin: Pin, upstream: str | None = None) -> Upstream
         return Upstream(
             source=source, key=f"pypi:{project}", cache=cache, python_only=True, pypi=src
         )
-    cache = git.ensure_cache(cache_root, source)
+    # the mirror as it is, when there is one: refs are fetched when asked for and missing
+    cache = git.ensure_cache(cache_root, source, refresh=False)
     _said_where(source, cache)
     key = source if source == pin.url else _normalise(source)
     return Upstream(source=source, key=key, cache=cache, python_only=False)
@@ -432,6 +459,7 @@ def record_pin(root: Path, upstream: str | None = None) -> dict[str, str]:
     with project_lock(root):
         pin = load_pin(root)
         up = open_upstream(root, pin, upstream)
+        up.refresh()  # recording what upstream says now: a moved tag is refused
         commit = pinned_commit(root, pin, up, record=True)
         if pins_commit(up, pin):
             where = "commit in patches/upstream.toml"
