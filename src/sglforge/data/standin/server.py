@@ -46,6 +46,22 @@ are under ``sglang/``, lines are that wheel's):
   ``srt/utils/common.py:1369``); a scheduler crash is logged as ``Scheduler hit an exception:``
   plus the traceback (``scheduler.py:4229-4231``).
 
+- The launch (:class:`Launch`): in the replica this file is the release tree's own
+  ``sglang/launch_server.py``, and the flags are parsed by that tree's own parser:
+  ``ServerArgs.add_cli_args`` (``srt/server_args.py:6257``, every field's ``Arg`` through
+  ``srt/arg_groups/arg_utils.py``), the module run with its third-party imports stubbed (they
+  only matter past parsing), so a flag or value 0.5.14 refuses is refused with argparse's own
+  message (exit 2). Of ``ServerArgs.__post_init__`` it runs what the double's behaviour depends
+  on: ``NEXTN`` -> ``EAGLE`` (the tree's ``_resolve_speculative_algorithm_alias``,
+  ``arg_groups/speculative_hook.py:14-51``), draft tokens = steps + 1 with top-k 1
+  (``speculative_hook.py:383-390``), and for a DSA checkpoint (the tree's ``is_deepseek_dsa``,
+  ``configs/model_config.py:103-115``) the tree's own ``_set_default_dsa_kv_cache_dtype``
+  (``server_args.py:3403-3429``: ``auto`` -> ``bfloat16`` on gfx950, anything but
+  bfloat16/fp8_e4m3 an ``AssertionError``, exit 1). tests/unit/test_standin_launch.py runs
+  0.5.14's real ``ServerArgs`` on the same launches and compares. Run without a tree (from
+  tests/standin/), or on a release whose parser needs more than the stubs give, it says so
+  and uses :func:`build_parser`, a subset.
+
 Where it differs from the real server, on purpose:
 
 - Every log line starts with ``[STAND-IN]`` so nobody mistakes its log for a real server's.
@@ -472,6 +488,251 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-eagle-topk", type=int)
     p.add_argument("--speculative-num-draft-tokens", type=int)
     return p
+
+
+# --------------------------------------------------------------------------- the image's parser
+
+
+class _Stub(type):
+    """A class standing for what sglang's parser imports but never needs to parse flags
+    (torch, model registries...): its attributes, calls and items are more stubs."""
+
+    def __new__(mcs, name: str = "stub", bases: tuple = (), ns: dict | None = None):
+        return super().__new__(mcs, name, bases, dict(ns or {}))
+
+    def __init__(cls, *a, **k) -> None:
+        pass
+
+    def __getattr__(cls, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _Stub(name)
+
+    def __call__(cls, *a, **k):
+        return _Stub("result")
+
+    def __getitem__(cls, item):
+        return _Stub("item")
+
+    def __iter__(cls):
+        return iter(())
+
+    def __or__(cls, other):
+        import typing
+
+        return typing.Union[cls, other]  # noqa: UP007 - | would call this again
+
+    def __ror__(cls, other):
+        import typing
+
+        return typing.Union[other, cls]  # noqa: UP007 - | would call this again
+
+
+def _load(path: str, name: str):
+    """A stdlib-only module of the tree (``arg_groups/arg_utils.py``...), run as itself."""
+    import types
+
+    mod = types.ModuleType(name)
+    mod.__file__ = path
+    sys.modules[name] = mod
+    with open(path, encoding="utf-8") as fh:
+        exec(compile(fh.read(), path, "exec"), mod.__dict__)  # noqa: S102 - sglang's own code
+    return mod
+
+
+def _source(path: str):
+    import ast
+
+    with open(path, encoding="utf-8") as fh:
+        return ast.parse(fh.read(), path)
+
+
+def _dict_keys(path: str, cls: str, attr: str) -> dict:
+    """The keys of the dict literal ``cls.attr`` in ``path`` (a parser registry's names)."""
+    import ast
+
+    for node in ast.walk(_source(path)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for st in node.body:
+                target = st.target if isinstance(st, ast.AnnAssign) else None
+                target = st.targets[0] if isinstance(st, ast.Assign) else target
+                if isinstance(target, ast.Name) and target.id == attr:
+                    if isinstance(st.value, ast.Dict):
+                        return {ast.literal_eval(k): None for k in st.value.keys if k}
+    return {}
+
+
+def _constant(package: str, node, name: str, key: str):
+    """A literal constant an imported sglang module defines (read from its source), else a
+    stub: e.g. the LoRA target modules ``--lora-target-modules`` takes as choices."""
+    import ast
+
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang."):
+        base = os.path.join(os.path.dirname(package), *str(node.module).split("."))
+        for path in (base + ".py", os.path.join(base, "__init__.py")):
+            if not os.path.isfile(path):
+                continue
+            for st in _source(path).body:
+                named = isinstance(st, ast.Assign) and any(
+                    isinstance(x, ast.Name) and x.id == name for x in st.targets
+                )
+                if named:
+                    try:
+                        return ast.literal_eval(st.value)
+                    except ValueError:
+                        pass
+    return _Stub(key)
+
+
+def _server_args_namespace(package: str) -> dict:
+    """``sglang/srt/server_args.py`` run as a module whose third-party imports are stubs: its
+    constants, functions and the ``ServerArgs`` dataclass with every field's ``Arg``."""
+    import ast
+    import types
+
+    srt = os.path.join(package, "srt")
+    groups = os.path.join(srt, "arg_groups")
+    real = {
+        "arg_utils": _load(os.path.join(groups, "arg_utils.py"), "_standin_sglang.arg_utils"),
+        "argparse_actions": _load(
+            os.path.join(groups, "argparse_actions.py"), "_standin_sglang.argparse_actions"
+        ),
+    }
+    path = os.path.join(srt, "server_args.py")
+    tree = _source(path)
+    mod = types.ModuleType("_standin_sglang.server_args")
+    sys.modules[mod.__name__] = mod
+    ns = mod.__dict__
+    header = (
+        "from __future__ import annotations\nimport argparse, dataclasses, glob, importlib, "
+        "json, logging, math, os, random, socket, tempfile, uuid\n"
+        "from functools import cached_property\nfrom typing import *\n"
+    )
+    exec(header, ns)  # noqa: S102 - the stdlib imports server_args.py makes
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                key = (alias.asname or alias.name).split(".")[0]
+                source = getattr(node, "module", None) or ""
+                owner = real.get(source.rsplit(".", 1)[-1])
+                if owner is not None:
+                    ns[key] = getattr(owner, alias.name)
+                elif key not in ns and alias.name.isupper():  # a constant: read it
+                    ns[key] = _constant(package, node, alias.name, key)
+                elif key not in ns:
+                    ns[key] = _Stub(key)
+    registries = (
+        ("ReasoningParser", "DetectorMap", ("parser", "reasoning_parser.py")),
+        ("FunctionCallParser", "ToolCallParserEnum", ("function_call", "function_call_parser.py")),
+    )
+    for cls, attr, where in registries:
+        ns[cls] = _Stub(cls, (), {attr: _dict_keys(os.path.join(srt, *where), cls, attr)})
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.ClassDef) and node.name != "ServerArgs":
+            continue
+        code = compile(ast.Module(body=[node], type_ignores=[]), path, "exec")
+        try:
+            exec(code, ns)  # noqa: S102 - sglang's own module-level code
+        except Exception:  # noqa: BLE001 - a value the parser does not need: a stub
+            if isinstance(node, ast.ClassDef):
+                raise
+            for target in getattr(node, "targets", [getattr(node, "target", None)]):
+                if isinstance(target, ast.Name):
+                    ns[target.id] = _Stub(target.id)
+    return ns
+
+
+def image_package() -> str | None:
+    """The sglang package this file was installed into (the replica: the release's own tree
+    at ``/sgl-workspace/sglang/python/sglang``, this file as its ``launch_server.py``)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return here if os.path.isfile(os.path.join(here, "srt", "server_args.py")) else None
+
+
+class Launch:
+    """The launch parsed as the image's own sglang parses it (``package``), or by
+    :func:`build_parser` where no sglang tree is around (run from tests/standin/)."""
+
+    def __init__(self, package: str | None) -> None:
+        self.package = package
+        self.server_args = None
+        if package is None:
+            self.parser = build_parser()
+            return
+        ns = _server_args_namespace(package)
+        self.server_args = ns["ServerArgs"]
+        # configs/model_config.py:86-115: is_deepseek_dsa (an architecture with an index_topk)
+        self.is_dsa = _functions(
+            os.path.join(package, "srt", "configs", "model_config.py"),
+            ("_hf_arch", "_hf_attr", "is_deepseek_dsa"),
+        )["is_deepseek_dsa"]
+        self.spec_hook = _load(
+            os.path.join(package, "srt", "arg_groups", "speculative_hook.py"),
+            "_standin_sglang.speculative_hook",
+        )
+        # server_args.py prepare_server_args: the parser ServerArgs.add_cli_args builds
+        self.parser = argparse.ArgumentParser(prog="launch_server.py")
+        try:
+            self.server_args.add_cli_args(self.parser)
+        finally:  # the tree's modules were registered for typing.get_type_hints only
+            for name in [m for m in sys.modules if m.startswith("_standin_sglang.")]:
+                del sys.modules[name]
+
+    def parse(self, argv: list[str] | None) -> argparse.Namespace:
+        """The flags (argparse's own refusal, exit 2, for a flag or value upstream refuses),
+        then the ``__post_init__`` rules the stand-in's behaviour depends on."""
+        args = self.parser.parse_args(argv)
+        if self.server_args is None:
+            return resolve_speculative(args, None)
+        resolve_speculative(args, self.spec_hook)
+        if self.is_dsa(_config_json(args.model_path)):
+            # server_args.py:3403-3429, the image's own method: auto -> bfloat16 below SM10
+            # (gfx950 reports major 9), anything but bfloat16/fp8_e4m3 an AssertionError
+            major = int(os.environ.get("STANDIN_DEVICE_MAJOR", "9"))
+            try:
+                self.server_args._set_default_dsa_kv_cache_dtype(args, major, args.quantization)
+            except ImportError as exc:  # a release whose rule imports more of sglang
+                log(f"the tree's DSA KV-cache rule needs more than the stand-in has: {exc}")
+        return args
+
+
+def resolve_speculative(args: argparse.Namespace, hook) -> argparse.Namespace:
+    """``NEXTN`` -> ``EAGLE`` (``arg_groups/speculative_hook.py:42-49``, the image's own
+    ``_resolve_speculative_algorithm_alias`` where there is one); with top-k 1 the draft tokens
+    are steps + 1 (``speculative_hook.py:383-390``)."""
+    algo = args.speculative_algorithm
+    if algo is not None:
+        algo = str(algo).upper()
+        if hook is not None:
+            algo = hook._resolve_speculative_algorithm_alias(algo, None)
+        elif algo == "NEXTN":
+            algo = "EAGLE"
+        args.speculative_algorithm = algo
+    steps, topk = args.speculative_num_steps, args.speculative_eagle_topk
+    if algo == "EAGLE" and topk == 1 and steps is not None:
+        args.speculative_num_draft_tokens = steps + 1
+    return args
+
+
+def _functions(path: str, names: tuple[str, ...]) -> dict:
+    """Pure module-level functions of the tree (``names``), run in a namespace of their own."""
+    import ast
+
+    parts = [n for n in _source(path).body if isinstance(n, ast.FunctionDef) and n.name in names]
+    ns: dict = {}
+    exec("from typing import *", ns)  # noqa: S102 - their annotations
+    exec(compile(ast.Module(body=parts, type_ignores=[]), path, "exec"), ns)  # noqa: S102
+    return ns
+
+
+def _config_json(model_path: str) -> dict:
+    try:
+        with open(os.path.join(model_path, "config.json")) as fh:
+            return dict(json.load(fh))
+    except (OSError, ValueError):
+        return {}
 
 
 def _token_id(word: str) -> int:
@@ -1104,7 +1365,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _json(self, code: int, body: object) -> None:
-        data = json.dumps(body).encode()
+        data = json.dumps(body, default=str).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -1451,7 +1712,19 @@ def main(
     on_listening: Callable[[ThreadingHTTPServer], None] | None = None,
 ) -> int:
     """Parse sglang's flags, pretend to load, then serve until killed."""
-    args = build_parser().parse_args(argv)
+    try:
+        launch = Launch(image_package())
+    except Exception as exc:  # noqa: BLE001 - a release whose parser needs more of sglang
+        log(f"cannot build the image's sglang parser ({type(exc).__name__}: {exc}); parsing")
+        log("the launch with the stand-in's own parser (a subset: FIDELITY-5 M3)")
+        launch = Launch(None)
+    try:
+        args = launch.parse(argv)
+    except (AssertionError, ValueError) as exc:
+        # ServerArgs.__post_init__ refusing the launch: Python's traceback, exit 1
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
     faults = parse_faults(os.environ.get("STANDIN_FAULT", ""))
     unknown = faults - FAULTS
     if unknown:
@@ -1461,7 +1734,7 @@ def main(
     log(BANNER)
     log(f"faults: {sorted(faults) or 'none'}")
     print("=" * 78, flush=True)
-    log(f"server_args={json.dumps(vars(args), sort_keys=True)}")
+    log(f"server_args={json.dumps(vars(args), sort_keys=True, default=str)}")
     if not os.path.isfile(os.path.join(args.model_path, "config.json")):
         log(f"OSError: {args.model_path} is not a local folder with a config.json")
         return 1
