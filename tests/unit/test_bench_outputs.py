@@ -149,10 +149,10 @@ def test_the_init_workflow_uploads_the_bench_and_summarises_it() -> None:
 @pytest.mark.parametrize(
     ("kw", "expected", "not_expected"),
     [
-        # boots spread beyond the declared noise: more boots (the option named), or declare
-        # the noise, or accept; never --no-baseline, which is for nothing to compare with
-        ({"changes": ("spread",)}, ("repeats = 4", "boot_sd", "--accept-regression REASON"),
-         ("--no-baseline",)),
+        # boots spread too far for 2 + 2 to rule out 3 %: more boots (the option named), or
+        # measure the node, or accept; never --no-baseline, which is for nothing to compare with
+        ({"changes": ("spread",)}, ("repeats = 4", "sglforge bench --calibrate",
+         "--accept-regression REASON"), ("--no-baseline",)),
         ({"changes": ("drop",)}, ("--accept-regression REASON",), ("repeats",)),
         # no drop found, but 2 + 2 boots cannot rule out the 1 % a pass must: more boots or
         # requests, or a bound the scenario really needs
@@ -166,7 +166,7 @@ def test_a_failed_bench_says_what_to_run_next(
     tmp_path: Path, kw: dict[str, object], expected: tuple[str, ...], not_expected: tuple[str, ...]
 ) -> None:
     changes = {
-        "spread": (_change(1.0, spread=0.4),),
+        "spread": (_change(1.0, spread=0.4, max_mde=0.03),),
         "drop": (_change(0.9),),
         "weak": (_change(1.0, max_mde=0.01),),
     }

@@ -202,13 +202,16 @@ def next_step(report: BenchReport) -> str:
                 f"rerun with more boots per side ([bench] repeats = {2 * report.repeats} in "
                 f"{where}, now {report.repeats}) or more requests per boot ([bench.speed] "
                 f"num_prompts); a pass must rule out a {c.max_mde:.1%} drop ([bench.gate] "
-                "max_mde); or, to publish anyway, pass --accept-regression REASON (recorded)"
+                "max_mde); measure the node once (sglforge bench --calibrate 8) so that its "
+                "noise plans the boots; or, to publish anyway, pass --accept-regression REASON "
+                "(recorded)"
             )
         return (
             f"rerun with more boots per side ([bench] repeats = {2 * report.repeats} in "
-            f"{where}, now {report.repeats}) or on a quieter node; if the node's per-boot noise "
-            f"is really {c.observed_sd or 0:.2%}, declare it as [bench.gate] boot_sd; or, to "
-            "publish anyway, pass --accept-regression REASON (recorded)"
+            f"{where}, now {report.repeats}) or on a quieter node; the boots spread "
+            f"{c.observed_sd or 0:.2%} a boot: measure the node (sglforge bench --calibrate 8) "
+            "so that its noise plans the boots; or, to publish anyway, pass "
+            "--accept-regression REASON (recorded)"
         )
     if report.run.knee is None:
         return (

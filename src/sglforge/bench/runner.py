@@ -23,14 +23,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sglforge.bench.cost import PlannedCost, planned_cost, require_passable
+from sglforge.bench.cost import (
+    PlannedCost,
+    boots_a_side,
+    planned_cost,
+    require_passable,
+    warmup_prompts,
+)
 from sglforge.bench.prompts import program_args
 from sglforge.bench.report import BenchReport, ImageRun, SingleStream, write_outputs
 from sglforge.bench.stats import (
     HIT_GAUGE,
+    PASSED,
     PROMPT_TOKENS,
+    REGRESSED,
     Block,
     Change,
+    Looks,
     Point,
     abba,
     capacity,
@@ -97,10 +106,26 @@ class _Ctx:
     calibrated: bool = False
     notes: list[str] = field(default_factory=list)
     knee_prior: tuple[float, float | None] | None = None
+    profile: Any = None  # the node's noise profile (sglforge.bench.noise.Profile) or None
+    warmup: bool = True  # a discarded warm-up probe of the compared shape in every boot
+    per_side: int = 0  # the boots a side the comparison plans
     rt: Runtime = field(default_factory=ContainerRuntime)  # where server and client run
     host: str = "127.0.0.1"  # the server's host and URL (--server-url's, else 127.0.0.1)
     base: str = ""
     server_url: str | None = None  # a server sglforge did not start: no boot, no ABBA
+
+
+@dataclass(frozen=True)
+class BenchProtocol:
+    """How a bench measures: ``warmup``, a discarded warm-up probe of the compared shape
+    before the compared one in every boot (``[bench.speed] warmup_probe`` can turn it off for
+    a scenario); ``noise_profile``, the node's noise profile file (``bench --calibrate``'s,
+    from any node; None: the cache's for this scenario and hardware, if any); and each
+    point's time limit in seconds."""
+
+    warmup: bool = True
+    noise_profile: Path | None = None
+    point_timeout: float = 3600.0
 
 
 def run_bench(
@@ -110,9 +135,9 @@ def run_bench(
     *,
     against: str | None = None,
     no_baseline: str = "",
-    point_timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
     knee_prior: tuple[float, float | None] | None = None,
+    protocol: BenchProtocol | None = None,
 ) -> BenchReport:
     """Benchmark ``image`` with ``req``'s scenario's ``[bench]`` workload, compared with
     ``against`` (a local image, or ``REPO@sha256:...`` made local by :func:`ensure_local`);
@@ -121,13 +146,19 @@ def run_bench(
     ``knee_prior``: the last release's knee bracket (its knee, the rate that failed above
     it) on the same scenario and hardware; the search probes it first (:func:`_search`).
 
+    ``protocol``: the measurement protocol (:class:`BenchProtocol`): the warm-up probe, the
+    node's noise profile (the boots a side are planned from it, a comparison that could not
+    see ``max_mde`` is refused before any boot, the comparison pools it with its own boots'
+    spread and may stop after the first ABBA block) and each point's time limit.
+
     Without ``against``, ``no_baseline`` says why (the report carries it: a gate that did
     not compare is never silent). Raises ConfigError for a scenario without ``[bench]`` or
     simulated acceptance in the environment, BenchError when the server or bench_serving
     cannot run or a figure is not finite. A regression, an inconclusive comparison or a
     refused point is a report (``ok`` False), not an exception.
     """
-    ctx = _prepare(root, req, point_timeout)
+    protocol = protocol or BenchProtocol()
+    ctx = _prepare(root, req, protocol.point_timeout)
     if against and ctx.server_url:
         raise ConfigError(
             f"--against {against} with --server-url {ctx.server_url}: the comparison boots "
@@ -140,9 +171,14 @@ def run_bench(
             "--python; the comparison boots two images",
             "drop --against (the report says no comparison ran), or use --runtime docker",
         )
-    if against:
-        require_passable(ctx.bench, ctx.scenario.path)
     ctx.say = progress or (lambda _m: None)
+    ctx.warmup = protocol.warmup and ctx.bench.speed.warmup_probe
+    if against:
+        ctx.profile = _node_profile(ctx, protocol.noise_profile)
+        noise = ctx.profile.noise() if ctx.profile else None
+        require_passable(ctx.bench, ctx.scenario.path, noise)
+        ctx.per_side = boots_a_side(ctx.bench, noise)
+    ctx.notes.append(_protocol(ctx))
     ctx.knee_prior = _usable_prior(knee_prior, ctx.bench)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
@@ -155,7 +191,7 @@ def run_bench(
     ctx.say(f"dataset {ctx.dataset} (from {image}'s own bench_serving)")
     if against:
         _baseline_usable(ctx, against)
-    order = abba(ctx.bench.repeats) if against else ("candidate",)
+    order = abba(ctx.per_side) if against else ("candidate",)
     boots: list[_Measured] = []
     searched = False
     for i, side in enumerate(order):
@@ -163,6 +199,8 @@ def run_bench(
         search = side == "candidate" and not searched
         searched = searched or search
         boots.append(_measure(ctx, ref, i, side, len(order), search=search))
+        if against and _stops_early(ctx, boots):
+            break
     report = _report(ctx, image, against, no_baseline, boots, started, time.monotonic() - t0)
     write_outputs(report)
     return report
@@ -234,6 +272,7 @@ class _Measured:
     single: SingleStream | None
     single_samples: tuple[float, ...]
     seconds: float
+    ready_seconds: float = 0.0  # start to ready
 
 
 def _profile(ctx: _Ctx, extra_mounts: tuple[Any, ...] = ()) -> Any:
@@ -468,9 +507,12 @@ def _point(
     *,
     num_prompts: int = 0,
     concurrency: int = 0,
+    discard: bool = False,
 ) -> Point:
     """One bench_serving run, with the server's own counts: the hit rate and the mean input
-    and output tokens; refused when either is off what the scenario declares."""
+    and output tokens; refused when either is off what the scenario declares. ``discard``: a
+    warm-up whose figures nobody reads (a text-length calibration it triggers is not
+    measured again)."""
     b = ctx.bench
     tokenizer = b.tokenizer or ctx.scenario.model_mount
     before = _scrape(ctx)
@@ -523,6 +565,8 @@ def _point(
             f"{mean_in:.0f} input tokens for {b.input_len} declared"
         )
         ctx.say(ctx.notes[-1])
+        if discard:
+            return point
         return _point(ctx, image, f"{name}-calibrated", rate, num_prompts=num_prompts,
                       concurrency=concurrency)  # fmt: skip
     ctx.calibrated = True
@@ -541,6 +585,7 @@ def _measure(
     b = ctx.bench
     t0 = time.monotonic()
     with _server(ctx, image, f"{side}-{order}"):
+        ready = time.monotonic() - t0
         where = f"{side} boot {order + 1}/{total}"
 
         def measure(rate: float) -> Point:
@@ -553,6 +598,11 @@ def _measure(
         # figures are then taken at the same point of its life (the first candidate boot's
         # would otherwise follow minutes of overload: a warmer GPU, a longer-running server).
         c = b.speed.concurrency
+        if ctx.warmup:
+            ctx.say(f"{where}: warm-up probe (discarded), {warmup_prompts(b)} requests at {c}")
+            _point(ctx, image, f"{side}-{order}-warmup", math.inf, concurrency=c,
+                   num_prompts=warmup_prompts(b), discard=True)  # fmt: skip
+            b = ctx.bench  # a text-length calibration may have scaled the prompts
         ctx.say(
             f"{where}: speed probe, {b.prompts(b.speed.num_prompts)} requests at concurrency {c}"
         )
@@ -562,7 +612,8 @@ def _measure(
         )  # fmt: skip
         single, samples = _single_stream(ctx, image, order, side) if b.single_stream else (None, ())
         points = _search(ctx, measure) if search else []
-    return _Measured(side, order, tuple(points), speed, single, samples, time.monotonic() - t0)
+    took = time.monotonic() - t0
+    return _Measured(side, order, tuple(points), speed, single, samples, took, ready)
 
 
 PROMPTS = "single-stream-prompts.jsonl"
@@ -656,31 +707,10 @@ def _report(
             [m.single for m in base if m.single is not None],
             speed=tuple(m.speed for m in base),
         )
-        g = b.gate
-        kw = {
-            "boot_sd": g.boot_sd,
-            "confidence": g.confidence,
-            "tolerance": g.tolerance,
-            "max_mde": g.max_mde,
-        }
-        changes.append(
-            compare(
-                speed_figure(b),
-                [Block(m.side, m.order, m.speed.decode_tok_s) for m in boots],
-                **kw,
-            )
-        )
-        if b.single_stream:
-            changes.append(
-                compare(
-                    "single_stream_decode_tok_s",
-                    [Block(m.side, m.order, m.single_samples) for m in boots],
-                    **kw,
-                )
-            )
+        changes = _changes(ctx, boots)
     refused = [p.refused for m in boots for p in (*m.points, m.speed) if p.refused]
     refused += ctx.refused
-    spent = planned_cost(b, compared=bool(against))
+    spent = _planned(ctx, compared=bool(against))
     return BenchReport(
         scenario=ctx.scenario.name,
         scenario_path=ctx.scenario.path,
@@ -760,3 +790,145 @@ def _baseline_usable(ctx: _Ctx, against: str) -> None:
             "publish with --no-baseline REASON, or republish the last release on a base that "
             f"has them; read {log}",
         ) from None
+
+
+# The gate's plan, early stop and calibration (issue 40): the node's measured noise, never a
+# declared constant alone (sglforge.bench.stats.compare, sglforge.bench.noise).
+
+
+def _protocol(ctx: _Ctx) -> str:
+    """The measurement protocol, for the report's notes."""
+    b = ctx.bench
+    if not ctx.warmup:
+        why = "--no-warmup" if b.speed.warmup_probe else "[bench.speed] warmup_probe = false"
+        return f"warm-up probe: off ({why}): the compared probe is each boot's first"
+    return (
+        f"warm-up probe: {warmup_prompts(b)} requests at concurrency {b.speed.concurrency}, "
+        "discarded, before the compared probe in every boot (first-use compilation lands in it)"
+    )
+
+
+def _node_profile(ctx: _Ctx, given: Path | None) -> Any:
+    """The node's noise profile: ``given``, else the cache's for this scenario and hardware;
+    None (noted) when there is none or it measured another figure."""
+    from sglforge.bench import noise as node_noise
+
+    hardware = node_noise.node_hardware(ctx.scenario.standin)
+    prof = node_noise.load(given) if given else node_noise.find(ctx.scenario.name, hardware)
+    figure = speed_figure(ctx.bench)
+    if prof is None or prof.figure != figure:
+        what = "no node profile" if prof is None else f"{prof.path} measured {prof.figure}"
+        ctx.notes.append(
+            f"{what}: {ctx.bench.repeats} boots a side against the declared noise; the interval "
+            "uses the boots' own spread (run sglforge bench --calibrate K on this node)"
+        )
+        return None
+    other = (
+        f"; measured on {prof.hardware}, this node is {hardware}"
+        if prof.hardware != hardware
+        else ""
+    )
+    ctx.notes.append(
+        f"node profile {prof.path}: boot-to-boot sd {prof.boot_sd:.2%} over "
+        f"{len(prof.boot_means)} boots ({prof.measured_at}){other}"
+    )
+    return prof
+
+
+def _looks(ctx: _Ctx) -> Looks | None:
+    """Two looks (after the first ABBA block, at the end) when more than one block is
+    planned and a node profile gives the first look degrees of freedom to stop on."""
+    return Looks(2, ctx.per_side) if ctx.profile is not None and ctx.per_side > 2 else None
+
+
+def _changes(ctx: _Ctx, boots: list[_Measured]) -> list[Change]:
+    """The compared figures over ``boots``: the speed probe's requests in waves of its
+    concurrency, the single stream's one at a time."""
+    b, g = ctx.bench, ctx.bench.gate
+    kw: dict[str, Any] = {
+        "boot_sd": g.boot_sd,
+        "confidence": g.confidence,
+        "tolerance": g.tolerance,
+        "max_mde": g.max_mde,
+        "looks": _looks(ctx),
+    }
+    c = b.speed.concurrency
+    speed = [Block(m.side, m.order, m.speed.decode_tok_s, c) for m in boots]
+    noise = ctx.profile.noise() if ctx.profile else None
+    out = [compare(speed_figure(b), speed, noise=noise, **kw)]
+    if b.single_stream:
+        single = [Block(m.side, m.order, m.single_samples) for m in boots]
+        out.append(compare("single_stream_decode_tok_s", single, **kw))
+    return out
+
+
+def _stops_early(ctx: _Ctx, boots: list[_Measured]) -> bool:
+    """At the first look (the first ABBA block done): stop when a figure dropped, or when
+    every figure passed; noted in the report."""
+    looks = _looks(ctx)
+    if looks is None or len(boots) != 2 * looks.first:
+        return False
+    changes = _changes(ctx, boots)
+    stop = any(c.status == REGRESSED for c in changes) or all(c.status == PASSED for c in changes)
+    said = "; ".join(f"{c.figure} {c.status} ({c.mean:+.1%})" for c in changes)
+    ctx.notes.append(
+        f"first look after {looks.first} boots a side of {looks.final}: {said}"
+        + (": stopped early" if stop else ": going on")
+    )
+    ctx.say(ctx.notes[-1])
+    return stop
+
+
+def _planned(ctx: _Ctx, *, compared: bool) -> PlannedCost:
+    """The plan with the node profile's noise and measured boot time when there is one."""
+    prof = ctx.profile
+    noise = prof.noise() if prof and compared else None
+    minutes = prof.boot_minutes() if prof else None
+    boot = (
+        (minutes, f"measured: median boot to ready of {len(prof.boot_seconds)} boots ({prof.path})")
+        if prof and minutes
+        else None
+    )
+    return planned_cost(ctx.bench, compared=compared, noise=noise, boot_minutes=boot,
+                        warmup=ctx.warmup)  # fmt: skip
+
+
+def run_calibration(
+    root: Path,
+    image: str,
+    req: SmokeRequest,
+    *,
+    boots: int = 6,
+    protocol: BenchProtocol | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Any, Path]:
+    """``bench --calibrate``: ``boots`` boots of ``image``, each with the warm-up and the
+    compared speed probe (no knee search, no single stream); the node profile they measure
+    (sglforge.bench.noise.Profile), written to ``protocol.noise_profile`` (default: the
+    cache's file for this scenario and hardware) and into the report folder. (profile,
+    where it was written)."""
+    from sglforge.bench import noise as node_noise
+
+    if boots < 2:
+        raise ConfigError(f"--calibrate {boots}: a spread needs 2 boots or more", "use 6 or more")
+    protocol = protocol or BenchProtocol()
+    ctx = _prepare(root, req, protocol.point_timeout)
+    ctx.say = progress or (lambda _m: None)
+    ctx.warmup = protocol.warmup and ctx.bench.speed.warmup_probe
+    ctx.bench = replace(ctx.bench, single_stream=None)
+    image = image if ctx.rt.kind == "docker" else ctx.rt.describe(image)
+    _reap(ctx)
+    ctx.dataset = choose_dataset(_dataset_choices(ctx, image))
+    measured = [_measure(ctx, image, i, "calibrate", boots, search=False) for i in range(boots)]
+    c = ctx.bench.speed.concurrency
+    hardware = node_noise.node_hardware(ctx.scenario.standin)
+    profile = node_noise.measure(
+        [Block("baseline", m.order, m.speed.decode_tok_s, c) for m in measured],
+        scenario=ctx.scenario.name, hardware=hardware, figure=speed_figure(ctx.bench),
+        boot_seconds=[round(m.ready_seconds, 1) for m in measured], image=image,
+        warmup_probe=ctx.warmup,
+    )  # fmt: skip
+    out = protocol.noise_profile or node_noise.default_path(ctx.scenario.name, hardware)
+    path = node_noise.save(profile, out)
+    node_noise.save(profile, ctx.report_dir / "noise-profile.json")
+    return replace(profile, path=str(path)), path

@@ -7,9 +7,10 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sglforge.bench.dist import f_quantile, t_boundary, t_quantile, two_looks
 from sglforge.scenario.bench import Knee
 
 # sglang 0.5.14 srt/observability/metrics_collector.py:1428-1431 and :1507-1511: counters bumped
@@ -211,6 +212,7 @@ REGRESSED = "regressed"
 PASSED = "passed"
 INCONCLUSIVE = "inconclusive"
 SIDES = ("baseline", "candidate")
+POWER = 0.9  # the power at which a comparison states its minimum detectable effect
 
 
 def require_finite(figure: str, values: Sequence[float], where: str = "") -> None:
@@ -240,23 +242,83 @@ def abba(boots_per_side: int) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Block:
     """One boot of one side: the per-request samples of the compared figure (e.g. each
-    request's decode tok/s at fixed concurrency), in boot order."""
+    request's decode tok/s at fixed concurrency), in the order the client sent them.
+
+    ``batch`` is the requests of one closed-loop wave (the probe's concurrency): requests
+    decoded in one batch share its step times, so they are not independent samples (on an
+    H200 the requests of one wave of 16 correlated at 0.62). The within-boot spread is taken
+    from the means of whole waves, never from the requests as if independent. 1 (the
+    default) is a figure whose requests run one at a time (the single stream)."""
 
     side: str
     order: int
     samples: tuple[float, ...]
+    batch: int = 1
 
     def log_mean(self) -> float:
         return math.fsum(math.log(x) for x in self.samples) / len(self.samples)
 
-    def log_var_of_mean(self) -> float:
-        """The variance of :meth:`log_mean` from the requests' spread (0 for one request)."""
-        n = len(self.samples)
-        if n < 2:
-            return 0.0
+    def batch_means(self) -> list[float]:
+        """The mean log sample of each whole wave, in send order (a partial last wave is
+        left out)."""
+        size = max(self.batch, 1)
         logs = [math.log(x) for x in self.samples]
-        m = math.fsum(logs) / n
-        return math.fsum((x - m) ** 2 for x in logs) / (n - 1) / n
+        return [math.fsum(logs[i : i + size]) / size for i in range(0, len(logs) - size + 1, size)]
+
+    def log_var_of_mean(self) -> float | None:
+        """The variance of :meth:`log_mean` from its waves' spread (None with fewer than two
+        whole waves: nothing within the boot measures it)."""
+        means = self.batch_means()
+        if len(means) < 2:
+            return None
+        return _variance(means) / len(means)
+
+
+def _variance(xs: Sequence[float]) -> float:
+    """The sample variance in floats (statistics.variance's exact fractions are too slow for
+    the power study's hundreds of thousands of comparisons)."""
+    m = math.fsum(xs) / len(xs)
+    return math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A node's measured boot-to-boot noise of one compared figure (a calibration run's, or
+    any node's profile file: ``sglforge.bench.noise``).
+
+    ``boot_sd``: the standard deviation of one boot's mean log figure from boot to boot, with
+    ``dof`` degrees of freedom (boots - 1), measured at ``requests`` requests a boot; it holds
+    the within-boot part, ``within_sd`` (the standard deviation of a boot's mean from its
+    waves), which alone more requests would shrink."""
+
+    boot_sd: float
+    dof: int
+    requests: int = 0
+    within_sd: float | None = None
+    source: str = ""
+    check: float = 0.95  # the F test's level at which a comparison's boots overrule it
+
+    def at(self, requests: int) -> float:
+        """The boot-to-boot sd for boots of ``requests`` requests (the within part scaled)."""
+        if not (requests and self.requests) or self.within_sd is None:
+            return self.boot_sd
+        between = max(self.boot_sd**2 - self.within_sd**2, 0.0)
+        return math.sqrt(between + self.within_sd**2 * self.requests / requests)
+
+
+@dataclass(frozen=True)
+class Looks:
+    """A group-sequential comparison: looked at after ``first`` boots a side (the first ABBA
+    block) and at ``final``. Each side of the decision spends its error rate over the two
+    looks (Lan-DeMets): a drop O'Brien-Fleming's way (the final look keeps nearly all of it,
+    so the power stays), a pass Pocock's way (an unchanged image can stop at the first)."""
+
+    first: int
+    final: int
+
+    @property
+    def fraction(self) -> float:
+        return self.first / self.final
 
 
 @dataclass(frozen=True)
@@ -264,9 +326,10 @@ class Change:
     """One figure compared between baseline and candidate blocks.
 
     ``mean`` is the relative change (geometric means of the blocks, ``candidate / baseline -
-    1``); ``low``..``high`` its two-sided interval at ``1 - 2 x alpha``, so ``high`` is the
-    one-sided ``1 - alpha`` upper bound the decision uses. ``mde`` is the smallest drop this
-    design detects with ``power`` (at ``alpha``), given its blocks and their spread.
+    1``); ``low``..``high`` its interval: ``high`` the one-sided upper bound the drop decision
+    uses, ``low`` the lower bound the pass decision uses (each at ``confidence``, adjusted for
+    the looks). ``mde`` is the smallest drop this design detects with ``power``, given its
+    boots and their noise.
     """
 
     figure: str
@@ -275,18 +338,23 @@ class Change:
     mean: float
     low: float
     high: float
-    confidence: float  # 1 - alpha: the one-sided level of the upper bound
+    confidence: float  # 1 - alpha: the one-sided level of each bound
     tolerance: float
     mde: float
     power: float
     boots: tuple[int, int]  # baseline, candidate
     requests: tuple[int, int]
-    boot_sd: float  # the declared per-boot noise (standard deviation of log speed)
+    boot_sd: float  # the boot-to-boot noise the interval used (sd of a boot's mean log figure)
     observed_sd: float | None  # the blocks' own spread around their side's mean
     status: str
     why: str = ""
     deltas: tuple[float, ...] = ()  # each candidate block against the baseline mean
     max_mde: float = math.inf  # the drop a pass must rule out ([bench.gate] max_mde)
+    dof: int = 0  # degrees of freedom of boot_sd (the t quantile's)
+    noise_source: str = ""  # where boot_sd came from
+    within_sd: float | None = None  # a boot mean's sd from its waves, pooled (reported only)
+    look: int = 1  # boots a side at this look
+    final: bool = True  # False: an interim look; INCONCLUSIVE there means "go on"
 
     @property
     def underpowered(self) -> bool:
@@ -320,26 +388,23 @@ class Change:
             "boots": {"baseline": self.boots[0], "candidate": self.boots[1]},
             "requests": {"baseline": self.requests[0], "candidate": self.requests[1]},
             "boot_sd": self.boot_sd,
+            "boot_sd_dof": self.dof,
+            "noise_source": self.noise_source or None,
             "observed_boot_sd": self.observed_sd,
+            "within_boot_sd": self.within_sd,
             "block_deltas": list(self.deltas),
             "max_mde": self.max_mde if math.isfinite(self.max_mde) else None,
+            "look": {"boots_a_side": self.look, "final": self.final},
         }
-
-
-def chi2_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile of chi-square with ``df`` degrees of freedom (Wilson-Hilferty)."""
-    z = statistics.NormalDist().inv_cdf(p)
-    k = float(df)
-    return k * (1 - 2 / (9 * k) + z * math.sqrt(2 / (9 * k))) ** 3
 
 
 @dataclass(frozen=True)
 class _Logs:
-    """Each side's blocks as log figures: every block's mean log sample, the variance of
-    that mean from its requests' spread, and each side's mean over its blocks."""
+    """Each side's blocks as log figures: every block's mean log sample and each side's mean
+    over its blocks."""
 
     means: dict[str, list[float]]
-    within: dict[str, list[float]]
+    within: list[float]  # each block's variance of its mean from its waves (where it has 2+)
     mb: float  # the baseline's mean log figure
     mc: float  # the candidate's
 
@@ -347,8 +412,8 @@ class _Logs:
     def of(cls, by_side: Mapping[str, Sequence[Block]]) -> _Logs:
         """The log figures of each side's blocks (at least one block a side)."""
         means = {s: [b.log_mean() for b in by_side[s]] for s in SIDES}
-        within = {s: [b.log_var_of_mean() for b in by_side[s]] for s in SIDES}
-        mb, mc = statistics.fmean(means["baseline"]), statistics.fmean(means["candidate"])
+        within = [v for s in SIDES for b in by_side[s] if (v := b.log_var_of_mean()) is not None]
+        mb, mc = (math.fsum(means[s]) / len(means[s]) for s in SIDES)
         return cls(means, within, mb, mc)
 
     @property
@@ -356,50 +421,145 @@ class _Logs:
         """The blocks on each side: (baseline, candidate)."""
         return len(self.means["baseline"]), len(self.means["candidate"])
 
-    def standard_error(self, boot_sd: float) -> float:
-        """The declared per-boot noise over each side's boots, plus the requests' own spread
-        within each block."""
-        nb, nc = self.boots
-        var = boot_sd**2 * (1 / nb + 1 / nc)
-        var += sum(self.within["baseline"]) / nb**2 + sum(self.within["candidate"]) / nc**2
-        return math.sqrt(var)
+    @property
+    def dof(self) -> int:
+        return sum(self.boots) - 2
 
-    def spread(self, boot_sd: float, noise_check: float) -> tuple[float | None, str, str]:
-        """(the blocks' observed sd around their side's mean, PASSED or INCONCLUSIVE, why):
-        INCONCLUSIVE when the spread is beyond the declared noise (chi-square at
-        ``noise_check``); no observed sd with one block a side."""
-        nb, nc = self.boots
-        dof = nb + nc - 2
-        if dof <= 0:
-            return None, PASSED, ""
+    def squares(self) -> float:
+        """The blocks' squared deviations from their side's mean."""
         ss = sum((m - self.mb) ** 2 for m in self.means["baseline"])
-        ss += sum((m - self.mc) ** 2 for m in self.means["candidate"])
-        observed = math.sqrt(ss / dof)
-        expected = boot_sd**2 + statistics.fmean(self.within["baseline"] + self.within["candidate"])
-        if expected <= 0 or ss / expected > chi2_quantile(noise_check, dof):
-            why = (
-                f"the boots spread {observed:.2%} (sd of log speed), beyond the declared "
-                f"per-boot noise {boot_sd:.2%}: the interval would not hold"
+        return ss + sum((m - self.mc) ** 2 for m in self.means["candidate"])
+
+    def within_sd(self) -> float | None:
+        return math.sqrt(statistics.fmean(self.within)) if self.within else None
+
+
+@dataclass(frozen=True)
+class _Used:
+    """The boot-to-boot noise a comparison uses: its sd, degrees of freedom, source, and a
+    note when the node profile was overruled."""
+
+    sd: float
+    dof: int
+    source: str
+    note: str = ""
+
+
+def _noise_used(logs: _Logs, noise: Noise | None, requests: int, floor: float) -> _Used:
+    """The boots' own spread, pooled with the node profile's (its degrees of freedom added)
+    unless the boots spread beyond it (F test at ``noise.check``: the profile is overruled
+    and the boots' own spread is used alone); never below the declared ``floor``."""
+    own_dof, ss = logs.dof, logs.squares()
+    own = math.sqrt(ss / own_dof) if own_dof > 0 else None
+    prior_dof = noise.dof if noise is not None and noise.boot_sd > 0 else 0
+    prior = noise.at(requests) if noise is not None and prior_dof > 0 else None
+    if noise is not None and prior is not None and own is not None:
+        check = noise.check
+        if (own / prior) ** 2 > f_quantile(check, own_dof, prior_dof):
+            note = (
+                f"the boots spread {own:.2%}, beyond the node profile's {prior:.2%} "
+                f"(F test at {check:.0%}): the profile is overruled"
             )
-            return observed, INCONCLUSIVE, why
-        return observed, PASSED, ""
+            used = _Used(own, own_dof, "the boots' own spread (the node profile overruled)", note)
+        else:
+            dof = own_dof + prior_dof
+            pooled = math.sqrt((ss + prior**2 * prior_dof) / dof)
+            used = _Used(pooled, dof, "the node profile pooled with the boots' own spread")
+    elif prior is not None:
+        used = _Used(prior, prior_dof, "the node profile")
+    elif own is not None:
+        used = _Used(own, own_dof, "the boots' own spread")
+    else:
+        return _Used(0.0, 0, "none")
+    if floor > used.sd:
+        used = replace(used, sd=floor, source=f"{used.source}, raised to the declared {floor:.2%}")
+    return used
+
+
+def _boundaries(looks: Looks | None, n: int, alpha: float) -> tuple[float, float, bool]:
+    """(the drop's normal boundary, the pass's, whether this is the final look) at ``n``
+    boots a side."""
+    if looks is None or looks.final <= looks.first:
+        z = statistics.NormalDist().inv_cdf(1 - alpha)
+        return z, z, True
+    final = n >= looks.final
+    drop = two_looks(alpha, looks.fraction, "obf")
+    keep = two_looks(alpha, looks.fraction, "pocock")
+    i = 1 if final else 0
+    return drop[i], keep[i], final
+
+
+def detectable(z: float, se: float, tolerance: float) -> float:
+    """The drop detected at ``z`` (the decision's plus the power's quantiles) with standard
+    error ``se`` of the log change: the one formula :func:`compare` and the plans share."""
+    return -math.expm1(-(z * se)) + tolerance
 
 
 def best_mde(
     boots_per_side: int, boot_sd: float, confidence: float, tolerance: float, power: float = 0.9
 ) -> float:
-    """The smallest minimum detectable effect a comparison of ``boots_per_side`` ABBA boots a
-    side can reach: the declared per-boot noise alone (the requests' spread only adds to it;
-    :func:`compare` computes the same figure with it)."""
+    """The minimum detectable effect of ``boots_per_side`` ABBA boots a side at a boot-to-boot
+    noise ``boot_sd`` known exactly (normal quantiles): the best any comparison of them can
+    do; a measured noise adds its t quantile (:func:`boots_needed`)."""
     z = statistics.NormalDist().inv_cdf(confidence) + statistics.NormalDist().inv_cdf(power)
     return detectable(z, boot_sd * math.sqrt(2 / max(boots_per_side, 1)), tolerance)
 
 
-def detectable(z: float, se: float, tolerance: float) -> float:
-    """The drop detected at ``z`` (the decision's plus the power's normal quantiles) with
-    standard error ``se`` of the log change: the one formula :func:`compare` and
-    :func:`best_mde` share."""
-    return -math.expm1(-(z * se)) + tolerance
+def plan_mde(
+    boots_per_side: int,
+    noise: Noise,
+    *,
+    requests: int,
+    confidence: float,
+    tolerance: float,
+    power: float = 0.9,
+) -> float:
+    """The minimum detectable effect a comparison of ``boots_per_side`` boots a side expects
+    on a node of ``noise`` (its t quantiles at the pooled degrees of freedom; the larger of
+    the drop's and the pass's final boundaries: an unchanged image then passes with
+    ``power``)."""
+    n = max(boots_per_side, 1)
+    dof = 2 * n - 2 + max(noise.dof, 0)
+    if dof <= 0:
+        return math.inf
+    looks = Looks(2, n) if n > 2 else None
+    drop, keep, _ = _boundaries(looks, n, 1 - confidence)
+    c = max(t_boundary(drop, dof), t_boundary(keep, dof))
+    return detectable(c + t_quantile(power, dof), noise.at(requests) * math.sqrt(2 / n), tolerance)
+
+
+def boots_needed(
+    noise: Noise,
+    max_mde: float,
+    *,
+    requests: int,
+    confidence: float,
+    tolerance: float,
+    power: float = 0.9,
+    most: int = 256,
+) -> int | None:
+    """The fewest boots a side in whole ABBA blocks (2, 4, ...: one boot a side leaves the
+    order effect uncancelled) whose comparison sees ``max_mde`` on a node of ``noise``; None
+    when not even ``most`` would (a doubling, then a bisection over whole blocks: the
+    detectable drop shrinks as the boots grow)."""
+
+    def sees(n: int) -> bool:
+        mde = plan_mde(
+            n, noise, requests=requests, confidence=confidence, tolerance=tolerance, power=power
+        )
+        return mde <= max_mde
+
+    low, high = 0, 2  # in boots a side: ``low`` does not see it, ``high`` is tried
+    while not sees(high):
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most - most % 2)
+        if high <= low:
+            return None
+    while high - low > 2:
+        mid = (low + high) // 4 * 2
+        low, high = (low, mid) if sees(mid) else (mid, high)
+    return high
 
 
 def _blocks_by_side(figure: str, blocks: Sequence[Block]) -> dict[str, list[Block]]:
@@ -410,80 +570,89 @@ def _blocks_by_side(figure: str, blocks: Sequence[Block]) -> dict[str, list[Bloc
     return {side: [b for b in blocks if b.side == side and b.samples] for side in SIDES}
 
 
+def _verdict(low: float, high: float, gate: tuple[float, float], final: bool) -> tuple[str, str]:
+    """(status, why) from the bounds of the log change; ``gate`` is (tolerance, max_mde)."""
+    tolerance, max_mde = gate
+    if math.expm1(high) < -tolerance:
+        return REGRESSED, ""
+    if math.expm1(low) > -max_mde:
+        return PASSED, ""
+    if not final:
+        return INCONCLUSIVE, "an interim look: neither bound decides yet, the boots go on"
+    return INCONCLUSIVE, (
+        f"no significant drop, but the lower bound {math.expm1(low):+.1%} does not rule out "
+        f"the {max_mde:.1%} drop a pass must"
+    )
+
+
 def compare(
     figure: str,
     blocks: Sequence[Block],
     *,
-    boot_sd: float,
+    boot_sd: float = 0.0,
+    noise: Noise | None = None,
     confidence: float = 0.95,
     tolerance: float = 0.0,
-    power: float = 0.9,
-    noise_check: float = 0.999,
     max_mde: float = math.inf,
+    looks: Looks | None = None,
 ) -> Change:
     """Compare the candidate's blocks with the baseline's (ABBA boots on one node).
 
-    Each block's figure is the mean log of its per-request samples; each side's is the mean of
-    its blocks. The standard error adds the declared per-boot noise (``boot_sd``, which
-    boots do not average away within a boot) to the requests' own spread within each block.
-    The interval's coverage under the stand-in's cost model is checked by the seeded study in
-    ``bench/power_study.py`` (its table is in docs/bench.md).
+    Each block's figure is the mean log of its samples; each side's, the mean of its blocks.
+    The boots are the unit: the noise of a boot's figure (boot to boot, the within-boot part
+    included) is measured, never declared: the blocks' own spread around their side's mean,
+    pooled with the node profile ``noise`` (a calibration run's) when the blocks do not spread
+    beyond it (F test at ``noise.check``; beyond it, the profile is overruled), with Student's
+    t at the pooled degrees of freedom. ``boot_sd`` (the scenario's declared noise) is only a
+    floor. With ``looks`` the error rates are spent over two looks (:class:`Looks`).
 
-    The verdict is never a pass by default: without a block on each side, when the blocks
-    spread beyond the declared noise (chi-square at ``noise_check``), or when no significant
-    drop was found but the comparison could not have seen a drop of ``max_mde`` (its minimum
-    detectable effect at ``power`` is larger), it is INCONCLUSIVE: a pass says a drop of
-    ``max_mde`` would have been caught. Non-finite samples raise BenchError.
+    REGRESSED when the upper bound of the change is below ``-tolerance``; PASSED when not and
+    the lower bound is above ``-max_mde`` (a pass rules out that drop at ``confidence``);
+    else INCONCLUSIVE, as with no block on a side or nothing measuring the noise (one boot a
+    side, no profile). Non-finite samples raise BenchError.
     """
-    by_side = _blocks_by_side(figure, blocks)
-    nb, nc = len(by_side["baseline"]), len(by_side["candidate"])
-    reqs = (
-        sum(len(b.samples) for b in by_side["baseline"]),
-        sum(len(b.samples) for b in by_side["candidate"]),
-    )
-    z = statistics.NormalDist().inv_cdf(confidence)
-    z_power = statistics.NormalDist().inv_cdf(power)
     if not math.isfinite(boot_sd) or boot_sd < 0:
         raise ValueError(f"boot_sd must be a finite standard deviation, not {boot_sd!r}")
+    by_side = _blocks_by_side(figure, blocks)
+    nb, nc = len(by_side["baseline"]), len(by_side["candidate"])
+    reqs = tuple(sum(len(b.samples) for b in by_side[s]) for s in SIDES)
+    empty = Change(
+        figure, 0.0, 0.0, 0.0, 0.0, 0.0, confidence, tolerance, math.inf, POWER, (nb, nc),
+        (reqs[0], reqs[1]), boot_sd, None, INCONCLUSIVE, max_mde=max_mde,
+    )  # fmt: skip
     if nb == 0 or nc == 0:
-        missing = "baseline" if nb == 0 else "candidate"
-        return Change(
-            figure, 0.0, 0.0, 0.0, 0.0, 0.0, confidence, tolerance, math.inf, power,
-            (nb, nc), reqs, boot_sd, None, INCONCLUSIVE, f"no {missing} boot measured",
-        )  # fmt: skip
+        return replace(empty, why=f"no {'baseline' if nb == 0 else 'candidate'} boot measured")
     logs = _Logs.of(by_side)
-    mb, mc = logs.mb, logs.mc
-    d = mc - mb
-    se = logs.standard_error(boot_sd)
-    observed, status, why = logs.spread(boot_sd, noise_check)
-    high = d + z * se
-    low = d - z * se
-    mde = detectable(z + z_power, se, tolerance)
-    if status == PASSED and math.expm1(high) < -tolerance:
-        status = REGRESSED
-    elif status == PASSED and mde > max_mde:
-        status = INCONCLUSIVE
+    per_boot = round(sum(reqs) / (nb + nc))
+    used = _noise_used(logs, noise, per_boot, boot_sd)
+    drop_z, keep_z, final = _boundaries(looks, min(nb, nc), 1 - confidence)
+    observed = math.sqrt(logs.squares() / logs.dof) if logs.dof > 0 else None
+    if used.dof <= 0:
+        why = (
+            "one boot a side and no node profile: nothing measured the boot-to-boot noise "
+            "(run sglforge bench --calibrate on this node, or boot more a side)"
+        )
+        return replace(empty, why=why, observed_sd=observed, within_sd=logs.within_sd())
+    d = logs.mc - logs.mb
+    se = used.sd * math.sqrt(1 / nb + 1 / nc)
+    c_drop, c_keep = t_boundary(drop_z, used.dof), t_boundary(keep_z, used.dof)
+    high, low = d + c_drop * se, d - c_keep * se
+    mde = detectable(c_drop + t_quantile(POWER, used.dof), se, tolerance)
+    status, why = _verdict(low, high, (tolerance, max_mde), final)
+    if status == INCONCLUSIVE and final and mde > max_mde:
         why = (
             f"no significant drop, but this comparison sees only a drop of {mde:.1%} or more "
-            f"({power:.0%} power), not the {max_mde:.1%} a pass must rule out"
+            f"({POWER:.0%} power), not the {max_mde:.1%} a pass must rule out: the boots' "
+            f"noise is {used.sd:.2%} a boot ({used.source})"
         )
+    if used.note and status == INCONCLUSIVE:
+        why = f"{why}; {used.note}"
     return Change(
-        figure=figure,
-        baseline=math.exp(mb),
-        candidate=math.exp(mc),
-        mean=math.expm1(d),
-        low=math.expm1(low),
-        high=math.expm1(high),
-        confidence=confidence,
-        tolerance=tolerance,
-        mde=mde,
-        power=power,
-        boots=(nb, nc),
-        requests=reqs,
-        boot_sd=boot_sd,
-        observed_sd=observed,
-        status=status,
-        why=why,
-        deltas=tuple(math.expm1(m - mb) for m in logs.means["candidate"]),
-        max_mde=max_mde,
-    )
+        figure=figure, baseline=math.exp(logs.mb), candidate=math.exp(logs.mc),
+        mean=math.expm1(d), low=math.expm1(low), high=math.expm1(high), confidence=confidence,
+        tolerance=tolerance, mde=mde, power=POWER, boots=(nb, nc), requests=(reqs[0], reqs[1]),
+        boot_sd=used.sd, observed_sd=observed, status=status, why=why,
+        deltas=tuple(math.expm1(m - logs.mb) for m in logs.means["candidate"]),
+        max_mde=max_mde, dof=used.dof, noise_source=used.source, within_sd=logs.within_sd(),
+        look=min(nb, nc), final=final,
+    )  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sglforge.bench import report as core_report
-from sglforge.bench.runner import ensure_local, run_bench
+from sglforge.bench.runner import BenchProtocol, ensure_local, run_bench
 from sglforge.cli.common import State, json_option, main, pass_state, print_json
 from sglforge.cli.options import env_option, runtime_options, scenario_option
 from sglforge.cli.smoke import outputs_writable
@@ -43,6 +43,30 @@ from sglforge.smoke.runtime import parse_python
     "--report-dir", type=click.Path(file_okay=False), help="Where the JSONL, table and chart go."
 )
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write JUnit XML here.")
+@click.option(
+    "--calibrate",
+    "calibrate",
+    type=click.IntRange(2, 64),
+    metavar="K",
+    help="Measure this node instead: K boots of IMAGE (6 or more), each with the compared "
+    "speed probe; writes the node's noise profile (boot-to-boot spread, intra-batch "
+    "correlation, boot time) to the cache, where later comparisons find it.",
+)
+@click.option(
+    "--noise-profile",
+    "noise_profile",
+    type=click.Path(dir_okay=False),
+    help="The node's noise profile to plan and compare with (a --calibrate file from any "
+    "node); default: the cache's for this scenario and hardware. With --calibrate: where "
+    "to write it.",
+)
+@click.option(
+    "--no-warmup",
+    "no_warmup",
+    is_flag=True,
+    help="No discarded warm-up probe of the compared shape before the compared one (the "
+    "report says so).",
+)
 @runtime_options
 @json_option
 @pass_state
@@ -56,6 +80,9 @@ def bench_cmd(
     envs: dict[str, str],
     report_dir: str | None,
     junit: str | None,
+    calibrate: int | None,
+    noise_profile: str | None,
+    no_warmup: bool,
     runtime: str | None,
     python: str | None,
     server_url: str | None,
@@ -67,19 +94,15 @@ def bench_cmd(
     `python3 -m sglang.bench_serving` from inside the image. The knee is searched (the
     scenario's request rates or [bench.search], then bisections), each probe passing when all
     requests are served and a 95 % upper bound of its TTFT p95 is within the limit; every point
-    records the tokens the server counted (refused 2 % off the declared input, or far from the
-    declared prefix-cache hit). Writes the table (sustained RPS, output tok/s per node, TTFT
-    p50/p95, success; total in+out labelled as total), the knee with its bracket, the speed at
-    a fixed concurrency, single-stream decode tok/s and accept length (text prompts through the
-    chat template), a chart (chart.svg) and bench.md beside report.json, and the node-minutes
-    it spent and plans.
+    records the tokens the server counted. Writes the table, the knee with its bracket, the
+    speed at a fixed concurrency (after a discarded warm-up probe of that shape, unless
+    --no-warmup), single-stream decode tok/s and accept length, chart.svg and bench.md beside
+    report.json, and the node-minutes it spent and plans.
 
-    With --against REF (a local image, REPO:TAG, or REPO@sha256:... pulled from its registry)
-    baseline and candidate boot alternately in ABBA blocks, `repeats` boots each, and each
-    request's decode tok/s at the fixed concurrency (and the single stream's) is compared: a
-    drop whose one-sided 95 % bound is below the tolerance fails; a comparison that cannot
-    conclude fails too. Without --against the output says no comparison ran. A scenario with
-    accelerator = "none" is a stand-in: its figures are labelled "standin-cpu", never a GPU run.
+    With --against REF (an image, or REPO@sha256:...) the two boot in ABBA blocks and the
+    per-request decode tok/s is compared on the boots' measured noise (--calibrate K: measure
+    the node once): a drop below the tolerance at 95 % fails, a pass needs the lower bound
+    above -max_mde, anything else fails as inconclusive. Stand-ins are labelled "standin-cpu".
 
     --runtime process runs the server as a local process and the client as `WORDS -m
     sglang.bench_serving` under --python (see `sglforge smoke --help`): no Docker. --server-url
@@ -114,12 +137,16 @@ def bench_cmd(
         python=parse_python(python, "--python") if python else (),
         server_url=server_url,
     )
+    if calibrate:
+        _calibrate(state, image or "", req, calibrate, noise_profile, no_warmup, as_json)
+        return
     report = run_bench(
         state.root,
         image or "",
         req,
         against=against,
         progress=lambda message: say(f"bench: {message}"),
+        protocol=BenchProtocol(not no_warmup, Path(noise_profile) if noise_profile else None),
     )
     _emit(report, junit, as_json)
     click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
@@ -136,3 +163,51 @@ def _emit(report: core_report.BenchReport, junit: str | None, as_json: bool) -> 
         for line in core_report.text(report):
             click.echo(line)
     sys.stdout.flush()
+
+
+def _calibrate(
+    state: State,
+    image: str,
+    req: SmokeRequest,
+    boots: int,
+    out: str | None,
+    no_warmup: bool,
+    as_json: bool,
+) -> None:
+    """``bench --calibrate K``: the node profile, written, and what it makes of the gate."""
+    from sglforge.bench.cost import gate_best_mde, require_passable
+    from sglforge.bench.runner import run_calibration
+    from sglforge.errors import ConfigError
+
+    if req.server_url:
+        raise click.UsageError("--calibrate boots the server K times: drop --server-url")
+    say = current().info
+    protocol = BenchProtocol(not no_warmup, Path(out) if out else None)
+    profile, path = run_calibration(
+        state.root, image, req, boots=boots, protocol=protocol,
+        progress=lambda m: say(f"bench: {m}"),
+    )  # fmt: skip
+    bench = req.scenario.bench
+    assert bench is not None
+    noise = profile.noise()
+    try:
+        require_passable(bench, req.scenario.path, noise)
+        verdict = (
+            f"{bench.repeats} boots a side see a {gate_best_mde(bench, noise=noise):.1%} drop "
+            f"at best (a pass rules out {bench.gate.max_mde:.1%})"
+        )
+    except ConfigError as exc:
+        verdict = exc.message
+    doc = {**profile.as_dict(), "path": str(path), "gate": verdict}
+    if as_json:
+        print_json(doc, ok=True)
+    else:
+        corr = profile.correlation
+        click.echo(
+            f"node profile {path}: {len(profile.boot_means)} boots of {image} on "
+            f"{profile.hardware}: boot-to-boot sd {profile.boot_sd:.2%}, within a boot "
+            f"{profile.within_sd or 0:.2%}, intra-batch correlation "
+            f"{'-' if corr is None else f'{corr:.2f}'}, boot to ready "
+            f"{', '.join(f'{s:g}' for s in profile.boot_seconds)} s"
+        )
+        click.echo(f"gate on this node: {verdict}")
