@@ -21,7 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from helpers_build import STANDIN_OWNED, make_build_project
+from sglforge import selfcheck
 from sglforge.cli import main
+from sglforge.engine import containers
 from sglforge.engine import images as engine_images
 from sglforge.engine import reset as engine_reset
 from sglforge.images import oci
@@ -132,13 +134,26 @@ def test_one_queue_published_twice_from_empty_caches_pushes_one_digest_the_dry_r
     served = oreg.dist.served_digest(second["immutable"])
     assert served == first["digest"]
 
-    # The prediction: no engine, no pull (the base's facts are kept by its digest).
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
-    engine_reset()
-    args = ["--root", str(built.root), "build", "--target", "mi355x", "--dry-run", "--json"]
+    # A no-op build asks no container: the base's facts are kept by its digest, and the
+    # engine already holds the image whose ID is the inputs' config digest.
+    def no_container(*_a: object, **_k: object) -> None:
+        raise AssertionError("a no-op build started a container")
+
+    monkeypatch.setattr(containers, "run_python", no_container)
+    monkeypatch.setattr(selfcheck, "run", no_container)
+    args = ["--root", str(built.root), "build", "--target", "mi355x", "--json"]
     args += ["--upstream", str(built.upstream)]
     for k, v in docker_labels.items():
         args += ["--label", f"{k}={v}"]
+    noop = CliRunner().invoke(main, args, env={"SGLFORGE_CACHE": str(tmp_path / "c2")})
+    assert noop.exit_code == 0, noop.output
+    assert json.loads(noop.stdout)["up_to_date"] is True
+    assert json.loads(noop.stdout)["oci"]["digest"] == first["digest"]
+
+    # The prediction: no engine, no pull (the base's facts are kept by its digest).
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    engine_reset()
+    args.insert(args.index("--json"), "--dry-run")
     dry = CliRunner().invoke(main, args, env={"SGLFORGE_CACHE": str(tmp_path / "c2")})
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout)["oci"]["digest"] == first["digest"]
