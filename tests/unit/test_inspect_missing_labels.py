@@ -69,3 +69,19 @@ def test_complete_and_foreign_images() -> None:
     # one label of the image contract is enough to be held to all of them
     mode_only = provenance_from("img", {LABEL_MODE: "overlay"}, None)
     assert mode_only.is_sglforge_image and mode_only.missing_labels == REQUIRED_LABELS
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {LABEL_TARGET: "mi355x", LABEL_PATCHES: "2", "io.sglforge.queue": "x"},  # REDTEAM-5
+        {LABEL_QUEUE: "a" * 64},
+        {LABEL_PATCHES: "0001-x.patch"},
+    ],
+)
+def test_an_incomplete_image_shows_no_empty_fields(labels: dict[str, str]) -> None:
+    """F19 (issue 42): a field whose label is missing reads ``?``, not ``( = ) from``."""
+    text = render_provenance(provenance_from("rt5-hostile:nohash", labels, None))
+    for empty in ("( = )", "(, )", "  build", "queue     (", "from \n", "sglang  "):
+        assert empty not in text, (empty, text)
+    assert "from ?" in text and "? build" in text

@@ -129,6 +129,11 @@ def prov_json(p: Provenance) -> dict[str, Any]:
     }
 
 
+def _known(value: object) -> str:
+    """A field of the image, or ``?`` when its label is missing (not ``( = ) from``: F19)."""
+    return str(value) if value else "?"
+
+
 def render_provenance(p: Provenance) -> str:
     """Provenance for people."""
     if not p.is_sglforge_image:
@@ -148,9 +153,13 @@ def render_provenance(p: Provenance) -> str:
         f"id        {p.id}",
     ]
     lines += [f"digest    {d}" for d in p.repo_digests]
+    pinned = (
+        f" ({_known(p.upstream_ref)} = {_known(p.upstream_commit[:12])})"
+        if p.upstream_ref or p.upstream_commit
+        else ""
+    )
     lines += [
-        f"upstream  sglang {p.sglang_version} ({p.upstream_ref} = {p.upstream_commit[:12]}) "
-        f"from {p.upstream_url}"
+        f"upstream  sglang {_known(p.sglang_version)}{pinned} from {_known(p.upstream_url)}"
         + (
             f" via {p.upstream_source}"
             if p.upstream_source and p.upstream_source != p.upstream_url
@@ -162,9 +171,10 @@ def render_provenance(p: Provenance) -> str:
             else []
         ),
         f"source    {p.source or 'unknown'}" + (f" @ {p.revision[:12]}" if p.revision else ""),
-        f"target    {p.target} ({p.gpu_arch}, {p.rocm}), {p.mode} build",
-        f"base      {p.base}" + (f" @ {p.base_digest}" if p.base_digest else ""),
-        f"queue     {p.queue_hash} ({plural(len(p.patches), 'patch', 'es')})",
+        f"target    {_known(p.target)} ({_known(p.gpu_arch)}, {_known(p.rocm)}), "
+        f"{_known(p.mode)} build",
+        f"base      {_known(p.base)}" + (f" @ {p.base_digest}" if p.base_digest else ""),
+        f"queue     {_known(p.queue_hash)} ({plural(len(p.patches), 'patch', 'es')})",
     ]
     # Every field above comes from the image (labels, manifest): one line each, escaped.
     lines = [one_line(x, 1000) for x in lines]
