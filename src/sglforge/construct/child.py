@@ -317,6 +317,45 @@ def _nextn(model, draft: bool) -> dict | None:
     }
 
 
+def _check_registered(registry, architectures: list) -> None:
+    """Say why none of ``architectures`` is registered, before sglang falls back to its
+    transformers backend: the registry hides a model module's import error (0.5.23
+    ``srt/models/registry.py:127-132`` logs "Ignore import error" and skips it; this child
+    silences warnings), and then ``model_loader/utils.py:226-231`` routes the checkpoint to
+    ``TransformersForCausalLM``. Either the release has no class of that name (upstream does
+    not serve the model natively) or the module defining it failed to import here."""
+    import importlib
+    import pkgutil
+
+    if not architectures or any(registry.is_arch_supported(a) for a in architectures):
+        return
+    import sglang.srt.models as package
+
+    for info in pkgutil.iter_modules(package.__path__, "sglang.srt.models."):
+        path = getattr(info.module_finder, "path", "")
+        source = f"{path}/{info.name.rsplit('.', 1)[-1]}.py"
+        try:
+            with open(source) as f:
+                text = f.read()
+        except OSError:
+            continue
+        for arch in architectures:
+            if f"class {arch}(" in text:
+                try:
+                    importlib.import_module(info.name)
+                except Exception as exc:
+                    raise RuntimeError(
+                        f"{arch} is defined in {info.name}, which failed to import under the "
+                        f"construction's stand-ins ({type(exc).__name__}: {exc}); sglang would "
+                        "fall back to its transformers backend"
+                    ) from exc
+    raise RuntimeError(
+        f"this sglang release defines no model class {', '.join(architectures)}: it does not "
+        "serve the model natively (it falls back to its transformers backend, "
+        "srt/model_loader/utils.py get_model_architecture)"
+    )
+
+
 def _build(sa, config: dict, draft: bool) -> dict:
     """One model (a ``Model`` record), built by sglang's own config, registry and loader."""
     from sglang.srt.configs.load_config import LoadConfig
@@ -333,6 +372,7 @@ def _build(sa, config: dict, draft: bool) -> dict:
     RECORDER.reset()
     load_config = LoadConfig()
     quant_config = loader._get_quantization_config(model_config, load_config)
+    _check_registered(ModelRegistry, list(hf_config.architectures or ()))
     cls, _ = ModelRegistry.resolve_model_cls(hf_config.architectures)
     renames = quark.renames(cls, quant_config, hf_config, quant or {})
     model = loader._initialize_model(model_config, load_config, quant_config)
