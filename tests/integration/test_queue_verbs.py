@@ -141,18 +141,19 @@ def test_import_keeps_the_file_s_own_trailers_and_name(
     assert "kept its own Upstream-Status: Backport [1.1]  (--status overrides)" in out
     assert "kept its own Applies-To: >=0.9,<1.1  (--applies-to overrides)" in out
     assert "kept the file's name" in out
-    # an option overrides the trailer it names and only that one; --name the name
+    # an option overrides the trailer it names and only that one; --name the name (the same
+    # change again: --force, as import refuses a change the queue holds)
     other = tmp_path / "pr-7.patch"
     other.write_text(text)
     code, out, err = cli(
-        project, "patches", "import", str(other), "--status", "Pending", "--name", "mine"
+        project, "patches", "import", str(other), "--status", "Pending", "--name", "mine", "--force"
     )
     assert code == 0, err
     assert series(project)[-1] == "0003-mine.patch"
     assert trailer(project, "0003-mine.patch", "Upstream-Status") == "Pending"
     assert trailer(project, "0003-mine.patch", "Applies-To") == ">=0.9,<1.1"
     assert "kept the file's name" not in out and "Upstream-Status" not in out
-    code, out, err = cli(project, "patches", "import", str(other), "--json")
+    code, out, err = cli(project, "patches", "import", str(other), "--json", "--force")
     assert code == 0, err
     assert json.loads(out)["kept"] == {
         "0004-pr-7.patch": ["Upstream-Status: Backport [1.1]", "Applies-To: >=0.9,<1.1", "name"]

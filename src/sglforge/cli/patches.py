@@ -472,6 +472,11 @@ def new_cmd(
 @patches_group.command("import")
 @click.argument("source", metavar="FILE|URL|COMMIT")
 @click.option("--name", help="File name slug (default: from the subject).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Import even when the queue holds the same change or Origin already.",
+)
 @trailer_options
 @upstream_option
 @json_option
@@ -480,6 +485,7 @@ def import_cmd(
     st: State,
     source: str,
     name: str | None,
+    force: bool,
     status: str | None,
     origin: str | None,
     applies_to: str | None,
@@ -493,7 +499,8 @@ def import_cmd(
     Applies-To below that release; a file starts Pending. Trailers the patch already carries
     are kept (and said) unless an option overrides them; a file's name is kept (renumbered)
     unless --name. A file holding several commits (a pull request's) gives one patch per
-    commit.
+    commit. A change the queue holds already (the same diff or Origin) is refused unless
+    --force.
 
     \b
     Examples:
@@ -504,7 +511,7 @@ def import_cmd(
     """
     from sglforge.patches.edit import import_patches
 
-    r = import_patches(st.project, source, name, _trailers(status, origin, applies_to))
+    r = import_patches(st.project, source, name, _trailers(status, origin, applies_to), force)
     _render_edit(r, as_json)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from sglforge import git
-from sglforge.errors import ConfigError, PatchError, UpstreamError
+from sglforge.errors import ConfigError, NothingToDo, PatchError, UpstreamError
 from sglforge.project import Project
 from sglforge.queue.series import (
     Patch,
@@ -153,6 +153,7 @@ def import_patches(
     source: str,
     name: str | None = None,
     trailers: dict[str, str] | None = None,
+    force: bool = False,
 ) -> Edited:
     """Add the patch(es) ``source`` names to the end of the queue: a file, an http(s) URL (an
     upstream pull request's ``.patch``, a commit's), or a commit of the upstream repository.
@@ -161,7 +162,8 @@ def import_patches(
     (a commit of upstream: ``Backport [first release holding it]``, Applies-To below it; a
     URL: ``Submitted [URL]``; a file: Pending) where the patch does not carry its own, and
     ``trailers`` (the options) win over both. A file holding one patch keeps its file's name
-    (renumbered to the end of the queue) unless ``name`` is given.
+    (renumbered to the end of the queue) unless ``name`` is given. A change the queue holds
+    already (the same diff, or the same ``Origin:``) is refused unless ``force``.
     """
     given = check_trailers(dict(trailers or {}))
     said = shown(source)
@@ -189,6 +191,8 @@ def import_patches(
                 )
             parsed = _parsed(text, said)
             _one_line_trailers(parsed, f"{said} (part {i + 1})" if len(texts) > 1 else said)
+            if not force:
+                _refuse_held(queue, parsed, said)
             subject = parsed.subject or Path(scrub(source)).stem
             wanted = name if name and len(texts) == 1 else own_name or subject
             new = _numbered(names, wanted)
@@ -261,6 +265,26 @@ def _file_name(source: str) -> str | None:
     stem = re.sub(r"\.(patch|diff|mbox)$", "", path.name)
     stem = re.sub(r"^\d{4}-", "", stem)
     return stem or None
+
+
+def _refuse_held(queue: Queue, new: Patch, said: str) -> None:
+    """NothingToDo (exit 1) naming the queue's patch when ``new`` is a change it holds
+    already: the same diff (lint's duplicate-change key, like git's patch-id) or the same
+    ``Origin:``; quilt refuses a patch already in the series too (issue 45, U7)."""
+    from sglforge.patches.lint import _change_key
+
+    key, origin = _change_key(new), new.trailer("Origin")
+    for patch in queue.patches:
+        if key and _change_key(patch) == key:
+            why = "the same change"
+        elif origin and patch.trailer("Origin") == origin:
+            why = f"the same Origin: {origin}"
+        else:
+            continue
+        raise NothingToDo(
+            f"{said}: patches/{patch.name} holds {why}; nothing was imported",
+            "pass --force to import it again, or `sglforge patches drop` the old one first",
+        )
 
 
 def _parsed(text: str, source: str) -> Patch:
