@@ -60,3 +60,26 @@ def release_tree(dest: Path, version: str, patched: bool) -> Path:
         for entry in read_series(REPO_ROOT):
             run_git(dest, "apply", str(REPO_ROOT / "patches" / entry.name))
     return dest
+
+
+def wheel_tree(version: str) -> Path:
+    """The released wheel's ``sglang/`` package, unpacked once into the shared cache (keyed by
+    the wheel's file name) and reused: the folder holding ``sglang/``."""
+    import tempfile
+    import zipfile
+
+    from sglforge.standin.base import release_wheel
+
+    wheel = release_wheel(version)
+    dest = cache.cache_root() / "wheel-trees" / wheel.name.removesuffix(".whl")
+    if (dest / "sglang" / "version.py").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp, [n for n in archive.namelist() if n.startswith("sglang/")])
+    try:
+        os.replace(tmp, dest)  # whole or not at all; a concurrent unpack may have won
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest

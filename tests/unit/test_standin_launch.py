@@ -8,13 +8,13 @@ same message, and resolve the speculative and KV settings alike (issue 41; FIDEL
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -102,18 +102,36 @@ print("JSON" + json.dumps(out, default=str))
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The released 0.5.14 wheel's ``sglang/`` tree (PyPI, cached), unpacked."""
-    from sglforge.standin.base import release_wheel
+def tree() -> Path:
+    """The released 0.5.14 wheel's ``sglang/`` tree (PyPI), unpacked once in the cache."""
+    from sglang_release import wheel_tree
 
-    dest = tmp_path_factory.mktemp("u0.5.14")
-    with zipfile.ZipFile(release_wheel("0.5.14")) as wheel:
-        wheel.extractall(dest, [n for n in wheel.namelist() if n.startswith("sglang/")])
-    return dest
+    return wheel_tree("0.5.14")
 
 
 @pytest.fixture(scope="module")
 def upstream(tree: Path) -> dict[str, dict]:
+    """0.5.14's verdict on every launch; kept in the cache under a key of everything it
+    depends on (the wheel, the launches, the config, this child, sglforge's construction)."""
+    from sglforge import cache
+
+    construct = sorted((ROOT / "src" / "sglforge" / "construct").glob("*.py"))
+    key = hashlib.sha256(
+        json.dumps([tree.name, CHILD, _launches(), COMPARED, (MODEL / "config.json").read_text(),
+                    [f.read_text() for f in construct]]).encode()
+    ).hexdigest()[:32]  # fmt: skip
+    kept = cache.cache_root() / "test-oracles" / f"standin-launch-{key}.json"
+    if kept.is_file():
+        return dict(json.loads(kept.read_text()))
+    found = _run_upstream(tree)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(found))
+    os.replace(tmp, kept)
+    return found
+
+
+def _run_upstream(tree: Path) -> dict[str, dict]:
     from sglforge.construct.packages import install
 
     real = install(tree)
