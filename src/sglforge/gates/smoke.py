@@ -26,6 +26,11 @@ def check(c: Candidate) -> GateResult:
         return passed(NAME, report.verdict, report)
     bad = [check.name for check in report.checks if check.outcome is False]
     why = report.reason or (f"failed checks: {', '.join(bad)}" if bad else report.verdict)
+    # what each failed check found, as `sglforge smoke` shows it: a preflight's "something
+    # listens on 127.0.0.1:30123; pass --port" reaches publish and upgrade too (U13)
+    details = "; ".join(c.detail for c in report.failed_checks if c.detail)
+    if details and details not in why:
+        why = f"{why} ({details})"
     next_step = (
         f"\n  next: read the smoke reports in {report.report_dir}" if report.report_dir else ""
     )
