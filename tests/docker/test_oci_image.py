@@ -159,3 +159,43 @@ def test_one_queue_published_twice_from_empty_caches_pushes_one_digest_the_dry_r
     assert json.loads(dry.stdout)["oci"]["digest"] == first["digest"]
     monkeypatch.delenv("DOCKER_HOST")
     engine_reset()
+
+
+def test_publish_refuses_a_foreign_image_under_the_immutable_tag_before_the_smoke(
+    registry: Callable[..., Registry], docker_labels: dict[str, str], tmp_path: Path
+) -> None:
+    r = registry()
+    repository = f"sglforge-test/oci-{uuid.uuid4().hex[:8]}"
+    base_ref = f"{r.address}/standin/sglang:v0.5.14-rocm700-mi35x"
+    built = make_build_project(
+        tmp_path / "p",
+        base_template=f"{r.address}/standin/sglang:v{{version}}-{{rocm}}-mi35x",
+        repository=repository,
+    )
+    tree = {f"{WORKDIR}/sglang/{k}": v for k, v in built.base_files().items()}
+    tree.update({f"{WORKDIR}/sglang/{k}": built.files[k].encode() for k in STANDIN_OWNED})
+    env = {"PYTHONPATH": f"{WORKDIR}/sglang/python"}
+    push_host_base(base_ref, tree, docker_labels, python=True, env=env)
+    args = ["--root", str(built.root), "build", "--target", "mi355x", "--json"]
+    args += ["--upstream", str(built.upstream)]
+    for k, v in docker_labels.items():
+        args += ["--label", f"{k}={v}"]
+    cache = {"SGLFORGE_CACHE": str(tmp_path / "c")}
+    plan = json.loads(CliRunner().invoke(main, args, env=cache).stdout)
+    # Someone plants the base itself (plus a file) under the queue's immutable tag.
+    tag = plan["image"].rpartition(":")[2]
+    planted = f"{r.address}/{repository}:{tag}"
+    theirs = push_host_base(planted, {**tree, "/evil": b"EVIL\n"}, docker_labels)
+    args = ["--root", str(built.root), "publish", "--target", "mi355x", "--registry", r.address]
+    args += ["--upstream", str(built.upstream), "--scenario", "none.toml", "--json"]
+    for k, v in docker_labels.items():
+        args += ["--label", f"{k}={v}"]
+    args[args.index("--scenario") : args.index("--json")] = ["--skip-smoke"]
+    out = CliRunner().invoke(main, args, env=cache, catch_exceptions=False)
+    assert out.exit_code == 8, out.output
+    assert theirs in out.output and "was not made from them" in out.output
+    assert "curl -X DELETE" in out.output
+    assert "smoke: skipped" not in out.output  # refused before the gates after the build
+    assert oreg.dist.served_digest(planted) == theirs  # never overwritten
+    for friendly in ("v0.5.14-rocm700-mi355x", "latest-mi355x"):
+        assert oreg.dist.served_digest(f"{r.address}/{repository}:{friendly}") is None
