@@ -395,8 +395,9 @@ def _finish(run: _Run, out: _Outcome) -> SmokeReport:
     passed = not cannot and all(
         c.passed or (c.skipped and c.name in run.not_run) for c in all_checks
     )
-    if passed and run.not_run:
-        out.reason = f"not run: {', '.join(run.not_run)} ({SERVER_URL_NOTE}: {run.server_url})"
+    if run.not_run:
+        gap = f"not run: {', '.join(run.not_run)} ({SERVER_URL_NOTE}: {run.server_url})"
+        out.reason = f"{out.reason}; {gap}" if out.reason else gap
     figures = {**run.figures, **out.figures}
     if out.warnings:
         figures["log_warnings"] = sum(w.count for w in out.warnings)
