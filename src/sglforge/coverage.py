@@ -540,12 +540,12 @@ def for_scenario(
     tree: Path | None = None,
     gfx: str | None = None,
     built: construct.Construction | None = None,
-    base_env: tuple[str, Sequence[str]] | None = None,
+    base_env: construct.environment.Image | None = None,
 ) -> Coverage:
     """The coverage of one smoke scenario's launch on a base, with the queue's items (the
     pin, the items and the targets as the project read them), in the node's environment:
-    the release image's (``base_env`` = (image, its config's ``Env``) when sglforge has the
-    image, else the replica's list), the target's defaults, the scenario's
+    the release image's (``base_env``: its ``Env`` and packages, when sglforge has the image,
+    else the replica's list), the target's defaults, the scenario's
     ``[container.env]`` (``construct.environment.target_env``, as ``Candidate.environment``)."""
     from sglforge.construct.environment import target_env
 

@@ -141,7 +141,7 @@ def _misses(root: Path, req: TuneRequest, say: Callable[[str], None]) -> _Tuning
     if base is None:
         raise ConfigError(f"image {req.image} has no aiter: nothing to tune with")
     gfx = scenario.target and _gfx(root, scenario.target) or "gfx950"
-    from sglforge.construct.environment import env_of_image, target_env
+    from sglforge.construct.environment import image_facts, target_env
 
     cov = coverage.coverage(
         req.tree or coverage.default_tree(Project(root)),
@@ -150,7 +150,7 @@ def _misses(root: Path, req: TuneRequest, say: Callable[[str], None]) -> _Tuning
         base,
         (),
         gfx=gfx,
-        environment=target_env(gfx, None, scenario, env_of_image(req.image)),
+        environment=target_env(gfx, None, scenario, image_facts(req.image)),
     )
     untuned = coverage.untuned_csv(cov)
     asked = untuned.decode().strip().splitlines()[1:]

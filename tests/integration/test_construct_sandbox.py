@@ -254,3 +254,23 @@ def test_no_caller_variable_survives_the_allow_list(tmp_path: Path) -> None:
     assert env["SGLANG_USE_AITER"] == "1" and env["HOME"] == str(tmp_path / "home")
     assert not {"HF_TOKEN", "LD_PRELOAD", *CALLER} & set(env), env
     assert sys.executable  # the children run this interpreter
+
+
+def test_the_shims_state_the_images_triton(tmp_path: Path) -> None:
+    """Issue 41 item 5: the triton version sglang reads (0.5.14 picks the DSA page size from
+    it) is the image's when sglforge read the image, else the assumed one, said so."""
+    from dataclasses import replace
+
+    from sglforge.construct.environment import ASSUMED
+
+    dump = tmp_path / "triton.txt"
+    tree = fake_tree(
+        tmp_path, f"import triton\nopen({str(dump)!r}, 'w').write(triton.__version__)\n"
+    )
+    node = target_env("gfx950", MI355X)
+    assert dict(node.packages) == ASSUMED and "assumed" in node.packages_source
+    for version in ("3.5.1", ASSUMED["triton"]):
+        env = replace(node, packages=(("triton", version),))
+        with pytest.raises(construct.ConstructionError):
+            construct.build(tree, CONFIG, [], MI355X.device, env)
+        assert dump.read_text() == version

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglforge.construct.environment import image_env, overlay, release_env, target_env
+from sglforge.construct.environment import (
+    ASSUMED,
+    Image,
+    image_env,
+    overlay,
+    release_env,
+    target_env,
+)
 from sglforge.scenario.file import load_scenario
 from sglforge.standin.base import RELEASE_ENV
 from sglforge.targets import load_targets
@@ -55,7 +62,13 @@ def test_an_images_own_env_less_its_paths() -> None:
         "PYTORCH_ROCM_ARCH": "gfx942;gfx950",
         "EMPTY": "",
     }
-    env = target_env("gfx950", base=("lmsysorg/sglang:v0.5.14-rocm700-mi35x", entries))
+    image = Image("lmsysorg/sglang:v0.5.14-rocm700-mi35x", tuple(entries), (("triton", "3.5.1"),))
+    env = target_env("gfx950", base=image)
     assert env.sources == ("the ENV of image lmsysorg/sglang:v0.5.14-rocm700-mi35x",)
     assert "GPU_ARCH" not in env.as_dict()  # the image's own list, not the replica's
     assert release_env("gfx942")["GPU_ARCH"] == "gfx942"
+    # the shims state the image's triton, and the report says where it came from
+    assert env.packages == (("triton", "3.5.1"),)
+    assert "packages triton 3.5.1 (read from image lmsysorg/sglang" in env.describe()
+    unknown = target_env("gfx950")
+    assert dict(unknown.packages) == ASSUMED and "assumed" in unknown.describe()

@@ -118,7 +118,7 @@ def coverage_cmd(
             raise ConfigError(f"image {base_image} has no aiter: no tuned tables to match")
         base = found
     project = st.project
-    from sglforge.construct.environment import env_of_image
+    from sglforge.construct.environment import image_facts
 
     result = coverage.for_scenario(
         project,
@@ -127,7 +127,7 @@ def coverage_cmd(
         base,
         tree,
         gfx,
-        base_env=env_of_image(base_image) if base_image else None,
+        base_env=image_facts(base_image) if base_image else None,
     )
     hot = result.hot_misses()
     if untuned is not None:

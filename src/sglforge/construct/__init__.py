@@ -149,7 +149,13 @@ def build_many(
         if "fallback" not in read[r.id]:
             one["hf"] = read[r.id]
         requested.append(one)
-    stdin = json.dumps({"device": device_json(device), "requests": requested})
+    stdin = json.dumps(
+        {
+            "device": device_json(device),
+            "packages": dict(target.packages),  # the image's versions the shims state
+            "requests": requested,
+        }
+    )
     raw = _run_child(tree, stdin, target)
     return {
         r.id: _construction(tree, r, raw[r.id], device, config_source(read[r.id])) for r in requests

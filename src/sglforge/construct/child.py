@@ -493,7 +493,7 @@ def main(tree: str) -> None:
     doc = json.loads(sys.stdin.read())
     from sglforge.construct import shims
 
-    shims.install(doc["device"])
+    shims.install(doc["device"], doc.get("packages") or {})
     sys.path.insert(0, tree)
     logging.disable(logging.WARNING)
     RECORDER.install()

@@ -20,6 +20,12 @@ the order they override each other:
 Credentials (:data:`sglforge.construct.sandbox.SECRET`) are never taken, whatever the source;
 the report names them as left out. :class:`TargetEnv` says where each layer came from, for the
 reports (``scan`` and ``configs coverage``, text and ``--json``).
+
+The versions of the image's packages that a decision reads and the shims must state (triton's:
+0.5.14 picks the DSA page size from it, ``srt/layers/attention/dsa/utils.py:43-54``, 64 from
+Triton 3.5, else 1) come from the image too (:func:`image_facts`: its own ``importlib.metadata``,
+in a container with no network). Without the image they are :data:`ASSUMED`, and the report says
+so.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ if TYPE_CHECKING:
     from sglforge.scenario.file import Scenario
     from sglforge.targets import BuildTarget
 
+# Package versions the shims state when the image's own are not known (the report says so).
+ASSUMED = {"triton": "3.4.0"}
 # From an image's config: variables that describe the image's own file system or shell.
 IMAGE_ONLY = frozenset(
     {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHOME", "HOME", "TMPDIR"}
@@ -45,6 +53,9 @@ class TargetEnv:
     variables: tuple[tuple[str, str], ...]
     sources: tuple[str, ...]  # each layer, in the order applied
     left_out: tuple[str, ...] = ()  # names not taken (credentials), never their values
+    # the image's package versions the shims state (triton), and where they came from
+    packages: tuple[tuple[str, str], ...] = tuple(sorted(ASSUMED.items()))
+    packages_source: str = "assumed: the image's own are not known here"
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.variables)
@@ -56,6 +67,8 @@ class TargetEnv:
         line = f"{len(self.variables)} variable(s) from {'; then '.join(self.sources)}"
         if self.left_out:
             line += f" (left out as credentials: {', '.join(self.left_out)})"
+        shown = ", ".join(f"{n} {v}" for n, v in self.packages)
+        line += f"; packages {shown} ({self.packages_source})"
         fence = isolation()
         if fence.network is not None:
             line += f"; the construction had the host's network ({fence.network})"
@@ -68,6 +81,8 @@ class TargetEnv:
             "variables": self.as_dict(),
             "sources": list(self.sources),
             "left_out": list(self.left_out),
+            "packages": dict(self.packages),
+            "packages_source": self.packages_source,
             "isolation": isolation().describe(),
         }
 
@@ -89,18 +104,28 @@ def image_env(entries: Iterable[str]) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class Image:
+    """What sglforge read of the release image itself: its config's ``Env`` and the versions
+    of the packages in :data:`ASSUMED` it holds (those it lacks are left out)."""
+
+    ref: str
+    env: tuple[str, ...]
+    packages: tuple[tuple[str, str], ...] = ()
+
+
 def target_env(
     gfx: str,
     target: BuildTarget | None = None,
     scenario: Scenario | None = None,
-    base: tuple[str, Iterable[str]] | None = None,
+    base: Image | None = None,
 ) -> TargetEnv:
-    """The node's environment for a construction: ``base`` is (image, its config's ``Env``)
-    when sglforge has the release image, else the replica's list for ``gfx``; then the
-    target's defaults and the scenario's ``[container.env]``."""
+    """The node's environment for a construction: ``base`` is the release image when sglforge
+    has it (its ``Env`` and packages), else the replica's list for ``gfx``; then the target's
+    defaults and the scenario's ``[container.env]``."""
     layers: list[tuple[str, Mapping[str, str]]] = []
     if base is not None:
-        layers.append((f"the ENV of image {base[0]}", image_env(base[1])))
+        layers.append((f"the ENV of image {base.ref}", image_env(base.env)))
     else:
         layers.append(
             (
@@ -112,7 +137,20 @@ def target_env(
         layers.append((f"{target.path.name} [targets.{target.name}.env]", target.env))
     if scenario is not None and scenario.container.env:
         layers.append((f"{scenario.path} [container.env]", scenario.container.env))
-    return overlay(layers)
+    env = overlay(layers)
+    if base is None:
+        return env
+    from dataclasses import replace
+
+    found = dict(base.packages)
+    lacking = sorted(set(ASSUMED) - found.keys())
+    source = f"read from image {base.ref}" if found else ""
+    if lacking:
+        source += ("; " if source else "") + (
+            f"assumed: image {base.ref} holds no {', '.join(lacking)}"
+        )
+    known = {**ASSUMED, **found}
+    return replace(env, packages=tuple(sorted(known.items())), packages_source=source)
 
 
 def overlay(layers: Iterable[tuple[str, Mapping[str, str]]]) -> TargetEnv:
@@ -136,14 +174,35 @@ def default_env(gfx: str) -> TargetEnv:
     return target_env(gfx)
 
 
-def env_of_image(ref: str) -> tuple[str, tuple[str, ...]] | None:
-    """(``ref``, its config's ``Env``) when the engine has the image, else None (the
-    replica's list is used then)."""
-    from sglforge.engine import images
+# Runs in the image (python3 -c, no network): the versions of the packages named on argv.
+_PACKAGES_PROBE = """
+import importlib.metadata as m, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = m.version(name)
+    except m.PackageNotFoundError:
+        pass
+print(json.dumps(out))
+"""
+
+
+def image_facts(ref: str) -> Image | None:
+    """The release image ``ref`` as sglforge can read it here (its config's ``Env``, and the
+    versions of :data:`ASSUMED`'s packages from its own metadata), or None when the engine
+    does not have it (the replica's list and the assumed versions are used then)."""
+    import json
+
+    from sglforge.engine import containers, images
     from sglforge.errors import SglforgeError
 
     try:
         info = images.inspect(ref)
-    except SglforgeError:
+        if info is None:
+            return None
+        out = containers.run_python(ref, _PACKAGES_PROBE, args=sorted(ASSUMED))
+        found = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    except (SglforgeError, ValueError, IndexError):
         return None
-    return (ref, info.env) if info is not None and info.env else None
+    packages = tuple(sorted((str(k), str(v)) for k, v in dict(found).items() if k in ASSUMED))
+    return Image(ref, info.env, packages)

@@ -727,14 +727,16 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             module.__version__ = "5.0.0"  # some imports compare versions
 
 
-def install_triton(gfx: str):
-    """A triton whose driver reports the hip backend on ``gfx`` (wavefront 64: CDNA)."""
+def install_triton(gfx: str, version: str):
+    """A triton at the image's ``version`` (0.5.14 picks the DSA page size from it,
+    ``srt/layers/attention/dsa/utils.py:43-54``) whose driver reports the hip backend on
+    ``gfx`` (wavefront 64: CDNA)."""
 
     class _TritonDriver(_Any):
         def get_current_target(self):
             return types.SimpleNamespace(backend="hip", arch=gfx, warp_size=64)
 
-    _module("triton", __version__="3.4.0")
+    _module("triton", __version__=version)
     _module("triton.runtime", driver=types.SimpleNamespace(active=_TritonDriver()))
     _module("triton.language")
 
@@ -748,10 +750,11 @@ def _transformers_surface():
     type.__setattr__(transformers.PretrainedConfig, "__class_validators__", [])
 
 
-def install(gpu: dict):
-    """Install every shim before sglang is imported; ``gpu`` is the target's device."""
+def install(gpu: dict, packages: dict | None = None):
+    """Install every shim before sglang is imported; ``gpu`` is the target's device,
+    ``packages`` the image's versions of the packages the shims stand in for (triton)."""
     install_torch(gpu)
-    install_triton(gpu["gfx"])
+    install_triton(gpu["gfx"], (packages or {}).get("triton", "3.4.0"))
     _module("dill", dumps=lambda *a, **k: b"", loads=lambda *a, **k: None)
     sys.meta_path.append(_StubFinder())
     _transformers_surface()
