@@ -245,3 +245,32 @@ def test_acceptance_drops_on_raw_prompts_and_chat_reports_it(real, start: Start)
         f"{base}/v1/chat/completions", {**body, "stream": True, "return_meta_info": True}
     )
     assert (status, error["message"], error["type"]) == (400, message, "BadRequest")
+
+
+# --------------------------------------------------------------------------- /metrics
+
+
+def _labelled(text: str) -> dict[str, set[frozenset[str]]]:
+    """Per sample name, the sets of label names it carries."""
+    import re
+
+    out: dict[str, set[frozenset[str]]] = {}
+    for m in re.finditer(r"^(sglang:\w+)\{([^}]*)\} ", text, re.M):
+        keys = frozenset(re.findall(r'(\w+)="', m.group(2)))
+        out.setdefault(m.group(1), set()).add(keys)
+    return out
+
+
+def test_metrics_are_labelled_as_a_real_server_labels_them(start: Start) -> None:
+    """Against ``/metrics`` of a real 0.5.14 server (H200, tests/data/h200-run/logs/)."""
+    real = _labelled((ROOT / "tests/data/h200-run/logs/boot01-metrics-after.txt").read_text())
+    base = start(*MTP, "--enable-metrics")
+    generate(base, "count me", 8)
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+        ours = _labelled(resp.read().decode())
+    assert len(ours) == 7
+    for name, labels in ours.items():
+        assert labels == real[name], name
+    with urllib.request.urlopen(f"{start('--dp', '2', '--enable-metrics')}/metrics") as resp:
+        text = resp.read().decode()
+    assert text.count('sglang:num_running_reqs{dp_rank="') == 2  # one scheduler per rank

@@ -197,3 +197,21 @@ def test_standin_and_0_5_14_accept_and_refuse_alike(tree: Path, upstream: dict) 
     assert refused == {f"refuses:{k}" for k in REFUSED}
     assert upstream["normalises:nextn-draft-5"]["speculative_algorithm"] == "EAGLE"
     assert upstream["normalises:nextn-draft-5"]["speculative_num_draft_tokens"] == 6
+
+
+def test_server_info_has_the_real_server_s_keys(tree: Path) -> None:
+    """Against ``/server_info`` of a real 0.5.14 server (H200, tests/data/h200-run/logs/): the
+    same top-level keys (ServerArgs' fields and the scheduler's info); each state's keys are the
+    real state's (the real one also holds ``__post_init__``'s private fields)."""
+    real = json.loads((ROOT / "tests/data/h200-run/logs/boot01-server_info.json").read_text())
+    argv = ["--model-path", str(MODEL), "--port", "0", *MTP, "--enable-metrics"]
+    args = server.Launch(str(tree / "sglang")).parse(argv)
+    httpd = server.make_server(args, frozenset(), {})
+    try:
+        handler = server.make_handler(httpd.engine)
+        info = json.loads(json.dumps(handler.server_info(handler), default=str))  # type: ignore[arg-type]
+    finally:
+        httpd.server_close()
+    assert set(info) == set(real)
+    (state,) = info["internal_states"]
+    assert set(state) <= set(real["internal_states"][0]) | {"avg_spec_accept_length"}

@@ -170,7 +170,10 @@ The serving cost model (what ``sglforge bench`` measures through the image's own
   ``sglang:generation_tokens_total``, ``sglang:num_requests_total`` and
   ``sglang:cached_tokens_total{cache_source="device"}`` counted when a request finishes
   (``srt/observability/metrics_collector.py:1428-1431``, ``:1507-1511``, ``:1645-1673``), and
-  the ``sglang:cache_hit_rate`` gauge (``:292-296``) set from the last prefill;
+  the ``sglang:cache_hit_rate`` gauge (``:292-296``) set from the last prefill, with the
+  ``num_running_reqs``/``num_queue_reqs`` gauges one row per DP rank; labelled as a real
+  0.5.14 server labels them (``metrics_collector.py:1055-1066``; tests compare with a real
+  server's ``/metrics`` in tests/data/h200-run/logs/);
 - ``GET|POST /flush_cache`` empties the prefix cache and resets the decode statistics
   (``avg_spec_accept_length`` is gone until the next interval) when nothing runs, else 400
   (``http_server.py:839-854``; ``scheduler.py:3640-3649`` -> ``metrics_reporter.py:487-493``).
@@ -686,6 +689,7 @@ class Launch:
         args = self.parser.parse_args(argv)
         if self.server_args is None:
             return resolve_speculative(args, None)
+        _as_fields(args, self.server_args)
         resolve_speculative(args, self.spec_hook)
         if self.is_dsa(_config_json(args.model_path)):
             # server_args.py:3403-3429, the image's own method: auto -> bfloat16 below SM10
@@ -696,6 +700,26 @@ class Launch:
             except ImportError as exc:  # a release whose rule imports more of sglang
                 log(f"the tree's DSA KV-cache rule needs more than the stand-in has: {exc}")
         return args
+
+
+def _as_fields(args: argparse.Namespace, server_args) -> None:
+    """``ServerArgs.from_cli_args`` (``server_args.py:6499-6506``): the dataclass's fields, the
+    ones without a flag at their defaults, nothing else (``--config`` and the deprecated
+    flags' destinations go)."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(server_args)}
+    for name in [n for n in vars(args) if n not in fields]:
+        delattr(args, name)
+    for name, field in fields.items():
+        if hasattr(args, name):
+            continue
+        if field.default is not dataclasses.MISSING:
+            setattr(args, name, field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            setattr(args, name, field.default_factory())
+        else:
+            setattr(args, name, None)
 
 
 def resolve_speculative(args: argparse.Namespace, hook) -> argparse.Namespace:
@@ -824,6 +848,7 @@ class Rank:
         self.prefill = FifoGate(1)  # one prefill batch runs at a time, in arrival order
         self.running = 0
         self.waiting = 0
+        self.cache_hit_rate = 0.0  # the gauge, set per prefill
         self.reset_metrics()
         self.last_gen_throughput = 0.0
         self.last_decode_stats_tic = time.perf_counter()
@@ -934,7 +959,6 @@ class Engine:
         self.cached_tokens_total = 0
         self.generation_tokens_total = 0
         self.num_requests_total = 0
-        self.cache_hit_rate = 0.0
 
     def _accept(self, env: dict, name: str, default: str) -> float:
         value = 1.3 if "low-accept" in self.faults else float(env.get(name, default))
@@ -990,65 +1014,38 @@ class Engine:
         return f" DP{rank.index} TP0" if len(self.ranks) > 1 else " TP0"
 
     def metrics(self, model_name: str) -> str:
-        """Prometheus text exposition of the engine's own counters."""
-        label = f'{{model_name="{model_name}"}}'
-        with self.lock:
-            rows = [
-                (
-                    "sglang:prompt_tokens_total",
-                    "counter",
-                    "Number of prefill tokens processed.",
-                    label,
-                    self.prompt_tokens_total,
-                ),
-                (
-                    "sglang:generation_tokens_total",
-                    "counter",
-                    "Number of generation tokens processed.",
-                    label,
-                    self.generation_tokens_total,
-                ),
-                (
-                    "sglang:cached_tokens_total",
-                    "counter",
-                    "Number of cached prompt tokens by source (device/host/storage).",
-                    f'{{cache_source="device",model_name="{model_name}"}}',
-                    self.cached_tokens_total,
-                ),
-                (
-                    "sglang:num_requests_total",
-                    "counter",
-                    "Number of requests processed.",
-                    label,
-                    self.num_requests_total,
-                ),
-                (
-                    "sglang:cache_hit_rate",
-                    "gauge",
-                    "The prefix cache hit rate.",
-                    label,
-                    self.cache_hit_rate,
-                ),
-                (
-                    "sglang:num_running_reqs",
-                    "gauge",
-                    "The number of running requests.",
-                    label,
-                    self.running,
-                ),
-                (
-                    "sglang:num_queue_reqs",
-                    "gauge",
-                    "The number of requests in the waiting queue.",
-                    label,
-                    self.waiting,
-                ),
-            ]
+        """Prometheus text exposition of the engine's own counters: the tokenizer's, labelled
+        ``engine_type``/``model_name``; the gauges per scheduler (DP rank), labelled as
+        ``metrics_collector.py:1055-1066`` labels them (``dp_rank`` only with DP)."""
+        label = f'engine_type="unified",model_name="{model_name}"'
+        counters = (
+            ("prompt_tokens", "Number of prefill tokens processed.", ""),
+            ("generation_tokens", "Number of generation tokens processed.", ""),
+            (
+                "cached_tokens",
+                "Number of cached prompt tokens by source (device/host/storage).",
+                'cache_source="device",',
+            ),
+            ("num_requests", "Number of requests processed.", ""),
+        )
+        gauges = (
+            ("cache_hit_rate", "The prefix cache hit rate.", "cache_hit_rate"),
+            ("num_running_reqs", "The number of running requests.", "running"),
+            ("num_queue_reqs", "The number of requests in the waiting queue.", "waiting"),
+        )
         out = []
-        for name, kind, doc, labels, value in rows:
-            base = name[: -len("_total")] if kind == "counter" else name
-            out += [f"# HELP {base} {doc}", f"# TYPE {base} {kind}"]
-            out.append(f"{name}{labels} {float(value)}")
+        with self.lock:
+            for base, doc, extra in counters:
+                value = getattr(self, f"{base}_total")
+                out += [f"# HELP sglang:{base} {doc}", f"# TYPE sglang:{base} counter"]
+                out.append(f"sglang:{base}_total{{{extra}{label}}} {float(value)}")
+            for base, doc, attr in gauges:
+                out += [f"# HELP sglang:{base} {doc}", f"# TYPE sglang:{base} gauge"]
+                for rank in self.ranks:
+                    dp = f'dp_rank="{rank.index}",' if len(self.ranks) > 1 else ""
+                    ranks = 'moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+                    value = getattr(rank, attr)
+                    out.append(f"sglang:{base}{{{dp}{label},{ranks}}} {float(value)}")
         return "\n".join(out) + "\n"
 
     def aiter_lookup(self, token_num: int) -> None:
@@ -1231,7 +1228,7 @@ class Engine:
             return 0, clock
         with self.lock:
             cached = rank.cache.match(ids)
-            self.cache_hit_rate = cached / len(ids) if ids else 0.0
+            rank.cache_hit_rate = cached / len(ids) if ids else 0.0
         rank.prefill.acquire()
         try:
             # The costs are a schedule, not pauses: each step ends at its time, so the Python
