@@ -38,7 +38,11 @@ SCENARIO_NAME = "standin-cpu"
 # debootstrap and its import 7 m 22 s at a load of 10) and what a bench adds per publish;
 # said before anything starts.
 FIRST_BUILD = "5 to 10 minutes"
-BENCH_COST = "1.5 to 3 minutes"
+# --bench, measured on 2 busy cores (USER-AUDIT-5 U15; issue 45): the bench base 538 s and
+# 3.27 GB over the plain one, its first push 367 s, a first release's bench 316 s, a compared
+# one's 293 s
+BENCH_COST = "about 5 minutes"
+BENCH_BASE = "about 9 to 12 minutes and 3.3 GB more, once; its first push about 6 minutes"
 REGISTRY_WAIT = 20.0
 # What env.sh sets: the walk-through's three settings, then what the tool reads.
 SETTINGS = ("REGISTRY", "SCENARIO", "MODEL", "SGLFORGE_BASE_IMAGE", "SGLFORGE_ALLOW_STANDIN")
@@ -106,7 +110,7 @@ def plan_text(version: str, bench: bool) -> list[str]:
         f"  stand-in base  {base_tag(version, bench)} (a replica of the sglang v{version} "
         "release image serving a stand-in, no model)",
         f"  first run      {FIRST_BUILD} to build it (Debian minbase, PyPI wheels, docker "
-        "build); later runs reuse it",
+        "build); later runs reuse it" + (f"; the bench base: {BENCH_BASE}" if bench else ""),
         "  registry       127.0.0.1 (Debian's docker-registry)",
         f"  scenario       {SCENARIO_NAME} (smoke checks against the stand-in; "
         + (f"a bench adds {BENCH_COST} per publish)" if bench else "no bench: --bench adds one)"),
