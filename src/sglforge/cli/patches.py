@@ -30,7 +30,9 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
     """List the queue: index, file, subject, status, kind, files, lines +/-.
 
     The first column is the stack in the pin's worktree, as quilt's `series -v` marks it:
-    `=` the top patch, `+` applied below it, `!` stopped on a conflict, blank unapplied.
+    `=` the top patch, `+` applied below it, `!` stopped on a conflict, `?` in the worktree
+    but patches/series changed around it since (`sglforge patches apply` makes it again),
+    blank unapplied. The marks are read from the worktree's own history.
 
     \b
     Examples:
@@ -67,6 +69,7 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
                 "patches": rows,
                 "top": stack.top,
                 "applied": list(stack.applied),
+                "stale": stack.stale,
                 "configs": [_config_row(c) for c in q.configs],
             }
         )
@@ -90,6 +93,12 @@ def list_cmd(st: State, wide: bool, as_json: bool) -> None:
             ],
         )
     )
+    if stack.stale:
+        click.echo(
+            f"worktree {stack.worktree} is stale: patches/series changed under the patches "
+            "applied there (renamed, reordered or folded); make it again: "
+            "sglforge patches apply"
+        )
     _echo_configs(q, wide)
 
 
@@ -117,7 +126,7 @@ def _echo_configs(q: Any, wide: bool) -> None:
 def _mark(name: str, state: str, top: str | None) -> str:
     if name == top:
         return "="
-    return {"applied": "+", "conflict": "!"}.get(state, "")
+    return {"applied": "+", "conflict": "!", "stale": "?"}.get(state, "")
 
 
 def _config_row(c: Any) -> dict[str, Any]:

@@ -50,14 +50,21 @@ UNAPPLIED = "unapplied"
 class StackEntry:
     index: int  # its place in patches/series, from 1 (the `#` of `patches list`)
     name: str
-    state: str  # applied | unapplied | conflict | upstreamed | skipped (at this ref)
+    # applied | unapplied | conflict | upstreamed | skipped (at this ref) | stale (its commit
+    # is in the worktree, but patches/series changed around it since: renamed, reordered,
+    # folded; `patches apply` makes the worktree again)
+    state: str
     commit: str | None = None
+
+
+STALE = "stale"
 
 
 @dataclass(frozen=True)
 class Stack:
     """The worktree of ``ref`` seen as quilt sees a tree: which patches are applied, the top
-    one, and what the verb just pushed or popped."""
+    one, and what the verb just pushed or popped. ``stale``: patches/series changed under
+    the commits the worktree holds (no top then: `patches apply` makes it again)."""
 
     ref: str
     worktree: Path
@@ -68,22 +75,36 @@ class Stack:
     top: str | None
     action: str = "list"
     moved: tuple[str, ...] = ()
+    stale: bool = False
 
 
 def read_stack(queue: Queue, ref: str | None = None) -> Stack:
-    """The stack of the worktree for ``ref`` (default: the pin); reads only. Without a
-    worktree, every patch is unapplied."""
+    """The stack of the worktree for ``ref`` (default: the pin), read from the worktree's own
+    history: a patch is applied when the commit its record names is on the worktree's branch
+    (a commit reset away is not; a patch `git am` stopped on is a conflict, not applied).
+    Reads only. Without a worktree, every patch is unapplied."""
     ref = ref or queue.pin.ref
     wt = worktree_path(queue.root, ref)
     record = read_record(queue.root, ref) if (wt / ".git").exists() else None
-    patches = _reconcile(queue, record) if record else None
-    if record and patches is None:
-        # The series changed under the applied commits: say what the record holds by name.
-        held = {p.name: p for p in record.patches}
-        patches = tuple(
-            held.get(e.name, AppliedPatch(e.name, UNAPPLIED, None)) for e in queue.entries
-        )
-    return _stack(ref, wt, record is not None, patches or _all_unapplied(queue))
+    if record is None:
+        return _stack(ref, wt, False, _all_unapplied(queue))
+    history = set(git.commits_between(wt, record.upstream_commit)) if record.head else set()
+    record = replace(
+        record,
+        patches=tuple(
+            p if p.commit is None or p.commit in history else AppliedPatch(p.name, UNAPPLIED, None)
+            for p in record.patches
+        ),
+    )
+    patches = _reconcile(queue, record)
+    if patches is not None:
+        return _stack(ref, wt, True, patches)
+    # The series changed under the applied commits: which entries have one, marked stale.
+    held = {p.name for p in record.patches if p.commit}
+    stale = tuple(
+        AppliedPatch(e.name, STALE if e.name in held else UNAPPLIED, None) for e in queue.entries
+    )
+    return replace(_stack(ref, wt, True, stale), stale=True)
 
 
 def _all_unapplied(queue: Queue) -> tuple[AppliedPatch, ...]:
@@ -93,7 +114,7 @@ def _all_unapplied(queue: Queue) -> tuple[AppliedPatch, ...]:
 def _state(p: AppliedPatch) -> str:
     if p.commit:
         return APPLIED
-    if p.status in (CONFLICT, UPSTREAMED, SKIPPED):
+    if p.status in (CONFLICT, UPSTREAMED, SKIPPED, STALE):
         return p.status
     return UNAPPLIED
 
@@ -107,7 +128,7 @@ def _stack(
     moved: tuple[str, ...] = (),
 ) -> Stack:
     entries = tuple(StackEntry(i, p.name, _state(p), p.commit) for i, p in enumerate(patches, 1))
-    applied = tuple(e.name for e in entries if e.state in (APPLIED, CONFLICT))
+    applied = tuple(e.name for e in entries if e.state == APPLIED)
     return Stack(
         ref=ref,
         worktree=wt,
