@@ -200,7 +200,8 @@ def test_a_server_url_is_host_and_port(url: str, want: tuple[str, int, str] | No
 
 GROUP = """
 import os, signal, subprocess, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends this group
+# only SIGKILL ends this group; its leader's last words go to the teardown log
+signal.signal(signal.SIGTERM, lambda *_: print("terminated", flush=True))
 subprocess.Popen([sys.executable, "-c", "import signal, time; "
                   "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
 print("up", flush=True)
@@ -214,7 +215,7 @@ def test_the_whole_group_goes_even_when_it_ignores_sigterm(tmp_path: Path) -> No
     try:
         rt = ProcessRuntime((sys.executable,))
         with rt.running("", entrypoint=None, command=["python3", "-c", GROUP],
-                        profile=Profile(), log_path=tmp_path / "log") as box:  # fmt: skip
+                        profile=Profile(), log_path=tmp_path / "server.log") as box:  # fmt: skip
             deadline = time.monotonic() + 10
             while "up" not in box.log_path.read_text() and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -223,6 +224,8 @@ def test_the_whole_group_goes_even_when_it_ignores_sigterm(tmp_path: Path) -> No
             assert len(members(pgid)) == 2 and group_alive(pgid)
         assert members(pgid) == [] and not group_alive(pgid)
         assert box.exit_code == 128 + signal.SIGKILL
+        assert box.log_path.read_text() == "up\n"
+        assert (tmp_path / "server.teardown.log").read_text() == "terminated\n"
     finally:
         del os.environ["SGLFORGE_STOP_GRACE"]
 

@@ -31,7 +31,14 @@ from typing import Protocol
 
 from sglforge.engine.profile import Mount, Profile
 from sglforge.errors import ConfigError, SmokeError
-from sglforge.util import env_seconds, raise_held, signals_held, signals_raise, tail_lines
+from sglforge.util import (
+    atomic_write,
+    env_seconds,
+    raise_held,
+    signals_held,
+    signals_raise,
+    tail_lines,
+)
 
 RUNTIMES = ("docker", "process")
 DEFAULT_PYTHON = ("python3",)
@@ -236,8 +243,12 @@ def group_alive(pgid: int) -> bool:
 
 def stop_group(box: ProcessBox, grace: float | None = None) -> None:
     """SIGTERM to the whole group, SIGKILL to what is left after ``grace`` seconds; returns
-    once no process of the group runs and the leader is reaped."""
+    once no process of the group runs and the leader is reaped. What the group writes once
+    stopped (sglang logs its children's deaths by SIGTERM) is moved to ``*.teardown.log``: the
+    log the checks read ends where the server's own life did, as a container's does (the
+    engine stops one with SIGKILL)."""
     grace = env_seconds(STOP_GRACE_ENV, 20.0, minimum=0.0) if grace is None else grace
+    offset = _size(box.log_path) if group_alive(box.pgid) else None
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(box.pgid, sig)
@@ -247,6 +258,33 @@ def stop_group(box: ProcessBox, grace: float | None = None) -> None:
         if not group_alive(box.pgid):
             break
     box.exited.wait(5.0)
+    if offset is not None:
+        _split_teardown(box.log_path, offset)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def teardown_log(log_path: Path) -> Path:
+    """Where a stopped server's last words go: ``server.log`` -> ``server.teardown.log``."""
+    return log_path.with_name(f"{log_path.stem}.teardown{log_path.suffix}")
+
+
+def _split_teardown(log_path: Path, offset: int) -> None:
+    """The bytes written after ``offset`` moved from ``log_path`` to its teardown log."""
+    try:
+        with open(log_path, "r+b") as fh:
+            fh.seek(offset)
+            rest = fh.read()
+            if rest:
+                atomic_write(teardown_log(log_path), rest)
+                fh.truncate(offset)
+    except OSError:
+        pass  # the log stays whole: the checks then read the teardown lines too
 
 
 @contextlib.contextmanager
