@@ -64,6 +64,7 @@ COMPARED = (
     "dp_size",
     "quantization",
     "disable_shared_experts_fusion",
+    "max_running_requests",
 )
 
 

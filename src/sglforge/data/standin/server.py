@@ -725,7 +725,8 @@ def _as_fields(args: argparse.Namespace, server_args) -> None:
 def resolve_speculative(args: argparse.Namespace, hook) -> argparse.Namespace:
     """``NEXTN`` -> ``EAGLE`` (``arg_groups/speculative_hook.py:42-49``, the image's own
     ``_resolve_speculative_algorithm_alias`` where there is one); with top-k 1 the draft tokens
-    are steps + 1 (``speculative_hook.py:383-390``)."""
+    are steps + 1 (``speculative_hook.py:383-390``); at most 48 running requests unless given
+    (``:270-274``)."""
     algo = args.speculative_algorithm
     if algo is not None:
         algo = str(algo).upper()
@@ -737,6 +738,8 @@ def resolve_speculative(args: argparse.Namespace, hook) -> argparse.Namespace:
     steps, topk = args.speculative_num_steps, args.speculative_eagle_topk
     if algo == "EAGLE" and topk == 1 and steps is not None:
         args.speculative_num_draft_tokens = steps + 1
+    if algo in ("EAGLE", "EAGLE3", "STANDALONE") and args.max_running_requests is None:
+        args.max_running_requests = 48  # speculative_hook.py:270-274 (_handle_eagle_family)
     return args
 
 
@@ -1395,6 +1398,7 @@ class Handler(BaseHTTPRequestHandler):
             "/get_server_info": self._server_info,
             "/flush_cache": self._flush_cache,
             "/model_info": self._model_info,
+            "/get_model_info": self._model_info,
             "/v1/models": self._models,
         }
         if path == "/metrics" and self.engine.args.enable_metrics:
@@ -1433,6 +1437,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _model_info(self) -> None:
+        if self.path.split("?", 1)[0] == "/get_model_info":  # http_server.py:638-645
+            log(
+                "Endpoint '/get_model_info' is deprecated and will be removed in a future "
+                "version. Please use '/model_info' instead."
+            )
         args = self.engine.args
         arch, model_type = self.model_config
         self._json(
