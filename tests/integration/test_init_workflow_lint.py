@@ -135,7 +135,7 @@ def test_the_dispatch_inputs_reach_publish_as_one_argument_each(
 ) -> None:
     doc = yaml.safe_load(project_files()[NAMES[0]])
     dispatch = doc[True]["workflow_dispatch"]["inputs"]
-    assert set(dispatch) == {"no_baseline", "accept_regression"}
+    assert set(dispatch) == {"no_baseline", "accept_regression", "publish"}
     step = publish_step(doc)
     assert step["env"]["NO_BASELINE"] == "${{ inputs.no_baseline }}"
     assert step["env"]["ACCEPT_REGRESSION"] == "${{ inputs.accept_regression }}"
@@ -167,3 +167,69 @@ def test_the_dispatch_inputs_reach_publish_as_one_argument_each(
     for opt, value in zip(expected[::2], expected[1::2], strict=True):
         assert args[args.index(opt) + 1] == value
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("bot", "pr_create_fails", "calls", "code"),
+    [
+        ("true", False, ["git push", "gh pr view", "gh pr create"], 0),
+        # GITHUB_TOKEN: its push starts no workflow, so the checks are started on the branch
+        (
+            "false",
+            False,
+            ["git push", "gh pr view", "gh pr create", "gh workflow run sglforge.yml"],
+            0,
+        ),
+        # GITHUB_TOKEN where Actions may not open pull requests (GitHub's default): said
+        ("false", True, ["git push", "gh pr view", "gh pr create"], 1),
+    ],
+)
+def test_the_watch_gets_its_pull_request_checked_without_a_bot_token(
+    tmp_path: Path, bot: str, pr_create_fails: bool, calls: list[str], code: int
+) -> None:
+    doc = yaml.safe_load(project_files(watch=True)[NAMES[1]])
+    job = doc["jobs"]["upgrade"]
+    step = next(s for s in job["steps"] if "gh pr create" in s.get("run", ""))
+    assert doc["permissions"]["actions"] == "write"
+    assert step["env"]["HAS_BOT_TOKEN"] == "${{ secrets.SGLFORGE_BOT_TOKEN != '' }}"
+    # the dispatched run checks and does not publish
+    publish_if = yaml.safe_load(project_files()[NAMES[0]])["jobs"]["publish"]["if"]
+    assert "inputs.publish" in publish_if
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    for name in ("git", "gh"):
+        fake = bin_dir / name
+        fail = 'if [ "$1 $2" = "pr view" ]; then exit 1; fi\n'
+        if pr_create_fails:
+            fail += 'if [ "$1 $2" = "pr create" ]; then exit 1; fi\n'
+        fake.write_text(
+            f'#!/bin/bash\necho "{name} $*" >> {log}\n'
+            + (fail if name == "gh" else "")
+            + "exit 0\n"
+        )
+        fake.chmod(0o755)
+    (tmp_path / "build" / "reports").mkdir(parents=True)
+    (tmp_path / "build" / "reports" / "report-v0.5.23.md").write_text("# ready\n")
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "BRANCH": "sglforge/upstream-watch",
+        "NEW_REF": "v0.5.23",
+        "HAS_BOT_TOKEN": bot,
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_REPOSITORY": "o/r",
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+    }
+    res = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert res.returncode == code, res.stderr
+    made = log.read_text().splitlines()
+    assert len(made) == len(calls), made
+    assert all(m.startswith(c) for m, c in zip(made, calls, strict=True)), made
+    if pr_create_fails:
+        summary = (tmp_path / "summary.md").read_text()
+        assert "Allow GitHub Actions to create and approve pull requests" in summary
+        assert "https://github.com/o/r/compare/sglforge/upstream-watch?expand=1" in summary
+    if "gh workflow run sglforge.yml" in calls:
+        assert made[-1].endswith("--ref sglforge/upstream-watch -f publish=false")
