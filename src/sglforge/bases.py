@@ -178,15 +178,17 @@ def _numbers(version: str | None) -> tuple[int, ...]:
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
-def dry_run_base(root: Path, base: Base, version: str, labels: Mapping[str, str] | None) -> Base:
+def dry_run_base(
+    root: Path, base: Base, version: str, labels: Mapping[str, str] | None, offline: bool = False
+) -> Base:
     """In a dry run, the base inspected as a real build would, with nothing pulled, no
     container and nothing written: its digest from its registry and its facts from the cache
     kept by that digest (a real build keeps them); else, when the engine has it locally, the
-    engine's. The plan then shows the real immutable tag (and the overlay's digest). Otherwise
-    the base stays unpinned (a tag without -i)."""
+    engine's (``offline``: the engine's only). The plan then shows the real immutable tag (and
+    the overlay's digest). Otherwise the base stays unpinned (a tag without -i)."""
     from sglforge.engine import images as eng
 
-    digest = registry_digest_of(base.ref)
+    digest = None if offline else registry_digest_of(base.ref)
     if digest is not None:
         known = cached_base(replace(base, digest=digest), version)
         if known is not None:
@@ -210,7 +212,7 @@ def registry_digest_of(ref: str) -> str | None:
         parsed = parse(ref, allow_digest=True)
         if parsed.digest:
             return parsed.digest
-        return distribution.served_digest(ref, _creds_or_none(parsed.registry))
+        return distribution.served_digest(ref, _creds_or_none(parsed.registry), timeout=5.0)
     except SglforgeError:
         return None
 

@@ -659,7 +659,7 @@ def _overlay_plan(
     the base's aiter merges them (``sglforge.overlay_configs``)."""
     root, version, labels = project.root, facts.version, req.labels
     if req.dry_run:
-        base = bases.dry_run_base(root, base, version, labels)
+        base = bases.dry_run_base(root, base, version, labels, req.offline)
     else:
         base = bases.inspect_base(root, base, version, labels)
     configs = project.queue.configs

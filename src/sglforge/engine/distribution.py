@@ -147,13 +147,13 @@ def _platform_entry(index: Mapping[str, Any], ref: str, arch: str, os_name: str)
     )
 
 
-def served_digest(ref: str, creds: Credentials | None = None) -> str | None:
+def served_digest(ref: str, creds: Credentials | None = None, timeout: float = 15.0) -> str | None:
     """The digest the registry serves for tag ``ref`` (the manifest's own sha256, checked
     against ``Docker-Content-Digest``); None when the tag does not exist."""
     parsed = parse(ref, require_registry=True)
     headers: dict[str, str] = {}
     try:
-        with RegistrySession(parsed.registry, creds) as session:
+        with RegistrySession(parsed.registry, creds, timeout) as session:
             body = _get(
                 session,
                 parsed,
