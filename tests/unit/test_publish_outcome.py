@@ -61,3 +61,15 @@ def test_a_refused_publish_says_not_published_with_its_exit_code() -> None:
 
 def test_a_dry_run_says_nothing_was_done() -> None:
     assert outcome_lines(result(dry_run=True)) == ["publish mi355x-rocm700: dry run, nothing done"]
+
+
+def test_the_stand_in_line_names_only_what_ran() -> None:
+    from sglforge.cli.publish import render
+
+    def line(*gates: object) -> str:
+        r = result(standin=True, gates=gates, digest="sha256:77ea", pushed=(IMM,))
+        return next(ln for ln in render(r).splitlines() if ln.startswith("STAND-IN"))
+
+    smoke = passed("smoke", "passed")
+    assert "the smoke ran" in line(smoke, skipped("bench", "the scenario has no [bench] table"))
+    assert "the smoke and bench ran" in line(smoke, passed("bench", "passed"))

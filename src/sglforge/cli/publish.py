@@ -309,7 +309,8 @@ def render(r: PublishResult) -> str:
         lines += [f"pushed  {ref}" for ref in r.pushed]
         lines.append(f"digest  {r.digest}")
     if r.ok and r.standin:
-        lines.append("STAND-IN: smoke and bench ran on the CPU stand-in (--allow-standin), no GPU")
+        ran = "smoke and bench" if any(g.name == "bench" and g.ran for g in r.gates) else "smoke"
+        lines.append(f"STAND-IN: the {ran} ran on the CPU stand-in (--allow-standin), no GPU")
     elif r.ok and not r.tested:
         lines.append("UNTESTED: published with --skip-smoke; friendly tags were not moved")
     if r.bench_text:
