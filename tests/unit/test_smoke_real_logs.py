@@ -195,3 +195,22 @@ def test_metrics_reader_on_the_real_scrapes() -> None:
     assert after["sglang:num_requests_total"] - before["sglang:num_requests_total"] == 65
     rate = stats.hit_rate(before, after)
     assert rate is not None and round(rate, 3) == 0.535  # the shared-prefix run: 144,091 / 269,343
+
+
+def test_chat_stream_decode_speed_counts_after_the_first_token() -> None:
+    """sglang's chat stream: a role chunk, content (or a reasoning parser's reasoning_content)
+    deltas, a finish chunk, then the usage chunk (``stream_options.include_usage``)."""
+
+    def delta(**d: object) -> dict:
+        return {"choices": [{"index": 0, "delta": {"reasoning_content": None, **d}}]}
+
+    chunks = [
+        (0.0, delta(role="assistant", content="")),
+        (1.0, delta(content="The")),  # the prefill's token, after the prompt's prefill
+        (1.5, delta(reasoning_content="hmm ok")),
+        (2.0, delta(content=" answer is 42")),
+        (2.0, {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+        (2.0, {"choices": [], "usage": {"completion_tokens": 11}}),
+    ]
+    assert checks.decode_speed_chat(chunks) == (10.0, 11)  # 10 tokens in the 1 s after the first
+    assert checks.decode_speed_chat(chunks[:2]) == (0.0, 0)

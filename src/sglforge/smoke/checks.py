@@ -184,7 +184,8 @@ def decode_speed_chat(chunks: Sequence[tuple[float, Mapping[str, Any]]]) -> tupl
         if usage.get("completion_tokens") is not None:
             tokens = int(usage["completion_tokens"])
         for choice in c.get("choices") or []:
-            if (choice.get("delta") or {}).get("content"):
+            delta = choice.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content"):  # a reasoning parser's
                 times.append(t)
     if len(times) < 2 or tokens < 2 or times[-1] <= times[0]:
         return 0.0, tokens
