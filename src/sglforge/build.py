@@ -16,6 +16,13 @@ Owns ``sglforge build``. The public API, also used by ``publish`` and ``upgrade`
   (``BuildResult.plan``; ``id`` is None).
 - ``progress`` receives ``Status`` (a phase) and ``engine.images.BuildStep`` (step n of m).
 
+An overlay over a base its registry serves is written, not built (issue 43): the plan's
+``oci`` is the image ``sglforge.images.oci`` makes from the base's registry manifest and
+config and the plan's files, labels and environment, with ``SOURCE_DATE_EPOCH`` (else 0) as
+its only time; the engine then loads it for the self-check. ``images/overlay.Dockerfile``
+stays what the engine builds when the base is in no registry, and the text the inputs key
+hashes.
+
 The image reference is immutable and content-derived:
 ``<repository>:v<version>-<rocm>-<target>-q<queue hash[:8]>``. Its labels carry the
 ``inputs`` key (base image ID or digest, queue hash, upstream commit, Dockerfile, target,

@@ -194,3 +194,28 @@ def test_the_tar_is_the_same_on_any_machine() -> None:
     assert image().layer.diff_id == (
         "sha256:b436fdb48a56724f5231c71e1a06d783a6cefa6f33e6cfb3be805ad23ebebdea"
     )
+
+
+@pytest.mark.parametrize(("given", "epoch"), [(None, 0), ("", 0), ("1700000000", 1700000000)])
+def test_the_only_time_is_source_date_epoch(
+    given: str | None, epoch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglforge import build
+
+    if given is None:
+        monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    else:
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", given)
+    assert build.source_date_epoch() == epoch
+
+
+@pytest.mark.parametrize("bad", ["yesterday", "-1", "1.5"])
+def test_a_source_date_epoch_that_is_no_count_of_seconds_is_refused(
+    bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglforge import build
+    from sglforge.errors import ConfigError
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", bad)
+    with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH"):
+        build.source_date_epoch()
