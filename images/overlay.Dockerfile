@@ -2,9 +2,7 @@
 #
 # Rendered by sglforge.build (`sglforge build --dry-run` prints the result); the double-brace
 # placeholders are filled in there. Only classic-builder syntax: the engine builds it
-# through the Docker API, without BuildKit. Over a base its registry serves, sglforge writes
-# the same image itself instead (sglforge.images.oci: one reproducible layer, the same labels,
-# deletions and ENV), so its digest depends on nothing but the inputs.
+# through the Docker API, without BuildKit.
 FROM {{BASE}}
 
 # Provenance (OCI and io.sglforge.* labels) first, so every layer of the build carries them,
