@@ -171,16 +171,19 @@ def _standin(launch: server.Launch, argv: list[str]) -> dict:
     return {k: getattr(args, k, None) for k in COMPARED}
 
 
-def test_the_standin_reads_its_parser_from_the_image_s_tree(tree: Path) -> None:
+def test_the_standin_reads_its_parser_from_the_image_s_tree(tree: Path, tmp_path: Path) -> None:
     launch = server.Launch(str(tree / "sglang"))
     assert launch.server_args is not None and len(launch.parser._actions) > 400
-    # the double installed as the tree's launch_server.py finds the tree it sits in
-    (tree / "sglang" / "launch_server.py").write_text(Path(server.__file__).read_text())
+    # the double installed as a tree's launch_server.py finds the tree it sits in
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "srt").symlink_to(tree / "sglang" / "srt")
+    (package / "launch_server.py").write_text(Path(server.__file__).read_text())
     probe = "import launch_server as s; print(s.image_package())"
     found = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tree / "sglang", capture_output=True, text=True
+        [sys.executable, "-c", probe], cwd=package, capture_output=True, text=True
     )
-    assert found.stdout.strip() == str(tree / "sglang"), found.stderr
+    assert found.stdout.strip() == str(package), found.stderr
 
 
 def test_standin_and_0_5_14_accept_and_refuse_alike(tree: Path, upstream: dict) -> None:
