@@ -1,8 +1,8 @@
 """Credentials never written, folders never followed (issue 42, F4, F13, F14, F15, F17): the
 crash log's argv scrubbed and written 0600 into a private folder without following a planted
 link; `tryout --use-registry` checked as `publish --registry` is; the try-out registry's YAML
-quoted and its start never leaking a process; `init` and `tryout` on a dangling link or a
-file in the path. Real files and Debian's docker-registry binary; no Docker engine."""
+quoted (its start never leaking a process: tests/integration/test_tryout_start.py); `init`
+and `tryout` on a dangling link or a file in the path. Real files, no subprocess."""
 
 from __future__ import annotations
 
@@ -124,39 +124,6 @@ def test_registry_yaml_holds_the_folder_as_it_is(tmp_path: Path, name: str) -> N
     config = yaml.safe_load(write_config(folder, "127.0.0.1:5000").read_text())
     assert config["storage"]["filesystem"]["rootdirectory"] == str(folder / "storage")
     assert config["http"]["addr"] == "127.0.0.1:5000"
-
-
-@pytest.mark.parametrize("how", ["interrupt", "no-answer"])
-def test_a_registry_start_that_ends_early_leaves_no_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
-) -> None:
-    from sglforge import progress
-    from sglforge.standin import registry
-
-    if registry.registry_binary() is None:
-        pytest.fail("Debian's docker-registry is missing: run .ci/setup")
-    started: list[int] = []
-    real_popen = tryout.subprocess.Popen
-
-    def popen(*args: object, **kwargs: object) -> object:
-        proc = real_popen(*args, **kwargs)  # type: ignore[call-overload]
-        started.append(proc.pid)
-        return proc
-
-    def answers(_address: str) -> bool:
-        assert tryout._pid_file(tmp_path).exists()  # --stop can find it while it starts
-        if how == "interrupt":
-            raise KeyboardInterrupt
-        return False
-
-    monkeypatch.setattr(tryout.subprocess, "Popen", popen)
-    monkeypatch.setattr(registry, "answers", answers)
-    monkeypatch.setattr(tryout, "REGISTRY_WAIT", 0.5)
-    with pytest.raises(KeyboardInterrupt if how == "interrupt" else tryout.TryoutError):
-        tryout.start_registry(tmp_path, progress.current())
-    assert started and not tryout._pid_file(tmp_path).exists()
-    with pytest.raises(ProcessLookupError):
-        os.kill(started[0], 0)
 
 
 @pytest.mark.parametrize("kind", ["dangling", "file-in-path"])
