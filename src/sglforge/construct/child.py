@@ -327,7 +327,8 @@ def _check_registered(registry, architectures: list) -> None:
     import importlib
     import pkgutil
 
-    if not architectures or any(registry.is_arch_supported(a) for a in architectures):
+    supported = registry.get_supported_archs()  # 0.5.14 and 0.5.23 alike
+    if not architectures or any(a in supported for a in architectures):
         return
     import sglang.srt.models as package
 
