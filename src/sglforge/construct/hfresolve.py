@@ -83,14 +83,15 @@ def _version(folder: Path, project: str) -> Version | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _closure_of(requirement: str) -> tuple[Path, ...]:
-    return closure(Requirement(requirement))  # once per process and requirement
+def _closure_of(requirement: str, release: str) -> tuple[Path, ...]:
+    return closure(Requirement(requirement), release)  # once per process and requirement
 
 
-def closure(root: Requirement) -> tuple[Path, ...]:
+def closure(root: Requirement, release: str) -> tuple[Path, ...]:
     """``root`` and the closure of its requirements (less :data:`NOT_FOR_CONFIG`), each the
-    newest cached or indexed wheel for this interpreter satisfying every specifier seen."""
-    from sglforge.construct.packages import _cached, _fetch
+    wheel sglang ``release``'s lock names, else the newest cached or indexed one for this
+    interpreter satisfying every specifier seen (then locked: ``construct.lock``)."""
+    from sglforge.construct.packages import obtain
 
     specs: dict[str, SpecifierSet] = {}
     chosen: dict[str, Path] = {}
@@ -106,7 +107,7 @@ def closure(root: Requirement) -> tuple[Path, ...]:
             if have is not None and specs[name].contains(have, prereleases=True):
                 continue
         want = Requirement(f"{name}{specs[name]}")
-        chosen[name] = _cached(name, want) or _fetch(name, want)
+        chosen[name] = obtain(name, want, release)
         pending.extend(_requires(chosen[name]))
     return tuple(chosen[n] for n in sorted(chosen))
 
@@ -124,8 +125,12 @@ def environment(tree: Path) -> Environment:
         return Environment(None, (), f"sglang {version}'s requirements: {exc}")
     if req is None:
         return Environment(None, (), f"sglang {version}'s wheel requires no transformers")
+    from sglforge.construct.lock import LockMismatch
+
     try:
-        paths = _closure_of(str(req))
+        paths = _closure_of(str(req), version)
+    except LockMismatch:
+        raise  # other bytes than the locked ones: never a fallback
     except (SglforgeError, OSError) as exc:
         return Environment(None, (), f"{req}: {str(exc).splitlines()[0]}")
     found = next((p for p in paths if p.name.startswith("transformers-")), None)

@@ -166,21 +166,59 @@ def _preferred(version: Version) -> tuple[bool, Version]:
 
 def _fetch(project: str, req: Requirement) -> Path:
     """The newest wheel of ``project`` satisfying ``req`` for this interpreter, unpacked."""
-    from sglforge import cache, index
+    return _unpacked(_download(project, req))
+
+
+def _wheel_file(project: str, filename: str) -> Path:
+    from sglforge import cache
+
+    return cache.pypi_cache() / f"pypi-{canonicalize_name(project)}" / "wheels" / filename
+
+
+def _download(project: str, req: Requirement, filename: str | None = None) -> Path:
+    """The wheel file ``filename`` of ``project`` (default: the newest satisfying ``req`` for
+    this interpreter) in the cache, downloaded when absent (the index's sha256 checked)."""
+    from sglforge import index
 
     files = []
     for f in index.files(project):
         version = _compatible(f.filename, project)
-        if version is not None and not f.yanked:
+        if version is not None and not f.yanked and filename in (None, f.filename):
             if req.specifier.contains(version, prereleases=True):
                 files.append((version, f))
     if not files:
-        raise SglforgeError(f"no wheel of {req} for this Python on the index")
+        named = f" ({filename}, as locked)" if filename else ""
+        raise SglforgeError(f"no wheel of {req}{named} for this Python on the index")
     version, chosen = max(files, key=lambda vf: (_preferred(vf[0]), vf[1].filename))
-    dest = cache.pypi_cache() / f"pypi-{canonicalize_name(project)}" / "wheels" / chosen.filename
+    dest = _wheel_file(project, chosen.filename)
     if not dest.is_file():
         index.download(chosen, dest, what=f"downloading pypi:{project}=={version}")
-    return _unpacked(dest)
+    return dest
+
+
+def obtain(project: str, req: Requirement, release: str) -> Path:
+    """The wheel of ``project`` for ``req`` in sglang ``release``'s construction, unpacked:
+    the one the release's lock names (:mod:`sglforge.construct.lock`), else the newest cached
+    or indexed one, which is then locked; either way checked against the lock."""
+    from sglforge.construct import lock
+
+    pinned = {
+        name: v
+        for name in lock.locked(release)
+        if (v := _compatible(name, project)) is not None
+        and req.specifier.contains(v, prereleases=True)
+    }
+    if pinned:
+        name = max(pinned, key=lambda n: (_preferred(pinned[n]), n))
+        wheel = _wheel_file(project, name)
+        if not wheel.is_file():
+            wheel = _download(project, req, name)
+    else:
+        folder = _cached(project, req)
+        have = _wheel_file(project, folder.name + ".whl") if folder is not None else None
+        wheel = have if have is not None and have.is_file() else _download(project, req)
+    lock.check(release, wheel)
+    return _unpacked(wheel)
 
 
 def install(tree: Path) -> Installed:
@@ -192,13 +230,17 @@ def install(tree: Path) -> Installed:
         wanted = requirements(version)
     except (SglforgeError, OSError, StopIteration, zipfile.BadZipFile) as exc:
         return Installed((), (f"sglang {version}'s requirements: {exc}",))
+    from sglforge.construct.lock import LockMismatch
+
     paths, missing = [], []
     for project in REAL:
         req = wanted.get(canonicalize_name(project))
         if req is None:
             continue
         try:
-            paths.append(_cached(project, req) or _fetch(project, req))
+            paths.append(obtain(project, req, version))
+        except LockMismatch:
+            raise  # other bytes than the locked ones: never stubbed over
         except (SglforgeError, OSError) as exc:
             missing.append(f"{project}: {str(exc).splitlines()[0]}")
     return Installed(tuple(paths), tuple(missing))
