@@ -162,7 +162,10 @@ def test_one_queue_published_twice_from_empty_caches_pushes_one_digest_the_dry_r
 
 
 def test_publish_refuses_a_foreign_image_under_the_immutable_tag_before_the_smoke(
-    registry: Callable[..., Registry], docker_labels: dict[str, str], tmp_path: Path
+    registry: Callable[..., Registry],
+    docker_client: docker.DockerClient,  # its session teardown removes the labelled images
+    docker_labels: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     r = registry()
     repository = f"sglforge-test/oci-{uuid.uuid4().hex[:8]}"
