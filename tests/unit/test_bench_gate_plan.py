@@ -25,14 +25,20 @@ GLM = REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
 FIGURE = "decode_tok_s_per_request_at_concurrency_16"
 
 
-def _speeds(rng: random.Random, level: float, boot_sd: float) -> tuple[float, ...]:
-    boot = rng.gauss(0, boot_sd)
-    return tuple(level * math.exp(boot + rng.gauss(0, 0.02)) for _ in range(64))
+# 8 boot levels of mean 0 and standard deviation 1: a profile measures exactly the sd asked
+LEVELS = (-1.5, -1.0, -0.5, 0.0, 0.0, 0.5, 1.0, 1.5)
+
+
+def _speeds(rng: random.Random, level: float, boot: float) -> tuple[float, ...]:
+    """64 requests around ``level`` x exp(``boot``), 0.2 % apart (a boot's spread within)."""
+    return tuple(level * math.exp(boot + rng.gauss(0, 0.002)) for _ in range(64))
 
 
 def _profile(tmp_path: Path, boot_sd: float, seconds: tuple[float, ...] = ()) -> Path:
     rng = random.Random(f"profile-{boot_sd}")
-    blocks = [Block("baseline", i, _speeds(rng, 200.0, boot_sd), 16) for i in range(8)]
+    blocks = [
+        Block("baseline", i, _speeds(rng, 200.0, boot_sd * z), 16) for i, z in enumerate(LEVELS)
+    ]
     prof = node_noise.measure(
         blocks, scenario="glm5-mxfp4-mtp-mi355x", hardware="8x AMD Instinct MI355X",
         figure=FIGURE, boot_seconds=seconds or (119.0, 90.0, *[60.0] * 6),
@@ -89,12 +95,17 @@ def test_the_boots_a_side_follow_the_measured_noise(tmp_path: Path) -> None:
     assert quiet is not None and "node profile" in ctx.notes[-1]
     assert "this node is" in ctx.notes[-1]  # measured on an MI355X, read on this machine
     per_side = boots_a_side(ctx.bench, quiet.noise())
-    noisy = node_noise.load(_profile(tmp_path / "n", 0.02))
-    # the declared plan is repeats (4); a quiet node plans fewer, a noisier one is refused
+    medium = node_noise.load(_profile(tmp_path / "m", 0.016)).noise()
+    noisy = node_noise.load(_profile(tmp_path / "n", 0.04)).noise()
+    # the declared plan is repeats (4); a quiet node plans fewer, a noisier one more (up to
+    # [bench.gate] max_repeats, 8), a noisier still is refused before any boot
     assert per_side < ctx.bench.repeats
     assert boots_a_side(ctx.bench, None) == ctx.bench.repeats
-    with pytest.raises(ConfigError, match="it would take"):
-        require_passable(ctx.bench, GLM, noisy.noise())
+    assert ctx.bench.repeats < boots_a_side(ctx.bench, medium) <= ctx.bench.gate.max_repeats
+    require_passable(ctx.bench, GLM, medium)
+    with pytest.raises(ConfigError, match="it would take") as err:
+        require_passable(ctx.bench, GLM, noisy)
+    assert "8 boot(s) a side ([bench.gate] max_repeats)" in err.value.message
     # a profile of another figure is not used, and the notes say so
     other = replace(node_noise.load(_profile(tmp_path, 0.003)), figure="other")
     node_noise.save(other, tmp_path / "other.json")
@@ -112,7 +123,7 @@ def test_the_first_look_stops_an_unchanged_image_and_a_drop_early(tmp_path: Path
         boots = []
         for i, side in enumerate(abba(6)):
             level = 200.0 * (1 - drop if side == "candidate" else 1.0)
-            boots.append(_boot(side, i, _speeds(rng, level, 0.004)))
+            boots.append(_boot(side, i, _speeds(rng, level, rng.gauss(0, 0.004))))
             if runner._stops_early(ctx, boots):
                 break
         assert len(boots) == 4, (drop, ctx.notes[-1])
@@ -157,3 +168,27 @@ def test_the_warmup_is_recorded_in_the_notes(tmp_path: Path) -> None:
     assert standin is not None and standin.speed.warmup_probe is False
     ctx.bench = standin
     assert "[bench.speed] warmup_probe = false" in runner._protocol(ctx)
+
+
+def test_the_single_stream_is_calibrated_in_the_same_boots(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    speed = [Block("baseline", i, _speeds(rng, 200.0, 0.004 * z), 16) for i, z in enumerate(LEVELS)]
+    single = [Block("baseline", i, (213.0 * math.exp(0.01 * z),)) for i, z in enumerate(LEVELS)]
+    prof = node_noise.measure(
+        speed, scenario="s", hardware="h", figure=FIGURE,
+        others={runner.SINGLE_FIGURE: single},
+    )  # fmt: skip
+    back = node_noise.load(node_noise.save(prof, tmp_path / "p.json"))
+    its = back.noise_of(runner.SINGLE_FIGURE)
+    assert its is not None and its.dof == 7 and its.requests == 1
+    assert its.boot_sd == pytest.approx(0.01, rel=1e-6)
+    assert back.noise_of(FIGURE) == back.noise() and back.noise_of("other") is None
+    # the comparison of the single stream pools that profile (2 + 2 boots: 2 + 7 dof)
+    ctx = _ctx(tmp_path)
+    ctx.profile, ctx.per_side = back, 2
+    boots = [
+        runner._Measured(side, i, (), _boot(side, i, speed[i].samples).speed, None, (213.0,), 1, 1)
+        for i, side in enumerate(abba(2))
+    ]
+    _, single_change = runner._changes(ctx, boots)
+    assert single_change.figure == runner.SINGLE_FIGURE and single_change.dof == 9

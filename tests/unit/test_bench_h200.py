@@ -146,4 +146,4 @@ def test_calibrated_on_these_boots_the_gate_refuses_before_any_boot() -> None:
     assert "noise is 13.44% a boot" in said and "10 boots measured" in said, said
     takes = int(said.split("it would take ")[1].split(" ")[0])
     assert 200 < takes < 500, said  # ~ 2 x ((2.0 + 1.3) x 13.4 / 3) ^ 2
-    assert f"repeats = {takes}" in err.value.hint
+    assert f"max_repeats = {takes}" in err.value.hint

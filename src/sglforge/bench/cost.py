@@ -105,17 +105,17 @@ def _speed_requests(bench: Bench) -> int:
 
 def boots_planned(bench: Bench, noise: Noise) -> int | None:
     """The fewest boots a side that see ``max_mde`` on a node of ``noise``, at most
-    ``repeats``; None when more would be needed (refused before any boot)."""
+    ``[bench.gate] max_repeats``; None when more would be needed (refused before any boot)."""
     g = bench.gate
     return boots_needed(
         noise, g.max_mde, requests=_speed_requests(bench), confidence=g.confidence,
-        tolerance=g.tolerance, most=bench.repeats,
+        tolerance=g.tolerance, most=g.max_repeats,
     )  # fmt: skip
 
 
 def boots_a_side(bench: Bench, noise: Noise | None) -> int:
     """The boots a side a comparison plans: from the node's measured noise the fewest that
-    see ``max_mde`` (at most ``repeats``; :func:`require_passable` refuses more), else
+    see ``max_mde`` (at most ``max_repeats``; :func:`require_passable` refuses more), else
     ``repeats``."""
     n = None if noise is None else boots_planned(bench, noise)
     return bench.repeats if n is None else n
@@ -158,7 +158,7 @@ def _require_measured(bench: Bench, path: object, noise: Noise) -> None:
         noise, g.max_mde, requests=req, confidence=g.confidence, tolerance=g.tolerance,
         most=4096,
     )  # fmt: skip
-    best = gate_best_mde(bench, noise=noise)
+    best = gate_best_mde(bench, g.max_repeats, noise)
     takes = (
         f"it would take {need} boots a side"
         if need
@@ -167,10 +167,10 @@ def _require_measured(bench: Bench, path: object, noise: Noise) -> None:
     raise ConfigError(
         f"{path}: this node's boot-to-boot noise is {noise.at(req):.2%} a boot (sd of the "
         f"compared figure's log, {noise.dof + 1} boots measured: {noise.source}); "
-        f"{bench.repeats} boot(s) a side see at best a {best:.1%} drop (90 % power), above "
-        f"[bench.gate] max_mde {g.max_mde:.1%}: {takes}",
-        f"set [bench] repeats = {need} in {path}, or a larger max_mde, or calibrate a quieter "
-        "node (sglforge bench --calibrate)"
+        f"{g.max_repeats} boot(s) a side ([bench.gate] max_repeats) see at best a {best:.1%} "
+        f"drop (90 % power), above [bench.gate] max_mde {g.max_mde:.1%}: {takes}",
+        f"set [bench.gate] max_repeats = {need} in {path}, or a larger max_mde, or calibrate a "
+        "quieter node (sglforge bench --calibrate)"
         if need
         else f"raise [bench.gate] max_mde in {path}, or calibrate a quieter node",
     )

@@ -68,14 +68,13 @@ class Profile:
     measured_at: str = ""
     warmup_probe: bool = True
     path: str = ""
+    # other figures measured in the same boots (the single stream): name -> (each boot's mean
+    # log figure, requests a boot)
+    others: tuple[tuple[str, tuple[float, ...], int], ...] = ()
 
     @property
     def boot_sd(self) -> float:
-        n = len(self.boot_means)
-        if n < 2:
-            return 0.0
-        m = math.fsum(self.boot_means) / n
-        return math.sqrt(math.fsum((x - m) ** 2 for x in self.boot_means) / (n - 1))
+        return _sd(self.boot_means)
 
     @property
     def dof(self) -> int:
@@ -87,6 +86,17 @@ class Profile:
         return Noise(
             self.boot_sd, self.dof, self.requests, self.within_sd, f"{where}, {self.hardware}"
         )
+
+    def noise_of(self, figure: str) -> Noise | None:
+        """The noise of ``figure``: the compared one's, or another measured in the same boots
+        (None when the calibration did not measure it)."""
+        if figure == self.figure:
+            return self.noise()
+        for name, means, requests in self.others:
+            if name == figure and len(means) > 1:
+                where = f"{self.path or 'a calibration run'}, {self.hardware}"
+                return Noise(_sd(means), len(means) - 1, requests, None, where)
+        return None
 
     def boot_minutes(self) -> float | None:
         """The median boot to ready, in minutes, leaving out a first boot of a fresh machine
@@ -112,7 +122,24 @@ class Profile:
             "image": self.image,
             "measured_at": self.measured_at,
             "warmup_probe": self.warmup_probe,
+            "other_figures": {
+                name: {
+                    "boot_means": [math.exp(m) for m in means],
+                    "boot_sd": _sd(means),
+                    "requests_per_boot": requests,
+                }
+                for name, means, requests in self.others
+            },
         }
+
+
+def _sd(logs: Sequence[float]) -> float:
+    """The sample standard deviation (0 for fewer than two)."""
+    n = len(logs)
+    if n < 2:
+        return 0.0
+    m = math.fsum(logs) / n
+    return math.sqrt(math.fsum((x - m) ** 2 for x in logs) / (n - 1))
 
 
 def measure(
@@ -124,8 +151,10 @@ def measure(
     boot_seconds: Sequence[float] = (),
     image: str = "",
     warmup_probe: bool = True,
+    others: Mapping[str, Sequence[Block]] | None = None,
 ) -> Profile:
-    """The profile of K boots of one image (ConfigError with fewer than 2)."""
+    """The profile of K boots of one image (ConfigError with fewer than 2); ``others``: more
+    figures of the same boots (the single stream)."""
     if len(blocks) < 2:
         raise ConfigError(
             f"a noise profile needs 2 boots or more, not {len(blocks)}",
@@ -146,6 +175,15 @@ def measure(
         image=image,
         measured_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         warmup_probe=warmup_probe,
+        others=tuple(
+            (
+                name,
+                tuple(b.log_mean() for b in bs),
+                round(statistics.fmean(len(b.samples) for b in bs)),
+            )
+            for name, bs in (others or {}).items()
+            if len(bs) > 1 and all(b.samples for b in bs)
+        ),
     )
 
 
@@ -169,6 +207,9 @@ def from_dict(doc: Mapping[str, Any], path: Path) -> Profile:
         raise _bad(path, "shape.concurrency missing")
     within, corr = doc.get("within_boot_sd"), doc.get("intra_batch_correlation")
     times = doc.get("boot_seconds") or []
+    others = doc.get("other_figures") or {}
+    if not isinstance(others, dict):
+        raise _bad(path, "other_figures must be an object")
     return Profile(
         scenario=str(doc.get("scenario", "")),
         hardware=str(doc.get("hardware", "")),
@@ -183,7 +224,15 @@ def from_dict(doc: Mapping[str, Any], path: Path) -> Profile:
         measured_at=str(doc.get("measured_at", "")),
         warmup_probe=bool(doc.get("warmup_probe", True)),
         path=str(path),
+        others=tuple(_other(path, name, o) for name, o in others.items()),
     )
+
+
+def _other(path: Path, name: str, doc: Any) -> tuple[str, tuple[float, ...], int]:
+    means = doc.get("boot_means") if isinstance(doc, dict) else None
+    if not isinstance(means, list) or not all(isinstance(x, int | float) and x > 0 for x in means):
+        raise _bad(path, f"other_figures.{name}.boot_means must list speeds above 0")
+    return name, tuple(math.log(float(x)) for x in means), int(doc.get("requests_per_boot") or 0)
 
 
 def load(path: Path) -> Profile:

@@ -248,7 +248,7 @@ def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
         labels=dict(labels or {}),
         say=lambda _m: None,
         timeout=point_timeout,
-        rt=runtime_for(req.runtime, req.python or scenario.python, scenario.runtime),
+        rt=runtime_for(req.runtime, req.python or scenario.python),
         host=host,
         base=base,
         server_url=req.server_url,
@@ -670,6 +670,9 @@ def _single_stream(
     return single, point.decode_tok_s
 
 
+SINGLE_FIGURE = "single_stream_decode_tok_s"
+
+
 def speed_figure(bench: Bench) -> str:
     """The compared figure's name: per-request decode tok/s at the probe's concurrency."""
     return f"decode_tok_s_per_request_at_concurrency_{bench.speed.concurrency}"
@@ -858,7 +861,8 @@ def _changes(ctx: _Ctx, boots: list[_Measured]) -> list[Change]:
     out = [compare(speed_figure(b), speed, noise=noise, **kw)]
     if b.single_stream:
         single = [Block(m.side, m.order, m.single_samples) for m in boots]
-        out.append(compare("single_stream_decode_tok_s", single, **kw))
+        its = ctx.profile.noise_of(SINGLE_FIGURE) if ctx.profile else None
+        out.append(compare(SINGLE_FIGURE, single, noise=its, **kw))
     return out
 
 
@@ -902,8 +906,8 @@ def run_calibration(
     protocol: BenchProtocol | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Any, Path]:
-    """``bench --calibrate``: ``boots`` boots of ``image``, each with the warm-up and the
-    compared speed probe (no knee search, no single stream); the node profile they measure
+    """``bench --calibrate``: ``boots`` boots of ``image``, each with the warm-up, the
+    compared speed probe and the single stream (no knee search); the node profile they measure
     (sglforge.bench.noise.Profile), written to ``protocol.noise_profile`` (default: the
     cache's file for this scenario and hardware) and into the report folder. (profile,
     where it was written)."""
@@ -915,18 +919,18 @@ def run_calibration(
     ctx = _prepare(root, req, protocol.point_timeout)
     ctx.say = progress or (lambda _m: None)
     ctx.warmup = protocol.warmup and ctx.bench.speed.warmup_probe
-    ctx.bench = replace(ctx.bench, single_stream=None)
     image = image if ctx.rt.kind == "docker" else ctx.rt.describe(image)
     _reap(ctx)
     ctx.dataset = choose_dataset(_dataset_choices(ctx, image))
     measured = [_measure(ctx, image, i, "calibrate", boots, search=False) for i in range(boots)]
     c = ctx.bench.speed.concurrency
     hardware = node_noise.node_hardware(ctx.scenario.standin)
+    single = {SINGLE_FIGURE: [Block("baseline", m.order, m.single_samples) for m in measured]}
     profile = node_noise.measure(
         [Block("baseline", m.order, m.speed.decode_tok_s, c) for m in measured],
         scenario=ctx.scenario.name, hardware=hardware, figure=speed_figure(ctx.bench),
         boot_seconds=[round(m.ready_seconds, 1) for m in measured], image=image,
-        warmup_probe=ctx.warmup,
+        warmup_probe=ctx.warmup, others=single if ctx.bench.single_stream else None,
     )  # fmt: skip
     out = protocol.noise_profile or node_noise.default_path(ctx.scenario.name, hardware)
     path = node_noise.save(profile, out)

@@ -133,7 +133,7 @@ def bench_cmd(
         port=port,
         log_dir=Path(report_dir) if report_dir else None,
         env=envs,
-        runtime=runtime,
+        runtime=runtime or chosen.runtime,
         python=parse_python(python, "--python") if python else (),
         server_url=server_url,
     )
@@ -175,7 +175,7 @@ def _calibrate(
     as_json: bool,
 ) -> None:
     """``bench --calibrate K``: the node profile, written, and what it makes of the gate."""
-    from sglforge.bench.cost import gate_best_mde, require_passable
+    from sglforge.bench.cost import boots_a_side, gate_best_mde, require_passable
     from sglforge.bench.runner import run_calibration
     from sglforge.errors import ConfigError
 
@@ -192,9 +192,10 @@ def _calibrate(
     noise = profile.noise()
     try:
         require_passable(bench, req.scenario.path, noise)
+        n = boots_a_side(bench, noise)
         verdict = (
-            f"{bench.repeats} boots a side see a {gate_best_mde(bench, noise=noise):.1%} drop "
-            f"at best (a pass rules out {bench.gate.max_mde:.1%})"
+            f"{n} boots a side see a {gate_best_mde(bench, n, noise):.1%} drop at best (a pass "
+            f"rules out {bench.gate.max_mde:.1%})"
         )
     except ConfigError as exc:
         verdict = exc.message

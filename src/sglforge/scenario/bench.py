@@ -63,13 +63,16 @@ class Gate:
     below ``-tolerance``. ``boot_sd`` is the node's declared per-boot noise: the standard
     deviation of one boot's log speed (+-2 % uniform is 0.0115), which the data then check.
     ``max_mde``: the drop a pass must rule out; a comparison whose minimum detectable effect
-    (90 % power) is larger says inconclusive instead of passing.
+    (90 % power) is larger says inconclusive instead of passing. ``max_repeats``: with the
+    node's measured noise profile (``bench --calibrate``), the most boots a side the plan may
+    take to see ``max_mde`` (more is refused before any boot); without one, ``repeats``.
     """
 
     tolerance: float = 0.0
     confidence: float = 0.95
     boot_sd: float = 0.0115
     max_mde: float = 0.05
+    max_repeats: int = 8
 
 
 @dataclass(frozen=True)
@@ -413,11 +416,18 @@ def _gate(gt: Table, path: Path) -> Gate:
         confidence=gt.number("confidence", "float", 0.95),
         boot_sd=gt.number("boot_sd", "float", 0.0115, strict=False),
         max_mde=gt.number("max_mde", "float", 0.05),
+        max_repeats=gt.number("max_repeats", "int", 8),
     )
     gt.done()
     if not 0.5 < gate.confidence < 1:
         raise ConfigError(
             f"{path}: 'bench.gate.confidence' must be between 0.5 and 1", f"fix {path}"
+        )
+    if gate.max_repeats < 2:
+        raise ConfigError(
+            f"{path}: 'bench.gate.max_repeats' must be 2 or more (one ABBA block), not "
+            f"{gate.max_repeats!r}",
+            f"fix {path}",
         )
     if not 0 < gate.max_mde < 1:
         raise ConfigError(
