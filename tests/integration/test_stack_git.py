@@ -217,3 +217,26 @@ def test_list_marks_come_from_the_worktree(tmp_path: Path) -> None:
     seen = listed(root)
     assert seen["top"] == B and seen["applied"] == [C, A, B]
     assert seen["states"][-1] == "conflict"
+
+
+def test_list_push_and_pop_never_import_gitpython(tmp_path: Path) -> None:
+    """GitPython is loaded where a repository is opened with it, not to run git: the stack
+    verbs and `patches list` start git processes only."""
+    import os
+    import subprocess
+    import sys
+
+    root = make_project(tmp_path, make_upstream(tmp_path), FOUR)
+    assert cli(root, "patches", "apply")[0] == 0
+    code = (
+        "import sys; from click.testing import CliRunner; from sglforge.cli import main\n"
+        "for args in (['patches', 'list'], ['patches', 'pop'], ['patches', 'push']):\n"
+        f"    r = CliRunner().invoke(main, ['--root', {str(root)!r}, *args])\n"
+        "    assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in sys.modules if m == 'git' or m.startswith(('git.', 'gitdb'))))"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

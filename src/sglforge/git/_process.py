@@ -1,5 +1,6 @@
 """Running git: the fixed identity and non-interactive environment, timeouts, interrupts, the
-GitPython ``Repo`` and ``Git`` objects, and failures turned into the project's own errors."""
+GitPython ``Repo`` (imported where one is opened), and failures turned into the project's
+own errors."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sglforge import progress as _progress
 from sglforge.errors import ConfigError, PatchError, UpstreamError, disk_error
@@ -22,16 +23,11 @@ from sglforge.util import decode_exact, encode_exact
 # words instead (`sglforge doctor`, and a ConfigError from any command).
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
-from git import Repo  # noqa: E402
-from git.cmd import Git  # noqa: E402
-from git.exc import (  # noqa: E402
-    BadName,
-    BadObject,
-    GitCommandError,
-    GitCommandNotFound,
-    InvalidGitRepositoryError,
-    NoSuchPathError,
-)
+if TYPE_CHECKING:
+    from git import Repo
+
+# GitPython is imported where a repository is opened (``_repo``), never to start git: a
+# command that only runs git processes (`patches list`, push, pop) does not load it.
 
 # Fixed identity so commits sglforge makes are reproducible and never depend on user config.
 IDENTITY = {
@@ -54,8 +50,14 @@ NONINTERACTIVE = {
 }
 # sglang has thousands of files: rename detection needs a higher limit than git's default.
 RENAME_LIMIT = "100000"
-# What GitPython's object reads raise for a name or object the repository does not hold.
-_NOT_FOUND = (BadName, BadObject, ValueError, IndexError, KeyError, GitCommandError)
+
+
+def _not_found() -> tuple[type[BaseException], ...]:
+    """What GitPython's object reads raise for a name or object the repository does not
+    hold (``except _not_found():`` is evaluated only when something was raised)."""
+    from git.exc import BadName, BadObject, GitCommandError
+
+    return (BadName, BadObject, ValueError, IndexError, KeyError, GitCommandError)
 
 
 @dataclass(frozen=True)
@@ -118,30 +120,26 @@ def _start(
     stdout: bool = True,
     new_session: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """``git ARGS`` started in ``cwd`` through GitPython's command object, as a process the
-    caller waits for. (GitPython's own wait cannot be interrupted without leaving git running,
-    so sglforge holds the process: an interrupt or a timeout kills it before propagating.)"""
+    """``git ARGS`` started in ``cwd`` as a process the caller waits for, as GitPython's
+    command object starts it (its executable, messages in English: callers read git's
+    words) without importing GitPython. An interrupt or a timeout kills it before
+    propagating: no git outlives sglforge."""
     if not Path(cwd).is_dir():
-        # GitPython would run git in the current folder instead
+        # Popen would fail with a message naming neither the folder nor git
         raise ConfigError(f"{cwd}: no such folder (git was to run there)")
+    exe = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
     try:
-        # GitPython's overloads of ``execute`` leave out the keywords it hands to Popen in some
-        # declared versions (3.1.41 among them): called as a plain callable, every one checks
-        execute: Callable[..., Any] = Git(str(cwd)).execute
-        handle = execute(
-            [Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *args],
-            istream=subprocess.PIPE if stdin else None,
-            as_process=True,
-            with_stdout=stdout,
-            env=env,
+        return subprocess.Popen(
+            [exe, *args],
+            cwd=str(cwd),
+            env={**os.environ, "LANGUAGE": "C", "LC_ALL": "C", **env},
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             start_new_session=new_session,
         )
-    except GitCommandNotFound as exc:
+    except FileNotFoundError as exc:
         raise _no_git(exc) from exc
-    proc: subprocess.Popen[bytes] | None = handle.proc
-    assert proc is not None
-    handle.proc = None  # ours to wait for and kill now, not the wrapper's finaliser
-    return proc
 
 
 def _timed_out(args: Sequence[str], timeout: float | None, waiting_for: str) -> UpstreamError:
@@ -199,6 +197,9 @@ def _run(
 @contextlib.contextmanager
 def _repo(path: Path | str) -> Iterator[Repo]:
     """``path`` opened with GitPython, closed (its cat-file helpers ended) on the way out."""
+    from git import Repo
+    from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
     try:
         repo = Repo(str(path))
     except NoSuchPathError as exc:

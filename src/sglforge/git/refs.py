@@ -7,24 +7,20 @@ import os
 import re
 from pathlib import Path
 
-from git.cmd import Git
-from git.exc import (
-    GitCommandError,
-    GitCommandNotFound,
-)
-
-from sglforge.errors import UpstreamError
-from sglforge.git._process import _NOT_FOUND, GitFailed, GitResult, _repo, _run
+from sglforge.errors import ConfigError, UpstreamError
+from sglforge.git._process import GitFailed, GitResult, _not_found, _repo, _run
 from sglforge.util import encode_exact
 
 
 def version() -> str | None:
     """The installed git's version (``2.39.5``); None when git cannot be run."""
     try:
-        said = str(Git().version())  # `git version`, through GitPython's command object
-    except (GitCommandNotFound, GitCommandError, OSError):
+        res = _run(Path(os.sep), "version", check=False, identity=False)
+    except (ConfigError, OSError):
         return None
-    return said.removeprefix("git version ").strip()
+    if res.status != 0:
+        return None
+    return res.stdout.removeprefix("git version ").strip()
 
 
 def is_repository(path: Path | str) -> bool:
@@ -188,7 +184,7 @@ def is_ancestor(repo: Path | str, a: str, b: str) -> bool:
     with _repo(repo) as r:
         try:
             return r.is_ancestor(r.commit(a), r.commit(b))
-        except _NOT_FOUND:
+        except _not_found():
             return False
 
 
@@ -214,7 +210,7 @@ def blob(repo: Path, commit: str, path: str) -> bytes | None:
     with _repo(repo) as r:
         try:
             obj = r.commit(commit).tree[path]
-        except _NOT_FOUND:
+        except _not_found():
             return None
         if obj.type != "blob":
             return None
