@@ -31,7 +31,7 @@ from sglforge.images import registry as oreg
 from standin.host_base import WORKDIR, push_host_base
 from standin.registry import Registry
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
 X = f"{WORKDIR}/sglang/python/sglang/srt/x.py"
 OLD = f"{WORKDIR}/sglang/python/sglang/srt/old.py"

@@ -22,6 +22,8 @@ from sglforge.images import oci
 from sglforge.images import registry as oreg
 from standin.registry import Registry
 
+pytestmark = pytest.mark.registry
+
 BASE_FILES = (
     oci.LayerFile("/etc/os-release", b"ID=debian\n"),
     oci.LayerFile("/sgl-workspace/sglang/python/sglang/srt/x.py", b"print('upstream')\n"),
