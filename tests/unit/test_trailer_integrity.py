@@ -174,3 +174,21 @@ def test_the_scrubber_keeps_what_is_no_secret(text: str, kept: str) -> None:
     assert secrets_in(text) is (text != kept)
     if text != kept:  # the message form hides at least as much
         assert "abc" not in scrub_text(text) and "pw1" not in scrub_text(text)
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\r", "\x1c", "\x85"])
+def test_every_trailer_writer_is_checked_at_the_root(tmp_path: Path, brk: str) -> None:
+    """``set_trailers`` (drop's Retired:, rename's Depends-On:, fold's, --set's) refuses a
+    value with a line break, so no verb can forge a trailer; the patch is left as it was."""
+    from sglforge.patches.edit import drop_patch, set_trailers
+
+    root = _project(tmp_path)
+    before = (root / "patches" / "0001-guard.patch").read_bytes()
+    with pytest.raises(ConfigError, match="line break"):
+        drop_patch(Project(root), "1", f"superseded{brk}{FS}")
+    assert (root / "patches" / "0001-guard.patch").read_bytes() == before
+    assert not (root / "patches" / "retired").exists()
+    with pytest.raises(ConfigError, match="line break"):
+        set_trailers(PATCH.format(extra=""), {"Depends-On": f"0001{brk}{FS}"})
+    scrubbed = set_trailers(PATCH.format(extra=""), {"Origin": "https://u:pw@h/x.patch?token=t"})
+    assert "Origin: https://h/x.patch\n" in scrubbed and "pw" not in scrubbed

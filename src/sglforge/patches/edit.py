@@ -32,7 +32,7 @@ from sglforge.queue.series import (
     validate_patch,
 )
 from sglforge.urls import scrub, scrub_secrets, scrub_text, secrets_in, shown
-from sglforge.util import commit_files, confined, project_lock, read_exact
+from sglforge.util import commit_files, confined, one_line, project_lock, read_exact
 
 # git format-patch's mbox separator: one per commit in a file (a pull request's .patch).
 _MBOX_FROM = re.compile(r"^From [0-9a-f]{40} Mon Sep 17 00:00:00 2001$", re.M)
@@ -59,6 +59,15 @@ def set_trailers(text: str, trailers: dict[str, str]) -> str:
     place, a new one added after the description (before format-patch's ``---``)."""
     header, diff = split_patch(text)
     for key, value in trailers.items():
+        # the one writer of trailer lines checks every value (issue 42, F2/F3): credentials
+        # taken out, and no line break but the one that ends it (a forged second trailer)
+        value = scrub_secrets(value)
+        problem = trailer_problem(value)
+        if problem:
+            raise ConfigError(
+                f"{key}: {one_line(value)}: {problem}; nothing was written",
+                "give it as one line of text",
+            )
         line = f"{key}: {value}"
         pattern = re.compile(rf"^{re.escape(key)}:.*$", re.M | re.I)
         body_end = _body_end(header)
