@@ -78,7 +78,7 @@ class SmokeRequest:
     env: Mapping[str, str] = field(default_factory=dict)  # added to the container's
     labels: Mapping[str, str] = field(default_factory=dict)  # added to the container's
     load_timeout: float | None = None  # None: the scenario's
-    runtime: str | None = None  # "docker" or "process" (None: the scenario's runtime)
+    runtime: str | None = None  # "docker" or "process" (None: docker; the CLI reads the scenario's)
     python: tuple[str, ...] = ()  # the process runtime's interpreter words (): the scenario's
     server_url: str | None = None  # a server sglforge did not start: nothing is launched
 

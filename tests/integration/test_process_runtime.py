@@ -195,6 +195,24 @@ def test_a_server_url_is_host_and_port(url: str, want: tuple[str, int, str] | No
         assert parse_server_url(url) == want
 
 
+def test_a_request_naming_no_runtime_runs_docker_whatever_the_scenario_says(
+    tmp_path: Path,
+) -> None:
+    """publish and upgrade build requests with no runtime: they test the image itself, in a
+    container, even with a scenario of ``runtime = "process"`` (only the smoke and bench
+    commands read it)."""
+    from sglforge.bench import runner as bench_runner
+    from sglforge.smoke import runner as smoke_runner
+
+    sc = load_scenario(scenario_file(tmp_path))
+    assert sc.runtime == "process"
+    for runtime, kind in ((None, "docker"), ("process", "process")):
+        req = SmokeRequest(scenario=sc, log_dir=tmp_path / str(runtime), runtime=runtime)
+        run = smoke_runner._prepare(ROOT, "img", req, None)
+        ctx = bench_runner._prepare(ROOT, req, 1.0)
+        assert run.rt is not None and run.rt.kind == ctx.rt.kind == kind
+
+
 # --------------------------------------------------------------------------- teardown
 
 

@@ -178,7 +178,7 @@ def smoke_cmd(
         env=envs,
         labels=labels,
         load_timeout=load_timeout,
-        runtime=runtime,
+        runtime=runtime or chosen.runtime,
         python=parse_python(python, "--python") if python else (),
         server_url=server_url,
     )

@@ -173,7 +173,7 @@ def _prepare(
         _host, port, base = parse_server_url(req.server_url)
         not_run = ("boot time", "logs", "stays-up")
     else:
-        rt = runtime_for(req.runtime, req.python or scenario.python, scenario.runtime)
+        rt = runtime_for(req.runtime, req.python or scenario.python)
     if log_dir:
         report_dir, run_id = check_output_dir(log_dir, "--log-dir"), uuid.uuid4().hex[:8]
     else:

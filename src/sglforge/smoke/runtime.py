@@ -328,9 +328,11 @@ def parse_python(words: str | Sequence[str], where: str) -> tuple[str, ...]:
     return out
 
 
-def runtime_for(kind: str | None, python: Sequence[str], default: str = "docker") -> Runtime:
-    """The runtime ``kind`` names (None: ``default``, the scenario's), for ``python``."""
-    chosen = kind or default
+def runtime_for(kind: str | None, python: Sequence[str]) -> Runtime:
+    """The runtime ``kind`` names, for ``python``. None is Docker: a scenario's ``runtime``
+    is read by the ``smoke`` and ``bench`` commands only, so publish and upgrade always test
+    the image itself, in a container."""
+    chosen = kind or "docker"
     if chosen not in RUNTIMES:
         raise ConfigError(
             f"unknown runtime {chosen!r} (known: {', '.join(RUNTIMES)})", "--runtime process"
