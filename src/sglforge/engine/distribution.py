@@ -303,7 +303,8 @@ def _start_upload(session: RegistrySession, target: ImageRef, transfer: Transfer
             f"(HTTP {resp.status_code})",
             f"check the registry (curl {target.base_url}/v2/) and rerun sglforge publish",
         )
-    return urljoin(url, resp.headers["Location"])
+    # str(): requests before 2.32 (the declared floor is 2.31) types its headers as Any
+    return urljoin(url, str(resp.headers["Location"]))
 
 
 def _upload(session: RegistrySession, target: ImageRef, blob: Blob, transfer: Transfer) -> None:
