@@ -129,7 +129,7 @@ def _render(lines: list[str], line: int) -> str:
     text = "".join(re.findall(r'f?"((?:[^"\\]|\\.)*)"', " ".join(lines[line - 1 : line + 3])))
     values = {
         "traceback": "Traceback (most recent call last):",
-        "signum=": "signum=3",
+        "signum=": "signum=None",
         "frame=": "frame=None",
         "name": "scheduler_0",
         "proc.pid": "3412",

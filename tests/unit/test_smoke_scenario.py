@@ -93,8 +93,8 @@ REAL_LINES = {
         "[2026-11-30 06:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
         "[2026-11-30 06:00:00] Received sigquit from a child process. It usually means the child "
         "failed.",
-        "[2026-11-30 06:00:00] SIGQUIT received. signum=3, frame=None. It usually means one child "
-        "failed.",
+        "[2026-11-30 06:00:00] SIGQUIT received. signum=None, frame=None. It usually means one "
+        "child failed.",
         "[2026-11-30 06:00:00] Subprocess scheduler_0 (pid=3412) crashed with exit code -9. "
         "Triggering SIGQUIT for cleanup...",
     ],

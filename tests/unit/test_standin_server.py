@@ -398,7 +398,11 @@ def test_fault_crash_dies_on_the_bare_weight_loader_assert(
         server.main(["--model-path", str(MODEL), *MTP])
     assert exc.value.code == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == "[STAND-IN] AssertionError"
+    assert lines[-2] == "[STAND-IN] AssertionError"
+    # then the main process's launch-phase SIGQUIT handler (entrypoints/engine.py:1301-1305)
+    assert lines[-1].endswith(
+        "Received sigquit from a child process. It usually means the child failed."
+    )
     assert any("Scheduler hit an exception: Traceback (most recent call last):" in x for x in lines)
     assert any('linear.py", line 724, in weight_loader' in x for x in lines)
 

@@ -928,6 +928,20 @@ TEMPLATE_MARKERS = (
 )
 
 
+class Served:
+    """One request being served: what its ``meta_info`` reports, as it goes."""
+
+    def __init__(self, words: list[str], prompt_tokens: int, started: float, cached: int) -> None:
+        self.rid = uuid.uuid4().hex
+        self.words = words
+        self.prompt_tokens = prompt_tokens
+        self.started = started
+        self.cached = cached
+        self.verify = 0
+        self.correct = 0
+        self.histogram: list[int] = []
+
+
 class Engine:
     """The fake model: deterministic words, arithmetic, timing and speculative statistics."""
 
@@ -1094,21 +1108,11 @@ class Engine:
             return (out + filler)[:n], "length"
         return (out + filler)[:natural], "stop"
 
-    def _out(
-        self,
-        rid: str,
-        words: list[str],
-        prompt_tokens: int,
-        started: float,
-        finish: str | None,
-        verify: int,
-        correct: int,
-        histogram: list[int],
-        cached: int = 0,
-    ) -> dict:
-        done = len(words)
+    def _out(self, req: Served, done: int, finish: str | None) -> dict:
+        """``/generate``'s answer after ``done`` words (``finish``: the request finished)."""
+        words, verify, correct, histogram = req.words[:done], req.verify, req.correct, req.histogram
         meta: dict = {
-            "id": rid,
+            "id": req.rid,
             "finish_reason": None
             if finish is None
             else (
@@ -1116,15 +1120,15 @@ class Engine:
                 if finish == "length"
                 else {"type": "stop", "matched": 151336}
             ),
-            "prompt_tokens": prompt_tokens,
+            "prompt_tokens": req.prompt_tokens,
             "weight_version": WEIGHT_VERSION,
             "num_retractions": 0,
             "reasoning_tokens": 0,
             "completion_tokens": done,
-            "cached_tokens": cached,
+            "cached_tokens": req.cached,
         }
         if finish is not None:
-            meta["e2e_latency"] = time.monotonic() - started
+            meta["e2e_latency"] = time.monotonic() - req.started
             proposed = verify * (self.draft_tokens - 1)
             if self.spec and verify > 0 and proposed > 0:
                 # tokenizer_manager.py:2319-2353, in its order.
@@ -1196,6 +1200,9 @@ class Engine:
                 "line 4227, in run_scheduler_process"
             )
             raw("torch.AcceleratorError: HIP error: an illegal memory access was encountered")
+            # the running phase's SIGQUIT handler (tokenizer_manager.py:3094-3097), called by
+            # loop.add_signal_handler with no arguments (:1816-1818)
+            log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
             os._exit(1)
         started = time.monotonic()
         form = self.templated(prompt) if templated is None else templated
@@ -1282,27 +1289,22 @@ class Engine:
         accept: float,
         counted: bool,
     ) -> dict:
-        rid = uuid.uuid4().hex
         n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
         words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
         ids = self.tokenize(prompt)
         self.aiter_lookup(len(ids))  # the prefill's MoE forward
         jitter = self.cost.request_factor()
         cached, clock = self._prefill(rank, ids, counted, jitter)
-        done, verify, correct, histogram = 0, 0, 0, []  # type: ignore[var-annotated]
-        for step, verify, correct in self._steps(rank, len(words), accept, histogram):
+        req = Served(words, len(ids), started, cached)
+        done = 0
+        for step, verify, correct in self._steps(rank, len(words), accept, req.histogram):
+            req.verify, req.correct = verify, correct
             clock += self.cost.decode(step, rank.running, jitter)
             _sleep_until(clock)
             done += step
             if emit is not None:
-                last = done >= len(words)
-                state = (verify, correct, histogram, cached)
-                emit(
-                    self._out(
-                        rid, words[:done], len(ids), started, finish if last else None, *state
-                    )
-                )
-        out = self._out(rid, words, len(ids), started, finish, verify, correct, histogram, cached)
+                emit(self._out(req, done, finish if done >= len(words) else None))
+        out = self._out(req, len(words), finish)
         if counted:
             with self.lock:
                 self.prompt_tokens_total += len(ids)
@@ -1683,6 +1685,8 @@ def crash_while_loading() -> None:
         raw(f'  File "{frame}')
         raw(f"    {code}")
     raw("AssertionError")
+    # the launch phase's SIGQUIT handler in the main process (entrypoints/engine.py:1301-1305)
+    log("Received sigquit from a child process. It usually means the child failed.")
     sys.exit(1)
 
 
@@ -1713,11 +1717,8 @@ def warm_up(httpd: ThreadingHTTPServer, delay: float = 0.0) -> None:
     log("The server is fired up and ready to roll!")
 
 
-def main(
-    argv: list[str] | None = None,
-    on_listening: Callable[[ThreadingHTTPServer], None] | None = None,
-) -> int:
-    """Parse sglang's flags, pretend to load, then serve until killed."""
+def parse_launch(argv: list[str] | None) -> argparse.Namespace | int:
+    """The launch as the image's sglang parses it; an exit status where it refuses it."""
     try:
         launch = Launch(image_package())
     except Exception as exc:  # noqa: BLE001 - a release whose parser needs more of sglang
@@ -1725,27 +1726,16 @@ def main(
         log("the launch with the stand-in's own parser (a subset: FIDELITY-5 M3)")
         launch = Launch(None)
     try:
-        args = launch.parse(argv)
+        return launch.parse(argv)
     except (AssertionError, ValueError) as exc:
         # ServerArgs.__post_init__ refusing the launch: Python's traceback, exit 1
         print("Traceback (most recent call last):", file=sys.stderr)
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
-    faults = parse_faults(os.environ.get("STANDIN_FAULT", ""))
-    unknown = faults - FAULTS
-    if unknown:
-        log(f"unknown STANDIN_FAULT {sorted(unknown)}; known: {sorted(FAULTS)}")
-        return 2
-    print("=" * 78, flush=True)
-    log(BANNER)
-    log(f"faults: {sorted(faults) or 'none'}")
-    print("=" * 78, flush=True)
-    log(f"server_args={json.dumps(vars(args), sort_keys=True, default=str)}")
-    if not os.path.isfile(os.path.join(args.model_path, "config.json")):
-        log(f"OSError: {args.model_path} is not a local folder with a config.json")
-        return 1
-    arch, _ = _model_config(args.model_path)
-    log(f"model architecture {arch}; tp={args.tp_size}; speculative={args.speculative_algorithm}")
+
+
+def pretend_to_load(args: argparse.Namespace, faults: frozenset[str]) -> None:
+    """The scheduler's start: the faults that strike while loading, the lines it prints."""
     if threading.current_thread() is threading.main_thread():
         # PID 1 in a container ignores SIGTERM unless a handler is set; exit like a server would.
         signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
@@ -1767,7 +1757,14 @@ def main(
     log("Load weight end. elapsed=0.50 s, type=StandIn, avail mem=0.00 GB", " TP0")
     if "forbidden-log" in faults:
         raw(METADATA_FALLBACK_LINE)
-    # Only now does anything listen on the port (http_server.py:2485-2500).
+
+
+def serve(
+    args: argparse.Namespace,
+    faults: frozenset[str],
+    on_listening: Callable[[ThreadingHTTPServer], None] | None,
+) -> int:
+    """Listen (only now: http_server.py:2485-2500), warm up, serve until killed."""
     tokenizer = load_tokenizer(args.tokenizer_path or args.model_path)
     if tokenizer is not None:
         log(f"tokenizer {type(tokenizer).__name__} from {args.tokenizer_path or args.model_path}")
@@ -1789,6 +1786,33 @@ def main(
     finally:
         httpd.server_close()
     return 0
+
+
+def main(
+    argv: list[str] | None = None,
+    on_listening: Callable[[ThreadingHTTPServer], None] | None = None,
+) -> int:
+    """Parse sglang's flags, pretend to load, then serve until killed."""
+    args = parse_launch(argv)
+    if isinstance(args, int):
+        return args
+    faults = parse_faults(os.environ.get("STANDIN_FAULT", ""))
+    unknown = faults - FAULTS
+    if unknown:
+        log(f"unknown STANDIN_FAULT {sorted(unknown)}; known: {sorted(FAULTS)}")
+        return 2
+    print("=" * 78, flush=True)
+    log(BANNER)
+    log(f"faults: {sorted(faults) or 'none'}")
+    print("=" * 78, flush=True)
+    log(f"server_args={json.dumps(vars(args), sort_keys=True, default=str)}")
+    if not os.path.isfile(os.path.join(args.model_path, "config.json")):
+        log(f"OSError: {args.model_path} is not a local folder with a config.json")
+        return 1
+    arch, _ = _model_config(args.model_path)
+    log(f"model architecture {arch}; tp={args.tp_size}; speculative={args.speculative_algorithm}")
+    pretend_to_load(args, faults)
+    return serve(args, faults, on_listening)
 
 
 if __name__ == "__main__":
