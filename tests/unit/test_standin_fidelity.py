@@ -274,3 +274,27 @@ def test_metrics_are_labelled_as_a_real_server_labels_them(start: Start) -> None
     with urllib.request.urlopen(f"{start('--dp', '2', '--enable-metrics')}/metrics") as resp:
         text = resp.read().decode()
     assert text.count('sglang:num_running_reqs{dp_rank="') == 2  # one scheduler per rank
+
+
+def test_a_tokenizer_s_own_template_marks_templated_text() -> None:
+    """The model's chat template (as transformers renders it) is what marks a templated
+    ``/generate`` prompt, beyond the known role markers."""
+
+    class Tokenizer:
+        chat_template = "{{ '<s><|turn|>user\\n' + messages[0]['content'] + '<|turn|>bot\\n' }}"
+        bos_token = "<s>"
+
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            assert add_generation_prompt and not tokenize
+            return f"<s><|turn|>user\n{messages[0]['content']}<|turn|>bot\n"
+
+        def encode(self, text: str) -> list[int]:
+            return [ord(c) for c in text]
+
+    argv = ["--model-path", str(MODEL), *MTP]
+    engine = server.Engine(server.build_parser().parse_args(argv), frozenset(), {})
+    assert not engine.templated("<|turn|>user\nhello")
+    engine.set_tokenizer(Tokenizer())
+    assert engine.templated("<|turn|>user\nhello<|turn|>bot\n")
+    assert not engine.templated("hello")
+    assert engine.templated("[gMASK]<sop><|user|>\nhello<|assistant|>")  # GLM's, as before
