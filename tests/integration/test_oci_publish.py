@@ -39,7 +39,10 @@ CHANGE = oci.ConfigChange(LABELS, {"SGLANG_USE_AITER": "1"}, oci.rfc3339(1700000
 
 
 def push_base(
-    address: str, repo: str = "lmsysorg/sglang:v0.5.14", kind: str = oci.DOCKER_MANIFEST
+    address: str,
+    repo: str = "lmsysorg/sglang:v0.5.14",
+    kind: str = oci.DOCKER_MANIFEST,
+    arch: str = "amd64",
 ) -> str:
     """A two-layer base pushed as ``address/repo``; its manifest digest."""
     layers = [
@@ -48,7 +51,7 @@ def push_base(
     ]
     config = oci.canonical_json(
         {
-            "architecture": "amd64",
+            "architecture": arch,
             "os": "linux",
             "config": {
                 "Env": ["PATH=/usr/bin"],
@@ -162,7 +165,8 @@ def test_another_registry_gets_the_base_layers_copied(
 
 def test_an_index_resolves_to_the_targets_platform(reg: Registry, tmp_path: Path) -> None:
     amd64 = push_base(reg.address, "lmsysorg/sglang:amd64", oci.OCI_MANIFEST)
-    arm64 = push_base(reg.address, "lmsysorg/sglang:arm64", oci.OCI_MANIFEST)
+    arm64 = push_base(reg.address, "lmsysorg/sglang:arm64", oci.OCI_MANIFEST, "arm64")
+    assert arm64 != amd64
     index = oci.canonical_json(
         {
             "schemaVersion": 2,
@@ -178,13 +182,23 @@ def test_an_index_resolves_to_the_targets_platform(reg: Registry, tmp_path: Path
             ],
         }
     )
-    dist.push_image(f"{reg.address}/lmsysorg/sglang:multi", index, oci.OCI_INDEX, (), None)
+    at = dist.push_image(f"{reg.address}/lmsysorg/sglang:multi", index, oci.OCI_INDEX, (), None)
     base = oreg.read_base(f"{reg.address}/lmsysorg/sglang:multi", cache=tmp_path / "c")
     assert base.digest == amd64
     with pytest.raises(Exception, match="no linux/s390x image .*linux/amd64, linux/arm64"):
         oreg.read_base(
             f"{reg.address}/lmsysorg/sglang:multi", architecture="s390x", cache=tmp_path / "c"
         )
+    # What a pull records is the index's digest: the cache answers it too (the index kept
+    # with the entry hashes to it and lists the manifest), with the registry gone.
+    reg.stop()
+    by_index = f"{reg.address}/lmsysorg/sglang@{at}"
+    assert oreg.read_base(by_index, cache=tmp_path / "c").digest == amd64
+    entry = oreg._entry(tmp_path / "c", at, "amd64")
+    doc = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**doc, "index": doc["index"].replace(amd64, arm64)}))
+    with pytest.raises(Exception, match="did not answer"):
+        oreg.read_base(by_index, cache=tmp_path / "c")  # a planted index reads as a miss
 
 
 def _added_file(image: oci.OverlayImage, base: oci.BaseImage) -> oci.OverlayImage:

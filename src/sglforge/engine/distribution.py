@@ -70,6 +70,7 @@ class RemoteImage:
     media_type: str
     manifest: bytes
     config: bytes
+    index: bytes | None = None  # the index the reference named, when it named one
 
 
 def digest_of(data: bytes) -> str:
@@ -93,7 +94,9 @@ def read_image(
     with RegistrySession(parsed.registry, creds) as session:
         wanted = parsed.digest or parsed.tag
         body, kind = _manifest(session, parsed, wanted, what, transfer)
+        index = None
         if kind in INDEX_TYPES or "manifests" in _object(body, ref, "manifest"):
+            index = body
             chosen = _platform_entry(_object(body, ref, "index"), ref, architecture, os_name)
             body, kind = _manifest(session, parsed, chosen, what, transfer)
             if digest_of(body) != chosen:
@@ -110,7 +113,7 @@ def read_image(
         if digest_of(blob) != digest:
             raise RegistryError(f"{ref}: the config blob served for {digest} has another sha256")
     name = f"{parsed.registry}/{parsed.repository}"
-    return RemoteImage(name, digest_of(body), kind, body, blob)
+    return RemoteImage(name, digest_of(body), kind, body, blob, index)
 
 
 def _manifest(
@@ -213,6 +216,11 @@ def push_image(
     if layers and base is None:
         raise PushFailed(f"{ref}: the manifest names layers that are neither given nor a base's")
     with RegistrySession(target.registry, creds) as session:
+        if base is None or parse(base.name, require_registry=True).registry != target.registry:
+            # No mount comes first: an upload opened (and cancelled) does the login, so the
+            # token asked for covers push as well as pull.
+            opened = _start_upload(session, target, transfer)
+            session.request("DELETE", opened).close()
         for digest, _size in layers:
             assert base is not None
             source = parse(base.name + "@" + base.digest, require_registry=True, allow_digest=True)

@@ -71,9 +71,12 @@ def read_base(
         "config": remote.config.decode(),
         "architecture": architecture,
     }
-    # Kept by the platform manifest's digest only: an index's digest names other bytes, so
-    # an entry under it could not be checked.
     atomic_write(_entry(folder, remote.digest, architecture), json.dumps(entry, sort_keys=True))
+    if remote.index is not None:
+        # Also by the index's digest (what a pull records), with the index to check it by.
+        indexed = {**entry, "index": remote.index.decode()}
+        key = oci.digest_of(remote.index)
+        atomic_write(_entry(folder, key, architecture), json.dumps(indexed, sort_keys=True))
     return base
 
 
@@ -97,7 +100,25 @@ def _cached(folder: Path, name: str, digest: str, architecture: str) -> oci.Base
         return None
     if named != oci.digest_of(config):
         return None
-    return base if base.digest == digest else None
+    if base.digest == digest:
+        return base
+    return base if _indexed(doc.get("index"), digest, base.digest, architecture) else None
+
+
+def _indexed(index: Any, digest: str, manifest: str, architecture: str) -> bool:
+    """Whether ``index`` (text) hashes to ``digest`` and lists ``manifest`` for the platform."""
+    if not isinstance(index, str) or oci.digest_of(index.encode()) != digest:
+        return False
+    try:
+        entries = json.loads(index).get("manifests") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(
+        isinstance(e, dict)
+        and e.get("digest") == manifest
+        and (e.get("platform") or {}).get("architecture") == architecture
+        for e in entries
+    )
 
 
 def publish(
