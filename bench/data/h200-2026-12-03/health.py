@@ -1,4 +1,6 @@
-import sys, urllib.request
+import sys
+import urllib.request
+
 try:
     sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=3).status == 200 else 1)
 except Exception:
