@@ -17,6 +17,8 @@ import pytest
 import requests
 
 from sglforge.engine import distribution as dist
+from sglforge.engine.credentials import Credentials
+from sglforge.engine.errors import RegistryAuthRefused
 from sglforge.errors import PublishError
 from sglforge.images import oci
 from sglforge.images import registry as oreg
@@ -43,6 +45,7 @@ def push_base(
     repo: str = "lmsysorg/sglang:v0.5.14",
     kind: str = oci.DOCKER_MANIFEST,
     arch: str = "amd64",
+    creds: Credentials | None = None,
 ) -> str:
     """A two-layer base pushed as ``address/repo``; its manifest digest."""
     layers = [
@@ -83,7 +86,7 @@ def push_base(
         }
     )
     blobs = [dist.Blob(x.blob) for x in layers] + [dist.Blob(config)]
-    return dist.push_image(f"{address}/{repo}", manifest, kind, blobs, None)
+    return dist.push_image(f"{address}/{repo}", manifest, kind, blobs, None, creds)
 
 
 @pytest.fixture
@@ -242,3 +245,19 @@ def test_a_foreign_image_under_the_tag_is_refused_and_never_promoted(
     assert theirs.digest in text and image.digest in text and "curl -X DELETE" in text
     assert dist.served_digest(ref) == theirs.digest  # nothing overwritten
     assert dist.served_digest(f"{reg.address}/sglforge/sglang:latest-mi355x") is None
+
+
+def test_a_registry_that_asks_for_a_login_gets_it_and_a_wrong_one_is_refused(
+    registry: Callable[..., Registry], tmp_path: Path
+) -> None:
+    r = registry("pusher", "oci-secret-3")
+    login = Credentials("pusher", "oci-secret-3")
+    push_base(r.address, creds=login)
+    base = oreg.read_base(f"{r.address}/lmsysorg/sglang:v0.5.14", login, cache=tmp_path / "c")
+    image = oci.overlay_image(base, FILES, DELETED, CHANGE, 1700000000)
+    ref = f"{r.address}/sglforge/sglang:v1"
+    with pytest.raises(RegistryAuthRefused) as refused:
+        oreg.publish(image, base, ref, Credentials("pusher", "wrong-password-9"), login)
+    assert "wrong-password-9" not in str(refused.value)
+    done = oreg.publish(image, base, ref, login, login)
+    assert done.transfer.mounted and dist.served_digest(ref, login) == image.digest
