@@ -397,10 +397,17 @@ def test_the_stand_ins_costs_follow_the_knobs() -> None:
     assert jittery.decode(10, 1, 1.05) == pytest.approx(0.105)
     assert server.CostModel({}, 1.0).request_factor() == 1.0  # off by default
     cache = server.PrefixCache(block=4, capacity_tokens=8)
-    assert cache.match_and_insert([1, 2, 3, 4, 5, 6, 7, 8]) == 0
-    assert cache.match_and_insert([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
-    assert cache.match_and_insert([9, 9, 9, 9]) == 0  # evicts the oldest block (LRU)
-    assert cache.match_and_insert([1, 2, 3, 4, 5]) == 0
+
+    def served(ids: list[int]) -> int:  # matched when scheduled, inserted after its prefill
+        hit = cache.match(ids)
+        cache.insert(ids)
+        return hit
+
+    assert cache.match([1, 2, 3, 4]) == 0  # nothing before a prefill ran
+    assert served([1, 2, 3, 4, 5, 6, 7, 8]) == 0
+    assert served([1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
+    assert served([9, 9, 9, 9]) == 0  # evicts the oldest block (LRU)
+    assert served([1, 2, 3, 4, 5]) == 0
 
 
 ROCMINFO = """\
