@@ -192,3 +192,18 @@ def test_the_single_stream_is_calibrated_in_the_same_boots(tmp_path: Path) -> No
     ]
     _, single_change = runner._changes(ctx, boots)
     assert single_change.figure == runner.SINGLE_FIGURE and single_change.dof == 9
+
+
+def test_the_dry_run_plan_uses_this_nodes_cached_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SGLFORGE_CACHE", str(tmp_path / "cache"))
+    sc = load_scenario(GLM)
+    declared = runner.plan(sc)
+    assert declared.boot_source == DECLARED_BOOT and declared.boots == 8
+    hardware = node_noise.node_hardware(sc.standin)
+    prof = node_noise.load(_profile(tmp_path, 0.003, (119.0, 75.0, 66.0, 70.0)))
+    node_noise.save(prof, node_noise.default_path(sc.name, hardware))
+    measured = runner.plan(sc)
+    assert measured.boot_source.startswith("measured:") and measured.boots < declared.boots
+    assert measured.node_minutes < declared.node_minutes

@@ -207,12 +207,19 @@ def run_bench(
 
 
 def plan(sc: Scenario, *, compared: bool = True) -> PlannedCost:
-    """The node-minutes a bench of the scenario plans (``publish --dry-run`` states it)."""
+    """The node-minutes a bench of the scenario plans (``publish --dry-run`` states it): with
+    this node's noise profile from the cache when there is one (its boots a side and boot
+    time), else the declared figures."""
+    from sglforge.bench import noise as node_noise
+
     if sc.bench is None:
         raise ConfigError(
             f"{sc.path}: the scenario has no [bench] table", "add one (see docs/bench.md)"
         )
-    return planned_cost(sc.bench, compared=compared)
+    prof = node_noise.find(sc.name, node_noise.node_hardware(sc.standin))
+    if prof is not None and prof.figure != speed_figure(sc.bench):
+        prof = None
+    return _plan_with(sc.bench, prof, compared=compared, warmup=True)
 
 
 def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
@@ -885,7 +892,10 @@ def _stops_early(ctx: _Ctx, boots: list[_Measured]) -> bool:
 
 def _planned(ctx: _Ctx, *, compared: bool) -> PlannedCost:
     """The plan with the node profile's noise and measured boot time when there is one."""
-    prof = ctx.profile
+    return _plan_with(ctx.bench, ctx.profile, compared=compared, warmup=ctx.warmup)
+
+
+def _plan_with(bench: Bench, prof: Any, *, compared: bool, warmup: bool) -> PlannedCost:
     noise = prof.noise() if prof and compared else None
     minutes = prof.boot_minutes() if prof else None
     boot = (
@@ -893,8 +903,7 @@ def _planned(ctx: _Ctx, *, compared: bool) -> PlannedCost:
         if prof and minutes
         else None
     )
-    return planned_cost(ctx.bench, compared=compared, noise=noise, boot_minutes=boot,
-                        warmup=ctx.warmup)  # fmt: skip
+    return planned_cost(bench, compared=compared, noise=noise, boot_minutes=boot, warmup=warmup)
 
 
 def run_calibration(
