@@ -85,6 +85,10 @@ Where it differs from the real server, on purpose:
   ``stream``: 400, ``srt/entrypoints/openai/serving_chat.py:512-516``) and ``ignore_eos``.
 - Simple arithmetic questions ("What is 17 + 25?") are answered correctly; other text is
   filler words.
+- Still kinder than a node, known: a prefill does not stall the other requests' decode steps
+  (0.5.14 runs a new prefill batch before the running decode batch, ``scheduler.py:2655-2657``,
+  ``enable_mixed_chunk`` off), so inter-token latency under load is better here;
+  ``/health_generate`` answers at once (0.5.14 waits >= 1 s, ``http_server.py:607-621``).
 
 aiter's tuned fused-MoE lookup (:class:`AiterFusedMoE`), when aiter is installed in the image
 (the replica's ``ensure_sglang_base(aiter=True)``: the real ``amd-aiter`` wheel's tree at
