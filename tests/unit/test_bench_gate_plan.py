@@ -207,3 +207,22 @@ def test_the_dry_run_plan_uses_this_nodes_cached_profile(
     measured = runner.plan(sc)
     assert measured.boot_source.startswith("measured:") and measured.boots < declared.boots
     assert measured.node_minutes < declared.node_minutes
+
+
+@pytest.mark.parametrize(
+    ("printed", "names"),
+    [
+        ("NVIDIA H200\n", ["NVIDIA H200"]),  # nvidia-smi --query-gpu=name --format=csv,noheader
+        ("NVIDIA H200\nNVIDIA H200\n", ["NVIDIA H200", "NVIDIA H200"]),
+        (  # rocm-smi --showproductname --csv
+            "device,Card Series,Card Model,Card Vendor,Card SKU\n"
+            "card0,AMD Instinct MI355X,0x75a3,Advanced Micro Devices Inc.,MI355X\n",
+            ["AMD Instinct MI355X"],
+        ),
+        ("", []),
+    ],
+)
+def test_the_hardware_a_profile_is_kept_under_is_the_devices_name(
+    printed: str, names: list[str]
+) -> None:
+    assert node_noise._gpu_names(printed) == names
