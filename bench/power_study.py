@@ -2,7 +2,7 @@
 
 The gate's own code runs every trial: a calibration run of K boots of one image
 (``sglforge.bench.noise.measure``: the node profile), the plan from it
-(``sglforge.bench.cost.boots_a_side`` / ``stats.boots_needed``: the boots a side that reach
+(``sglforge.bench.cost.boots_planned`` over ``stats.boots_needed``: the boots a side that reach
 ``max_mde``, or a refusal before any boot), then the ABBA comparison
 (``sglforge.bench.stats.compare``) with its two looks: after the first ABBA block, where it may
 stop (a pass or a drop), and at the planned boots.
