@@ -129,11 +129,27 @@ class Applied:
         return self.ref if self.python_only else self.commit
 
 
-def stamp_of(stamp: tuple[tuple[str, int, int], ...]) -> str:
-    """A short digest of a ``queue_stamp`` (every file under patches/, its size and mtime)."""
+def patches_stamp(root: Path) -> str:
+    """A digest of every entry under ``patches/`` with its size and modification time (ns):
+    equal stamps mean nothing there was written, renamed or removed in between. Taken under
+    the project lock, which every command that writes patches/ holds."""
     import hashlib
+    import os
 
-    return hashlib.sha256(repr(stamp).encode()).hexdigest()
+    seen: list[tuple[str, int, int]] = []
+    todo = [root / "patches"]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for e in entries:
+            st = e.stat(follow_symlinks=False)
+            seen.append((e.path, st.st_mtime_ns, st.st_size))
+            if e.is_dir(follow_symlinks=False):
+                todo.append(Path(e.path))
+    return hashlib.sha256(repr(sorted(seen)).encode()).hexdigest()
 
 
 def safe_ref(ref: str) -> str:
@@ -255,7 +271,7 @@ def apply_at(
         results = _apply_patches(run, pairs, steps)
     progress.current().finish(steps)
     done = WorktreeRecord(
-        ref, commit, queue.hash, git.head(wt), tuple(results), stamp=stamp_of(queue.stamp)
+        ref, commit, queue.hash, git.head(wt), tuple(results), stamp=patches_stamp(root)
     )
     return run.applied(write_record(root, done), reused=False)
 
@@ -435,7 +451,7 @@ def _apply_one(
             git.head(wt),
             (*results, stopped, *pending),
             complete=False,
-            stamp=stamp_of(queue.stamp),
+            stamp=patches_stamp(queue.root),
         ),
     )
     progress.current().finish(steps, ok=False)

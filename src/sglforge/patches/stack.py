@@ -20,8 +20,8 @@ from sglforge.patches.apply import (
     AppliedPatch,
     WorktreeRecord,
     apply_at,
+    patches_stamp,
     read_record,
-    stamp_of,
     worktree_path,
     write_record,
 )
@@ -35,7 +35,6 @@ from sglforge.queue.series import (
     SeriesEntry,
     load_pin,
     parse_patch,
-    queue_stamp,
     ref_version,
     validate_patch,
 )
@@ -306,7 +305,7 @@ def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
         _refuse_direction(names, opened, move, n, height)
         if n < height and opened is not None:
             same = opened.record.queue_hash == queue.hash
-            moved = _pop_to(queue.root, opened, n, stamp_of(queue.stamp) if same else "")
+            moved = _pop_to(queue.root, opened, n, patches_stamp(queue.root) if same else "")
         else:
             moved = _push_to(project, queue, ref, n, opened)
         stack = read_stack(queue, ref)
@@ -325,7 +324,7 @@ def _quick_move(project: Project, move: Move, ref: str | None) -> Stack | None:
     record = read_record(root, pin.ref)
     if record is None or not record.stamp or not (wt / ".git").exists():
         return None
-    if record.stamp != stamp_of(queue_stamp(root)):
+    if record.stamp != patches_stamp(root):
         return None
     _refuse_unsaved(wt, record, pin.ref, "", "", edits_ok=False)
     opened = _Open(wt, record, record.patches)
@@ -410,7 +409,7 @@ def _push_to(
         and opened.record.upstream_commit == commit
     ):
         todo = list(queue.patches[height:n])
-        pushed = _push_on_top(queue.root, ref, opened, n, todo, stamp_of(queue.stamp))
+        pushed = _push_on_top(queue.root, ref, opened, n, todo, patches_stamp(queue.root))
         if pushed is not None:
             return pushed
     part = replace(queue, entries=queue.entries[:n], patches=queue.patches[:n])

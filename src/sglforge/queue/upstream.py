@@ -129,6 +129,8 @@ class Upstream:
             return ref
         except UpstreamError:
             pass
+        if git.resolve_fixed(self.cache, f"v{ref}") is not None:
+            return f"v{ref}"  # in the local mirror: upstream is not asked
         try:
             known = self.tags()
         except UpstreamError:
