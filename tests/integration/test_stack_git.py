@@ -189,7 +189,8 @@ def test_list_marks_come_from_the_worktree(tmp_path: Path) -> None:
     upstream = make_upstream(tmp_path)
     root = make_project(tmp_path, upstream, FOUR[:3])
     assert cli(root, "patches", "apply")[0] == 0
-    assert cli(root, "patches", "reorder", C, "--first")[0] == 0
+    rc, out, _ = cli(root, "patches", "reorder", C, "--first")
+    assert rc == 0 and "is now stale" in out and "sglforge patches apply" in out
     seen = listed(root)
     assert seen["stale"] is True and seen["top"] is None and seen["applied"] == []
     assert seen["states"] == ["stale", "stale", "stale"]

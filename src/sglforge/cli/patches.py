@@ -598,6 +598,8 @@ def reorder_cmd(
 
     r = reorder_patch(st.project, name, before, after, first, last, renumber)
     _render_edit(r, as_json)
+    if not as_json:
+        _say_if_stale(st)
 
 
 def _render_edit(r: Any, as_json: bool) -> None:
@@ -926,3 +928,18 @@ def fold_cmd(st: State, name: str, into: str, as_json: bool) -> None:
         return
     click.echo(f"folded {r.name} into {r.into} (kept as {r.retired})")
     click.echo("series: " + ", ".join(r.series))
+    _say_if_stale(st)
+
+
+def _say_if_stale(st: State) -> None:
+    """After an edit of the series: say when the pin's worktree no longer matches it (its
+    applied commits renamed, reordered or folded), as `patches list` marks it (U6)."""
+    from sglforge.patches.stack import read_stack
+
+    st.project.reload()
+    stack = read_stack(st.project.queue)
+    if stack.stale:
+        click.echo(
+            f"worktree {stack.worktree} is now stale (the patches applied there changed "
+            "place): make it again with `sglforge patches apply`"
+        )
