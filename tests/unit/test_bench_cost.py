@@ -20,18 +20,26 @@ ROOT = Path(__file__).resolve().parents[2]
 TP8 = ROOT / "smoke" / "glm5-mxfp4-mtp-mi355x.toml"
 
 
-def test_the_tp8_gate_plans_at_most_30_node_minutes_and_says_where_they_go() -> None:
+def test_the_tp8_gate_plan_says_where_its_node_minutes_go() -> None:
     b = load_scenario(TP8).bench
     assert b is not None
     plan = planned_cost(b)
     parts = {p.name.split(",")[0].split(":")[0]: p for p in plan.parts}
     assert plan.boots == 8 and parts["boots"].minutes == 16.0  # 4 per side, ABBA
+    assert plan.boot_source.startswith("declared")  # the MI355X's boot time is not measured
     # The search starts under the case study's 2.4 RPS knee: 2, 3.2, two bisections.
     assert parts["knee search"].name == "knee search, at most 4 probes"
-    assert parts["calibration"].count == 1  # the first probe again (0.5.14: GSP lengths)
+    # every boot discards a warm-up probe of the compared shape (issue 40); the first one
+    # calibrates the generated-shared-prefix lengths, so no probe runs twice
+    assert parts["warm-up probe"].count == 8 and "calibration" not in parts
     assert parts["speed probe at concurrency 16"].count == 8
-    assert plan.node_minutes <= 30
-    assert plan.as_dict()["node_minutes"] == pytest.approx(27.4, abs=0.05)
+    assert plan.as_dict()["node_minutes"] == pytest.approx(31.1, abs=0.05)
+    # without the warm-up: the first probe again (0.5.14: GSP lengths), issue 29's 30 held
+    bare = planned_cost(b, warmup=False)
+    bare_parts = {p.name.split(",")[0].split(":")[0]: p for p in bare.parts}
+    assert bare_parts["calibration"].count == 1 and "warm-up probe" not in bare_parts
+    assert bare.node_minutes <= 30
+    assert bare.as_dict()["node_minutes"] == pytest.approx(27.4, abs=0.05)
 
 
 def _probe(rate: float, passes: bool) -> Point:
