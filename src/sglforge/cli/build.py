@@ -159,7 +159,10 @@ def render_result(r: BuildResult) -> str:
         head = f"up to date: {r.image} (same inputs; nothing built)"
     else:
         head = f"built {r.image} ({r.mode}) in {r.seconds:.1f}s"
-    lines = [head, f"  id      {r.id}", f"  digest  {r.digest or '(none until pushed)'}"]
+    digest = r.digest or "(none until pushed)"
+    if r.plan.oci is not None:  # the inputs name it: the same in any registry it is pushed to
+        digest = f"{r.plan.oci.image.digest} (the inputs'; any registry serves it as this)"
+    lines = [head, f"  id      {r.id}", f"  digest  {digest}"]
     lines.append(f"  base    {r.base}" + (f" @ {r.base_digest}" if r.base_digest else ""))
     lines.append(f"  files   {len(r.changed_files)} changed by the queue")
     for t in r.tags[1:]:
