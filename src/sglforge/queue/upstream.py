@@ -96,13 +96,18 @@ class Upstream:
         """Fetch every tag and branch of a git upstream (once a run): for the commands that
         ask what upstream has now (``upstream tags``, ``upgrade``, ``patches check``, ``pin``).
         Every other command works from the local mirror and fetches only what it lacks."""
-        if self.pypi is None and not self._fetched[0]:
+        if not self._from_pypi() and not self._fetched[0]:
             git.fetch_cache(self.cache, self.source)
             self._fetched[0] = True
 
+    def _from_pypi(self) -> bool:
+        """A history built from PyPI wheels: nothing to fetch from git (its releases are
+        imported when asked for)."""
+        return self.pypi is not None or self.python_only
+
     def _fetch_names(self, ref: str) -> None:
         """Fetch ``ref`` alone (a tag by name; anything else brings the whole fetch)."""
-        if self.pypi is None and not self._fetched[0]:
+        if not self._from_pypi() and not self._fetched[0]:
             git.fetch_cache(self.cache, self.source, (ref,))
 
     def tags(self) -> list[str]:
