@@ -24,6 +24,7 @@ Requires-Dist: torch==2.14.1
 Requires-Dist: torchvision
 Requires-Dist: av==16.1.0; sys_platform == "linux" and platform_machine == "aarch64"
 Requires-Dist: flashinfer_python[cu13]==0.7.2
+Requires-Dist: apache-tvm-ffi==0.1.11
 Requires-Dist: pytest; extra == "test"
 """
 
@@ -42,6 +43,8 @@ MODULES = {
         "from ..srt import common\n"
         "try:\n    import flashinfer\nexcept ImportError:\n    pass\n"
         "if False:\n    import av\n"
+        # a platform switch: followed, installed only what the release requires
+        "if _is_cuda:\n    import cuda_only_thing\nelse:\n    import tvm_ffi\n"
         "def later():\n    import pytest\n"
         "def cli_main():\n    pass\n"
     ),
@@ -68,6 +71,7 @@ def test_requirements_follow_the_release_metadata_and_bench_serving_s_imports(
     reqs = bench_requirements(wheel(tmp_path))
     assert reqs == (
         "aiohttp==3.14.5",  # unpinned by the release: the version the replica was benched with
+        "apache-tvm-ffi==0.1.11",  # import tvm_ffi under an if, required by the release
         "msgspec",  # unpinned, unknown here: pip's choice
         "openai==2.8.0",  # the release's pin
         "pillow==13.0.0",  # import PIL, not in Requires-Dist: the known version
@@ -77,7 +81,14 @@ def test_requirements_follow_the_release_metadata_and_bench_serving_s_imports(
     )
     # not followed: the package root (trimmed in the replica), try/if/def imports, a module
     # nothing reaches (sentencepiece); not installed: torchvision (the stub), the stdlib
-    for absent in ("torch_only_in_the_root", "flashinfer", "av", "pytest", "sentencepiece"):
+    for absent in (
+        "torch_only_in_the_root",
+        "flashinfer",
+        "av",
+        "pytest",
+        "sentencepiece",
+        "cuda_only_thing",
+    ):
         assert not any(r.startswith(absent) for r in reqs), absent
     assert not any(r.startswith("torchvision") for r in reqs)
 

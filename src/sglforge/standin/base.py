@@ -172,6 +172,9 @@ TORCHVISION_STUB = {
     ),
 }
 
+# The torchvision release paired with the replica's torch 2.13 (the stub's recorded version).
+TORCHVISION_STUB_VERSION = "0.28.0"
+
 MANAGED = "io.sglforge.managed"
 STANDIN = "io.sglforge.standin"
 HASH_LABEL = "io.sglforge.standin.hash"
@@ -686,6 +689,11 @@ _BENCH_LINES = (
     "      --find-links /tmp/sglforge-bench-wheels {deps} \\\n"
     " && rm -rf /tmp/sglforge-bench-wheels\n"
     f"COPY torchvision/ {SITE_PACKAGES}/torchvision/\n"
+    # the stub's version, as pip would record it: transformers >= 5.19 parses it at import
+    f"RUN mkdir -p {SITE_PACKAGES}/torchvision-{TORCHVISION_STUB_VERSION}.dist-info \\\n"
+    f" && printf 'Metadata-Version: 2.1\\nName: torchvision\\nVersion: "
+    f"{TORCHVISION_STUB_VERSION}\\n' > "
+    f"{SITE_PACKAGES}/torchvision-{TORCHVISION_STUB_VERSION}.dist-info/METADATA\n"
     f"COPY tokenizer/ {STANDIN_TOKENIZER}/\n"
 )
 

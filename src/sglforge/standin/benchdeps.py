@@ -3,9 +3,12 @@
 ``python3 -m sglang.bench_serving`` imports a different set of packages in every release
 (0.5.23 added ``msgspec``; issue 45, U19). The list is therefore derived from the release
 wheel, not written down once: the modules it reaches from ``sglang.bench_serving`` through
-module-level imports (an import under ``try``/``if`` or inside a function is optional, and is
-not followed), and of those the ones outside sglang and the standard library, each spelled as
-the release's own ``Requires-Dist`` spells it. Where the release pins a version (``==``) that
+module-level imports, and of those the ones outside sglang and the standard library, each
+spelled as the release's own ``Requires-Dist`` spells it. An import inside a function or a
+``try`` (optional) is not followed; one under a module-level ``if`` (a platform switch such as
+``if _is_cuda:``) is, but what it reaches is installed only when the release requires it
+(``Requires-Dist``): a CUDA-only or NPU-only package is left out, one every platform needs
+(``apache-tvm-ffi`` in 0.5.23) is not. Where the release pins a version (``==``) that
 version is installed; where it gives a range or nothing, the version this replica was benched
 with (:data:`PINS`, when it satisfies the range), else pip's choice within the range.
 
@@ -60,6 +63,7 @@ DISTRIBUTIONS = {
     "attr": "attrs",
     "dateutil": "python-dateutil",
     "google": "protobuf",
+    "tvm_ffi": "apache-tvm-ffi",
 }
 
 
@@ -70,10 +74,10 @@ def bench_requirements(wheel: Path, entry: str = ENTRY) -> tuple[str, ...]:
         imported = external_imports(zf, entry)
         requires = requires_dist(zf)
     out: dict[str, str] = {}
-    for name in imported:
+    for name, always in imported.items():
         dist = DISTRIBUTIONS.get(name, name)
         key = canonicalize_name(dist)
-        if key in STUBBED:
+        if key in STUBBED or not (always or key in requires):
             continue
         out[key] = CPU_TORCH if key == "torch" else _spec(dist, key, requires.get(key))
     return tuple(out[k] for k in sorted(out))
@@ -105,31 +109,38 @@ def requires_dist(zf: zipfile.ZipFile) -> Mapping[str, Requirement]:
     return found
 
 
-def external_imports(zf: zipfile.ZipFile, entry: str) -> list[str]:
+def external_imports(zf: zipfile.ZipFile, entry: str) -> dict[str, bool]:
     """Top-level names outside sglang and the standard library that the modules reached from
-    ``entry`` import at module level (sorted)."""
+    ``entry`` import at import time, each True when reached with no module-level ``if`` on
+    the way (sorted by name)."""
     names = set(zf.namelist())
     top = entry.partition(".")[0]
-    seen: set[str] = set()
-    external: set[str] = set()
-    todo = [entry]
+    seen: dict[str, bool] = {}
+    external: dict[str, bool] = {}
+    todo = [(entry, True)]
     while todo:
-        module = todo.pop()
+        module, always = todo.pop()
         path = _path_of(module, names)
-        if module in seen or path is None:
+        if path is None or seen.get(module) is True or (module in seen and not always):
             continue
-        seen.add(module)
+        seen[module] = always
         parts = module.split(".")
         # importing a.b.c runs a.b's __init__ (the package root's own is trimmed in the
         # replica, and never followed)
-        todo += [".".join(parts[:i]) for i in range(2, len(parts))]
+        todo += [(".".join(parts[:i]), always) for i in range(2, len(parts))]
         package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
-        for name, members in _module_imports(zf.read(path), package):
+        for name, members, plain in _module_imports(zf.read(path), package):
+            reached = always and plain
             if name.partition(".")[0] == top:
-                todo += [name, *(f"{name}.{m}" for m in members)]
+                todo += [(m, reached) for m in (name, *(f"{name}.{m}" for m in members))]
             else:
-                external.add(name.partition(".")[0])
-    return sorted(n for n in external if n not in sys.stdlib_module_names and n != "__future__")
+                first = name.partition(".")[0]
+                external[first] = external.get(first, False) or reached
+    return {
+        n: external[n]
+        for n in sorted(external)
+        if n not in sys.stdlib_module_names and n != "__future__"
+    }
 
 
 def _path_of(module: str, names: set[str]) -> str | None:
@@ -137,21 +148,29 @@ def _path_of(module: str, names: set[str]) -> str | None:
     return next((p for p in (f"{base}.py", f"{base}/__init__.py") if p in names), None)
 
 
-def _module_imports(source: bytes, package: str) -> Iterable[tuple[str, tuple[str, ...]]]:
-    """(module, names taken from it) for each import statement at the module's top level."""
+def _module_imports(source: bytes, package: str) -> Iterable[tuple[str, tuple[str, ...], bool]]:
+    """(module, names taken from it, outside any ``if``) for each import statement a module
+    runs at import time: its top level and its module-level ``if``/``else`` bodies (not
+    ``if TYPE_CHECKING:``, a ``try`` or a function)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, ()
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - (node.level - 1)]
-                name = ".".join([*parts, *([node.module] if node.module else [])])
-            else:
-                name = node.module or ""
-            yield name, tuple(a.name for a in node.names if a.name != "*")
+    todo: list[tuple[list[ast.stmt], bool]] = [(tree.body, True)]
+    while todo:
+        body, plain = todo.pop()
+        for node in body:
+            if isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    todo += [(node.body, False), (node.orelse, False)]
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield alias.name, (), plain
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    parts = parts[: len(parts) - (node.level - 1)]
+                    name = ".".join([*parts, *([node.module] if node.module else [])])
+                else:
+                    name = node.module or ""
+                yield name, tuple(a.name for a in node.names if a.name != "*"), plain
