@@ -294,7 +294,7 @@ def test_an_unchanged_image_passes_against_a_registry_only_baseline_with_the_tab
     md = summary.read_text()
     assert header in (out / "bench.md").read_text() and header in md
     # the step summary's chart is Mermaid (GitHub renders it), with the sweep's own numbers
-    bars = re.search(r"(?m)^\s*bar \[(.*)\]$", md)
+    bars = re.search(r'(?m)^\s*bar (?:"[^"]*" )?\[(.*)\]$', md)
     assert bars and [float(x) for x in bars.group(1).split(",")] == [
         p["output_tok_s"] for p in doc["sweep"]
     ]

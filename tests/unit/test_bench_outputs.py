@@ -67,7 +67,7 @@ def _mermaid_blocks(md: str) -> list[str]:
 def _series(block: str, kind: str) -> list[list[float]]:
     return [
         [float(x) for x in m.split(",")]
-        for m in re.findall(rf"^\s*{kind} \[([^\]]*)\]", block, re.M)
+        for m in re.findall(rf'^\s*{kind} (?:"[^"]*" )?\[([^\]]*)\]', block, re.M)
     ]
 
 
@@ -84,13 +84,29 @@ def test_the_step_summary_holds_the_table_the_comparison_and_charts_of_the_repor
     assert "| decode_tok_s_per_request_at_concurrency_2 | 1000.0 | 950.0 | -5.0% |" in md
     # Charts GitHub renders (an SVG path on the runner renders nowhere): the same numbers
     # as report.json's sweep, in rate order, and the TTFT limit as its own line.
-    tok_chart, ttft_chart = _mermaid_blocks(md)
+    # The measured series dark, the limit pale and drawn first, the knee's bar green; each
+    # titled, and a legend in words under each chart with the STAND-IN label and the knee.
+    tok_chart, ttft_chart, vs_chart = _mermaid_blocks(md)
     for block in (tok_chart, ttft_chart):
-        assert block.startswith("xychart-beta\n") and "knee 6 RPS" in block and "STAND-IN" in block
+        assert block.startswith("%%{init: ") and "\nxychart-beta\n" in block
         assert 'x-axis "offered request rate (requests/s)" ["3", "6", "9"]' in block
-    assert _series(tok_chart, "bar") == [[p["output_tok_s"] for p in doc["sweep"]]]
-    ttft, limit = _series(ttft_chart, "line")
+        legend = md.split(block)[1].split("\n")[2]
+        assert legend.startswith("Legend: ") and "STAND-IN" in legend and "knee 6 RPS" in legend
+    tok, knee = _series(tok_chart, "bar")
+    assert tok == [p["output_tok_s"] for p in doc["sweep"]] and knee == [0.0, 401.5, 0.0]
+    assert '"plotColorPalette": "#1f4e9c, #1b7f3b"' in tok_chart
+    limit, ttft = _series(ttft_chart, "line")
     assert ttft == [p["ttft_p95_s"] for p in doc["sweep"]] and limit == [1.0, 1.0, 1.0]
+    assert '"plotColorPalette": "#e8a0a0, #1f4e9c"' in ttft_chart
+    assert ".line-plot-0 path { stroke-dasharray" in ttft_chart
+    assert 'line "limit 1 s (a limit, not measured)"' in ttft_chart
+    # A compared run: the baseline's figure beside the candidate's, as report.json has them.
+    (change,) = doc["regression"]["changes"]
+    assert _series(vs_chart, "bar") == [[change["baseline"], 0.0], [0.0, change["candidate"]]]
+    assert '["concurrency 2: baseline", "concurrency 2: this image"]' in vs_chart
+    for block in _mermaid_blocks(md):
+        title = re.search(r'title "(.*)"', block)
+        assert title and len(title.group(1)) <= 50
     assert "/tmp" not in md.split("```mermaid")[-1] and "`build/bench/` artifact" in md
 
 

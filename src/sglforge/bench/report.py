@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
 from pathlib import Path
 from typing import Any
 
-from sglforge import reports
+from sglforge import charts, reports
 from sglforge.bench.cost import PlannedCost
 from sglforge.bench.stats import INCONCLUSIVE, Change, Point
 from sglforge.scenario.bench import Knee
@@ -470,12 +470,6 @@ def _cost_line(report: BenchReport) -> str:
     )
 
 
-def _mermaid_text(text: str) -> str:
-    """``text`` inside a Mermaid quoted string: one line, escaped as Markdown free text, no
-    double quote (it would end the string)."""
-    return reports.md_text(text).replace('"', "'")
-
-
 def markdown(report: BenchReport) -> str:
     """The step summary: the table CI renders, the knee, single stream, comparison, chart."""
     headers, rows = table_rows(report)
@@ -563,49 +557,85 @@ def chart_series(report: BenchReport) -> tuple[list[float], list[float], list[fl
 
 def mermaid(report: BenchReport) -> list[str]:
     """The knee search as Mermaid ``xychart-beta`` blocks (GitHub renders them in step
-    summaries and Markdown; an SVG path on the runner renders nowhere): output tok/s/node,
-    then TTFT p95 with the limit, by offered rate; the knee named in each title."""
+    summaries; an SVG on the runner renders nowhere), drawn by :mod:`sglforge.charts`: output
+    tok/s/node with the knee's bar marked, TTFT p95 over its limit and, on a compared run, the
+    baseline beside the candidate; each with its legend under it."""
     rates, tok, ttft = chart_series(report)
     if not rates:
         return ["(no knee probe ran: no chart)"]
     k = report.run.knee
-    knee = f", knee {k.request_rate:g} RPS" if k else ", no knee"
-    axis = "[" + ", ".join(f'"{r:g}"' for r in rates) + "]"
     limit = report.knee_rule.ttft_p95_max_s
-    label = _label(report)
-
-    def block(title: str, y_title: str, top: float, lines: list[str]) -> list[str]:
-        return [
-            "```mermaid",
-            "xychart-beta",
-            f'    title "{_mermaid_text(title)}"',
-            f'    x-axis "offered request rate (requests/s)" {axis}',
-            f'    y-axis "{y_title}" 0 --> {top:g}',
-            *lines,
-            "```",
-        ]
-
-    def nums(values: Sequence[float]) -> str:
-        # every digit report.json has (its sweep is rounded to 3 and 4 places)
-        return "[" + ", ".join(f"{v:.12g}" for v in values) + "]"
-
-    tok_top = ticks(max(tok + [1.0]))[-1]
-    ttft_top = ticks(max(ttft + [limit]) * 1.05)[-1]
-    return [
-        *block(
-            f"{report.scenario}: output tok/s per node ({label}{knee})",
-            "output tok/s per node",
-            tok_top,
-            [f"    bar {nums(tok)}"],
+    labels = tuple(f"{r:g}" for r in rates)
+    x_title = "offered request rate (requests/s)"
+    note = f"{_label(report)}; " + (f"knee {k.request_rate:g} RPS." if k else "no knee.")
+    bars = [charts.Series("output tok/s per node, measured", tuple(tok), kind="bar")]
+    if k is not None and k.request_rate in rates:
+        at = rates.index(k.request_rate)
+        knee_bar = tuple(v if i == at else 0.0 for i, v in enumerate(tok))
+        bars.append(
+            charts.Series(f"the knee, {k.request_rate:g} RPS", knee_bar, charts.MARKER, "bar")
+        )
+    tok_chart = charts.XYChart(
+        "output tok/s per node by offered rate", x_title, labels, "output tok/s per node",
+        charts.ticks(max([*tok, 1.0]))[-1], tuple(bars), note,
+    )  # fmt: skip
+    ttft_chart = charts.XYChart(
+        f"TTFT p95 by offered rate, limit {limit:g} s", x_title, labels, "TTFT p95 (s)",
+        charts.ticks(max([*ttft, limit]) * 1.05)[-1],
+        (
+            charts.Series(f"limit {limit:g} s (a limit, not measured)", (limit,) * len(rates),
+                          charts.LIMIT),
+            charts.Series("TTFT p95, measured", tuple(ttft)),
         ),
-        "",
-        *block(
-            f"{report.scenario}: TTFT p95 (s), limit {limit:g} s ({label}{knee})",
-            "TTFT p95 (s)",
-            ttft_top,
-            [f"    line {nums(ttft)}", f"    line {nums([limit] * len(rates))}"],
+        note,
+    )  # fmt: skip
+    out = [*charts.mermaid(tok_chart), "", *charts.mermaid(ttft_chart)]
+    if report.changes:
+        out += ["", *charts.mermaid(_compared_chart(report))]
+    return out
+
+
+def _figure_name(figure: str) -> str:
+    """A compared figure's short name for a chart's label."""
+    at = re.search(r"at_concurrency_(\d+)$", figure)
+    if at:
+        return f"concurrency {at.group(1)}"
+    return "single stream" if figure.startswith("single_stream") else figure.replace("_", " ")
+
+
+def _change_words(c: Change) -> str:
+    level = 1 - 2 * (1 - c.confidence)
+    verdict = {"regressed": "REGRESSION", "passed": "no significant drop"}.get(
+        c.status, "inconclusive"
+    )
+    return f"{c.mean:+.1%} ({level:.0%} CI {c.low:+.1%}..{c.high:+.1%}), {verdict}"
+
+
+def _compared_chart(report: BenchReport) -> charts.XYChart:
+    """Each compared figure's baseline and candidate as two neighbouring bars."""
+    labels: list[str] = []
+    base: list[float] = []
+    cand: list[float] = []
+    for c in report.changes:
+        name = _figure_name(c.figure)
+        labels += [f"{name}: baseline", f"{name}: this image"]
+        base += [c.baseline, 0.0]
+        cand += [0.0, c.candidate]
+    decode = all("decode_tok_s" in c.figure for c in report.changes)
+    unit = "decode tok/s per request" if decode else "figure"
+    against = report.baseline.image if report.baseline else "-"
+    note = f"Baseline {against}: " + "; ".join(
+        f"{_figure_name(c.figure)} {_change_words(c)}" for c in report.changes
+    )
+    return charts.XYChart(
+        f"baseline vs this image: {unit}", "compared figure", tuple(labels), unit,
+        charts.ticks(max([*base, *cand, 1.0]))[-1],
+        (
+            charts.Series("baseline", tuple(base), charts.BASELINE, "bar"),
+            charts.Series("this image", tuple(cand), kind="bar"),
         ),
-    ]
+        note + ".",
+    )  # fmt: skip
 
 
 def junit_suite(report: BenchReport) -> reports.Suite:
@@ -707,205 +737,29 @@ def junit_xml(report: BenchReport) -> str:
     return reports.junit_xml([junit_suite(report)], "sglforge bench")
 
 
-def ticks(high: float, count: int = 5) -> list[float]:
-    """Round tick values from 0 to at least ``high`` (steps of 1, 2 or 5 x 10^k)."""
-    high = max(high, 1e-9)
-    raw = high / count
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    n = math.ceil(high / step - 1e-9)
-    return [round(i * step, 10) for i in range(n + 1)]
-
-
-@dataclass(frozen=True)
-class _Chart:
-    """The chart's geometry: the plot area inside its padding, each axis's ticks (the last
-    tick is the axis's top) and the TTFT limit; maps values to pixels."""
-
-    width: int
-    height: int
-    pad_l: int
-    pad_t: int
-    w: int
-    h: int
-    limit: float
-    x_ticks: list[float]
-    tok_ticks: list[float]
-    ttft_ticks: list[float]
-
-    @classmethod
-    def of(cls, rows: Sequence[Point], limit: float, width: int, height: int) -> _Chart:
-        """The padding, and ticks covering every point's rate, output tok/s and TTFT p95
-        (and the limit, with 5 % headroom above the highest TTFT)."""
-        pad_l, pad_r, pad_t, pad_b = 70, 70, 50, 60
-        return cls(
-            width=width,
-            height=height,
-            pad_l=pad_l,
-            pad_t=pad_t,
-            w=width - pad_l - pad_r,
-            h=height - pad_t - pad_b,
-            limit=limit,
-            x_ticks=ticks(max([p.request_rate for p in rows] + [1.0])),
-            tok_ticks=ticks(max([p.output_tok_s for p in rows] + [1.0])),
-            ttft_ticks=ticks(max([p.ttft_p95_s for p in rows] + [limit]) * 1.05),
+def svg(report: BenchReport) -> str:
+    """The knee search as chart.svg (drawn by :mod:`sglforge.charts`): output tok/s/node and
+    TTFT p95 against the offered rate on two axes, the limit, the knee, a legend and, on a
+    compared run, the baseline's figures beside the candidate's."""
+    rates, tok, ttft = chart_series(report)
+    k = report.run.knee
+    knee = f"knee {k.request_rate:g} RPS" if k else "no knee"
+    return charts.svg(
+        charts.KneeChart(
+            title=f"{report.scenario}: output tok/s per node and TTFT p95 by offered rate",
+            subtitle=f"{_label(report)}; {knee}; {report.run.image}",
+            rates=tuple(rates),
+            tok=tuple(tok),
+            ttft=tuple(ttft),
+            limit=report.knee_rule.ttft_p95_max_s,
+            knee=(k.request_rate, round(k.output_tok_s, 3)) if k else None,
+            baseline=report.baseline.image if report.baseline else "",
+            compared=tuple(
+                charts.Compared(_figure_name(c.figure), c.baseline, c.candidate, _change_words(c))
+                for c in report.changes
+            ),
         )
-
-    @property
-    def base(self) -> int:
-        """The x axis's pixel row (the bottom of the plot area)."""
-        return self.pad_t + self.h
-
-    @property
-    def right(self) -> int:
-        """The right-hand (TTFT) axis's pixel column."""
-        return self.pad_l + self.w
-
-    def x(self, v: float) -> float:
-        """The pixel column of request rate ``v``."""
-        return self.pad_l + v / self.x_ticks[-1] * self.w
-
-    def y_tok(self, v: float) -> float:
-        """The pixel row of output tok/s ``v`` (left axis)."""
-        return self.pad_t + self.h - v / self.tok_ticks[-1] * self.h
-
-    def y_ttft(self, v: float) -> float:
-        """The pixel row of TTFT ``v`` (right axis), clipped at its top."""
-        ttft_max = self.ttft_ticks[-1]
-        return self.pad_t + self.h - min(v, ttft_max) / ttft_max * self.h
-
-
-def svg(report: BenchReport, width: int = 720, height: int = 400) -> str:
-    """The knee search as a chart: output tok/s/node and TTFT p95 against the offered rate,
-    both axes with ticks, the TTFT limit, the knee marked, and a legend."""
-    rows = [p for p in report.run.sweep if math.isfinite(p.request_rate)]
-    chart = _Chart.of(rows, report.knee_rule.ttft_p95_max_s, width, height)
-    out = _chart_frame(chart, escape(report.scenario), escape(_label(report)))
-    out += _chart_ticks(chart)
-    out += _chart_axis_titles(chart)
-    out += _chart_limit_and_knee(chart, report.run.knee)
-    out += _chart_series(chart, rows)
-    out += _chart_legend(chart)
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def _chart_frame(c: _Chart, name: str, label: str) -> list[str]:
-    """The opening tag, the title, the white background and the three axis lines."""
-    width, height, pad_l, pad_t, base, right = c.width, c.height, c.pad_l, c.pad_t, c.base, c.right
-    return [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f"<title>{name}: output tok/s/node and TTFT p95 by request rate ({label})</title>",
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{pad_l}" y="20" font-size="13">{name} ({label})</text>',
-        f'<line x1="{pad_l}" y1="{base}" x2="{right}" y2="{base}" stroke="black"/>',
-        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{base}" stroke="black"/>',
-        f'<line x1="{right}" y1="{pad_t}" x2="{right}" y2="{base}" stroke="black"/>',
-    ]
-
-
-def _chart_ticks(c: _Chart) -> list[str]:
-    """Each axis's ticks and labels: the rate below, output tok/s on the left (with grid
-    lines), TTFT p95 on the right."""
-    pad_l, base, right = c.pad_l, c.base, c.right
-    out = []
-    for t in c.x_ticks:
-        out.append(
-            f'<line x1="{c.x(t):.1f}" y1="{base}" x2="{c.x(t):.1f}" y2="{base + 5}" '
-            'stroke="black"/>'
-        )
-        out.append(f'<text x="{c.x(t):.1f}" y="{base + 17}" text-anchor="middle">{t:g}</text>')
-    for t in c.tok_ticks:
-        yy = c.y_tok(t)
-        out.append(
-            f'<line x1="{pad_l - 5}" y1="{yy:.1f}" x2="{pad_l}" y2="{yy:.1f}" stroke="black"/>'
-        )
-        out.append(f'<line x1="{pad_l}" y1="{yy:.1f}" x2="{right}" y2="{yy:.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{pad_l - 8}" y="{yy + 4:.1f}" text-anchor="end">{t:g}</text>')
-    for t in c.ttft_ticks:
-        yy = c.y_ttft(t)
-        out.append(
-            f'<line x1="{right}" y1="{yy:.1f}" x2="{right + 5}" y2="{yy:.1f}" stroke="#d70"/>'
-        )
-        out.append(f'<text x="{right + 8}" y="{yy + 4:.1f}" fill="#d70">{t:g}</text>')
-    return out
-
-
-def _chart_axis_titles(c: _Chart) -> list[str]:
-    """What each axis measures: the rate below, output tok/s left, TTFT p95 right."""
-    return [
-        f'<text x="{c.pad_l + c.w / 2}" y="{c.height - 22}" text-anchor="middle">'
-        "offered request rate (requests/s)</text>",
-        f'<text transform="translate(16 {c.pad_t + c.h / 2}) rotate(-90)" text-anchor="middle">'
-        "output tok/s per node</text>",
-        f'<text transform="translate({c.width - 12} {c.pad_t + c.h / 2}) rotate(90)" '
-        'text-anchor="middle" fill="#d70">TTFT p95 (s)</text>',
-    ]
-
-
-def _chart_limit_and_knee(c: _Chart, k: Point | None) -> list[str]:
-    """The TTFT limit as a dashed red line, and the knee (when found) as a dashed green
-    line with its rate and output tok/s."""
-    y_limit = c.y_ttft(c.limit)
-    out = [
-        f'<line x1="{c.pad_l}" y1="{y_limit:.1f}" x2="{c.right}" y2="{y_limit:.1f}" '
-        'stroke="red" stroke-dasharray="4 3"/>'
-    ]
-    if k is not None:
-        xk = c.x(k.request_rate)
-        out.append(
-            f'<line x1="{xk:.1f}" y1="{c.pad_t}" x2="{xk:.1f}" y2="{c.base}" stroke="#2a7" '
-            'stroke-width="2" stroke-dasharray="6 3"/>'
-        )
-        out.append(
-            f'<text x="{xk + 4:.1f}" y="{c.pad_t + 12}" fill="#2a7">knee {k.request_rate:g} RPS, '
-            f"{k.output_tok_s:.0f} tok/s</text>"
-        )
-    return out
-
-
-def _chart_series(c: _Chart, rows: Sequence[Point]) -> list[str]:
-    """Output tok/s (blue, left axis) and TTFT p95 (orange, right axis) by rate: a line
-    through the points and a dot with a tooltip at each."""
-    out = []
-    for series, color, yf in (
-        ([(p.request_rate, p.output_tok_s) for p in rows], "#58a", c.y_tok),
-        ([(p.request_rate, p.ttft_p95_s) for p in rows], "#d70", c.y_ttft),
-    ):
-        if series:
-            pts = " ".join(f"{c.x(a):.1f},{yf(b):.1f}" for a, b in series)
-            out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for a, b in series:
-            out.append(
-                f'<circle cx="{c.x(a):.1f}" cy="{yf(b):.1f}" r="3.5" fill="{color}">'
-                f"<title>{a:g} RPS: {b:.2f}</title></circle>"
-            )
-    return out
-
-
-def _chart_legend(c: _Chart) -> list[str]:
-    """A boxed legend in the top left corner: both series, the limit and the knee."""
-    lx, ly = c.pad_l + 10, c.pad_t + 8
-    legend = (
-        ("#58a", "", "output tok/s/node"),
-        ("#d70", "", "TTFT p95"),
-        ("red", "4 3", f"TTFT limit {c.limit:g} s"),
-        ("#2a7", "6 3", "knee"),
     )
-    out = [
-        f'<rect x="{lx - 6}" y="{ly - 4}" width="150" height="{len(legend) * 16 + 6}" '
-        'fill="white" stroke="#999"/>'
-    ]
-    for i, (color, dash, text_) in enumerate(legend):
-        yy = ly + 8 + i * 16
-        style = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(
-            f'<line x1="{lx}" y1="{yy}" x2="{lx + 24}" y2="{yy}" stroke="{color}" '
-            f'stroke-width="2"{style}/>'
-        )
-        out.append(f'<text x="{lx + 30}" y="{yy + 4}">{escape(text_)}</text>')
-    return out
 
 
 def write_outputs(report: BenchReport) -> None:
