@@ -33,6 +33,26 @@ EXAMPLES = {
         ("patches/series", "patches/*.patch", "patches/configs/*"),
     ),
 }
+# The shipped scenario each example queue is for: a project publishing that scenario without
+# the queue is told where its fixes are (the scan gate's hint; issue 45, U10).
+EXAMPLE_SCENARIOS = {"glm52": "glm5-mxfp4-mtp-mi355x"}
+
+
+def example_for(scenario: str, queue_names: set[str]) -> str | None:
+    """The example whose queue the shipped scenario ``scenario`` needs, when the project's
+    queue (``queue_names``, file names) lacks some of that queue's patches; else None."""
+    from sglforge.defaults import defaults_root
+
+    shipped = defaults_root()
+    for example, name in EXAMPLE_SCENARIOS.items():
+        if name != scenario or shipped is None:
+            continue
+        wanted = {p.name for p in (shipped / "patches").glob("*.patch")}
+        if wanted - queue_names:
+            return example
+    return None
+
+
 # Where sglforge itself is published (pyproject's Source URL): the fallback the workflow
 # installs from when this install does not say where it came from.
 SOURCE_URL = "https://github.com/sglforge/sglforge"

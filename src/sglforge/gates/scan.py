@@ -83,9 +83,18 @@ def check(c: Candidate) -> GateResult:
         f"scan at {report.ref} with the queue: {len(blocked)} blocking finding(s): {shown}{more}"
         + said
     )
+    from sglforge.init import example_for
+
+    example = example_for(sc.name, {p.name for p in c.project.queue.patches})
     error = ScanBlocked(
         message,
-        f"sglforge scan --model {c.model} --scenario {sc.path}; fix it in the queue, or "
+        (
+            f"{sc.name} is the {example} example's scenario and needs its queue: start from "
+            f"`sglforge init --example {example} DIR` (or import its patches); "
+            if example
+            else ""
+        )
+        + f"sglforge scan --model {c.model} --scenario {sc.path}; fix it in the queue, or "
         "add a 'Fixes-Scan: KIND WHERE' trailer to the patch that does",
     )
     return failed(NAME, message, str(error), EXIT_PROBLEMS, record, raised=error)
