@@ -305,7 +305,7 @@ def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
         _refuse_direction(names, opened, move, n, height)
         if n < height and opened is not None:
             same = opened.record.queue_hash == queue.hash
-            moved = _pop_to(queue.root, opened, n, patches_stamp(queue.root) if same else "")
+            moved, _ = _pop_to(queue.root, opened, n, patches_stamp(queue.root) if same else "")
         else:
             moved = _push_to(project, queue, ref, n, opened)
         stack = read_stack(queue, ref)
@@ -333,14 +333,13 @@ def _quick_move(project: Project, move: Move, ref: str | None) -> Stack | None:
     n = _target(names, opened, move, lambda a: find_in(entries, a).name)
     _refuse_direction(names, opened, move, n, opened.height)
     if n < opened.height:
-        moved = _pop_to(root, opened, n, record.stamp)
+        moved, after = _pop_to(root, opened, n, record.stamp)
     else:
         todo = [_read_patch(root, names[i], i + 1) for i in range(opened.height, n)]
         pushed = _push_on_top(root, pin.ref, opened, n, todo, record.stamp)
         if pushed is None:
             return None
-        moved = pushed
-    after = read_record(root, pin.ref) or record
+        moved, after = pushed
     return _stack(pin.ref, wt, True, after.patches, action=move.verb, moved=moved)
 
 
@@ -379,17 +378,19 @@ def _refuse_direction(
         )
 
 
-def _pop_to(root: Path, opened: _Open, n: int, stamp: str) -> tuple[str, ...]:
+def _pop_to(
+    root: Path, opened: _Open, n: int, stamp: str
+) -> tuple[tuple[str, ...], WorktreeRecord]:
     """Take the patches above entry ``n`` off: the branch goes back to the commit of the
-    last one kept (their content is in their patch files)."""
+    last one kept (their content is in their patch files). What came off, and the record."""
     keep = opened.patches[:n]
     record = opened.record
     target = next((p.commit for p in reversed(keep) if p.commit), record.upstream_commit)
     git.move_branch(opened.wt, target)
     off = opened.patches[n:]
     patches = keep + tuple(AppliedPatch(p.name, UNAPPLIED, None) for p in off)
-    write_record(root, replace(record, head=target, patches=patches, complete=False, stamp=stamp))
-    return tuple(p.name for p in reversed(off) if p.commit)
+    written = replace(record, head=target, patches=patches, complete=False, stamp=stamp)
+    return tuple(p.name for p in reversed(off) if p.commit), write_record(root, written)
 
 
 def _push_to(
@@ -411,7 +412,7 @@ def _push_to(
         todo = list(queue.patches[height:n])
         pushed = _push_on_top(queue.root, ref, opened, n, todo, patches_stamp(queue.root))
         if pushed is not None:
-            return pushed
+            return pushed[0]
     part = replace(queue, entries=queue.entries[:n], patches=queue.patches[:n])
     # `_open` found nothing to lose in a recorded worktree but bytecode caches, which
     # apply's own check would count as edits: it may start over without asking.
@@ -425,7 +426,7 @@ def _push_to(
 
 def _push_on_top(
     root: Path, ref: str, opened: _Open, n: int, todo: list[Patch], stamp: str
-) -> tuple[str, ...] | None:
+) -> tuple[tuple[str, ...], WorktreeRecord] | None:
     """quilt's push: entries ``height..n`` (``todo``) applied onto the current top by one
     ``git am``, nothing below touched (the record is of this queue at this upstream commit).
     None, with the worktree as it was, where that is not the whole story and ``apply_at``
@@ -453,10 +454,8 @@ def _push_on_top(
     pushed = tuple(AppliedPatch(p.name, CLEAN, c) for p, c in zip(todo, made, strict=True))
     patches = opened.patches[:height] + pushed + opened.patches[n:]
     complete = n == len(opened.patches)
-    write_record(
-        root, replace(record, head=made[-1], patches=patches, complete=complete, stamp=stamp)
-    )
-    return tuple(p.name for p in pushed)
+    written = replace(record, head=made[-1], patches=patches, complete=complete, stamp=stamp)
+    return tuple(p.name for p in pushed), write_record(root, written)
 
 
 # ---- refreshing the top patch
