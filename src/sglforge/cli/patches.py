@@ -19,7 +19,12 @@ from sglforge.util import plural, printable
 
 @main.group("patches")
 def patches_group() -> None:
-    """Inspect, check and maintain the patch queue in patches/."""
+    """Inspect, check and maintain the patch queue in patches/.
+
+    A patch is named the same way by every command: a bare number (`3`) is its # in
+    `patches list`, a zero-padded one (`0003`) the number in its file's name, else its file
+    name or slug. Counts have their own option: `push -n 2`, `pop -n 2`.
+    """
 
 
 @patches_group.command("list")
@@ -532,7 +537,8 @@ def import_cmd(
 def drop_cmd(st: State, name: str, reason: str, as_json: bool) -> None:
     """Move patch NAME out of the series into patches/retired/, with the reason.
 
-    NAME is the file name, its slug or its number.
+    NAME is its # in `patches list` (`3`), its file name, its slug or its file's number
+    (`0003`).
 
     \b
     Example:
