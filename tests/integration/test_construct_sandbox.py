@@ -227,7 +227,7 @@ def test_scan_with_a_patch_that_dumps_its_environment(
         ("_o.kill(_o.getpid(), 9)", "killed by signal 9"),
         ("import time; time.sleep(60)", "took over 3 s"),
         ("b = bytearray(16 << 30)", "MemoryError"),
-        ("open(_o.path.join(_o.environ['TMPDIR'], 'big'), 'wb').write(b'x' * (300 << 20))",
+        ("open(_o.path.join(_o.environ['TMPDIR'], 'big'), 'wb').write(b'x' * (2 << 20))",
          "File too large"),
     ],
     ids=["error", "killed", "timeout", "memory", "file-size"],
@@ -235,7 +235,9 @@ def test_scan_with_a_patch_that_dumps_its_environment(
 def test_a_construction_that_did_not_run_is_a_fail(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str, stopped_by: str
 ) -> None:
-    monkeypatch.setattr(construct, "CHILD_TIMEOUT", 3)
+    # the timeout only where it is the case: a busy machine takes seconds to start a child
+    monkeypatch.setattr(construct, "CHILD_TIMEOUT", 3 if "sleep" in then else 300)
+    monkeypatch.setattr(sandbox, "FILE_SIZE", 1 << 20)  # the limit, not the disk, is tested
     dump = tmp_path / "dump.json"
     tree = fake_tree(tmp_path / "t", spy(dump, then))
     found = scan_tree(tree.parent, CONFIG, [], MI355X.device, "config.json")
@@ -274,3 +276,29 @@ def test_the_shims_state_the_images_triton(tmp_path: Path) -> None:
         with pytest.raises(construct.ConstructionError):
             construct.build(tree, CONFIG, [], MI355X.device, env)
         assert dump.read_text() == version
+
+
+def test_without_unshare_the_child_runs_fenced_but_networked_and_the_report_says_so(
+    tmp_path: Path, caller: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``unshare -rn`` is not available the child keeps every other fence, and the
+    environment's line in each report names the host's network and why."""
+    real_which = sandbox.shutil.which
+    monkeypatch.setattr(
+        sandbox.shutil, "which", lambda n: None if n == "unshare" else real_which(n)
+    )
+    sandbox.isolation.cache_clear()
+    try:
+        assert sandbox.isolation().network == f"no unshare on {sys.platform}"
+        described = target_env("gfx950", MI355X).describe()
+        assert described.endswith(
+            f"the construction had the host's network (no unshare on {sys.platform})"
+        )
+        dump = tmp_path / "dump.json"
+        with pytest.raises(construct.ConstructionError):
+            construct.build(fake_tree(tmp_path, spy(dump)), CONFIG, [], MI355X.device)
+        got = seen(dump)
+        assert got["reach"] is True  # the host's loopback: said, not hidden
+        assert not set(got["env"]) & set(CALLER) and got["as"] == sandbox.MEMORY
+    finally:
+        sandbox.isolation.cache_clear()
