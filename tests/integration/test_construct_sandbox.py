@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,9 +61,14 @@ def spy(dump: Path, then: str = "") -> str:
         "        return True\n"
         "    except OSError:\n"
         "        return False\n"
+        "def _parent():\n"
+        "    try:\n"
+        "        return 'SECRET' in open(f'/proc/{_o.getppid()}/environ', 'rb').read().decode()\n"
+        "    except OSError:\n"
+        "        return False\n"
         f"_j.dump({{'env': dict(_o.environ), 'cwd': _o.getcwd(),"
         f" 'as': _r.getrlimit(_r.RLIMIT_AS)[0], 'fsize': _r.getrlimit(_r.RLIMIT_FSIZE)[0],"
-        f" 'reach': _reach({listener_port()})}},"
+        f" 'reach': _reach({listener_port()}), 'parent_env': _parent()}},"
         f" open({str(dump)!r}, 'w'))\n"
         f"{then}\n"
     )
@@ -116,6 +122,7 @@ def assert_fenced(got: dict[str, Any], project: Path | None = None) -> None:
     assert got["as"] == sandbox.MEMORY and got["fsize"] == sandbox.FILE_SIZE
     if sandbox.isolation().network is None:
         assert got["reach"] is False, "the child reached this host's loopback"
+        assert got["parent_env"] is False, "the child read sglforge's environment in /proc"
     for folder in (REPO, project):
         if folder is not None:
             assert not Path(got["cwd"]).is_relative_to(folder)
@@ -213,6 +220,18 @@ def test_scan_with_a_patch_that_dumps_its_environment(
     assert outputs[0] == outputs[2] == outputs[4] and outputs[1] == outputs[3] == outputs[5]
     code, text = outputs[1]
     assert code == 1 and "nothing blocks" not in text and "aiter=1" in text, text
+    # as a user runs it: the secrets in the command's own environment from its start, where
+    # a child could read them in /proc/PID/environ
+    dump.unlink()
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglforge", "--root", str(root), "scan", "--model", str(model)],
+        env={**os.environ, **CALLER},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and proc.stdout == text, proc.stderr
+    assert_fenced(seen(dump), root)
     assert "environment: " in text and "from the release image's ENV" in text, text
     assert "[targets.mi355x.env]" in text, text
     doc = json.loads(outputs[0][1])
@@ -300,5 +319,7 @@ def test_without_unshare_the_child_runs_fenced_but_networked_and_the_report_says
         got = seen(dump)
         assert got["reach"] is True  # the host's loopback: said, not hidden
         assert not set(got["env"]) & set(CALLER) and got["as"] == sandbox.MEMORY
+        if os.getuid() != 0:  # root reads any /proc/PID/environ; a same-user child may not
+            assert got["parent_env"] is False
     finally:
         sandbox.isolation.cache_clear()

@@ -17,9 +17,11 @@ is started by :func:`run` and nowhere else, and gets:
   time, file size (:data:`FILE_SIZE`) and processes (this user's count now plus
   :data:`PROCESSES`);
 - no network where the platform allows: ``unshare -rn`` (a user and network namespace: only a
-  loopback that is down). Where it is not available (no ``unshare``, user namespaces off, not
-  Linux) the child runs with the host's network, and :func:`isolation` says so: the reports
-  name it;
+  loopback that is down; from there this process's ``/proc/PID/environ`` cannot be read
+  either). Where it is not available (no ``unshare``, user namespaces off, not Linux) the
+  child runs with the host's network, and :func:`isolation` says so: the reports name it; on
+  Linux this process is then made non-dumpable first, so a child of the same (non-root) user
+  cannot read this process's environment from ``/proc``;
 - a working folder, ``HOME`` and ``TMPDIR`` in a fresh temporary folder outside the project,
   removed afterwards.
 """
@@ -122,6 +124,20 @@ class Answer:
     limited: str | None = None
 
 
+@functools.cache
+def _undumpable() -> None:
+    """``prctl(PR_SET_DUMPABLE, 0)`` on this process (Linux): its ``/proc/PID/environ`` is
+    then root's to read, not a same-user child's. No core dumps of sglforge from then on."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        pass
+
+
 def _launcher(timeout: float) -> list[str]:
     """The argv prefix that sets the limits, then (where it works) drops the network."""
     launcher = Path(__file__).with_name("rlimits.py")
@@ -131,6 +147,7 @@ def _launcher(timeout: float) -> list[str]:
     unshare = shutil.which("unshare")
     if isolation().network is None and unshare is not None:
         return [*limits, unshare, "-rn", "--"]
+    _undumpable()
     return limits
 
 
