@@ -318,8 +318,8 @@ def _quick_move(project: Project, move: Move, ref: str | None) -> Stack | None:
     (no parse of the whole queue, no upstream). None where the full way must decide."""
     root = project.root
     pin = load_pin(root)
-    if ref not in (None, pin.ref):
-        return None
+    if ref not in (None, pin.ref) or project.upstream_option not in (None, pin.url):
+        return None  # another ref or upstream: its commit is resolved the full way
     wt = worktree_path(root, pin.ref)
     record = read_record(root, pin.ref)
     if record is None or not record.stamp or not (wt / ".git").exists():
