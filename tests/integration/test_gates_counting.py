@@ -210,7 +210,9 @@ def _outside_systems(monkeypatch: pytest.MonkeyPatch, counted: Counter[str]) -> 
 
     monkeypatch.setattr(preflight, "detect_gpus", detect_gpus)
 
-    def construction_child(tree: Path, requests: Any, device: Any) -> dict[str, Any]:
+    def construction_child(
+        tree: Path, requests: Any, device: Any, env: Any = None
+    ) -> dict[str, Any]:
         # construct's one child program: MoE shapes and quant decisions in one run
         counted["construction child"] += 1
         tokens: Tokens = {
