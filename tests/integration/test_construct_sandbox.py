@@ -323,3 +323,27 @@ def test_without_unshare_the_child_runs_fenced_but_networked_and_the_report_says
             assert got["parent_env"] is False
     finally:
         sandbox.isolation.cache_clear()
+
+
+def test_publishs_scan_gate_with_a_patch_that_dumps_its_environment(
+    tmp_path: Path, caller: None
+) -> None:
+    """Issue 42's done-when for ``publish``: its scan gate (before the build) runs the queue's
+    patch fenced, in the scenario's environment, and an unrun construction blocks it."""
+    from sglforge.candidate import Candidate
+    from sglforge.gates import scan as scan_gate
+    from sglforge.project import Project
+    from sglforge.scenario.file import load_scenario
+
+    dump = tmp_path / "dump.json"
+    root = scan_project(tmp_path, dump)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(CONFIG))
+    project = Project(root)
+    scenario = load_scenario(REPO / "smoke" / "glm5-mxfp4-mtp-mi355x.toml")
+    with Candidate(project, project.target("mi355x"), scenario, model) as c:
+        result = scan_gate.check(c)
+    assert result.ok is False and "scan-incomplete" in result.detail, result
+    assert_fenced(seen(dump), root)
+    assert seen(dump)["env"]["SGLANG_USE_AITER"] == scenario.container.env["SGLANG_USE_AITER"]
