@@ -59,6 +59,7 @@ class XYChart:
     y_top: float
     series: tuple[Series, ...]
     note: str = ""
+    horizontal: bool = False  # bars across, the labels in a column on the left (long labels)
 
 
 def ticks(high: float, count: int = 5) -> list[float]:
@@ -73,7 +74,7 @@ def fitted_ticks(low: float, high: float, count: int = 4) -> list[float]:
     """Round ticks covering ``low``..``high``: from 0 when the values start near it, else
     fitted to them (a rate band of 11.25..13.5 reads 11..14, not 0..15)."""
     if high <= 0 or low <= 0.35 * high:
-        return ticks(high, count + 1)
+        return ticks(high, count + 2)
     step = _step((high - low) / count)
     start = math.floor(low / step + 1e-9) * step
     if math.isclose(start, low):
@@ -113,6 +114,12 @@ def mermaid(chart: XYChart) -> list[str]:
             css.append(f".line-plot-{i} path {{ stroke-dasharray: {STYLE[LIMIT][2]}; }}")
         elif s.kind == "line":
             css.append(f".line-plot-{i} path {{ stroke-width: 3; }}")
+        else:  # Mermaid draws a 0 as a stub above the axis: a side-by-side bar's gap
+            css += [
+                f".bar-plot-{i} rect:nth-of-type({j + 1}) {{ display: none; }}"
+                for j, v in enumerate(s.values)
+                if v == 0
+            ]
     init = {
         "xyChart": {"width": MERMAID_WIDTH, "height": MERMAID_HEIGHT},
         "themeVariables": {"xyChart": {"plotColorPalette": palette}},
@@ -126,7 +133,7 @@ def mermaid(chart: XYChart) -> list[str]:
     return [
         "```mermaid",
         f"%%{{init: {json.dumps(init)}}}%%",
-        "xychart-beta",
+        "xychart-beta horizontal" if chart.horizontal else "xychart-beta",
         f'    title "{_quoted(chart.title[:TITLE_MAX])}"',
         f'    x-axis "{_quoted(chart.x_title)}" {axis}',
         f'    y-axis "{_quoted(chart.y_title)}" 0 --> {chart.y_top:g}',
@@ -142,8 +149,8 @@ def legend_line(series: Sequence[Series]) -> str:
     items = []
     for s in series:
         kind = {"line": "line", "bar": "bars"}[s.kind]
-        dashed = ", dashed where drawn so" if s.role == LIMIT and s.kind == "line" else ""
-        items.append(f"{STYLE[s.role][1]} {kind}{dashed}: {reports.md_text(s.name)}")
+        dashed = " dashed" if s.role == LIMIT and s.kind == "line" else ""
+        items.append(f"{STYLE[s.role][1]}{dashed} {kind}: {reports.md_text(s.name)}")
     return "Legend: " + "; ".join(items) + "."
 
 

@@ -565,19 +565,14 @@ def mermaid(report: BenchReport) -> list[str]:
         return ["(no knee probe ran: no chart)"]
     k = report.run.knee
     limit = report.knee_rule.ttft_p95_max_s
-    labels = tuple(f"{r:g}" for r in rates)
+    knee_at = k.request_rate if k else None
+    labels = tuple(f"{r:g} knee" if r == knee_at else f"{r:g}" for r in rates)
     x_title = "offered request rate (requests/s)"
     note = f"{_label(report)}; " + (f"knee {k.request_rate:g} RPS." if k else "no knee.")
-    bars = [charts.Series("output tok/s per node, measured", tuple(tok), kind="bar")]
-    if k is not None and k.request_rate in rates:
-        at = rates.index(k.request_rate)
-        knee_bar = tuple(v if i == at else 0.0 for i, v in enumerate(tok))
-        bars.append(
-            charts.Series(f"the knee, {k.request_rate:g} RPS", knee_bar, charts.MARKER, "bar")
-        )
     tok_chart = charts.XYChart(
         "output tok/s per node by offered rate", x_title, labels, "output tok/s per node",
-        charts.ticks(max([*tok, 1.0]))[-1], tuple(bars), note,
+        charts.ticks(max([*tok, 1.0]))[-1],
+        (charts.Series("output tok/s per node, measured", tuple(tok), kind="bar"),), note,
     )  # fmt: skip
     ttft_chart = charts.XYChart(
         f"TTFT p95 by offered rate, limit {limit:g} s", x_title, labels, "TTFT p95 (s)",
@@ -634,7 +629,7 @@ def _compared_chart(report: BenchReport) -> charts.XYChart:
             charts.Series("baseline", tuple(base), charts.BASELINE, "bar"),
             charts.Series("this image", tuple(cand), kind="bar"),
         ),
-        note + ".",
+        note + ".", horizontal=True,
     )  # fmt: skip
 
 
