@@ -61,6 +61,15 @@ def spy(dump: Path, then: str = "") -> str:
         "        return True\n"
         "    except OSError:\n"
         "        return False\n"
+        "def _creds():\n"
+        "    for path in _CREDS:\n"
+        "        try:\n"
+        "            if 'SECRET' in open(path).read():\n"
+        "                return True\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return False\n"
+        f"_CREDS = {credential_files()!r}\n"
         "def _parent():\n"
         "    try:\n"
         "        return 'SECRET' in open(f'/proc/{_o.getppid()}/environ', 'rb').read().decode()\n"
@@ -68,7 +77,7 @@ def spy(dump: Path, then: str = "") -> str:
         "        return False\n"
         f"_j.dump({{'env': dict(_o.environ), 'cwd': _o.getcwd(),"
         f" 'as': _r.getrlimit(_r.RLIMIT_AS)[0], 'fsize': _r.getrlimit(_r.RLIMIT_FSIZE)[0],"
-        f" 'reach': _reach({listener_port()}), 'parent_env': _parent()}},"
+        f" 'reach': _reach({listener_port()}), 'parent_env': _parent(), 'creds': _creds()}},"
         f" open({str(dump)!r}, 'w'))\n"
         f"{then}\n"
     )
@@ -85,6 +94,16 @@ def listener_port() -> int:
         s.listen(8)
         _LISTENER.append(s)
     return int(_LISTENER[0].getsockname()[1])
+
+
+def credential_files() -> list[str]:
+    """The caller's credential files (under the tests' HOME), each holding a secret."""
+    home = Path(os.environ["HOME"])
+    files = [home / ".docker" / "config.json", home / ".netrc", home / ".config/gh/hosts.yml"]
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("auth: SECRET\n")
+    return [str(f) for f in files]
 
 
 def fake_tree(root: Path, init: str) -> Path:
@@ -123,6 +142,8 @@ def assert_fenced(got: dict[str, Any], project: Path | None = None) -> None:
     if sandbox.isolation().network is None:
         assert got["reach"] is False, "the child reached this host's loopback"
         assert got["parent_env"] is False, "the child read sglforge's environment in /proc"
+    if sandbox.isolation().hides:
+        assert got["creds"] is False, "the child read the caller's credential files"
     for folder in (REPO, project):
         if folder is not None:
             assert not Path(got["cwd"]).is_relative_to(folder)

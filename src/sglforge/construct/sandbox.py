@@ -81,9 +81,11 @@ def child_env(
 
 @dataclass(frozen=True)
 class Isolation:
-    """How the children are fenced on this host: the network (None: isolated) and limits."""
+    """How the children are fenced on this host: the network (None: isolated), whether the
+    caller's credential files are hidden (a mount namespace), and the limits."""
 
     network: str | None  # why the children have the host's network; None: they have none
+    hides: bool = False  # credential files under HOME hidden (unshare -m, mount)
 
     def describe(self) -> str:
         limits = f"address space {MEMORY >> 30} GiB, file size {FILE_SIZE >> 20} MiB"
@@ -92,25 +94,74 @@ class Isolation:
             if self.network is None
             else (f"the host's network ({self.network})")
         )
-        return f"{net}; {limits}; a throw-away HOME and working folder"
+        hidden = "; credential files under HOME hidden" if self.hides else ""
+        return f"{net}{hidden}; {limits}; a throw-away HOME and working folder"
+
+
+# Files and folders under the caller's HOME that hold credentials: mounted over (an empty
+# tmpfs, /dev/null) in the child's mount namespace. The rest of the file system stays visible
+# (the release tree, the cache's wheels, this interpreter).
+CREDENTIALS = (
+    ".docker",
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".gnupg",
+    ".config/gh",
+    ".config/gcloud",
+    ".config/git/credentials",
+    ".git-credentials",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+)
+# Run in the child's user and mount namespace before the child: hide each path named before
+# "--", then exec the rest (exit 97, saying which, when one cannot be hidden).
+_HIDE = (
+    'while [ "$1" != "--" ]; do '
+    'if [ -d "$1" ]; then mount -t tmpfs -o size=4k,mode=000 none "$1" || exit 97; '
+    'elif [ -e "$1" ]; then mount --bind /dev/null "$1" || exit 97; fi; shift; done; '
+    'shift; unset PWD OLDPWD; exec "$@"'
+)
+
+
+def _probe(argv: list[str]) -> str | None:
+    """None when ``argv`` runs and exits 0, else why not (one line)."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=20, env={})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{argv[0]}: {exc}"
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return f"{' '.join(argv[1:2])} refused: {why[:160]}"
+    return None
 
 
 @functools.cache
 def isolation() -> Isolation:
-    """Whether ``unshare -rn`` works here (probed once per process)."""
+    """Whether ``unshare -rn`` (and with ``-m``, hiding files by ``mount``) works here
+    (probed once per process)."""
     unshare = shutil.which("unshare")
     if not sys.platform.startswith("linux") or unshare is None:
         return Isolation(f"no unshare on {sys.platform}")
-    try:
-        proc = subprocess.run(
-            [unshare, "-rn", "true"], capture_output=True, text=True, timeout=20, env={}
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Isolation(f"unshare -rn: {exc}")
-    if proc.returncode != 0:
-        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        return Isolation(f"unshare -rn refused: {why[:160]}")
-    return Isolation(None)
+    why = _probe([unshare, "-rn", "true"])
+    if why is not None:
+        return Isolation(f"unshare -rn: {why}")
+    mount = shutil.which("mount")
+    hides = mount is not None and _probe([unshare, "-rnm", "--", "/bin/sh", "-c", _HIDE, "sh",
+                                          "--", "true"]) is None  # fmt: skip
+    return Isolation(None, hides)
+
+
+def hidden_paths(home: Path | None = None) -> list[str]:
+    """The credential paths of this host that exist: :data:`CREDENTIALS` under ``home`` and
+    ``$DOCKER_CONFIG``."""
+    home = Path(os.path.expanduser("~")) if home is None else home
+    found = [home / rel for rel in CREDENTIALS]
+    if os.environ.get("DOCKER_CONFIG"):
+        found.append(Path(os.environ["DOCKER_CONFIG"]))
+    return [str(p) for p in found if p.exists()]
 
 
 @dataclass(frozen=True)
@@ -145,7 +196,11 @@ def _launcher(timeout: float) -> list[str]:
     limits = [sys.executable, "-I", "-S", str(launcher), str(MEMORY), str(cpu), str(FILE_SIZE)]
     limits += [str(PROCESSES), "--"]
     unshare = shutil.which("unshare")
-    if isolation().network is None and unshare is not None:
+    fence = isolation()
+    if fence.network is None and unshare is not None:
+        if fence.hides:
+            hide = ["/bin/sh", "-c", _HIDE, "sh", *hidden_paths(), "--"]
+            return [*limits, unshare, "-rnm", "--", *hide]
         return [*limits, unshare, "-rn", "--"]
     _undumpable()
     return limits
