@@ -22,6 +22,9 @@ is started by :func:`run` and nowhere else, and gets:
   child runs with the host's network, and :func:`isolation` says so: the reports name it; on
   Linux this process is then made non-dumpable first, so a child of the same (non-root) user
   cannot read this process's environment from ``/proc``;
+- where a mount namespace works too (``unshare -rnm`` and ``mount``), the caller's credential
+  files (:data:`CREDENTIALS` under ``HOME``, ``$DOCKER_CONFIG``) mounted over, empty; the rest
+  of the file system stays readable (a container, as the smoke uses, would fence that too);
 - a working folder, ``HOME`` and ``TMPDIR`` in a fresh temporary folder outside the project,
   removed afterwards.
 """
