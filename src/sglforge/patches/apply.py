@@ -13,23 +13,19 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sglforge import git, progress
 from sglforge.errors import PatchError
-from sglforge.patches.check import (
-    APPLIED,
-    SKIPPED,
-    THREE_WAY,
-    UPSTREAMED,
-    PatchStatus,
-    check_ref,
-    git_reason,
-)
+from sglforge.patches.status import APPLIED, SKIPPED, THREE_WAY, UPSTREAMED
 from sglforge.project import Project
 from sglforge.queue.series import Patch, Pin, Queue, load_queue, queue_stamp, ref_version
 from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.util import atomic_write, confined, project_lock
+
+if TYPE_CHECKING:
+    # the checker is loaded where a queue is applied, not to read a worktree's record
+    from sglforge.patches.check import PatchStatus
 
 
 @dataclass(frozen=True)
@@ -259,6 +255,8 @@ def apply_at(
     record = _reusable(run, force)
     if record is not None:
         return run.applied(record, reused=True)
+    from sglforge.patches.check import check_ref
+
     report = check_ref(queue, up, ref, commit, pin_commit, root / "build" / "tmp")
     pairs = list(zip(queue.patches, report.patches, strict=True))
     todo = [p for p, st in pairs if st.status not in (UPSTREAMED, SKIPPED)]
@@ -431,6 +429,8 @@ def _apply_one(
         return AppliedPatch(patch.name, st.status, git.head(wt), st.detail)
     detail = st.detail if st.status not in APPLIED else ""
     if res.status != 0:
+        from sglforge.patches.check import git_reason
+
         said = git_reason(res.stderr) or (res.stderr or res.stdout).strip()
         detail = f"{detail}; git am: {said}" if detail else f"git am: {said}"
     in_conflict = res.status != 0 and _conflict_in_progress(wt)

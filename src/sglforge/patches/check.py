@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
@@ -25,26 +24,21 @@ from unidiff.patch import PatchSet
 
 from sglforge import git, progress
 from sglforge.errors import ConfigError
+
+# the statuses have a module of their own (read without loading the checker); named here too
+from sglforge.patches.status import APPLIED as APPLIED
+from sglforge.patches.status import CLEAN as CLEAN
+from sglforge.patches.status import CONFLICT as CONFLICT
+from sglforge.patches.status import OFFSET as OFFSET
+from sglforge.patches.status import SKIPPED as SKIPPED
+from sglforge.patches.status import THREE_WAY as THREE_WAY
+from sglforge.patches.status import UPSTREAMED as UPSTREAMED
+from sglforge.patches.status import Status as Status
 from sglforge.project import Project
 from sglforge.queue.configs import base_tables_from_dir, load_items, upstreamed
 from sglforge.queue.series import Patch, Queue, line_heads, ref_version
 from sglforge.queue.upstream import Upstream
 from sglforge.util import scratch_dir
-
-
-class Status(StrEnum):
-    """How a patch fares at a ref (compares and serialises as its string)."""
-
-    CLEAN = "clean"  # applies exactly
-    OFFSET = "offset"  # applies with line offsets or fuzz
-    THREE_WAY = "three-way"  # applies only with a 3-way merge
-    CONFLICT = "conflict"
-    UPSTREAMED = "upstreamed"  # the ref already holds it
-    SKIPPED = "skipped"  # its Applies-To excludes the ref, or a patch it depends on failed
-
-
-CLEAN, OFFSET, THREE_WAY, CONFLICT, UPSTREAMED, SKIPPED = Status
-APPLIED = (CLEAN, OFFSET, THREE_WAY)
 
 
 @dataclass(frozen=True)

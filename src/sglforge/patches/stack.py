@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglforge import git
 from sglforge.errors import ConfigError, NothingToDo, PatchError, WorktreeMissing
@@ -25,9 +26,7 @@ from sglforge.patches.apply import (
     worktree_path,
     write_record,
 )
-from sglforge.patches.check import CLEAN, CONFLICT, SKIPPED, UPSTREAMED
-from sglforge.patches.edit import find_entry, find_in
-from sglforge.patches.export import BYTECODE, Exported, edits_in, export_at, refuse_gitlinks
+from sglforge.patches.status import CLEAN, CONFLICT, SKIPPED, UPSTREAMED
 from sglforge.project import Project
 from sglforge.queue.series import (
     Patch,
@@ -39,6 +38,12 @@ from sglforge.queue.series import (
     validate_patch,
 )
 from sglforge.util import project_lock
+
+if TYPE_CHECKING:
+    from sglforge.patches.export import Exported
+
+# The queue edits (find_entry) and export are loaded where used: `patches list`, push and
+# pop read a worktree's record and run git, and start faster without them.
 
 # A patch's place in the stack.
 APPLIED = "applied"
@@ -200,6 +205,8 @@ def _refuse_unsaved(
             f"resolve it, `git -C {wt} am --continue`, `sglforge patches export --ref {ref}`; "
             f"or `git -C {wt} am --abort`",
         )
+    from sglforge.patches.export import edits_in
+
     dirty = [] if edits_ok else edits_in(wt)
     if dirty:
         shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
@@ -300,6 +307,8 @@ def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
         ref = project.upstream.tag(ref) if ref else queue.pin.ref
         opened = _open(queue, ref)
         height = opened.height if opened else 0
+        from sglforge.patches.edit import find_entry
+
         names = [e.name for e in queue.entries]
         n = _target(names, opened, move, lambda a: find_entry(queue, a).name)
         _refuse_direction(names, opened, move, n, height)
@@ -330,7 +339,7 @@ def _quick_move(project: Project, move: Move, ref: str | None) -> Stack | None:
     opened = _Open(wt, record, record.patches)
     names = [p.name for p in record.patches]
     entries = tuple(SeriesEntry(name, i) for i, name in enumerate(names, 1))
-    n = _target(names, opened, move, lambda a: find_in(entries, a).name)
+    n = _target(names, opened, move, lambda a: _find_in(entries, a))
     _refuse_direction(names, opened, move, n, opened.height)
     if n < opened.height:
         moved, after = _pop_to(root, opened, n, record.stamp)
@@ -341,6 +350,12 @@ def _quick_move(project: Project, move: Move, ref: str | None) -> Stack | None:
             return None
         moved, after = pushed
     return _stack(pin.ref, wt, True, after.patches, action=move.verb, moved=moved)
+
+
+def _find_in(entries: tuple[SeriesEntry, ...], name: str) -> str:
+    from sglforge.patches.edit import find_in
+
+    return find_in(entries, name).name
 
 
 def _read_patch(root: Path, name: str, index: int) -> Patch:
@@ -474,6 +489,8 @@ class Refreshed:
 def refresh_top(project: Project, ref: str | None = None) -> Refreshed:
     """Fold the worktree's edits (staged, unstaged, new files) into its top patch and write
     that patch file again (quilt's ``refresh``); its header and context width are kept."""
+    from sglforge.patches.export import BYTECODE, export_at, refuse_gitlinks
+
     with project_lock(project.root):
         queue = project.fresh_queue()
         ref = project.upstream.tag(ref) if ref else queue.pin.ref
