@@ -28,6 +28,9 @@ MERMAID_INTEGRITY = (
     "qt5gHO73aCleBBg=="
 )
 CHROMIUM = "/usr/bin/chromium"
+# the user cache as found before the fixtures give each test its own (conftest's USER_CACHE):
+# a download made once per machine, or once per CI run
+CACHE = cache_root()
 WIDTH = 800
 
 
@@ -37,7 +40,7 @@ def chromium() -> str | None:
 
 def mermaid_js() -> Path:
     """The pinned ``mermaid.min.js``, fetched with ``npm pack`` once per cache."""
-    folder = cache_root() / "npm" / MERMAID.replace("@", "-")
+    folder = CACHE / "npm" / MERMAID.replace("@", "-")
     target = folder / "mermaid.min.js"
     if target.is_file():
         return target
@@ -115,15 +118,21 @@ function measure(svg, kind) {
   return out;
 }
 (async () => {
-  const out = {charts: []};
-  mermaid.initialize({startOnLoad: false, securityLevel: 'strict'});
-  for (let i = 0; i < blocks.length; i++) {
-    const host = document.getElementById('m' + i);
-    try {
-      const {svg} = await mermaid.render('chart' + i, blocks[i]);
-      host.innerHTML = svg;
-      out.charts.push(measure(host.querySelector('svg'), 'mermaid'));
-    } catch (e) { out.charts.push({kind: 'mermaid', error: String(e)}); }
+  const out = {charts: [], dark: []};
+  // each chart as GitHub draws it for a light and for a dark colour mode
+  for (const [theme, into, prefix] of [['default', out.charts, 'm'], ['dark', out.dark, 'd']]) {
+    mermaid.initialize({startOnLoad: false, securityLevel: 'strict', theme});
+    for (let i = 0; i < blocks.length; i++) {
+      const host = document.getElementById(prefix + i);
+      try {
+        const {svg} = await mermaid.render(prefix + 'chart' + i, blocks[i]);
+        host.innerHTML = svg;
+        const m = measure(host.querySelector('svg'), 'mermaid');
+        const bg = host.querySelector('svg .background, svg rect.background');
+        m.background = bg ? getComputedStyle(bg).fill : null;
+        into.push(m);
+      } catch (e) { into.push({kind: 'mermaid', error: String(e)}); }
+    }
   }
   for (const host of document.querySelectorAll('.svgfile')) {
     out.charts.push(measure(host.querySelector('svg'), 'svg'));
@@ -157,13 +166,15 @@ def render(
         f'<div class="chart" id="m{i}"></div><div class="legend">{escape(c.legend)}</div>'
         for i, c in enumerate(mermaid)
     ) + "".join(f'<div class="chart svgfile">{s}</div>' for s in svgs)
+    dark = "".join(f'<div class="chart" id="d{i}"></div>' for i in range(len(mermaid)))
+    charts += f'<div style="background: #0d1117; padding: 10px 0">{dark}</div>'
     script = _SCRIPT % json.dumps([c.block for c in mermaid])
     (page / "index.html").write_text(_PAGE.format(charts=charts, script=script))
     url = (page / "index.html").as_uri()
     flags = [
         "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
         "--allow-file-access-from-files", f"--user-data-dir={page / 'profile'}",
-        "--virtual-time-budget=20000", "--run-all-compositor-stages-before-draw",
+        "--virtual-time-budget=5000", "--run-all-compositor-stages-before-draw",
     ]  # fmt: skip
     dom = _run([browser, *flags, f"--window-size={WIDTH},900", "--dump-dom", url])
     start = dom.index('<pre id="result">') + len('<pre id="result">')

@@ -29,6 +29,8 @@ STYLE: dict[str, tuple[str, str, str]] = {
 }
 LIMIT_TEXT = "#b06060"  # a limit's own label: muted, yet readable on white
 MERMAID_WIDTH, MERMAID_HEIGHT = 720, 380
+INK = "#222222"  # a Mermaid chart's text and axes
+PARTS = ("Title", "Label", "Tick", "Line")
 TITLE_MAX = 60  # characters: a Mermaid title is one line at 20 px and is cut, not wrapped
 
 
@@ -120,11 +122,16 @@ def mermaid(chart: XYChart) -> list[str]:
                 for j, v in enumerate(s.values)
                 if v == 0
             ]
-    init = {
+    # On white with dark text whatever the reader's theme: on GitHub's dark one a dark series
+    # would fade and a pale limit would stand out, the misreading this chart is drawn against.
+    ink = {f"{axis}{part}Color": INK for axis in ("xAxis", "yAxis") for part in PARTS}
+    theme = {"backgroundColor": "#ffffff", "titleColor": INK, "legendTextColor": INK, **ink}
+    init: dict[str, object] = {
         "xyChart": {"width": MERMAID_WIDTH, "height": MERMAID_HEIGHT},
-        "themeVariables": {"xyChart": {"plotColorPalette": palette}},
-        "themeCSS": " ".join(css),
+        "themeVariables": {"xyChart": {**theme, "plotColorPalette": palette}},
     }
+    if css:
+        init["themeCSS"] = " ".join(css)
     axis = "[" + ", ".join(f'"{_quoted(x)}"' for x in chart.x_labels) + "]"
     plots = [
         f'    {s.kind} "{_quoted(s.name)}" [' + ", ".join(number(v) for v in s.values) + "]"

@@ -190,5 +190,11 @@ def test_the_rendered_charts_draw_every_series_with_a_legend_and_titles_that_fit
     if report.changes:
         vs = drawn[2]["plots"]
         assert _luminance(vs["0"]["fill"]) > _luminance(vs["1"]["fill"])  # baseline paler
+    # GitHub's dark colour mode draws the same chart on white: the dark series stays dark
+    for light, dark in zip(drawn, found["dark"], strict=True):
+        assert "error" not in dark and dark["background"] == "rgb(255, 255, 255)", dark
+        assert {k: (p["fill"], p["stroke"]) for k, p in dark["plots"].items()} == {
+            k: (p["fill"], p["stroke"]) for k, p in light["plots"].items()
+        }
     _check_svg(svg, report)
     assert not math.isnan(found["height"]) and Path(found["png"]).stat().st_size > 10_000
