@@ -3,6 +3,8 @@ gate's verdict, the bench's comparison, and whether and where the image was publ
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sglforge.cli.publish import outcome_lines
 from sglforge.gates.result import failed, passed, skipped
 from sglforge.publish import PublishResult
@@ -45,6 +47,21 @@ def test_a_published_release_names_each_gate_the_comparison_and_the_digest() -> 
     assert lines[1] == "gate smoke: passed"
     assert any("no significant drop" in ln and ln.startswith("bench vs baseline:") for ln in lines)
     assert lines[-1] == f"publish mi355x-rocm700: published {IMM}@sha256:77ea; moved latest-mi355x"
+
+
+def test_an_uncompared_bench_is_said_once() -> None:
+    why = "no earlier release of mi355x in R; --no-baseline: first release"
+    r = result(
+        bench_text=(f"comparison: NOT RUN ({why})",),
+        digest="sha256:77ea",
+        pushed=(IMM,),
+    )
+    r = replace(
+        r, bench_text=(*r.bench_text, f"comparison against the last release: not evaluated ({why})")
+    )
+    assert [ln for ln in outcome_lines(r) if "comparison" in ln] == [
+        f"bench comparison: NOT RUN ({why})"
+    ]
 
 
 def test_a_refused_publish_says_not_published_with_its_exit_code() -> None:

@@ -241,6 +241,8 @@ def outcome_lines(r: PublishResult) -> list[str]:
         f"bench {line}"
         for line in r.bench_text
         if line.startswith(("comparison", "vs baseline:", "regression accepted:"))
+        # the same "not evaluated" a second time, as the summary's note has it
+        and not line.startswith("comparison against the last release:")
     ]
     if r.error:
         lines.append(f"publish {r.target}: NOT published (exit {r.exit_code or 1})")
