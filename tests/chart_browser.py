@@ -31,7 +31,7 @@ CHROMIUM = "/usr/bin/chromium"
 # the user cache as found before the fixtures give each test its own (conftest's USER_CACHE):
 # a download made once per machine, or once per CI run
 CACHE = cache_root()
-WIDTH = 800
+WIDTH = 940
 
 
 def chromium() -> str | None:
@@ -73,7 +73,7 @@ def mermaid_js() -> Path:
 _PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>charts</title>
 <style>body {{ margin: 0; background: white; font-family: sans-serif; }}
-.chart {{ width: 760px; margin: 10px 20px; }} .legend {{ font-size: 13px; margin: 0 20px 14px; }}
+.chart {{ width: 900px; margin: 10px 20px; }} .legend {{ font-size: 13px; margin: 0 20px 14px; }}
 #result {{ display: none; }}</style></head>
 <body>{charts}<pre id="result"></pre>
 <script src="mermaid.min.js"></script>

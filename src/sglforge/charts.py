@@ -28,7 +28,7 @@ STYLE: dict[str, tuple[str, str, str]] = {
     MARKER: ("#1b7f3b", "green", "6 3"),
 }
 LIMIT_TEXT = "#b06060"  # a limit's own label: muted, yet readable on white
-MERMAID_WIDTH, MERMAID_HEIGHT = 720, 380
+MERMAID_WIDTH, MERMAID_HEIGHT = 900, 400
 INK = "#222222"  # a Mermaid chart's text and axes
 PARTS = ("Title", "Label", "Tick", "Line")
 TITLE_MAX = 60  # characters: a Mermaid title is one line at 20 px and is cut, not wrapped

@@ -123,7 +123,7 @@ def _inside(chart: dict[str, Any]) -> None:
         for b in texts[i + 1 :]:
             across = min(a["right"], b["right"]) - max(a["left"], b["left"])
             down = min(a["bottom"], b["bottom"]) - max(a["top"], b["top"])
-            assert across <= 2 or down <= 2, (a, b)  # drawn over each other
+            assert across <= -3 or down <= 2, (a, b)  # over or against each other
 
 
 def _check_mermaid(chart: dict[str, Any], mermaid: Chart, values: list[list[float]]) -> None:
