@@ -268,7 +268,7 @@ def _parse_runtime(sc: _Table, path: Path) -> tuple[str, tuple[str, ...]]:
     runtime = sc.get("runtime", "str", "docker")
     if runtime not in ("docker", "process"):
         raise ConfigError(
-            f"{path}: 'scenario.runtime' must be \"docker\" or \"process\", not {runtime!r}",
+            f'{path}: \'scenario.runtime\' must be "docker" or "process", not {runtime!r}',
             f"fix {path}",
         )
     python = sc.get("python", "str", "")
