@@ -75,7 +75,8 @@ def ticks(high: float, count: int = 5) -> list[float]:
 def fitted_ticks(low: float, high: float, count: int = 4) -> list[float]:
     """Round ticks covering ``low``..``high``: from 0 when the values start near it, else
     fitted to them (a rate band of 11.25..13.5 reads 11..14, not 0..15)."""
-    if high <= 0 or low <= 0.35 * high:
+    if high <= 0 or low <= 0.35 * high or math.isclose(low, high, rel_tol=1e-6):
+        # from 0 also when every value is the same (one probe): a band of no width has no scale
         return ticks(high, count + 2)
     step = _step((high - low) / count)
     start = math.floor(low / step + 1e-9) * step
@@ -218,7 +219,7 @@ class _Frame:
 
     def x(self, v: float) -> float:
         lo, hi = self.x_ticks[0], self.x_ticks[-1]
-        return self.left + (v - lo) / (hi - lo) * self.w
+        return self.left + (v - lo) / ((hi - lo) or 1.0) * self.w
 
     def y_tok(self, v: float) -> float:
         return self.base - v / self.tok_ticks[-1] * self.h
