@@ -460,3 +460,31 @@ def test_smoke_and_bench_run_where_the_docker_sdk_cannot_be_imported(
     bench = json.loads((tmp_path / "b" / "report.json").read_text())
     assert bench["ok"] and len(bench["cost"]["boot_seconds"]) == 1
     assert (tmp_path / "b" / "candidate-0.server.log").stat().st_size > 0
+
+
+def test_sglforge_killed_outright_takes_its_server_with_it(
+    site: Path, mark: str, tmp_path: Path
+) -> None:
+    """SIGKILL runs no ``finally``: the server still goes, by the parent-death signal set in
+    the child before exec (a stray server would hold the port and the GPU)."""
+    path = scenario_file(tmp_path, load_timeout=60)
+    argv = [sys.executable, "-m", "sglforge", "smoke", "--scenario", str(path),
+            "--runtime", "process", "--python", sys.executable, "--port", str(free_port()),
+            "--env", f"PYTHONPATH={site}", "--env", f"STANDIN_TEST_MARK={mark}",
+            "--env", "STANDIN_FAULT=hang", "--log-dir", str(tmp_path / "k")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marked(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marked(mark), "the server never started"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marked(mark) == [], "the server outlived sglforge's SIGKILL"

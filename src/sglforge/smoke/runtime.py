@@ -15,12 +15,15 @@ written once above it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import re
 import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -287,6 +290,17 @@ def _split_teardown(log_path: Path, offset: int) -> None:
         pass  # the log stays whole: the checks then read the teardown lines too
 
 
+def _die_with_parent(parent: int) -> None:
+    """In the child, before exec: SIGKILL when sglforge dies, even by SIGKILL, where no
+    ``finally`` runs (Linux's PR_SET_PDEATHSIG; sglang's own children set the same towards
+    the server: sglang/srt/utils/common.py:2538 in 0.5.14, so the whole tree goes)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call took hold
+            os._exit(1)
+
+
 @contextlib.contextmanager
 def _process(argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[ProcessBox]:
     """Start ``argv`` in a new session, output to ``log_path``; yield it; always stop the
@@ -304,6 +318,7 @@ def _process(argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[P
                         stderr=subprocess.STDOUT,
                         env=env,
                         start_new_session=True,
+                        preexec_fn=functools.partial(_die_with_parent, os.getpid()),  # noqa: PLW1509 (prctl only, no locks)
                     )
                 except OSError as exc:
                     raise SmokeError(
