@@ -30,6 +30,7 @@ from sglforge.requests import SmokeRequest
 from sglforge.scenario.file import load_scenario
 from sglforge.smoke.runner import run_smoke
 from sglforge.smoke.runtime import (
+    ContainerRuntime,
     ProcessRuntime,
     child_env,
     group_alive,
@@ -488,3 +489,20 @@ def test_sglforge_killed_outright_takes_its_server_with_it(
     while marked(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert marked(mark) == [], "the server outlived sglforge's SIGKILL"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "want"),
+    [
+        (ContainerRuntime(), "docker run --rm img:1 python3 -m sglang.bench_serving --help"),
+        (ProcessRuntime(("python3",)), "python3 -m sglang.bench_serving --help"),
+        (ProcessRuntime(("/v/bin/python3",)), "/v/bin/python3 -m sglang.bench_serving --help"),
+        (
+            ProcessRuntime(("apptainer", "exec", "x.sif", "python3")),
+            "apptainer exec x.sif python3 -m sglang.bench_serving --help",
+        ),
+    ],
+)
+def test_a_hint_names_the_command_where_the_runtime_runs_it(runtime: object, want: str) -> None:
+    """The bench's hints say what to type under that runtime, not ``docker run`` everywhere."""
+    assert runtime.shell("img:1", ["python3", "-m", "sglang.bench_serving", "--help"]) == want  # type: ignore[attr-defined]

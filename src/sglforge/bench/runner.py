@@ -305,7 +305,7 @@ def _dataset_choices(ctx: _Ctx, image: str) -> list[str]:
     if not m:
         raise BenchError(
             f"{image}: sglang.bench_serving --help lists no --dataset-name choices",
-            f"run: docker run --rm {image} python3 -m sglang.bench_serving --help",
+            "run: " + ctx.rt.shell(image, ["python3", "-m", "sglang.bench_serving", "--help"]),
         )
     return [c.strip() for c in m.group(1).split(",")]
 

@@ -78,6 +78,10 @@ class Runtime(Protocol):
         """What runs, for reports: the image, or ``process: <python words>``."""
         ...
 
+    def shell(self, image: str, command: Sequence[str]) -> str:
+        """The line a person types to run ``command`` where this runtime runs it (hints)."""
+        ...
+
     def running(
         self,
         image: str,
@@ -102,6 +106,9 @@ class ContainerRuntime:
 
     def describe(self, image: str) -> str:
         return image
+
+    def shell(self, image: str, command: Sequence[str]) -> str:
+        return shlex.join(["docker", "run", "--rm", image, *command])
 
     def running(
         self,
@@ -141,6 +148,9 @@ class ProcessRuntime:
 
     def describe(self, image: str) -> str:
         return "process: " + shlex.join(self.python)
+
+    def shell(self, image: str, command: Sequence[str]) -> str:
+        return shlex.join(self.argv(command, ()))
 
     def argv(self, command: Sequence[str], mounts: Sequence[Mount]) -> list[str]:
         """``command`` as this runtime runs it: a leading ``python3`` (or ``python``) becomes
