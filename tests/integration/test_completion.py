@@ -4,6 +4,7 @@ upstream mirrors. A completion never writes, and never fails (nothing to offer i
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def complete(words: str, cwd: Path | None = None) -> list[str]:
     if cwd is None:
         res = runner.invoke(main, [], env=env, prog_name="sglforge")
     else:
-        with runner.isolated_filesystem(temp_dir=cwd):
+        with contextlib.chdir(cwd):  # click 8.5 deprecates isolated_filesystem(temp_dir=)
             res = runner.invoke(main, [], env=env, prog_name="sglforge")
     assert res.exit_code == 0, res.output
     return [line.split(",", 1)[1] for line in res.stdout.splitlines() if "," in line]

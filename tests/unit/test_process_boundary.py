@@ -3,7 +3,9 @@ construction child in ``construct/``, and every read-only probe (rocminfo, amd-s
 buildx) through ``util.run_probe``, which handles a missing program, a failure to start and a
 timeout once. Two more places start what is no probe: ``standin/`` builds the test-double
 base (debootstrap, tar, pip download: minutes-long builds whose logs it keeps), and
-``tryout.py`` starts the local registry as a service that outlives the command."""
+``tryout.py`` starts the local registry as a service that outlives the command, and
+``smoke/runtime.py`` starts the server under test in its own process group (the process
+runtime: a service for the run's length, stopped with its whole group)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ ALLOWED = (
     "scan/construction.py",
     "standin/",
     "tryout.py",
+    "smoke/runtime.py",
 )
 STARTERS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
 
