@@ -95,7 +95,10 @@ _LINUX_X86_64 = re.compile(r"^(manylinux\w*|linux)_x86_64$")
 # (2048 x 1 MiB of zeros, 900:1) is caught by the whole package's ratio (F10).
 MAX_TOTAL_BYTES = 512 << 20
 MAX_FILE_BYTES = 256 << 20
-MAX_RATIO = 200  # uncompressed / compressed, for members over 1 MiB
+# A single member is judged by its ratio only past 32 MiB: real wheels hold small, mostly-zero
+# objects (pillow 13.0.0's libXau: 2.1 MB from 9.4 KB, 224:1); below that the totals decide.
+MAX_RATIO = 200  # uncompressed / compressed, for members over MEMBER_RATIO_FLOOR
+MEMBER_RATIO_FLOOR = 32 << 20
 MAX_TOTAL_RATIO = 16  # the package's uncompressed / compressed, once over 16 MiB
 # The methods pip's zipfile reads: stored, deflate, bzip2, lzma.
 _METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
@@ -620,7 +623,8 @@ def _check_member(info: zipfile.ZipInfo, parts: list[str]) -> None:
     if any(is_dotgit(p) for p in parts):
         raise _Hostile(f"{name} is inside a .git folder (git refuses such a path)")
     if info.file_size > MAX_FILE_BYTES or (
-        info.file_size > (1 << 20) and info.file_size > MAX_RATIO * max(info.compress_size, 1)
+        info.file_size > MEMBER_RATIO_FLOOR
+        and info.file_size > MAX_RATIO * max(info.compress_size, 1)
     ):
         raise _Hostile(
             f"{name} unpacks to {info.file_size} bytes from {info.compress_size} (a zip bomb?)"

@@ -120,3 +120,27 @@ def test_the_constructions_packages_refuse_the_same_wheels(
     assert list(wheels.iterdir()) == []
     site = tmp_path / "cache" / "pypi" / "construct-site"
     assert not site.exists() or list(site.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("size", "hostile"),
+    [
+        (2_100_545, False),  # pillow 13.0.0's libXau: 2.1 MB from 9.4 KB in the real wheel
+        (8 << 20, False),  # a sparse object under the floor
+        ((32 << 20) + 1, True),  # past the floor at ~1000:1
+        (257 << 20, True),  # past the size bound whatever its ratio
+    ],
+)
+def test_one_members_ratio_counts_only_past_its_floor(size: int, hostile: bool) -> None:
+    import zipfile
+
+    from sglforge import pypi
+
+    info = zipfile.ZipInfo("pkg/libs/libx.so.6")
+    info.file_size, info.compress_size = size, max(size // 1000, 1)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    if hostile:
+        with pytest.raises(pypi._Hostile, match="zip bomb"):
+            pypi._check_member(info, ["pkg", "libs", "libx.so.6"])
+    else:
+        pypi._check_member(info, ["pkg", "libs", "libx.so.6"])
