@@ -40,6 +40,21 @@ _SECRET_PARAM = re.compile(
     r"signature|sig|credential|auth|authorization|session|private[_-]?key|access[_-]?key)"
     r")=([^\s&;#'\"<>`\[\](){}]+)"
 )
+# A short number (up to 6 digits) is no credential: aiter's key fields (``token=512``), counts
+# and sizes are named so; a longer run of digits may be a PIN or a numeric token and stays masked.
+_NUMBER = re.compile(r"[+-]?\d{1,6}(?:\.\d+)?,?")
+
+
+def _redacted(m: re.Match[str]) -> str:
+    """A credential-named parameter with its value masked, unless the value is a number."""
+    return m.group(0) if _NUMBER.fullmatch(m.group(2)) else f"{m.group(1)}=***"
+
+
+def _secret_param(part: str) -> bool:
+    m = _SECRET_PARAM.fullmatch(part)
+    return bool(m) and not _NUMBER.fullmatch(m.group(2))  # type: ignore[union-attr]
+
+
 # Tokens known by their issuer's prefix (GitHub, GitLab, Slack, Hugging Face, AWS, npm, PyPI).
 _TOKEN = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{8,}|github_pat_[A-Za-z0-9_]{8,}|glpat-[A-Za-z0-9_-]{8,}|"
@@ -107,7 +122,7 @@ def _clean_url(url: str) -> str:
     path, ask, query = head.partition("?")
 
     def kept(params: str, mark: str) -> str:
-        left = [p for p in re.split(r"[&;]", params) if p and not _SECRET_PARAM.fullmatch(p)]
+        left = [p for p in re.split(r"[&;]", params) if p and not _secret_param(p)]
         return mark + "&".join(left) if left else ""
 
     tail = path + kept(query, ask) + kept(fragment, hash_)
@@ -119,7 +134,7 @@ def scrub_secrets(text: str) -> str:
     the form for a trailer value, a crash log's argv, anything written to disk."""
     text = _IN_TEXT.sub(lambda m: _clean_url(m.group(0)), text)
     text = _BARE_USERINFO.sub("", text)
-    text = _SECRET_PARAM.sub(lambda m: f"{m.group(1)}=***", text)
+    text = _SECRET_PARAM.sub(_redacted, text)
     return _TOKEN.sub("***", text)
 
 
@@ -135,7 +150,7 @@ def scrub_text(text: str, secrets: tuple[str, ...] = (), *, record: bool = False
     form = scrub if record else shown
     text = _IN_TEXT.sub(lambda m: form(m.group(0)), text)
     text = _BARE_USERINFO.sub("" if record else "***@", text)
-    text = _TOKEN.sub("***", _SECRET_PARAM.sub(lambda m: f"{m.group(1)}=***", text))
+    text = _TOKEN.sub("***", _SECRET_PARAM.sub(_redacted, text))
     for secret in secrets:
         if secret and len(secret) >= 3:
             text = text.replace(secret, "***")

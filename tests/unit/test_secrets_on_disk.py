@@ -142,3 +142,21 @@ def test_init_and_tryout_name_the_folder_in_the_way(tmp_path: Path, kind: str) -
     if kind == "file-in-path":
         with pytest.raises(LocalDiskError, match="afile"):
             tryout.prepare(dest, version="0.5.14")
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("key (token=512, model_dim=6144, inter_dim=4096)", True),  # aiter's tuned-row key
+        ("session=3 auth=0.5 sig=16,", True),
+        ("https://h/x?token=512&id=9", True),
+        ("token=abc123def", False),
+        ("https://h/x?access_token=9f8e7d6c5b", False),
+        ("password=12345678", False),  # a long run of digits may be a PIN
+    ],
+)
+def test_a_short_number_named_like_a_credential_is_no_credential(text: str, kept: bool) -> None:
+    from sglforge.urls import scrub_secrets, scrub_text
+
+    assert (scrub_secrets(text) == text) is kept
+    assert (scrub_text(text) == text) is kept or "://" in text
