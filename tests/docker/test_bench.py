@@ -242,7 +242,8 @@ def test_an_unchanged_image_passes_against_a_registry_only_baseline_with_the_tab
     assert doc["comparison"] == {"ran": True, "conclusive": True, "reason": None}
     changes = {c["figure"]: c for c in doc["regression"]["changes"]}
     speed = changes["decode_tok_s_per_request_at_concurrency_2"]
-    assert speed["status"] == "passed" and speed["boots"] == {"baseline": 1, "candidate": 1}
+    # a plan from a node profile runs whole ABBA blocks: one block is 2 boots a side
+    assert speed["status"] == "passed" and speed["boots"] == {"baseline": 2, "candidate": 2}
     assert speed["noise_source"] == "the node profile" and speed["boot_sd_dof"] == 9, speed
     assert abs(speed["delta"]) < speed["minimum_detectable_effect"], speed
     assert set(changes) == {"decode_tok_s_per_request_at_concurrency_2"}
@@ -341,8 +342,10 @@ def test_a_slower_image_is_refused_and_the_compared_figure_moves_with_the_server
         assert -0.068 <= speed["delta"] <= -0.028, speed
     assert speed["boots"] == {"baseline": 2, "candidate": 2} and speed["requests"]["baseline"] >= 64
     # no node profile: the boots' own spread with t at 2 degrees of freedom (issue 40), so the
-    # detectable drop is about 5 x that spread (0.4-1.9 % on this machine)
-    assert speed["minimum_detectable_effect"] < 0.12 and speed["boot_sd_dof"] == 2, speed
+    # detectable drop is a few times that spread, whatever the spread was under the suite's load
+    # (0.4-1.9 % a boot on a quiet machine, 9.3 % once under CI's load)
+    assert speed["boot_sd_dof"] == 2, speed
+    assert 2 * speed["boot_sd"] <= speed["minimum_detectable_effect"] <= 6 * speed["boot_sd"], speed
     # what to run next, naming the option (more boots when inconclusive, or accept the drop)
     assert "--accept-regression REASON" in doc["next"], doc["next"]
 
