@@ -244,10 +244,15 @@ def test_an_unchanged_image_passes_against_a_registry_only_baseline_with_the_tab
     speed = changes["decode_tok_s_per_request_at_concurrency_2"]
     # a plan from a node profile runs whole ABBA blocks: one block is 2 boots a side
     assert speed["status"] == "passed" and speed["boots"] == {"baseline": 2, "candidate": 2}
-    # the profile's 9 degrees of freedom pooled with the block's own 2 (no F-test overrule)
-    assert speed["noise_source"].startswith("the node profile"), speed
-    pooled = "pooled" in speed["noise_source"]
-    assert speed["boot_sd_dof"] == (11 if pooled else 9), speed
+    # the noise used names its source and carries its degrees of freedom: the profile's 9, pooled
+    # with the block's own 2, or the block's 2 alone when its spread overrules the profile (a
+    # machine loaded beside the suite spreads the stand-in's boots far beyond the declared 5 %)
+    source = speed["noise_source"]
+    dof = {"the node profile": 9, "the node profile pooled with the boots' own spread": 11}
+    assert speed["boot_sd_dof"] == dof.get(source, 2), speed
+    assert source in dof or source.startswith(
+        "the boots' own spread (the node profile overruled"
+    ), speed
     assert abs(speed["delta"]) < speed["minimum_detectable_effect"], speed
     assert set(changes) == {"decode_tok_s_per_request_at_concurrency_2"}
     # sglang 0.5.14's own bench_serving has no random-ids-shared-prefix: its --help decided.
