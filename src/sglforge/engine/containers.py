@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import docker
 import docker.errors
@@ -35,8 +35,8 @@ import requests
 
 from sglforge.engine import LABEL, client
 from sglforge.engine.errors import BuildFailed, ContainerFailed, EngineError
+from sglforge.engine.profile import Launch, Profile
 from sglforge.engine.profile import Mount as Mount  # re-exported: callers build mounts here
-from sglforge.engine.profile import Profile
 from sglforge.util import env_seconds, raise_held, signals_held, signals_raise
 from sglforge.util import tail_lines as tail_lines  # re-exported: the log tail of a run
 
@@ -45,6 +45,9 @@ from sglforge.util import tail_lines as tail_lines  # re-exported: the log tail 
 ROLE_LABEL = "io.sglforge.role"
 OWNER_HOST_LABEL = "io.sglforge.owner-host"
 OWNER_PID_LABEL = "io.sglforge.owner-pid"
+# The owner's pid namespace: a runner in another one (a CI job's container sharing the host's
+# engine and hostname) has a pid this process cannot see, so it is never judged dead here.
+OWNER_PIDNS_LABEL = "io.sglforge.owner-pidns"
 # How long to wait for the log stream to drain after the container stopped.
 LOG_DRAIN_S = 1.0
 
@@ -221,8 +224,11 @@ def reap_orphans(role: str) -> list[str]:
     filters = {"label": [f"{LABEL}=1", f"{ROLE_LABEL}={role}", f"{OWNER_HOST_LABEL}={host}"]}
     # The low-level listing: one call, no per-container inspect that a concurrent removal
     # (another run reaping the same orphan) could turn into a NotFound.
+    ours = _pid_namespace()
     for c in client().api.containers(all=True, filters=filters):
         labels = c.get("Labels") or {}
+        if labels.get(OWNER_PIDNS_LABEL, ours) != ours:
+            continue  # its runner's pid means nothing here (older runs carry no namespace)
         try:
             pid = int(labels.get(OWNER_PID_LABEL, "0"))
         except ValueError:
@@ -230,6 +236,28 @@ def reap_orphans(role: str) -> list[str]:
         if pid and not _pid_alive(pid) and remove(c["Id"]):
             gone.append(str((c.get("Names") or [c["Id"][:12]])[0]).lstrip("/"))
     return gone
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace as /proc names it (``pid:[4026531836]``); '' without /proc."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def owner_labels(role: str) -> dict[str, str]:
+    """The labels naming ``role``'s runner: this host, this process and its pid namespace."""
+    labels = {
+        LABEL: "1",
+        ROLE_LABEL: role,
+        OWNER_HOST_LABEL: socket.gethostname(),
+        OWNER_PID_LABEL: str(os.getpid()),
+    }
+    pidns = _pid_namespace()
+    if pidns:
+        labels[OWNER_PIDNS_LABEL] = pidns
+    return labels
 
 
 def _pid_alive(pid: int) -> bool:
@@ -244,31 +272,20 @@ def _pid_alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def running(
-    image: str,
-    *,
-    entrypoint: Sequence[str] | None,
-    command: Sequence[str],
-    profile: Profile,
-    log_path: Path,
-    role: str = "smoke",
-    labels: Mapping[str, str] | None = None,
-    name: str | None = None,
+    image: str, *, name: str | None = None, **launch: Unpack[Launch]
 ) -> Iterator[Container]:
-    """Start ``image`` with ``profile``; yield the running :class:`Container`; always remove it.
+    """Start ``image`` as ``launch`` says (entrypoint, command, profile, log file, role,
+    labels); yield the running :class:`Container`; always remove it.
 
     The container is removed when the block ends for any reason, including Ctrl-C and
     SIGTERM (re-raised as :class:`Terminated`); signals arriving during removal are held
     until it is done.
     """
     c = client()
-    all_labels = {
-        LABEL: "1",
-        ROLE_LABEL: role,
-        OWNER_HOST_LABEL: socket.gethostname(),
-        OWNER_PID_LABEL: str(os.getpid()),
-        **(labels or {}),
-    }
+    role = launch.get("role", "smoke")
+    all_labels = {**owner_labels(role), **(launch.get("labels") or {})}
     name = name or f"sglforge-{role}-{uuid.uuid4().hex[:8]}"
+    entrypoint, log_path = launch["entrypoint"], launch["log_path"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
     raw = None
@@ -278,11 +295,11 @@ def running(
                 raw = c.containers.create(
                     image,
                     entrypoint=None if entrypoint is None else list(entrypoint),
-                    command=list(command),
+                    command=list(launch["command"]),
                     name=name,
                     labels=all_labels,
                     detach=True,
-                    **create_options(profile),
+                    **create_options(launch["profile"]),
                 )
                 raw.start()
             except docker.errors.ImageNotFound as exc:

@@ -6,8 +6,10 @@ a profile into the engine's create options.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NotRequired, TypedDict
 
 
 @dataclass(frozen=True)
@@ -33,3 +35,15 @@ class Profile:
     network_mode: str = "host"
     mounts: tuple[Mount, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+class Launch(TypedDict):
+    """What to start, as ``running(image, **launch)`` takes it: a container
+    (:func:`.containers.running`) or a local process (``smoke.runtime.ProcessRuntime``)."""
+
+    entrypoint: Sequence[str] | None
+    command: Sequence[str]
+    profile: Profile
+    log_path: Path
+    role: NotRequired[str]  # who runs it ("smoke", "bench-client"...); default "smoke"
+    labels: NotRequired[Mapping[str, str] | None]

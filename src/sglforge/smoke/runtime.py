@@ -30,9 +30,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Unpack
 
-from sglforge.engine.profile import Mount, Profile
+from sglforge.engine.profile import Launch, Mount
 from sglforge.errors import ConfigError, SmokeError
 from sglforge.util import (
     atomic_write,
@@ -82,17 +82,7 @@ class Runtime(Protocol):
         """The line a person types to run ``command`` where this runtime runs it (hints)."""
         ...
 
-    def running(
-        self,
-        image: str,
-        *,
-        entrypoint: Sequence[str] | None,
-        command: Sequence[str],
-        profile: Profile,
-        log_path: Path,
-        role: str = "smoke",
-        labels: Mapping[str, str] | None = None,
-    ) -> AbstractContextManager[Box]: ...
+    def running(self, image: str, **launch: Unpack[Launch]) -> AbstractContextManager[Box]: ...
 
     def reap(self, role: str) -> list[str]:
         """Remove what killed runs of ``role`` left behind; their names."""
@@ -110,28 +100,10 @@ class ContainerRuntime:
     def shell(self, image: str, command: Sequence[str]) -> str:
         return shlex.join(["docker", "run", "--rm", image, *command])
 
-    def running(
-        self,
-        image: str,
-        *,
-        entrypoint: Sequence[str] | None,
-        command: Sequence[str],
-        profile: Profile,
-        log_path: Path,
-        role: str = "smoke",
-        labels: Mapping[str, str] | None = None,
-    ) -> AbstractContextManager[Box]:
+    def running(self, image: str, **launch: Unpack[Launch]) -> AbstractContextManager[Box]:
         from sglforge.engine import containers
 
-        return containers.running(
-            image,
-            entrypoint=entrypoint,
-            command=command,
-            profile=profile,
-            log_path=log_path,
-            role=role,
-            labels=labels,
-        )
+        return containers.running(image, **launch)
 
     def reap(self, role: str) -> list[str]:
         from sglforge.engine import containers
@@ -161,20 +133,10 @@ class ProcessRuntime:
             return [*self.python, *words[1:]]
         return [*self.python[:-1], *words]
 
-    def running(
-        self,
-        image: str,
-        *,
-        entrypoint: Sequence[str] | None,
-        command: Sequence[str],
-        profile: Profile,
-        log_path: Path,
-        role: str = "smoke",
-        labels: Mapping[str, str] | None = None,
-    ) -> AbstractContextManager[Box]:
-        argv = self.argv([*(entrypoint or ()), *command], profile.mounts)
-        env = child_env(profile.env, profile.mounts)
-        return _process(argv, env, log_path)
+    def running(self, image: str, **launch: Unpack[Launch]) -> AbstractContextManager[Box]:
+        mounts = launch["profile"].mounts
+        argv = self.argv([*(launch["entrypoint"] or ()), *launch["command"]], mounts)
+        return _process(argv, child_env(launch["profile"].env, mounts), launch["log_path"])
 
     def reap(self, role: str) -> list[str]:
         return []  # a process group dies with its block (see _process); none is left to find
