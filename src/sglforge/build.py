@@ -514,35 +514,22 @@ def context_tar(plan: BuildPlan, worktree: Path) -> bytes:
             dirs.add(str(parent))
             parent = parent.parent
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(
-            _tarinfo("Dockerfile", len(plan.dockerfile.encode()), 0o644),
-            io.BytesIO(plan.dockerfile.encode()),
-        )
+        dockerfile = plan.dockerfile.encode()
+        info = oci.tar_info("Dockerfile", tarfile.REGTYPE, 0o644, MTIME, len(dockerfile))
+        tar.addfile(info, io.BytesIO(dockerfile))
         for d in sorted(dirs):
-            info = _tarinfo(d, 0, 0o755)
-            info.type = tarfile.DIRTYPE
-            tar.addfile(info)
+            tar.addfile(oci.tar_info(d, tarfile.DIRTYPE, 0o755, MTIME))
         for name in sorted(entries):
             data, mode, link = entries[name]
             if link is not None:
-                info = _tarinfo(name, 0, 0o777)
-                info.type = tarfile.SYMTYPE
+                info = oci.tar_info(name, tarfile.SYMTYPE, 0o777, MTIME)
                 info.linkname = link
                 tar.addfile(info)
             else:
                 assert data is not None
-                tar.addfile(_tarinfo(name, len(data), mode), io.BytesIO(data))
+                info = oci.tar_info(name, tarfile.REGTYPE, mode, MTIME, len(data))
+                tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mode = mode
-    info.mtime = MTIME
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
 
 
 def buildx_command(plan: BuildPlan, docker: str = "docker") -> list[str]:

@@ -168,18 +168,18 @@ def layer_tar(files: Sequence[LayerFile], deleted: Sequence[str], mtime: int) ->
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
         for name in sorted((*dirs, *entries), key=lambda n: PurePosixPath(n).parts):
             if name in dirs:
-                tar.addfile(_info(name, tarfile.DIRTYPE, DIR_MODE, mtime))
+                tar.addfile(tar_info(name, tarfile.DIRTYPE, DIR_MODE, mtime))
                 continue
             entry = entries[name]
             if entry is None:
-                tar.addfile(_info(name, tarfile.REGTYPE, 0o644, mtime))
+                tar.addfile(tar_info(name, tarfile.REGTYPE, 0o644, mtime))
             elif entry.link is not None:
-                info = _info(name, tarfile.SYMTYPE, 0o777, mtime)
+                info = tar_info(name, tarfile.SYMTYPE, 0o777, mtime)
                 info.linkname = entry.link
                 tar.addfile(info)
             else:
-                info = _info(name, tarfile.REGTYPE, entry.mode & 0o7777, mtime)
-                info.size = len(entry.data)
+                mode = entry.mode & 0o7777
+                info = tar_info(name, tarfile.REGTYPE, mode, mtime, len(entry.data))
                 tar.addfile(info, io.BytesIO(entry.data))
     return buf.getvalue()
 
@@ -192,9 +192,11 @@ def _member(path: str) -> str:
     return str(p).lstrip("/")
 
 
-def _info(name: str, kind: bytes, mode: int, mtime: int) -> tarfile.TarInfo:
+def tar_info(name: str, kind: bytes, mode: int, mtime: int, size: int = 0) -> tarfile.TarInfo:
+    """A tar header owned by root with no user or group names: the same bytes on every host."""
     info = tarfile.TarInfo(name)
     info.type = kind
+    info.size = size
     info.mode = mode
     info.mtime = mtime
     info.uid = info.gid = 0
@@ -340,9 +342,7 @@ def docker_archive(image: OverlayImage, tags: Sequence[str], mtime: int) -> byte
             (layers[-1], tar),
             ("manifest.json", manifest),
         ):
-            info = _info(name, tarfile.REGTYPE, 0o644, mtime)
-            info.size = len(data)
-            out.addfile(info, io.BytesIO(data))
+            out.addfile(tar_info(name, tarfile.REGTYPE, 0o644, mtime, len(data)), io.BytesIO(data))
     return buf.getvalue()
 
 
