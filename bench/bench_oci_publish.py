@@ -44,6 +44,7 @@ from sglforge.engine import distribution as dist  # noqa: E402
 from sglforge.images import oci  # noqa: E402
 from sglforge.images import registry as oreg  # noqa: E402
 from sglforge.standin.registry import answers, free_port, registry_binary, write_config  # noqa: E402
+from standin.host_base import push_layers  # noqa: E402
 
 MIB = 1 << 20
 
@@ -81,35 +82,8 @@ def stored_layer(data: bytes, name: str) -> oci.Layer:
 
 def push_standin_base(ref: str, mib: int, n: int) -> None:
     layers = [stored_layer(os.urandom(mib * MIB // n), f"opt/standin/part{i}") for i in range(n)]
-    config = oci.canonical_json(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": {
-                "Env": ["PATH=/usr/bin"],
-                "WorkingDir": "/sgl-workspace",
-                "Cmd": ["/bin/bash"],
-            },
-            "rootfs": {"type": "layers", "diff_ids": [x.diff_id for x in layers]},
-            "history": [{"created_by": f"stand-in part {i}"} for i in range(n)],
-        }
-    )
-    manifest = oci.canonical_json(
-        {
-            "schemaVersion": 2,
-            "mediaType": oci.DOCKER_MANIFEST,
-            "config": {
-                "mediaType": oci.DOCKER_CONFIG,
-                "size": len(config),
-                "digest": oci.digest_of(config),
-            },
-            "layers": [
-                {"mediaType": oci.DOCKER_LAYER, "size": x.size, "digest": x.digest} for x in layers
-            ],
-        }
-    )
-    blobs = [dist.Blob(x.blob) for x in layers] + [dist.Blob(config)]
-    dist.push_image(ref, manifest, oci.DOCKER_MANIFEST, blobs, None)
+    config = {"Env": ["PATH=/usr/bin"], "WorkingDir": "/sgl-workspace", "Cmd": ["/bin/bash"]}
+    push_layers(ref, layers, config, [f"stand-in part {i}" for i in range(n)])
 
 
 def queue_plan(tmp: Path, synthetic: bool) -> tuple[object, Path]:

@@ -20,7 +20,7 @@ import docker
 import pytest
 from click.testing import CliRunner
 
-from helpers_build import STANDIN_OWNED, make_build_project
+from helpers_build import STANDIN_OWNED, BuildProject, make_build_project
 from sglforge import selfcheck
 from sglforge.cli import main
 from sglforge.engine import containers
@@ -83,6 +83,26 @@ def test_the_engine_pulls_and_runs_the_overlay_and_loads_its_archive(
             engine_images.remove(name)
 
 
+def _project_on_a_host_base(
+    tmp: Path, reg: Registry, labels: dict[str, str]
+) -> tuple[BuildProject, str, str, dict[str, bytes]]:
+    """The test queue's project whose base is a host base in ``reg`` holding the synthetic
+    upstream's tree (the stand-in's own files too) under /sgl-workspace; (project, the
+    repository its images go to, the base's reference, the base's tree)."""
+    repository = f"sglforge-test/oci-{uuid.uuid4().hex[:8]}"
+    base_ref = f"{reg.address}/standin/sglang:v0.5.14-rocm700-mi35x"
+    built = make_build_project(
+        tmp / "p",
+        base_template=f"{reg.address}/standin/sglang:v{{version}}-{{rocm}}-mi35x",
+        repository=repository,
+    )
+    tree = {f"{WORKDIR}/sglang/{k}": v for k, v in built.base_files().items()}
+    tree.update({f"{WORKDIR}/sglang/{k}": built.files[k].encode() for k in STANDIN_OWNED})
+    env = {"PYTHONPATH": f"{WORKDIR}/sglang/python"}
+    push_host_base(base_ref, tree, labels, python=True, env=env)
+    return built, repository, base_ref, tree
+
+
 def _publish(
     project: Path, registry: str, upstream: Path, labels: dict[str, str], cache: Path
 ) -> dict[str, Any]:
@@ -104,17 +124,7 @@ def test_one_queue_published_twice_from_empty_caches_pushes_one_digest_the_dry_r
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first_reg, second_reg = registry(), registry()
-    repository = f"sglforge-test/oci-{uuid.uuid4().hex[:8]}"
-    base_ref = f"{first_reg.address}/standin/sglang:v0.5.14-rocm700-mi35x"
-    built = make_build_project(
-        tmp_path / "p",
-        base_template=f"{first_reg.address}/standin/sglang:v{{version}}-{{rocm}}-mi35x",
-        repository=repository,
-    )
-    tree = {f"{WORKDIR}/sglang/{k}": v for k, v in built.base_files().items()}
-    tree.update({f"{WORKDIR}/sglang/{k}": built.files[k].encode() for k in STANDIN_OWNED})
-    env = {"PYTHONPATH": f"{WORKDIR}/sglang/python"}
-    push_host_base(base_ref, tree, docker_labels, python=True, env=env)
+    built, repository, base_ref, _ = _project_on_a_host_base(tmp_path, first_reg, docker_labels)
 
     first = _publish(built.root, first_reg.address, built.upstream, docker_labels, tmp_path / "c1")
     # A second machine: empty caches, no local image of the queue or the base, a later clock.
@@ -168,17 +178,7 @@ def test_publish_refuses_a_foreign_image_under_the_immutable_tag_before_the_smok
     tmp_path: Path,
 ) -> None:
     r = registry()
-    repository = f"sglforge-test/oci-{uuid.uuid4().hex[:8]}"
-    base_ref = f"{r.address}/standin/sglang:v0.5.14-rocm700-mi35x"
-    built = make_build_project(
-        tmp_path / "p",
-        base_template=f"{r.address}/standin/sglang:v{{version}}-{{rocm}}-mi35x",
-        repository=repository,
-    )
-    tree = {f"{WORKDIR}/sglang/{k}": v for k, v in built.base_files().items()}
-    tree.update({f"{WORKDIR}/sglang/{k}": built.files[k].encode() for k in STANDIN_OWNED})
-    env = {"PYTHONPATH": f"{WORKDIR}/sglang/python"}
-    push_host_base(base_ref, tree, docker_labels, python=True, env=env)
+    built, repository, _, tree = _project_on_a_host_base(tmp_path, r, docker_labels)
     args = ["--root", str(built.root), "build", "--target", "mi355x", "--json"]
     args += ["--upstream", str(built.upstream)]
     for k, v in docker_labels.items():

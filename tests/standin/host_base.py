@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sglforge.engine import distribution as dist
@@ -93,18 +93,27 @@ def push_host_base(
     system = [oci.LayerFile(path, src.read_bytes(), 0o755) for path, src in sorted(host.items())]
     tree = [oci.LayerFile(path, data) for path, data in sorted(files.items())]
     layers = [oci.make_layer(system, (), 0), oci.make_layer(tree, (), 0)]
-    config = oci.canonical_json(
+    config = {
+        "Env": [f"{k}={v}" for k, v in {"PATH": "/usr/bin:/bin", **(env or {})}.items()],
+        "WorkingDir": WORKDIR,
+        "Cmd": ["/bin/sh"],
+        "Labels": dict(labels),
+    }
+    return push_layers(ref, layers, config, ["host programs", "sglang tree"])
+
+
+def push_layers(
+    ref: str, layers: Sequence[oci.Layer], config: Mapping[str, object], history: Sequence[str]
+) -> str:
+    """Push an amd64 Linux image of ``layers`` (one ``history`` line each) whose run config is
+    ``config`` (``Env``, ``Cmd``...) as ``ref``, blob by blob; its manifest digest."""
+    image_config = oci.canonical_json(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {
-                "Env": [f"{k}={v}" for k, v in {"PATH": "/usr/bin:/bin", **(env or {})}.items()],
-                "WorkingDir": WORKDIR,
-                "Cmd": ["/bin/sh"],
-                "Labels": dict(labels),
-            },
+            "config": dict(config),
             "rootfs": {"type": "layers", "diff_ids": [x.diff_id for x in layers]},
-            "history": [{"created_by": "host programs"}, {"created_by": "sglang tree"}],
+            "history": [{"created_by": line} for line in history],
         }
     )
     manifest = oci.canonical_json(
@@ -113,13 +122,13 @@ def push_host_base(
             "mediaType": oci.DOCKER_MANIFEST,
             "config": {
                 "mediaType": oci.DOCKER_CONFIG,
-                "size": len(config),
-                "digest": oci.digest_of(config),
+                "size": len(image_config),
+                "digest": oci.digest_of(image_config),
             },
             "layers": [
                 {"mediaType": oci.DOCKER_LAYER, "size": x.size, "digest": x.digest} for x in layers
             ],
         }
     )
-    blobs = [dist.Blob(x.blob) for x in layers] + [dist.Blob(config)]
+    blobs = [dist.Blob(x.blob) for x in layers] + [dist.Blob(image_config)]
     return dist.push_image(ref, manifest, oci.DOCKER_MANIFEST, blobs, None)
