@@ -298,3 +298,76 @@ def test_a_tokenizer_s_own_template_marks_templated_text() -> None:
     assert engine.templated("<|turn|>user\nhello<|turn|>bot\n")
     assert not engine.templated("hello")
     assert engine.templated("[gMASK]<sop><|user|>\nhello<|assistant|>")  # GLM's, as before
+
+
+# --------------------------------------------------------------------------- prefill vs decode
+
+
+def test_a_prefill_stalls_every_running_decode_on_its_rank(real) -> None:
+    # 0.5.14 runs a new prefill batch instead of the running decode batch...
+    sched = real("srt/managers/scheduler.py")
+    pick = _method(sched, "get_next_batch_to_run")
+    run_prefill = pick.index("if new_batch is not None:")
+    assert pick.index("ret = new_batch", run_prefill) < pick.index("else:", run_prefill)
+    assert pick.index("else:", run_prefill) < pick.index("update_running_batch(", run_prefill)
+    # ...and mixes the two only with --enable-mixed-chunk, off by default
+    field = real("srt/server_args.py").split("enable_mixed_chunk: A[", 1)[1]
+    assert field[: field.index("\n\n")].rstrip().endswith("] = False")
+
+    argv = ["--model-path", str(MODEL), *MTP]
+    env = {"STANDIN_DECODE_TOK_S": "100", "STANDIN_PREFILL_US_PER_TOKEN": "100"}
+    engine = server.Engine(server.build_parser().parse_args(argv), frozenset(), env)
+    arrivals: list[float] = []
+    params = {"max_new_tokens": 120, "ignore_eos": True}
+    running = threading.Thread(
+        target=engine.generate,
+        args=("a short one", params, lambda _c: arrivals.append(time.monotonic())),
+    )
+    running.start()
+    time.sleep(0.15)  # decoding, at 10 ms per step
+    began = time.monotonic()
+    engine.generate(" ".join(f"p{i}" for i in range(4000)), {"max_new_tokens": 1})  # 0.4 s
+    prefilled = time.monotonic() - began
+    running.join()
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    # the running request got no step while the 4,000-token prompt prefilled
+    assert prefilled >= 0.4 and max(gaps) >= 0.35, (prefilled, max(gaps))
+
+
+# --------------------------------------------------------------------------- health
+
+
+def _get(url: str) -> tuple[int, float]:
+    began = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, time.monotonic() - began
+    except urllib.error.HTTPError as exc:
+        return exc.code, time.monotonic() - began
+
+
+def test_health_generate_waits_for_a_real_generate_through_the_scheduler(
+    real, start: Start
+) -> None:
+    http = real("srt/entrypoints/http_server.py")
+    assert 'HEALTH_CHECK_TIMEOUT = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20))' in http
+    health = _method(http, "health_generate")
+    assert '@app.get("/health")\n@app.get("/health_generate")' in http
+    assert '{"max_new_tokens": 1, "temperature": 0.0}' in health and "log_metrics=False" in health
+    loop = health[health.index("while time.time() < tic + HEALTH_CHECK_TIMEOUT:") :]
+    assert loop.index("await asyncio.sleep(1)") < loop.index("last_receive_tstamp > tic")
+    assert loop.index("return Response(status_code=200)") < loop.index("ServerStatus.UnHealthy")
+    assert loop.rstrip().endswith("return Response(status_code=503)")
+
+    base = start(STANDIN_PREFILL_US_PER_TOKEN="1000", SGLANG_HEALTH_CHECK_TIMEOUT="2")
+    code, took = _get(f"{base}/health_generate")
+    assert code == 200 and took >= 1.0  # idle: its own token came back, seen after 1 s
+    # the scheduler busy with a 3,000-token prefill (3 s) that sends nothing meanwhile: the
+    # check's own request waits behind it, so nothing comes back within the 2 s
+    busy = threading.Thread(target=generate, args=(base, " ".join(["w"] * 3000), 2))
+    busy.start()
+    time.sleep(0.2)
+    code, took = _get(f"{base}/health")
+    busy.join()
+    assert code == 503 and took >= 2.0
+    assert _get(f"{base}/health_generate")[0] == 200  # answered again once it answers

@@ -85,10 +85,15 @@ Where it differs from the real server, on purpose:
   ``stream``: 400, ``srt/entrypoints/openai/serving_chat.py:512-516``) and ``ignore_eos``.
 - Simple arithmetic questions ("What is 17 + 25?") are answered correctly; other text is
   filler words.
-- Still kinder than a node, known: a prefill does not stall the other requests' decode steps
-  (0.5.14 runs a new prefill batch before the running decode batch, ``scheduler.py:2655-2657``,
-  ``enable_mixed_chunk`` off), so inter-token latency under load is better here;
-  ``/health_generate`` answers at once (0.5.14 waits >= 1 s, ``http_server.py:607-621``).
+- A prefill stalls the decode of every running request on its rank, as 0.5.14 runs a new
+  prefill batch instead of the running decode batch (``scheduler.py:2655-2665``;
+  ``--enable-mixed-chunk`` off by default, ``server_args.py:788-791``). Kinder still, known: a
+  prefill that arrives during a decode step starts at once here, after that step on a node
+  (one decode step, about 10 ms, of time to first token).
+- ``/health`` and ``/health_generate`` send a 1-token request through the scheduler (FCFS
+  behind the queue, not counted in ``/metrics``) and answer 200 only after a 1 s sleep once
+  the scheduler sent anything since the check began, 503 after
+  ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20) s without (``http_server.py:561-634``).
 
 aiter's tuned fused-MoE lookup (:class:`AiterFusedMoE`), when aiter is installed in the image
 (the replica's ``ensure_sglang_base(aiter=True)``: the real ``amd-aiter`` wheel's tree at
@@ -127,7 +132,8 @@ Faults and extra log lines through the environment (comma-separated names in
   MTP shared expert meets an MXFP4-shaped slot and ``MergedColumnParallelLinear.weight_loader``'s
   bare ``assert param_data.shape == loaded_weight.shape`` fails (``srt/layers/linear.py:724``),
   logged as a bare ``AssertionError`` after the scheduler's traceback; exit 1.
-- ``crash-later``: becomes ready, then dies on the first request with a HIP error.
+- ``crash-later``: becomes ready, then dies on the first request (not a health check) with a
+  HIP error.
 - ``hang``: never finishes loading (never listens).
 - ``wrong``: answers arithmetic off by one.
 - ``empty``: generates empty text.
@@ -853,6 +859,10 @@ class Rank:
         )
         self.slots = FifoGate(args.max_running_requests or 16)
         self.prefill = FifoGate(1)  # one prefill batch runs at a time, in arrival order
+        # requests waiting for or running their prefill: the running ones' decode waits for
+        # them (Engine._decode_start)
+        self.prefilling = 0
+        self.idle = threading.Condition()
         self.running = 0
         self.waiting = 0
         self.cache_hit_rate = 0.0  # the gauge, set per prefill
@@ -967,7 +977,14 @@ class Engine:
         self.accept_raw = self._accept(env, "STANDIN_RAW_ACCEPT_LENGTH", "2.4")
         self.context_len = args.context_length or DEFAULT_CONTEXT_LEN
         self.lock = threading.Lock()
-        self.status = "Starting"  # http_server.py ServerStatus: Starting -> Up
+        self.status = "Starting"  # http_server.py ServerStatus: Starting -> Up (-> UnHealthy)
+        # tokenizer_manager.py:1836 last_receive_tstamp: when the scheduler last sent anything
+        self.last_receive = 0.0
+        # http_server.py:182 and environ.py:716 (EnvBool: true/1/yes/y, false/0/no/n)
+        self.health_timeout = int(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        self.health_generation = env.get(
+            "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true"
+        ).lower() not in ("false", "0", "no", "n")
         self.aiter: AiterFusedMoE | None = None
         self.moe: list[tuple[int, int, int, int]] = []
         self.cost = CostModel(env, self.tok_s)
@@ -1190,14 +1207,16 @@ class Engine:
         emit: Callable[[dict], None] | None = None,
         internal: bool = False,
         templated: bool | None = None,
+        log_metrics: bool = True,
     ) -> dict:
         """One completion as ``/generate`` returns it; ``emit`` gets each streamed chunk.
 
         ``templated``: the prompt went through the chat template (``/v1/chat/completions``);
         None: judged from the text. Requests go to the DP ranks in turn (round robin,
         ``data_parallel_controller.py:604-616``), wait for a running slot first come first
-        served, then for their rank's prefill."""
-        if "crash-later" in self.faults and not internal:
+        served, then for their rank's prefill. ``log_metrics`` False: a health check's
+        request (``http_server.py:590-595``), served as any other but not counted."""
+        if "crash-later" in self.faults and not internal and log_metrics:
             log("Scheduler hit an exception: Traceback (most recent call last):", " TP0")
             raw(
                 '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", '
@@ -1222,7 +1241,7 @@ class Engine:
             with self.lock:
                 rank.waiting -= 1
                 rank.running += 1
-            return self._generate(rank, prompt, params, emit, started, accept, True)
+            return self._generate(rank, prompt, params, emit, started, accept, True, log_metrics)
         finally:
             with self.lock:
                 rank.running -= 1
@@ -1243,6 +1262,8 @@ class Engine:
         with self.lock:
             cached = rank.cache.match(ids)
             rank.cache_hit_rate = cached / len(ids) if ids else 0.0
+        with rank.idle:
+            rank.prefilling += 1
         rank.prefill.acquire()
         try:
             # The costs are a schedule, not pauses: each step ends at its time, so the Python
@@ -1254,7 +1275,52 @@ class Engine:
                 rank.cache.insert(ids)
         finally:
             rank.prefill.release()
+            with rank.idle:
+                rank.prefilling -= 1
+                rank.idle.notify_all()
         return cached, clock
+
+    def _decode_start(self, rank: Rank, clock: float) -> float:
+        """When a running request's next decode step starts: at ``clock`` (its last step's
+        end), or once no prefill waits or runs on its rank. 0.5.14's scheduler runs a new
+        prefill batch instead of the running decode batch (``scheduler.py:2655-2665``,
+        ``get_next_batch_to_run``; mixing them needs ``--enable-mixed-chunk``, off by default,
+        ``server_args.py:788-791``), so every decode on the rank stalls while prompts prefill."""
+        with rank.idle:
+            if not rank.prefilling:
+                return clock
+            while rank.prefilling:
+                rank.idle.wait()
+        return max(clock, time.monotonic())
+
+    def health(self, path: str) -> int:
+        """``/health`` and ``/health_generate`` (``http_server.py:561-634``): 503 while
+        ``Starting``; ``/health`` 200 at once only with ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION``
+        off; else a 1-token request through the scheduler like any other (not counted), and
+        200 once the scheduler sent anything after the check began, looked at after each 1 s
+        sleep (``:615-620``); 503 and ``UnHealthy`` after ``SGLANG_HEALTH_CHECK_TIMEOUT`` s."""
+        if self.status == "Starting":
+            return 503
+        if path == "/health" and not self.health_generation:
+            return 200
+        tic = time.time()
+        params = {"max_new_tokens": 1, "temperature": 0.0}
+        threading.Thread(
+            target=self.generate, args=("0", params), kwargs={"log_metrics": False}, daemon=True
+        ).start()
+        while time.time() < tic + self.health_timeout:
+            time.sleep(1)
+            if self.last_receive > tic:
+                self.status = "Up"
+                return 200
+        log(
+            "Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{self.health_timeout} seconds. tic start time: "
+            f"{time.strftime('%H:%M:%S', time.localtime(tic))}. last_heartbeat time: "
+            f"{time.strftime('%H:%M:%S', time.localtime(self.last_receive))}"
+        )
+        self.status = "UnHealthy"
+        return 503
 
     def _steps(
         self, rank: Rank, total: int, accept: float, histogram: list[int]
@@ -1292,6 +1358,7 @@ class Engine:
         started: float,
         accept: float,
         counted: bool,
+        log_metrics: bool = True,
     ) -> dict:
         n = int(params.get("max_new_tokens", 128))  # sampling_params.py default
         words, finish = self.words(prompt, max(n, 0), bool(params.get("ignore_eos")))
@@ -1303,13 +1370,16 @@ class Engine:
         done = 0
         for step, verify, correct in self._steps(rank, len(words), accept, req.histogram):
             req.verify, req.correct = verify, correct
+            if done:
+                clock = self._decode_start(rank, clock)
             clock += self.cost.decode(step, rank.running, jitter)
             _sleep_until(clock)
             done += step
+            self.last_receive = time.time()
             if emit is not None:
                 emit(self._out(req, done, finish if done >= len(words) else None))
         out = self._out(req, len(words), finish)
-        if counted:
+        if counted and log_metrics:
             with self.lock:
                 self.prompt_tokens_total += len(ids)
                 self.cached_tokens_total += cached
@@ -1415,12 +1485,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def _health(self) -> None:
-        # http_server.py:575-576: 503 until the warmup request has gone through.
-        if self.engine.status != "Up":
-            self._empty(503)
-            return
-        self.engine.generate("health", {"max_new_tokens": 1}, internal=True)
-        self._empty(200)
+        self._empty(self.engine.health(self.path.split("?", 1)[0]))
 
     def _server_info(self) -> None:
         path = self.path.split("?", 1)[0]
