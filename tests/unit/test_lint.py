@@ -6,48 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from patch_texts import guard_patch
+from patch_texts import queue_project as project
 from sglforge.errors import ConfigError
 from sglforge.patches.lint import lint_queue
 from sglforge.queue.series import classify, load_pin, load_queue, parse_patch, ref_version
 
-GOOD = """\
-From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
-From: Dev <dev@example.invalid>
-Date: Mon, 1 Jan 2024 00:00:00 +0000
-Subject: [PATCH] Guard the include
-
-Fails to compile on ROCm.
-
-Upstream-Status: Backport [v0.5.15]
-Applies-To: >=0.5.10,<0.5.15
-Upstream-Fixed-In: 0.5.15
----
- python/x.cuh | 1 +
- 1 file changed, 1 insertion(+)
-
-diff --git a/python/x.cuh b/python/x.cuh
-index 1111111..2222222 100644
---- a/python/x.cuh
-+++ b/python/x.cuh
-@@ -1,2 +1,3 @@
- a
-+b
- c
--- 
-2.39.5
-"""
-
-
-def project(tmp_path: Path, patches: dict[str, str], series: str | None = None) -> Path:
-    root = tmp_path / "p"
-    (root / "patches").mkdir(parents=True)
-    (root / "patches" / "upstream.toml").write_text('url = "x"\nref = "v0.5.14"\n')
-    for name, text in patches.items():
-        (root / "patches" / name).write_bytes(text.encode())
-    if series is None:
-        series = "".join(f"{n}\n" for n in patches)
-    (root / "patches" / "series").write_text(series)
-    return root
+GOOD = guard_patch(
+    "Upstream-Status: Backport [v0.5.15]\n"
+    "Applies-To: >=0.5.10,<0.5.15\n"
+    "Upstream-Fixed-In: 0.5.15\n",
+    signature=True,
+)
 
 
 def codes(root: Path) -> list[tuple[str, int, str]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from patch_texts import guard_patch, queue_project
 from sglforge.errors import ConfigError
 from sglforge.patches.edit import import_patches
 from sglforge.patches.header import edit_header, parse_sets
@@ -22,29 +23,8 @@ FS = "Fixes-Scan: cuda-only-jit python/x.cuh"
 # The character itself, then where in a value it hides a forged trailer.
 BREAKS = [pytest.param(ch, id=f"U+{ord(ch):04X}") for ch in LINE_BREAKS if ch != "\n"]
 
-PATCH = """\
-From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
-From: Dev <dev@example.invalid>
-Date: Mon, 1 Jan 2024 00:00:00 +0000
-Subject: [PATCH] Guard the include
-
-Fails to compile on ROCm.
-
-Upstream-Status: Pending
-Forwarded: not-needed
-{extra}---
- python/x.cuh | 1 +
- 1 file changed, 1 insertion(+)
-
-diff --git a/python/x.cuh b/python/x.cuh
-index 1111111..2222222 100644
---- a/python/x.cuh
-+++ b/python/x.cuh
-@@ -1,2 +1,3 @@
- a
-+b
- c
-"""
+# {extra}: more trailer lines, per test
+PATCH = guard_patch("Upstream-Status: Pending\nForwarded: not-needed\n{extra}")
 
 # Credentials of several kinds, each in a trailer value; none may reach the file.
 SECRETS = [
@@ -62,12 +42,7 @@ SECRETS = [
 
 
 def _project(tmp_path: Path, extra: str = "") -> Path:
-    root = tmp_path / "p"
-    (root / "patches").mkdir(parents=True)
-    (root / "patches" / "upstream.toml").write_text('url = "x"\nref = "v0.5.14"\n')
-    (root / "patches" / "0001-guard.patch").write_bytes(PATCH.format(extra=extra).encode())
-    (root / "patches" / "series").write_text("0001-guard.patch\n")
-    return root
+    return queue_project(tmp_path, {"0001-guard.patch": PATCH.format(extra=extra)})
 
 
 def test_line_breaks_are_exactly_what_splitlines_splits_on() -> None:
