@@ -456,7 +456,13 @@ def _apply_one(
     )
     progress.current().finish(steps, ok=False)
     _conflict(
-        wt, run.ref, patch.name, detail.strip(), hint_upstream(run.up, queue.pin), am=in_conflict
+        wt,
+        run.ref,
+        patch.name,
+        detail.strip(),
+        hint_upstream(run.up, queue.pin),
+        am=in_conflict,
+        at_pin=run.ref == queue.pin.ref,
     )
 
 
@@ -535,7 +541,13 @@ def _ensure_worktree(
 
 
 def _conflict(
-    wt: Path, ref: str, name: str, detail: str, upstream: str | None, am: bool = False
+    wt: Path,
+    ref: str,
+    name: str,
+    detail: str,
+    upstream: str | None,
+    am: bool = False,
+    at_pin: bool = False,
 ) -> NoReturn:
     refresh = with_upstream(f"sglforge patches refresh --ref {ref}", upstream)
     upgrade = with_upstream(f"sglforge upgrade --to {ref}", upstream)
@@ -546,6 +558,11 @@ def _conflict(
             f"`sglforge patches export --ref {ref}` (the patches then target {ref}), then "
             f"`{refresh}` or `{upgrade}` to move the pin"
         )
+        if at_pin:  # the pin is here already: the cause is in the queue, not upstream
+            resolve = (
+                f"resolve the conflict in {wt}, `git -C {wt} am --continue`, then "
+                f"`sglforge patches export --ref {ref}` to keep the resolved patches"
+            )
     else:
         resolve = (
             f"edit the files in {wt} by hand, `sglforge patches new` or "

@@ -8,6 +8,7 @@ an edit is about (``Retired:`` on drop, ``Depends-On:`` naming a renamed patch).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -642,6 +643,8 @@ def reorder_patch(
         renamed = _numbers_in_order(order) if renumber else {}
         if order == _names(queue) and not renamed:
             return Edited("reorder", (moving,), tuple(order), "unchanged")
+        if order != _names(queue):
+            _refuse_if_it_cannot_apply(project, queue, order, moving)
         moved = next(p for p in queue.patches if p.name == moving)
         shared = [
             p.name for p in queue.patches if p.name != moving and set(p.files) & set(moved.files)
@@ -662,6 +665,70 @@ def reorder_patch(
             x for x in (note, f"moved; {len(renamed)} file(s) renamed to their place") if x
         )
     return Edited("reorder", (moving,), tuple(order), note)
+
+
+def _refuse_if_it_cannot_apply(
+    project: Project, queue: Queue, order: list[str], moving: str
+) -> None:
+    """Refuse ``order`` when a patch that applies at the pin in the series as it stands would
+    not in ``order`` (issue 45, U14): the new series is tried at the pin as ``patches check``
+    tries it (``git apply --cached`` on a private index, the bytes ``git am`` gets in
+    ``apply``), and the old one only when the new one fails."""
+    from sglforge.patches.check import CONFLICT, check_ref
+    from sglforge.util import scratch_dir
+
+    def conflicts(names: Sequence[str]) -> dict[str, Any]:
+        by_name = {p.name: p for p in queue.patches}
+        patches = tuple(
+            dataclasses.replace(by_name[n], index=i) for i, n in enumerate(names) if n in by_name
+        )
+        tried = dataclasses.replace(queue, patches=patches)
+        pin, commit = queue.pin.ref, project.pin_commit()
+        report = check_ref(
+            tried, project.upstream, pin, commit, commit, scratch_dir(project.root, "tmp")
+        )
+        return {st.name: st for st in report.patches if st.status == CONFLICT}
+
+    new = conflicts(order)
+    if not new:
+        return
+    old = conflicts(_names(queue))
+    fresh = [name for name in new if name not in old]
+    if not fresh:
+        return  # the series does not apply at the pin as it stands either: not this move's doing
+    name = fresh[0]
+    st = new[name]
+    where = st.hunks[0] if st.hunks else st.detail.removeprefix("does not apply: ")
+    fix, why = _order_fix(queue, _names(queue), order, name, moving)
+    raise PatchError(
+        f"{name} would not apply at {queue.pin.ref} in that order: {where}{why}; "
+        "patches/series was not changed",
+        fix,
+    )
+
+
+def _order_fix(
+    queue: Queue, before: list[str], after: list[str], stuck: str, moving: str
+) -> tuple[str, str]:
+    """(the next command, why) for a patch ``stuck`` that stops applying when the series goes
+    from ``before`` to ``after``: a patch sharing its files that swapped sides with it (every
+    swapped pair holds ``moving``, which moved one way)."""
+    files = set(queue.by_name(stuck).files)
+    swapped = [
+        other
+        for other in after
+        if other != stuck
+        and files & set(queue.by_name(other).files)
+        and (before.index(other) < before.index(stuck)) != (after.index(other) < after.index(stuck))
+    ]
+    if not swapped:
+        return f"put {moving} back, then `sglforge patches check --ref {queue.pin.ref}`", ""
+    was = before.index(swapped[0]) < before.index(stuck)  # stuck was written on top of it
+    other = swapped[-1] if was else swapped[0]  # the nearest place that keeps every pair
+    why = f" (it was written {'on top of' if was else 'before'} {other})"
+    if moving == stuck:
+        return f"sglforge patches reorder {stuck} {'--after' if was else '--before'} {other}", why
+    return f"sglforge patches reorder {other} {'--before' if was else '--after'} {stuck}", why
 
 
 def _numbers_in_order(order: list[str]) -> dict[str, str]:
