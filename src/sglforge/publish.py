@@ -33,7 +33,9 @@ from sglforge.errors import (
     PublishError,
     SglforgeError,
 )
+from sglforge.figures import BenchFigures, SmokeFigures
 from sglforge.gates.bench import FIRST_RELEASE_HINT
+from sglforge.gates.result import bench_record, smoke_figures, smoke_report
 from sglforge.inspect import image_manifest
 from sglforge.progress import current as current_progress
 from sglforge.progress import layer_bar
@@ -83,10 +85,6 @@ class PublishResult:
     skip_smoke: bool
     pushed: tuple[str, ...] = ()
     digest: str | None = None
-    smoke_passed: bool | None = None
-    smoke_verdict: str = ""
-    smoke_figures: Mapping[str, Any] = field(default_factory=dict)
-    smoke_checks: tuple[Check, ...] = ()
     tested: bool = False
     build_reused: bool | None = None
     steps: tuple[Step, ...] = ()
@@ -95,18 +93,48 @@ class PublishResult:
     error: str | None = None
     exit_code: int = 0
     run: str | None = None  # the pull-and-run line for the newest friendly tag
-    smoke_markdown: str = ""  # the smoke runner's own summary (values and thresholds)
-    smoke_reports: str | None = None  # folder with the server log and smoke reports
     standin: bool = False  # the smoke (and bench) ran on a stand-in (--allow-standin)
-    bench: Mapping[str, Any] | None = None  # the bench's figures as the record keeps them
-    bench_text: tuple[str, ...] = ()  # the bench's table and verdict for people
-    bench_markdown: str = ""
-    gates: tuple[GateResult, ...] = ()  # every gate, run or skipped (and why)
+    # every gate, run or skipped (and why), with its record: the one carrier of what the run
+    # found (the smoke and bench properties below read it)
+    gates: tuple[GateResult, ...] = ()
+    bench_plan: Mapping[str, object] | None = None  # a dry run's planned bench (no gate ran)
 
     @property
     def ok(self) -> bool:
         """True when everything planned happened (or the dry run found nothing wrong)."""
         return self.error is None
+
+    @property
+    def smoke(self) -> SmokeReport | None:
+        """The smoke gate's report (None: the smoke did not run)."""
+        return smoke_report(self.gates)
+
+    @property
+    def smoke_passed(self) -> bool | None:
+        return None if self.smoke is None else self.smoke.passed
+
+    @property
+    def smoke_verdict(self) -> str:
+        return "" if self.smoke is None else self.smoke.verdict
+
+    @property
+    def smoke_figures(self) -> SmokeFigures:
+        return smoke_figures(self.gates)
+
+    @property
+    def smoke_checks(self) -> tuple[Check, ...]:
+        return () if self.smoke is None else tuple(self.smoke.checks)
+
+    @property
+    def smoke_reports(self) -> str | None:
+        """The folder with the server log and the smoke's reports."""
+        folder = None if self.smoke is None else self.smoke.report_dir
+        return str(folder) if folder else None
+
+    @property
+    def bench(self) -> BenchRecord | None:
+        """The bench gate's record (None: no bench ran)."""
+        return bench_record(self.gates)
 
 
 # --- scenarios and references ---------------------------------------------------------------
@@ -182,12 +210,10 @@ class _Run:
     say: Callable[[str], None]
     clock: _Clock = field(default_factory=_Clock)
     standin: bool = False
-    coverage: dict[str, Any] | None = None  # the coverage gate's result, for the release record
     built: BuildResult | None = None
     immutable: str = ""
     moving: tuple[str, ...] = ()  # the friendly references that move (none with --skip-smoke)
     candidate: str = ""  # the local image tested and pushed (built here, or pulled)
-    smoke: Smoke | None = None
     pushed: list[str] = field(default_factory=list)
     digest: str = ""
     source: str = ""  # the image the friendly tags are made from
@@ -312,62 +338,15 @@ def _gates(run: _Run, cand: Candidate, which: Sequence[str]) -> tuple[GateResult
 
 
 def _gated(run: _Run, result: PublishResult, done: Sequence[GateResult]) -> PublishResult:
-    """What the gates after the build found, on the run (release record) and the result."""
-    from sglforge.bench import report as bench_report
-    from sglforge.coverage import Gate
-    from sglforge.gates import BenchRecord, first_failure
-    from sglforge.smoke import markdown as smoke_markdown
-    from sglforge.smoke.report import SmokeReport  # noqa: F811 (TYPE_CHECKING above)
+    """The result with the gates after the build (their records are what the run found), and
+    the first failure among them as its error."""
+    from sglforge.gates import first_failure
 
     result = replace(result, gates=(*result.gates, *done), standin=run.standin)
-    for gate in done:
-        record = gate.record
-        if gate.name == "coverage":
-            run.coverage = record.to_dict() if isinstance(record, Gate) else {"not_run": gate.why}
-        elif isinstance(record, SmokeReport):
-            run.smoke = _smoke_record(run, record)
-            result = replace(
-                result,
-                smoke_markdown=smoke_markdown(record),
-                smoke_reports=str(record.report_dir) if record.report_dir else None,
-                smoke_passed=record.passed,
-                smoke_verdict=record.verdict,
-                smoke_figures=dict(record.figures),
-                smoke_checks=tuple(record.checks),
-            )
-        elif isinstance(record, BenchRecord) and run.smoke is not None:
-            run.smoke = replace(run.smoke, bench=dict(record.figures))
-            result = replace(
-                result,
-                bench=dict(record.figures),
-                bench_text=(*bench_report.text(record.report), *_unevaluated(record)),
-                bench_markdown=bench_report.markdown(record.report)
-                + "".join(f"\n{line}\n" for line in _unevaluated(record)),
-            )
     bad = first_failure(done)
     if bad is None:
         return result
     return replace(result, steps=tuple(run.clock.steps), error=bad.error, exit_code=bad.exit_code)
-
-
-def _unevaluated(record: BenchRecord) -> tuple[str, ...]:
-    if not record.unevaluated:
-        return ()
-    return (f"comparison against the last release: not evaluated ({record.unevaluated})",)
-
-
-def _smoke_record(run: _Run, report: SmokeReport) -> Smoke:
-    """The smoke as the release record keeps it, with the host's GPU facts (probed once)."""
-    assert run.scenario is not None
-    host = None if run.standin or run.cand is None else run.cand.host.facts
-    return Smoke(
-        report.passed,
-        report.scenario or run.scenario.name,
-        report.verdict,
-        dict(report.figures),
-        hardware=STANDIN_HARDWARE if run.standin else "gpu",
-        gpus=dict(host) if host else {},
-    )
 
 
 def _model(req: PublishRequest) -> Path | None:
@@ -470,12 +449,12 @@ def _dry_run(run: _Run, result: PublishResult) -> PublishResult:
         steps.append(Step(name, None, detail=detail))
     steps.append(Step("push", None, detail=run.immutable))
     steps += [Step("tag", None, detail=ref) for ref in run.moving]
-    bench: dict[str, Any] | None = None
+    bench: dict[str, object] | None = None
     if planned is not None:
         bench = {"planned": planned.as_dict()}
         if baseline is not None:
             bench["baseline"] = {"found": baseline[0], "detail": baseline[1]}
-    return replace(result, steps=tuple(steps), bench=bench)
+    return replace(result, steps=tuple(steps), bench_plan=bench)
 
 
 def _planned_bench(run: _Run) -> PlannedCost | None:
@@ -631,26 +610,26 @@ def _last_release_image(run: _Run) -> tuple[str | None, str]:
     return name, ""
 
 
-def _knee_prior(run: _Run, bench: Mapping[str, Any] | None) -> tuple[float, float | None] | None:
+def _knee_prior(run: _Run, bench: Mapping[str, object] | None) -> tuple[float, float | None] | None:
     """The last release's knee bracket for the search to start from: only from a bench of
     the same scenario on the same kind of hardware (a stand-in's knee says nothing of a
     node's)."""
     if not bench or run.scenario is None:
         return None
     hardware = STANDIN_HARDWARE if run.standin else "gpu"
-    if bench.get("scenario") != run.scenario.name or bench.get("hardware") != hardware:
-        return None
-    knee = bench.get("knee") or {}
-    rate, above = knee.get("request_rate"), knee.get("failed_at")
-    if not isinstance(rate, int | float) or isinstance(rate, bool):
-        return None
-    return float(rate), (float(above) if isinstance(above, int | float) else None)
+    return BenchFigures.from_dict(bench).knee_bracket(run.scenario.name, hardware)
 
 
 def _record(run: _Run) -> tuple[Release, Recorded]:
     """The release record and CHANGELOG entry, then the record pushed next to the image."""
     req = run.req
-    release = replace(_release(run), coverage=run.coverage, scan=_scan_record(run))
+    gates = _gate_results(run)
+    release = replace(
+        _release(run),
+        smoke=_smoke_record(run, gates),
+        coverage=_coverage_record(gates),
+        scan=_scan_record(gates),
+    )
     recorded = record_release(
         run.root, release, req.changelog, _repository(run.immutable), run.creds
     )
@@ -668,13 +647,49 @@ def _record(run: _Run) -> tuple[Release, Recorded]:
     return release, recorded
 
 
-def _scan_record(run: _Run) -> dict[str, Any]:
+def _gate_results(run: _Run) -> tuple[GateResult, ...]:
+    """Every gate the candidate ran (upgrade --publish's ran before publish got it)."""
+    from sglforge.gates import GateResult
+
+    found = run.cand.results.values() if run.cand is not None else ()
+    return tuple(g for g in found if isinstance(g, GateResult))
+
+
+def _smoke_record(run: _Run, gates: Sequence[GateResult]) -> Smoke | None:
+    """The smoke (and its bench) as the release record keeps them, read from the gates'
+    records, with the host's GPU facts (probed once)."""
+    report, bench = smoke_report(gates), bench_record(gates)
+    if report is None or run.scenario is None:
+        return None
+    host = None if run.standin or run.cand is None else run.cand.host.facts
+    return Smoke(
+        report.passed,
+        report.scenario or run.scenario.name,
+        report.verdict,
+        smoke_figures(gates).as_dict(),
+        hardware=STANDIN_HARDWARE if run.standin else "gpu",
+        gpus=dict(host) if host else {},
+        bench=bench.figures.as_dict() if bench is not None else None,
+    )
+
+
+def _coverage_record(gates: Sequence[GateResult]) -> dict[str, object] | None:
+    """The coverage gate as the release record keeps it, or why it did not run."""
+    from sglforge.coverage import Gate
+
+    gate = next((g for g in gates if g.name == "coverage"), None)
+    if gate is None:
+        return None
+    return gate.record.to_dict() if isinstance(gate.record, Gate) else {"not_run": gate.why}
+
+
+def _scan_record(gates: Sequence[GateResult]) -> dict[str, object]:
     """The scan gate as the release record keeps it: the waivers given and the trailers
     refused (issue 31), or why the gate did not run."""
-    from sglforge.gates import GateResult, ScanRecord
+    from sglforge.gates import ScanRecord
 
-    gate = run.cand.results.get("scan") if run.cand is not None else None
-    if not isinstance(gate, GateResult):
+    gate = next((g for g in gates if g.name == "scan"), None)
+    if gate is None:
         return {"not_run": "the scan gate was not run"}
     if isinstance(gate.record, ScanRecord):
         return gate.record.to_dict()
@@ -832,7 +847,7 @@ def _release(run: _Run) -> Release:
         upstream_version=prov.upstream_version,
         queue_hash=prov.queue_hash,
         patches=patches,
-        smoke=run.smoke,
+        smoke=None,  # the gates' records, added by _record
         gpu_arch=prov.gpu_arch or run.target.gpu_arch,
         base=prov.base or built.base or "",
         base_digest=prov.base_digest or built.base_digest or "",
@@ -922,7 +937,7 @@ def summary(result: PublishResult) -> dict[str, Any]:
         "build_reused": result.build_reused,
         "smoke": {
             "verdict": result.smoke_verdict,
-            "figures": dict(result.smoke_figures),
+            "figures": result.smoke_figures.as_dict(),
             "checks": [
                 {"name": c.name, "passed": c.outcome, "detail": c.detail}
                 for c in result.smoke_checks
@@ -936,7 +951,7 @@ def summary(result: PublishResult) -> dict[str, Any]:
         "smoke_reports": result.smoke_reports,
         "standin": result.standin,
         "hardware": STANDIN_HARDWARE if result.standin else "gpu",
-        "bench": dict(result.bench) if result.bench is not None else None,
+        "bench": result.bench.figures.as_dict() if result.bench else result.bench_plan,
         "release_record": result.release_record,
         "changelog_written": result.changelog_written,
         "error": result.error,
@@ -1033,7 +1048,7 @@ def junit_suite(result: PublishResult | None, target: str, error: str | None = N
     if result.bench:
         from sglforge.bench.report import junit_figures
 
-        props.update(junit_figures(result.bench))
+        props.update(junit_figures(result.bench.figures))
     return Suite(
         f"sglforge publish {result.target}",
         f"sglforge.publish.{result.target}",
@@ -1045,8 +1060,8 @@ def junit_suite(result: PublishResult | None, target: str, error: str | None = N
 
 def _case_output(result: PublishResult, step: Step) -> str:
     """A stage case's system-out: its detail, and for the bench its table and verdict."""
-    if step.name == "bench" and result.bench_text:
-        return "\n".join((step.detail, *result.bench_text))
+    if step.name == "bench" and bench_text(result):
+        return "\n".join((step.detail, *bench_text(result)))
     return step.detail
 
 
@@ -1097,17 +1112,52 @@ def markdown(result: PublishResult | None, target: str, error: str | None = None
     lines += [
         f"- gate {reports.md_text(g.name)}: {reports.md_text(_gate_word(g))}" for g in result.gates
     ]
-    if result.smoke_figures and not result.smoke_markdown:
+    smoke_md = smoke_markdown(result)
+    if result.smoke_figures and not smoke_md:
         figures = sorted(result.smoke_figures.items())
         lines += ["", *reports.md_table(["figure", "value"], figures)]
-    if result.smoke_markdown:
-        lines += ["", result.smoke_markdown.rstrip()]
-    if result.bench_markdown:
-        lines += ["", result.bench_markdown.rstrip()]
+    if smoke_md:
+        lines += ["", smoke_md.rstrip()]
+    if bench_markdown(result):
+        lines += ["", bench_markdown(result).rstrip()]
     elif result.smoke_checks:
         rows = [(c.name, _word(c.outcome), c.detail) for c in result.smoke_checks]
         lines += ["", *reports.md_table(["check", "result", "detail"], rows)]
     return "\n".join(lines) + "\n"
+
+
+def smoke_markdown(result: PublishResult) -> str:
+    """The smoke runner's own summary (values and thresholds); "" when no smoke ran."""
+    from sglforge.smoke import markdown as smoke_md
+
+    return smoke_md(result.smoke) if result.smoke is not None else ""
+
+
+def _unevaluated(record: BenchRecord) -> tuple[str, ...]:
+    if not record.unevaluated:
+        return ()
+    return (f"comparison against the last release: not evaluated ({record.unevaluated})",)
+
+
+def bench_text(result: PublishResult) -> tuple[str, ...]:
+    """The bench's table and verdict for people (none when no bench ran)."""
+    from sglforge.bench import report as bench_report
+
+    record = result.bench
+    if record is None:
+        return ()
+    return (*bench_report.text(record.report), *_unevaluated(record))
+
+
+def bench_markdown(result: PublishResult) -> str:
+    """The bench's step summary ("" when no bench ran)."""
+    from sglforge.bench import report as bench_report
+
+    record = result.bench
+    if record is None:
+        return ""
+    notes = "".join(f"\n{line}\n" for line in _unevaluated(record))
+    return bench_report.markdown(record.report) + notes
 
 
 def _gate_word(gate: GateResult) -> str:

@@ -30,6 +30,7 @@ from sglforge.engine import images as engine_images
 from sglforge.engine import registry as reg
 from sglforge.engine.credentials import Credentials
 from sglforge.errors import ConfigError, SglforgeError
+from sglforge.figures import BenchFigures
 from sglforge.provenance import (
     LABEL_MANAGED,
     LABEL_RELEASE,
@@ -72,10 +73,10 @@ class Release:
     schema: int = RECORD_SCHEMA
     # The publish coverage gate (sglforge.coverage.Gate.to_dict, or {"not_run": why}); None in
     # records written before it existed.
-    coverage: Mapping[str, Any] | None = None
+    coverage: Mapping[str, object] | None = None
     # The publish scan gate (issue 31): {"waived": [{finding, patch, file}], "refused":
     # [{finding, patch, why}]}, or {"not_run": why}; None in records written before it.
-    scan: Mapping[str, Any] | None = None
+    scan: Mapping[str, object] | None = None
 
     @property
     def tested(self) -> bool:
@@ -425,7 +426,7 @@ def _upstream(release: Release) -> str:
     return (release.upstream_version or release.upstream_ref).removeprefix("v")
 
 
-def _fmt_figure(value: Any) -> str:
+def _fmt_figure(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
     return str(value)
@@ -456,12 +457,15 @@ def _image_line(release: Release) -> str:
     return line + (f"; {bench}." if bench else ".")
 
 
-def bench_line(bench: Mapping[str, Any] | None) -> str:
-    """The bench figures of a record in one phrase, with the delta against the last release."""
+def bench_line(bench: BenchFigures | Mapping[str, object] | None) -> str:
+    """The bench figures of a record in one phrase, with the delta against the last release
+    (a record's JSON form is read as :class:`BenchFigures`)."""
+    if bench is not None and not isinstance(bench, BenchFigures):
+        bench = BenchFigures.from_dict(bench)
     if not bench:
         return ""
     parts = []
-    knee = bench.get("knee") or {}
+    knee = bench.knee or {}
     if knee:
         # Output tok/s per node is the case study's column; older records kept only the total.
         out = knee.get("output_tok_s")
@@ -471,19 +475,20 @@ def bench_line(bench: Mapping[str, Any] | None) -> str:
             else (f"{_fmt_figure(knee.get('total_tok_s'))} total tok/s (in+out)")
         )
         parts.append(f"knee {_fmt_figure(knee.get('request_rate'))} RPS at {figure}")
-    single = bench.get("single_stream") or {}
+    single = bench.single_stream or {}
     if single:
         parts.append(f"single stream {_fmt_figure(single.get('decode_tok_s'))} tok/s")
         if single.get("accept_length") is not None:
             parts.append(f"accept length {_fmt_figure(single.get('accept_length'))}")
-    regression = bench.get("regression") or {}
-    for change in regression.get("changes", ()):
+    regression = bench.regression or {}
+    changes = regression.get("changes")
+    for change in changes if isinstance(changes, list | tuple) else ():
         parts.append(
             f"{change.get('figure')} {float(change.get('delta', 0.0)):+.1%} vs last release"
         )
     if regression.get("accepted"):
         parts.append(f"regression accepted: {regression['accepted']}")
-    where = " (stand-in)" if bench.get("hardware") not in (None, "gpu") else ""
+    where = " (stand-in)" if bench.hardware not in ("", "gpu") else ""
     return f"bench{where}: " + ", ".join(parts) if parts else ""
 
 

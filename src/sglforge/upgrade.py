@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import ConfigError, SglforgeError
+from sglforge.figures import BenchFigures, SmokeFigures
+from sglforge.gates.result import GateResult, bench_record, smoke_figures, smoke_report
 from sglforge.patches.apply import safe_ref
 from sglforge.patches.check import select_tags
 from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
@@ -48,18 +50,53 @@ class TargetOutcome:
     up_to_date: bool | None = None
     build_seconds: float | None = None
     changed_files: tuple[str, ...] = ()
-    smoke_passed: bool | None = None
-    smoke_verdict: str = ""
-    smoke_figures: dict[str, Any] = field(default_factory=dict)
-    # the bench's figures with the delta against the last release (publish runs it)
-    bench: dict[str, Any] | None = None
     published: tuple[str, ...] = ()
     error: str = ""
     # (config item, status at this target's base): "upstreamed" (the base's aiter carries
     # every row with the same kernel choice: retired) or "installed"
     configs: tuple[tuple[str, str], ...] = ()
-    # every gate with what it found or why it was skipped (GateResult.to_dict)
-    gates: tuple[Mapping[str, object], ...] = ()
+    # every gate with what it found or why it was skipped: the one carrier of what the gates
+    # found (the smoke and bench properties read it)
+    gates: tuple[GateResult, ...] = ()
+
+    @property
+    def smoke_passed(self) -> bool | None:
+        report = smoke_report(self.gates)
+        return None if report is None else report.passed
+
+    @property
+    def smoke_verdict(self) -> str:
+        report = smoke_report(self.gates)
+        return "" if report is None else report.verdict
+
+    @property
+    def smoke_figures(self) -> SmokeFigures:
+        return smoke_figures(self.gates)
+
+    @property
+    def bench(self) -> BenchFigures | None:
+        """The bench's figures with the delta against the last release (publish runs it)."""
+        record = bench_record(self.gates)
+        return None if record is None else record.figures
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form (a target of the upgrade report)."""
+        return {
+            "target": self.target,
+            "image": self.image,
+            "build_mode": self.build_mode,
+            "up_to_date": self.up_to_date,
+            "build_seconds": self.build_seconds,
+            "changed_files": list(self.changed_files),
+            "smoke_passed": self.smoke_passed,
+            "smoke_verdict": self.smoke_verdict,
+            "smoke_figures": self.smoke_figures.as_dict(),
+            "bench": None if self.bench is None else self.bench.as_dict(),
+            "published": list(self.published),
+            "error": self.error,
+            "configs": [list(c) for c in self.configs],
+            "gates": [g.to_dict() for g in self.gates],
+        }
 
 
 @dataclass(frozen=True)
@@ -481,12 +518,8 @@ def _publish_target(
     run.timed(f"smoke+publish {pub.target.spec}", t)
     return replace(
         out,
-        smoke_passed=res.smoke_passed,
-        smoke_verdict=res.smoke_verdict,
-        smoke_figures=dict(res.smoke_figures),
-        bench=dict(res.bench) if res.bench is not None else None,
         published=tuple(res.pushed),
-        gates=tuple(g.to_dict() for g in res.gates),
+        gates=res.gates,
         error=res.error or "",
     )
 
@@ -495,24 +528,15 @@ def _gate_target(run: _Upgrade, cand: Candidate, out: TargetOutcome) -> TargetOu
     """The gates after the build, as publish runs them, for an upgrade that does not publish
     (no registry: the bench has no last release to compare with and says so)."""
     from sglforge import gates
-    from sglforge.smoke.report import SmokeReport
 
     t = time.monotonic()
     run.say(f"{out.target}: gates for {cand.image}")
     done = gates.run(cand, skip={"bench": NO_BENCH}, only=gates.AFTER_BUILD)
     run.timed(f"smoke {out.target}", t)
-    smoke = next((g.record for g in done if isinstance(g.record, SmokeReport)), None)
     bad = gates.first_failure(done)
-    if smoke is not None:
-        out = replace(
-            out,
-            smoke_passed=smoke.passed,
-            smoke_verdict=smoke.verdict,
-            smoke_figures=dict(smoke.figures),
-        )
     return replace(
         out,
-        gates=tuple(g.to_dict() for g in done),
+        gates=done,
         error=bad.error.splitlines()[0] if bad is not None else "",
     )
 
@@ -562,7 +586,8 @@ def to_dict(result: UpgradeResult) -> dict[str, Any]:
     """The JSON form of the report."""
     from dataclasses import asdict
 
-    data = asdict(result)
+    data = asdict(replace(result, targets=()))
+    data["targets"] = [t.to_dict() for t in result.targets]
     data["report_json"] = str(result.report_json) if result.report_json else None
     data["report_md"] = str(result.report_md) if result.report_md else None
     data["generated"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
@@ -620,9 +645,9 @@ def markdown(result: UpgradeResult) -> str:
     if gated:
         lines += ["## Gates", "", "| target | gate | result | detail |", "|---|---|---|---|"]
         for target, g in gated:
-            word = "skipped" if not g.get("ran") else "passed" if g.get("ok") else "FAILED"
-            detail = str(g.get("why") or g.get("detail") or "").replace("|", "/")
-            lines.append(f"| {target} | {g.get('name')} | {word} | {detail} |")
+            word = "skipped" if not g.ran else "passed" if g.ok else "FAILED"
+            detail = (g.why or g.detail).replace("|", "/")
+            lines.append(f"| {target} | {g.name} | {word} | {detail} |")
         lines.append("")
     configs = [(t.target, name, st) for t in result.targets for name, st in t.configs]
     if configs:

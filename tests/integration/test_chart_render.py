@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from chart_browser import Chart, chromium, render
+from gate_records import bench_gate
 from sglforge import publish as publish_mod
 from sglforge.bench import report as bench_report
 from sglforge.bench.stats import Block, Point, compare
@@ -96,7 +97,7 @@ def _step_summary(report: Any) -> str:
     result = publish_mod.PublishResult(
         target="mi355x", registry="127.0.0.1:5000", image=report.run.image,
         immutable=report.run.image, friendly=(), scenario=report.scenario, dry_run=False,
-        skip_smoke=False, bench_markdown=bench_report.markdown(report),
+        skip_smoke=False, gates=(bench_gate(report),),
     )  # fmt: skip
     return publish_mod.markdown(result, "mi355x")
 

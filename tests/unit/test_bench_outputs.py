@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gate_records import bench_gate
 from junit_schema import assert_valid_junit
 from sglforge import publish as publish_mod
 from sglforge.bench import report as bench_report
@@ -131,12 +132,11 @@ def test_the_junit_carries_the_bench_figures_as_properties_and_system_out(
 
     # A publish's JUnit carries the same figures (from the release record's bench figures)
     # and the bench stage's case holds the table.
-    figures = bench_report.record_figures(report)
     result = publish_mod.PublishResult(
         target="mi355x", registry="r", image="i", immutable="r/i:v", friendly=(),
         scenario="standin-cpu", dry_run=False, skip_smoke=False,
         steps=(publish_mod.Step("bench", False, 61.0, "FAILED: dropped"),),
-        bench=figures, bench_text=tuple(bench_report.text(report)), error="bench failed",
+        gates=(bench_gate(report, ok=False),), error="bench failed",
     )  # fmt: skip
     pxml = publish_mod.junit_xml(result, "mi355x")
     assert_valid_junit(pxml)

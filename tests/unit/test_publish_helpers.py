@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gate_records import smoke_gate
 from junit_schema import assert_valid_junit
 from sglforge.errors import ConfigError
 from sglforge.provenance import provenance_from
@@ -85,6 +86,13 @@ def result(**kw: object) -> PublishResult:
         dry_run=False,
         skip_smoke=False,
     )
+    smoke = {k: kw.pop(k) for k in ("smoke_passed", "smoke_checks") if k in kw}
+    if smoke:
+        # what the smoke found is its gate's record; None: it could not run
+        ok = smoke.get("smoke_passed")
+        checks = tuple(smoke.get("smoke_checks", ()))  # type: ignore[arg-type]
+        gate = smoke_gate(bool(ok), checks, verdict="cannot-run" if ok is None else "")
+        kw["gates"] = (*kw.get("gates", ()), gate)  # type: ignore[misc]
     base.update(kw)
     return PublishResult(**base)  # type: ignore[arg-type]
 

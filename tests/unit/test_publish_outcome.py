@@ -3,8 +3,9 @@ gate's verdict, the bench's comparison, and whether and where the image was publ
 
 from __future__ import annotations
 
-from dataclasses import replace
+from pathlib import Path
 
+from gate_records import bench_gate
 from sglforge.cli.publish import outcome_lines
 from sglforge.gates.result import failed, passed, skipped
 from sglforge.publish import PublishResult
@@ -26,39 +27,34 @@ def result(**kw: object) -> PublishResult:
     return PublishResult(**{**base, **kw})  # type: ignore[arg-type]
 
 
-BENCH_TEXT = (
-    "standin-cpu on img [STAND-IN], dataset random-ids-shared-prefix, declared hit 60%",
-    "comparison against 127.0.0.1:5000/ns/sglang@sha256:ab: ran",
-    "vs baseline: knee output tok/s 384.1 -> 380.3 (-1.0%, 90% CI -4.4%..+2.5%, 2+2 boots, "
-    "128+128 requests, minimum detectable drop 6.0%): no significant drop",
-    "PASSED",
-)
+def test_a_published_release_names_each_gate_the_comparison_and_the_digest(
+    tmp_path: Path,
+) -> None:
+    from test_bench_outputs import _change, _report
 
-
-def test_a_published_release_names_each_gate_the_comparison_and_the_digest() -> None:
+    compared = _report(tmp_path, changes=(_change(0.995),))  # a drop inside the noise
     r = result(
-        gates=(skipped("scan", "not a ROCm scenario"), passed("smoke", "passed")),
-        bench_text=BENCH_TEXT,
+        gates=(
+            skipped("scan", "not a ROCm scenario"),
+            passed("smoke", "passed"),
+            bench_gate(compared),
+        ),
         digest="sha256:77ea",
         pushed=(IMM, IMM.rsplit(":", 1)[0] + ":latest-mi355x"),
     )
     lines = outcome_lines(r)
     assert lines[0] == "gate scan: skipped: not a ROCm scenario"
-    assert lines[1] == "gate smoke: passed"
+    assert lines[1] == "gate smoke: passed" and lines[2] == "gate bench: passed"
     assert any("no significant drop" in ln and ln.startswith("bench vs baseline:") for ln in lines)
     assert lines[-1] == f"publish mi355x-rocm700: published {IMM}@sha256:77ea; moved latest-mi355x"
 
 
-def test_an_uncompared_bench_is_said_once() -> None:
+def test_an_uncompared_bench_is_said_once(tmp_path: Path) -> None:
+    from test_bench_outputs import _report
+
     why = "no earlier release of mi355x in R; --no-baseline: first release"
-    r = result(
-        bench_text=(f"comparison: NOT RUN ({why})",),
-        digest="sha256:77ea",
-        pushed=(IMM,),
-    )
-    r = replace(
-        r, bench_text=(*r.bench_text, f"comparison against the last release: not evaluated ({why})")
-    )
+    alone = _report(tmp_path, baseline=None, changes=(), no_baseline=why)
+    r = result(gates=(bench_gate(alone, unevaluated=why),), digest="sha256:77ea", pushed=(IMM,))
     assert [ln for ln in outcome_lines(r) if "comparison" in ln] == [
         f"bench comparison: NOT RUN ({why})"
     ]

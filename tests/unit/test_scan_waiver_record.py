@@ -204,7 +204,11 @@ def test_publish_records_the_gate_it_ran_or_why_not() -> None:
     from sglforge.publish import _scan_record
 
     def run(results: dict[str, object] | None) -> Any:
-        return SimpleNamespace(cand=None if results is None else SimpleNamespace(results=results))
+        # the gates the candidate ran, as publish reads them for the record
+        from sglforge.publish import _gate_results
+
+        cand = None if results is None else SimpleNamespace(results=results)
+        return _gate_results(SimpleNamespace(cand=cand))  # type: ignore[arg-type]
 
     ran = _gate([GIVER, LIAR], [F_KERNEL])
     assert _scan_record(run({"scan": ran})) == {

@@ -16,6 +16,7 @@ from typing import Any
 from sglforge import charts, reports
 from sglforge.bench.cost import PlannedCost
 from sglforge.bench.stats import INCONCLUSIVE, Change, Point
+from sglforge.figures import BenchFigures
 from sglforge.scenario.bench import Knee
 from sglforge.util import atomic_write
 
@@ -337,7 +338,7 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
     }
 
 
-def record_figures(report: BenchReport) -> dict[str, Any]:
+def record_figures(report: BenchReport) -> BenchFigures:
     """What a release record keeps of a bench (``inspect`` and the CHANGELOG read it)."""
     data = report_dict(report)
     keep = (
@@ -346,7 +347,7 @@ def record_figures(report: BenchReport) -> dict[str, Any]:
     )  # fmt: skip
     out = {k: data[k] for k in keep}
     out["baseline"] = report.baseline.summary() if report.baseline else None
-    return out
+    return BenchFigures.from_dict(out)
 
 
 def table_rows(report: BenchReport) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
@@ -698,28 +699,26 @@ def junit_suite(report: BenchReport) -> reports.Suite:
     )
 
 
-def junit_figures(figures: Mapping[str, Any] | None) -> dict[str, object]:
+def junit_figures(bench: BenchFigures | None) -> dict[str, object]:
     """A bench's figures (as :func:`record_figures` keeps them) as ``figure.bench.*`` JUnit
     properties, for ``bench --junit`` and a publish's JUnit alike: the hardware they were
     measured on, the knee and its bracket, the speed probe, the single stream and each
     compared figure's change and verdict (None values are left out)."""
-    if not figures:
+    if bench is None:
         return {}
-    out: dict[str, object] = {"figure.bench.hardware": figures.get("hardware")}
-    knee = figures.get("knee") or {}
+    out: dict[str, object] = {"figure.bench.hardware": bench.hardware or None}
+    knee = bench.knee or {}
     for key in ("request_rate", "failed_at", "sustained_rps", "output_tok_s", "total_tok_s"):
         out[f"figure.bench.knee.{key}"] = knee.get(key)
-    speed = figures.get("speed") or {}
-    out["figure.bench.speed.output_tok_s"] = speed.get("output_tok_s")
-    single = figures.get("single_stream") or {}
+    out["figure.bench.speed.output_tok_s"] = (bench.speed or {}).get("output_tok_s")
+    single = bench.single_stream or {}
     for key in ("decode_tok_s", "accept_length", "input_tokens_server"):
         out[f"figure.bench.single_stream.{key}"] = single.get(key)
-    comparison = figures.get("comparison") or {}
-    ran = comparison.get("ran", comparison.get("evaluated"))
-    out["figure.bench.comparison.ran"] = ran
+    comparison = bench.comparison or {}
+    out["figure.bench.comparison.ran"] = comparison.get("ran", comparison.get("evaluated"))
     out["figure.bench.comparison.reason"] = comparison.get("reason") or comparison.get("why")
-    regression = figures.get("regression") or {}
-    for c in regression.get("changes") or ():
+    changes = (bench.regression or {}).get("changes")
+    for c in changes if isinstance(changes, list | tuple) else ():
         name = f"figure.bench.vs_baseline.{c['figure']}"
         out[f"{name}.delta"] = _r(c.get("delta"), 4)
         out[f"{name}.ci"] = " ".join(f"{x:+.4f}" for x in c.get("ci") or ())

@@ -30,6 +30,7 @@ from sglforge.errors import SglforgeError, split_hint
 from sglforge.progress import current
 from sglforge.publish import (
     PublishResult,
+    bench_text,
     failure_summary,
     junit_xml,
     markdown,
@@ -239,7 +240,7 @@ def outcome_lines(r: PublishResult) -> list[str]:
     lines = [f"gate {g.name}: {g.detail}" for g in r.gates]
     lines += [
         f"bench {line}"
-        for line in r.bench_text
+        for line in bench_text(r)
         if line.startswith(("comparison", "vs baseline:", "regression accepted:"))
         # the same "not evaluated" a second time, as the summary's note has it
         and not line.startswith("comparison against the last release:")
@@ -315,8 +316,8 @@ def render(r: PublishResult) -> str:
         lines.append(f"STAND-IN: the {ran} ran on the CPU stand-in (--allow-standin), no GPU")
     elif r.ok and not r.tested:
         lines.append("UNTESTED: published with --skip-smoke; friendly tags were not moved")
-    if r.bench_text:
-        lines += ["", *r.bench_text]
+    if bench_text(r):
+        lines += ["", *bench_text(r)]
     if r.run:
         pinned = by_digest(r)
         if pinned:

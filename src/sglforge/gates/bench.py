@@ -68,12 +68,12 @@ def check(c: Candidate) -> GateResult:
         # A person decided: the waiver covers a drop and a comparison that could not
         # conclude alike (BenchReport.ok), and the record says so.
         report = replace(report, accepted_regression=c.accept_regression)
-    figures = dict(bench_report.record_figures(report))
-    figures["comparison"] = (
+    comparison = (
         {"evaluated": True, "against": against}
         if against
         else {"evaluated": False, "why": unevaluated}
     )
+    figures = replace(bench_report.record_figures(report), comparison=comparison)
     record = BenchRecord(report, figures, unevaluated if against is None else "")
     compared = "" if against else f" (comparison not evaluated: {unevaluated})"
     if report.ok:

@@ -3,9 +3,11 @@ shared by the gate modules and :func:`sglforge.gates.run`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
+
+from sglforge.figures import BenchFigures, SmokeFigures
 
 if TYPE_CHECKING:
     from sglforge.bench.report import BenchReport
@@ -41,7 +43,7 @@ class BenchRecord:
     comparison against the last release ("" when there was one)."""
 
     report: BenchReport
-    figures: Mapping[str, object]
+    figures: BenchFigures
     unevaluated: str = ""
 
 
@@ -95,3 +97,21 @@ def failed(
     raised: SglforgeError | None = None,
 ) -> GateResult:
     return GateResult(name, True, False, detail, record, error, exit_code, raised)
+
+
+def smoke_report(gates: Sequence[GateResult]) -> SmokeReport | None:
+    """The smoke gate's report among ``gates`` (None: the smoke did not run)."""
+    from sglforge.smoke.report import SmokeReport
+
+    return next((g.record for g in gates if isinstance(g.record, SmokeReport)), None)
+
+
+def smoke_figures(gates: Sequence[GateResult]) -> SmokeFigures:
+    """The smoke's figures among ``gates`` (empty: the smoke did not run)."""
+    report = smoke_report(gates)
+    return SmokeFigures.of(report.figures) if report is not None else SmokeFigures()
+
+
+def bench_record(gates: Sequence[GateResult]) -> BenchRecord | None:
+    """The bench gate's record among ``gates`` (None: no bench ran)."""
+    return next((g.record for g in gates if isinstance(g.record, BenchRecord)), None)
