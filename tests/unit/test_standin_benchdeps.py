@@ -5,10 +5,15 @@ here as the release's are laid out (sglang/..., sglang-V.dist-info/METADATA)."""
 
 from __future__ import annotations
 
+import ast
+import sys
 import zipfile
 from pathlib import Path
 
-from sglforge.standin.benchdeps import CPU_TORCH, bench_requirements
+import pytest
+
+from sglforge.standin.base import AITER_SHIM, AITER_SHIM_MODULE
+from sglforge.standin.benchdeps import CPU_TORCH, bench_client, bench_requirements, import_sites
 
 METADATA = """\
 Metadata-Version: 2.4
@@ -96,3 +101,90 @@ def test_requirements_follow_the_release_metadata_and_bench_serving_s_imports(
 def test_a_new_import_in_a_release_is_installed_without_editing_a_list(tmp_path: Path) -> None:
     assert "xxhash" not in bench_requirements(wheel(tmp_path))
     assert "xxhash" in bench_requirements(wheel(tmp_path, more="import xxhash\n"))
+
+
+def test_import_sites_find_guarded_imports_reached_on_every_platform(tmp_path: Path) -> None:
+    more = (
+        "try:\n    from aiter.ops import quant\nexcept ImportError:\n    quant = None\n"
+        "if _is_hip:\n    import aiter\n"  # a platform switch: not on every platform
+        "def later():\n    import aiter\n"
+    )
+    with zipfile.ZipFile(wheel(tmp_path, more=more)) as zf:
+        assert import_sites(zf, "sglang.bench_serving", "aiter") == ("sglang/srt/common.py:6",)
+    (tmp_path / "x").mkdir()
+    with zipfile.ZipFile(wheel(tmp_path / "x", more="")) as zf:
+        assert import_sites(zf, "sglang.bench_serving", "aiter") == ()
+
+
+@pytest.mark.pypi
+@pytest.mark.parametrize(
+    ("version", "new", "sites"),
+    [
+        ("0.5.14", (), ()),
+        # 0.5.23: sglang/benchmark/serving.py:37 imports msgspec (U19); through
+        # srt/disaggregation/utils.py:24 -> configs/model_config.py:34 -> layers/quantization
+        # /__init__.py:44 -> quark/... -> quark/utils.py:19-28, a guarded aiter import
+        (
+            "0.5.23",
+            ("msgspec", "apache-tvm-ffi"),
+            ("sglang/srt/layers/quantization/quark/utils.py:21",),
+        ),
+    ],
+)
+def test_the_real_releases_bench_client(
+    version: str, new: tuple[str, ...], sites: tuple[str, ...]
+) -> None:
+    """Against the released wheels from PyPI: what each release's bench_serving needs (the
+    new imports of 0.5.23 derived, not listed) and where it imports aiter on every platform;
+    the one 0.5.23 site is guarded by ``except ImportError`` (what the shim raises)."""
+    from sglang_release import pypi_cache, release_history
+
+    release_history(f"=={version}")
+    (path,) = (pypi_cache() / "pypi-sglang" / "wheels").glob(f"sglang-{version}-*.whl")
+    reqs, found = bench_client(path)  # one walk: 0.5.23's 500 modules take seconds to parse
+    assert found == sites
+    for name in ("aiohttp", "transformers", "numpy", "requests", "tqdm"):
+        assert any(r.startswith(name) for r in reqs), (name, reqs)
+    for name in ("msgspec", "apache-tvm-ffi"):
+        assert any(r.startswith(name) for r in reqs) == (name in new), (name, reqs)
+    with zipfile.ZipFile(path) as zf:
+        for site in sites:
+            file, line = site.rsplit(":", 1)
+            tree = ast.parse(zf.read(file))
+            (guard,) = [
+                n
+                for n in tree.body
+                if isinstance(n, ast.Try) and n.lineno <= int(line) <= (n.end_lineno or 0)
+            ]
+            assert [ast.unparse(h.type) for h in guard.handlers if h.type] == ["ImportError"]
+
+
+def test_the_aiter_shim_turns_a_rocm_less_aiter_into_an_import_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shim (base.AITER_SHIM) against an aiter whose import fails as amd-aiter's does
+    without ROCm (aiter/jit/utils/cpp_extension.py:94): ImportError, so the guarded import
+    takes sglang's fallback; on a machine with ROCm (a hipconfig on PATH) it stands aside."""
+    pkg = tmp_path / "site" / "aiter"
+    (pkg / "ops").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('raise RuntimeError("ROCm version file not found")\n')
+    (pkg / "ops" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    for var in ("ROCM_HOME", "ROCM_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    finders = list(sys.meta_path)
+    try:
+        exec(compile(AITER_SHIM[f"{AITER_SHIM_MODULE}.py"], "shim", "exec"), {})
+        with pytest.raises(ImportError, match="aiter cannot load without ROCm"):
+            from aiter.ops import quant  # noqa: F401
+        assert not [m for m in sys.modules if m == "aiter" or m.startswith("aiter.")]
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "hipconfig").write_text("#!/bin/sh\n")
+        (tmp_path / "bin" / "hipconfig").chmod(0o755)
+        with pytest.raises(RuntimeError, match="ROCm version file not found"):
+            import aiter  # noqa: F401
+    finally:
+        sys.meta_path[:] = finders
+        for name in [m for m in sys.modules if m == "aiter" or m.startswith("aiter.")]:
+            del sys.modules[name]

@@ -45,7 +45,15 @@ torch, and ``sglang/srt/utils/common.py:92`` imports ``torchvision.io.decode_jpe
 time (and transformers 5.8.1 then imports a few more names): only those names are there, and
 calling any function raises; the text datasets never decode an image. The test that would
 fail if either mattered is the bench run itself (tests/docker/test_bench.py runs the real
-bench_serving in the replica end to end).
+bench_serving in the replica end to end). Where the release's bench_serving imports aiter at
+import time on every platform (0.5.23: ``sglang/srt/layers/quantization/quark/utils.py:19-28``,
+a ``try``/``except ImportError`` reached through ``srt/configs/model_config.py:34``), the
+bench base also carries a SHIM (:data:`AITER_SHIM`, found by
+:func:`sglforge.standin.benchdeps.import_sites`): aiter without ROCm raises RuntimeError from
+its ROCm probe, where upstream's guard expects ImportError; the shim raises ImportError while
+no ROCm is present, so sglang takes its own fallback (tests/unit/test_standin_benchdeps.py).
+A bench base is refused at its build when ``python3 -m sglang.bench_serving --help`` does
+not run in it (:func:`_check_bench_client`; issue 45, U19).
 
 This module talks to the Docker SDK itself (it was the tests' builder, moved as it was): the
 one place outside ``sglforge.engine`` that does.
@@ -61,6 +69,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -175,6 +184,76 @@ TORCHVISION_STUB = {
 # The torchvision release paired with the replica's torch 2.13 (the stub's recorded version).
 TORCHVISION_STUB_VERSION = "0.28.0"
 
+# The CPU replica's aiter SHIM (TEST DOUBLE), installed only in a bench base whose release's
+# bench_serving imports aiter at import time on every platform (benchdeps.import_sites; 0.5.23:
+# sglang/srt/layers/quantization/quark/utils.py:19-28, reached through srt/configs/
+# model_config.py:34 and srt/layers/quantization/__init__.py:44). No release image has it.
+AITER_SHIM_MODULE = "sglforge_standin_aiter"
+AITER_SHIM_PY = '''"""SHIM of sglforge's CPU stand-in (TEST DOUBLE); no release image has it.
+
+aiter is installed here as in the release images (/sgl-workspace/aiter), but this image has no
+ROCm. Importing aiter runs its ROCm probe (amd-aiter 0.1.7.post2.dev18: aiter/__init__.py:50 ->
+aiter/jit/utils/cpp_extension.py:173 get_hip_version(): hipconfig, else RuntimeError "ROCm
+version file not found"). sglang 0.5.23 imports aiter at import time on every platform inside
+`try: ... except ImportError:` (sglang/srt/layers/quantization/quark/utils.py:19-28), reached
+from sglang.bench_serving: upstream's own code expects an aiter that cannot load to raise
+ImportError. While no ROCm is present (no hipconfig, no ROCM_HOME/ROCM_PATH, no /opt/rocm),
+this finder turns that RuntimeError into ImportError, and sglang takes its own fallback. Any
+other error, and every import on a machine with ROCm, is left as it is.
+"""
+
+import importlib.abc
+import os
+import shutil
+import sys
+
+
+def _rocm_present():
+    homes = [os.environ.get("ROCM_HOME"), os.environ.get("ROCM_PATH"), "/opt/rocm"]
+    return bool(shutil.which("hipconfig") or any(h and os.path.isdir(h) for h in homes))
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner):
+        self._inner = inner
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            self._inner.exec_module(module)
+        except RuntimeError as exc:
+            for name in [n for n in sys.modules if n.startswith("aiter.")]:
+                del sys.modules[name]
+            raise ImportError(
+                f"sglforge CPU stand-in: aiter cannot load without ROCm ({exc})", name="aiter"
+            ) from exc
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "aiter" or _rocm_present():
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _Loader(spec.loader)
+                return spec
+        return None
+
+
+sys.meta_path.insert(0, _Finder())
+'''
+AITER_SHIM = {
+    f"{AITER_SHIM_MODULE}.py": AITER_SHIM_PY,
+    # a .pth line starting with "import" runs at every interpreter start (site.py)
+    "sglforge-standin-aiter.pth": f"import {AITER_SHIM_MODULE}\n",
+}
+
 MANAGED = "io.sglforge.managed"
 STANDIN = "io.sglforge.standin"
 HASH_LABEL = "io.sglforge.standin.hash"
@@ -264,9 +343,11 @@ def replica_ready(
     if not _image_with_hash(client, DEBIAN_TAG, _debian_hash()):
         return False
     tag = tag or f"{SGLANG_REPO}:v{version}-rocm700-mi35x" + ("-bench" if bench else "")
-    deps = bench_deps(version) if bench else ()
-    dockerfile = _replica_dockerfile(DEBIAN_TAG, True, deps)
-    recipe = _Recipe(version, SERVER_PY.read_bytes(), {}, True, None, bench, dockerfile, deps)
+    deps, sites = (bench_deps(version), aiter_import_sites(version)) if bench else ((), ())
+    dockerfile = _replica_dockerfile(DEBIAN_TAG, True, deps, sites)
+    recipe = _Recipe(
+        version, SERVER_PY.read_bytes(), {}, True, None, bench, dockerfile, deps, sites
+    )
     return _image_with_hash(client, tag, recipe.digest(client.images.get(DEBIAN_TAG).id))
 
 
@@ -510,9 +591,22 @@ def build_tool_wheels() -> Path:
 def bench_deps(version: str) -> tuple[str, ...]:
     """What the replica of sglang ``version`` installs for its bench client, read from the
     release wheel (:func:`sglforge.standin.benchdeps.bench_requirements`)."""
-    from sglforge.standin.benchdeps import bench_requirements
+    return _bench_client(version)[0]
 
-    return bench_requirements(release_wheel(version))
+
+def aiter_import_sites(version: str) -> tuple[str, ...]:
+    """Where sglang ``version``'s bench_serving imports aiter at import time on every platform
+    (``path:line`` in the release wheel; :func:`sglforge.standin.benchdeps.import_sites`): a
+    bench base of a release with any carries :data:`AITER_SHIM`."""
+    return _bench_client(version)[1]
+
+
+@functools.cache
+def _bench_client(version: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # one walk of the release's modules for both (0.5.23's 500 take seconds to parse)
+    from sglforge.standin.benchdeps import bench_client
+
+    return bench_client(release_wheel(version))
 
 
 def bench_wheels(deps: tuple[str, ...]) -> Path:
@@ -698,8 +792,23 @@ _BENCH_LINES = (
 )
 
 
-def _replica_dockerfile(debian: str, aiter: bool = False, bench: tuple[str, ...] = ()) -> str:
-    """The replica's Dockerfile; ``bench``: the bench client's requirements (none: no bench)."""
+def _shim_lines(sites: tuple[str, ...]) -> str:
+    where = "".join(f"#   {site}\n" for site in sites)
+    return (
+        "# SHIM (TEST DOUBLE, see sglforge_standin_aiter.py): this release's bench_serving\n"
+        f"# imports aiter at import time on every platform (except ImportError):\n{where}"
+        f"COPY aiter-shim/ {SITE_PACKAGES}/\n"
+    )
+
+
+def _replica_dockerfile(
+    debian: str,
+    aiter: bool = False,
+    bench: tuple[str, ...] = (),
+    aiter_sites: tuple[str, ...] = (),
+) -> str:
+    """The replica's Dockerfile; ``bench``: the bench client's requirements (none: no bench);
+    ``aiter_sites``: where its bench_serving imports aiter (the shim, with aiter and bench)."""
     env = " \\\n    ".join(f"{k}={v}" for k, v in RELEASE_ENV.items())
     # docker/rocm.Dockerfile clones aiter to /sgl-workspace/aiter and installs it with
     # `pip install --config-settings editable_mode=compat -e .` (a .pth pointing at the checkout).
@@ -734,6 +843,7 @@ def _replica_dockerfile(debian: str, aiter: bool = False, bench: tuple[str, ...]
         f"{sglang_end}"
         f"ENV {env}\n"
         + (_BENCH_LINES.format(deps=" ".join(f"'{d}'" for d in bench)) if bench else "")
+        + (_shim_lines(aiter_sites) if aiter and bench and aiter_sites else "")
         + 'CMD ["/bin/bash"]\n'
     )
 
@@ -746,6 +856,7 @@ def _context_dir(
     aiter: bool = False,
     aiter_commit: str | None = None,
     bench: tuple[str, ...] = (),
+    aiter_sites: tuple[str, ...] = (),
 ) -> Path:
     into.mkdir(parents=True)
     (into / "Dockerfile").write_text(dockerfile)
@@ -761,6 +872,10 @@ def _context_dir(
             (into / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
             (into / "torchvision" / rel).write_text(text)
         standin_tokenizer(into / "tokenizer")
+        if aiter and aiter_sites:
+            (into / "aiter-shim").mkdir()
+            for name, text in AITER_SHIM.items():
+                (into / "aiter-shim" / name).write_text(text)
     return into
 
 
@@ -804,7 +919,7 @@ def ensure_sglang_base(
     if not server_path.is_file():
         raise FileNotFoundError(f"{server_path}: the stand-in sglang server is missing")
     base = ensure_debian_base(client)
-    deps = bench_deps(version) if bench else ()
+    deps, sites = (bench_deps(version), aiter_import_sites(version)) if bench else ((), ())
     recipe = _Recipe(
         version,
         server_path.read_bytes(),
@@ -812,8 +927,9 @@ def ensure_sglang_base(
         aiter,
         aiter_commit,
         bench,
-        _replica_dockerfile(base, aiter, deps),
+        _replica_dockerfile(base, aiter, deps, sites),
         deps,
+        sites,
     )
     digest = recipe.digest(client.images.get(base).id)
     with _locked(f"sglang-{tag}"):
@@ -843,6 +959,7 @@ class _Recipe:
     bench: bool
     dockerfile: str
     deps: tuple[str, ...] = ()  # the bench client's requirements (bench_deps)
+    aiter_sites: tuple[str, ...] = ()  # where bench_serving imports aiter (aiter_import_sites)
 
     def digest(self, base_id: str) -> str:
         wheel = release_wheel(self.version)
@@ -859,6 +976,8 @@ class _Recipe:
             h.update(f"{path}\0{len(data)}\0".encode() + data)
         if self.bench:
             h.update(f"{self.deps}{TOKENIZER_SDIST}{sorted(TORCHVISION_STUB.items())}".encode())
+        if self.bench and self.aiter and self.aiter_sites:  # older recipes hash as before
+            h.update(f"{self.aiter_sites}{sorted(AITER_SHIM.items())}".encode())
         return h.hexdigest()[:16]
 
 
@@ -887,6 +1006,7 @@ def _build_replica(client: docker.DockerClient, tag: str, recipe: _Recipe, diges
             recipe.aiter,
             recipe.aiter_commit,
             recipe.deps,
+            recipe.aiter_sites,
         )
         _say(f"docker build {tag} (no network inside; the stand-in server as launch_server.py)")
         try:
@@ -903,3 +1023,26 @@ def _build_replica(client: docker.DockerClient, tag: str, recipe: _Recipe, diges
             raise RuntimeError(
                 f"building {tag} failed after {time.monotonic() - started:.0f}s:\n{log[-3000:]}"
             ) from exc
+    if recipe.bench:
+        _check_bench_client(client, tag)
+
+
+def _check_bench_client(client: docker.DockerClient, tag: str) -> None:
+    """A bench base whose ``bench_serving`` cannot start is refused at its build, not at the
+    first bench (issue 45, U19): the image is removed and its last error line named."""
+    _say(f"{tag}: python3 -m sglang.bench_serving --help (the bench client starts)")
+    cmd = ["python3", "-m", "sglang.bench_serving", "--help"]
+    try:
+        client.containers.run(
+            tag, cmd, remove=True, network_mode="none", labels={MANAGED: "1", STANDIN: "1"}
+        )
+    except docker.errors.ContainerError as exc:
+        err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else ""
+        last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), "no output")
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(tag, force=True)
+        raise RuntimeError(
+            f"{tag}: {' '.join(cmd)} exited {exc.exit_status}: {last.strip()}\n"
+            "the bench client cannot start in the replica, so the image was removed; "
+            "the dependencies come from sglforge.standin.benchdeps (report it with this line)"
+        ) from exc

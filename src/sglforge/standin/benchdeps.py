@@ -19,6 +19,7 @@ machine's CPU build (:data:`CPU_TORCH`), torchvision is a stub and is not instal
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import sys
 import zipfile
@@ -70,9 +71,17 @@ DISTRIBUTIONS = {
 def bench_requirements(wheel: Path, entry: str = ENTRY) -> tuple[str, ...]:
     """The requirements a replica of the release in ``wheel`` installs so that ``entry``
     imports (sorted; the release's own specifiers, see the module docstring)."""
+    return bench_client(wheel, entry)[0]
+
+
+def bench_client(wheel: Path, entry: str = ENTRY) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(:func:`bench_requirements`, :func:`import_sites` of aiter) for the release in
+    ``wheel``, from one walk of its modules (a second parse of 0.5.23's 500 costs seconds)."""
     with zipfile.ZipFile(wheel) as zf:
-        imported = external_imports(zf, entry)
+        reached = _walk(zf, entry)
+        imported = _outside(reached.external)
         requires = requires_dist(zf)
+        sites = import_sites(zf, entry, "aiter", reached)
     out: dict[str, str] = {}
     for name, always in imported.items():
         dist = DISTRIBUTIONS.get(name, name)
@@ -80,7 +89,7 @@ def bench_requirements(wheel: Path, entry: str = ENTRY) -> tuple[str, ...]:
         if key in STUBBED or not (always or key in requires):
             continue
         out[key] = CPU_TORCH if key == "torch" else _spec(dist, key, requires.get(key))
-    return tuple(out[k] for k in sorted(out))
+    return tuple(out[k] for k in sorted(out)), sites
 
 
 def _spec(dist: str, key: str, req: Requirement | None) -> str:
@@ -113,10 +122,66 @@ def external_imports(zf: zipfile.ZipFile, entry: str) -> dict[str, bool]:
     """Top-level names outside sglang and the standard library that the modules reached from
     ``entry`` import at import time, each True when reached with no module-level ``if`` on
     the way (sorted by name)."""
+    return _outside(_walk(zf, entry).external)
+
+
+def _outside(external: Mapping[str, bool]) -> dict[str, bool]:
+    return {
+        n: external[n]
+        for n in sorted(external)
+        if n not in sys.stdlib_module_names and n != "__future__"
+    }
+
+
+def import_sites(
+    zf: zipfile.ZipFile, entry: str, top: str, reached: _Reached | None = None
+) -> tuple[str, ...]:
+    """``path:line`` of each import of package ``top`` that runs at import time on any
+    platform: in a module reached from ``entry`` with no module-level ``if`` on the way, at its
+    top level or in a module-level ``try`` (sorted). ``external_imports`` follows no ``try``;
+    this finds the guarded ones too (0.5.23: ``try: from aiter... except ImportError:``,
+    ``sglang/srt/layers/quantization/quark/utils.py:19-28``)."""
+    reached = reached or _walk(zf, entry)
+    sites = []
+    for module in (m for m, always in reached.modules.items() if always):
+        tree = reached.trees.get(module)
+        if tree is None:
+            continue
+        path = reached.paths[module]
+        todo: list[ast.stmt] = list(tree.body)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, ast.Try):
+                todo += [*node.body, *node.orelse, *node.finalbody]
+                todo += [s for h in node.handlers for s in h.body]
+            elif isinstance(node, ast.Import):
+                if any(a.name.partition(".")[0] == top for a in node.names):
+                    sites.append(f"{path}:{node.lineno}")
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                if (node.module or "").partition(".")[0] == top:
+                    sites.append(f"{path}:{node.lineno}")
+    return tuple(sorted(sites))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reached:
+    """The modules of a package reached from an entry by import-time imports and the top-level
+    names outside it they import, each True when reached with no module-level ``if`` on the
+    way; each module's path and parsed source (None: not Python 3 syntax)."""
+
+    modules: dict[str, bool]
+    external: dict[str, bool]
+    paths: dict[str, str]
+    trees: dict[str, ast.Module | None]
+
+
+def _walk(zf: zipfile.ZipFile, entry: str) -> _Reached:
     names = set(zf.namelist())
     top = entry.partition(".")[0]
     seen: dict[str, bool] = {}
     external: dict[str, bool] = {}
+    paths: dict[str, str] = {}
+    trees: dict[str, ast.Module | None] = {}
     todo = [(entry, True)]
     while todo:
         module, always = todo.pop()
@@ -129,18 +194,20 @@ def external_imports(zf: zipfile.ZipFile, entry: str) -> dict[str, bool]:
         # replica, and never followed)
         todo += [(".".join(parts[:i]), always) for i in range(2, len(parts))]
         package = module if path.endswith("/__init__.py") else module.rpartition(".")[0]
-        for name, members, plain in _module_imports(zf.read(path), package):
+        if module not in trees:
+            paths[module] = path
+            try:
+                trees[module] = ast.parse(zf.read(path))
+            except SyntaxError:
+                trees[module] = None
+        for name, members, plain in _module_imports(trees[module], package):
             reached = always and plain
             if name.partition(".")[0] == top:
                 todo += [(m, reached) for m in (name, *(f"{name}.{m}" for m in members))]
             else:
                 first = name.partition(".")[0]
                 external[first] = external.get(first, False) or reached
-    return {
-        n: external[n]
-        for n in sorted(external)
-        if n not in sys.stdlib_module_names and n != "__future__"
-    }
+    return _Reached(seen, external, paths, trees)
 
 
 def _path_of(module: str, names: set[str]) -> str | None:
@@ -148,13 +215,13 @@ def _path_of(module: str, names: set[str]) -> str | None:
     return next((p for p in (f"{base}.py", f"{base}/__init__.py") if p in names), None)
 
 
-def _module_imports(source: bytes, package: str) -> Iterable[tuple[str, tuple[str, ...], bool]]:
+def _module_imports(
+    tree: ast.Module | None, package: str
+) -> Iterable[tuple[str, tuple[str, ...], bool]]:
     """(module, names taken from it, outside any ``if``) for each import statement a module
     runs at import time: its top level and its module-level ``if``/``else`` bodies (not
     ``if TYPE_CHECKING:``, a ``try`` or a function)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    if tree is None:
         return
     todo: list[tuple[list[ast.stmt], bool]] = [(tree.body, True)]
     while todo:
