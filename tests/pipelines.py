@@ -166,7 +166,7 @@ def publish_at(
     progress: Callable[[str], None] | None = None,
 ) -> Any:
     from sglforge.engine.reference import check_registry
-    from sglforge.publish import publish
+    from sglforge.publish import candidate_for, publish
 
     project = open_project(where, upstream)
     bt = project.target(target)
@@ -193,7 +193,8 @@ def publish_at(
         date=date,
         changelog=changelog,
     )
-    return publish(project, req, progress)
+    with candidate_for(project, req, progress or (lambda _m: None)) as cand:
+        return publish(project, req, cand, progress)
 
 
 def upgrade_at(

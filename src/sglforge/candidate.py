@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sglforge import construct
     from sglforge.build import BuildResult
+    from sglforge.engine.credentials import Credentials
     from sglforge.project import Project
     from sglforge.queue.configs import BaseTables
     from sglforge.requests import SmokeRequest
@@ -36,12 +37,43 @@ if TYPE_CHECKING:
     from sglforge.smoke.preflight import GpuInventory
     from sglforge.targets import BuildTarget
 
-# The last release to bench against: (image, "") or (None, why there is none).
-Baseline = Callable[[], tuple[str | None, str]]
+
+@dataclass(frozen=True)
+class Against:
+    """The last release to bench against: its local ``image``, or None and ``why`` there is
+    none; ``knee_prior``: its knee bracket (the knee, the rate that failed above it) when it
+    was benched on the same scenario and hardware, for the search to start from."""
+
+    image: str | None
+    why: str = ""
+    knee_prior: tuple[float, float | None] | None = None
 
 
-def _no_baseline() -> tuple[str | None, str]:
-    return None, "no registry to find the last release in (only publish has one)"
+# Finds the last release of the candidate's target (publish's: in the registry it pushes to).
+Baseline = Callable[["Candidate"], Against]
+
+
+def _no_baseline(_c: Candidate) -> Against:
+    return Against(None, "no registry to find the last release in (only publish has one)")
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """How the gates judge a candidate, settled before any gate runs and handed to the
+    candidate when it is made (never set on it afterwards).
+
+    The default is upgrade's without ``--publish``: no registry, so the bench compares with
+    nothing and nothing requires it. A publish's (``publish.candidate_for``) finds the last
+    release in its ``registry`` (with its login ``creds``) and requires a comparison unless
+    ``no_baseline`` says why not; ``accept_regression`` waives a drop (recorded).
+    """
+
+    baseline: Baseline = _no_baseline
+    baseline_required: bool = False  # publish: compare with the last release, or say why not
+    no_baseline: str | None = None  # --no-baseline REASON
+    accept_regression: str | None = None  # --accept-regression REASON
+    registry: str = ""  # the registry prefix the release is pushed to ("" none)
+    creds: Credentials | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -73,6 +105,7 @@ class Candidate:
     ``scenario`` None: ``--skip-smoke`` (no gate runs). ``model``: the host's model folder
     (``--model``, else the scenario's ``model.path``). ``smoke``: the smoke request (port, log
     folder, env, labels). ``labels``: the labels of probe containers (the request's).
+    ``policy``: how the gates judge it (:class:`GatePolicy`).
     Close it (``with``) to remove the temporary tree.
     """
 
@@ -82,30 +115,23 @@ class Candidate:
         target: BuildTarget,
         scenario: Scenario | None,
         model: Path | None = None,
-        built: BuildResult | None = None,
         *,
         smoke: SmokeRequest | None = None,
         labels: Mapping[str, str] | None = None,
         say: Callable[[str], None] = lambda _msg: None,
+        policy: GatePolicy = GatePolicy(),
     ) -> None:
         self.project = project
         self.target = target
         self.scenario = scenario
         self.model = model or (scenario.model_path if scenario else None)
-        self.built = built
+        self.built: BuildResult | None = None
         self.smoke = smoke
         self.labels: Mapping[str, str] = dict(labels or {})
         self.say = say
-        self.image = built.image if built else ""  # the image smoked: built, or pulled
+        self.policy = policy
+        self.image = ""  # the image smoked: built, or pulled (with_build)
         self.standin = bool(scenario and scenario.standin)
-        self.baseline: Baseline = _no_baseline
-        self.accept_regression: str | None = None
-        # publish must compare with the last release, or be told why not (--no-baseline)
-        self.baseline_required = False
-        self.no_baseline: str | None = None
-        # the last release's knee bracket (knee, the rate that failed above it), set when
-        # ``baseline()`` found a release benched on the same scenario and hardware
-        self.knee_prior: tuple[float, float | None] | None = None
         # the gates run on it, by name (sglforge.gates keeps its GateResults here: each gate
         # runs at most once per candidate, also when upgrade hands the candidate to publish)
         self.results: dict[str, object] = {}

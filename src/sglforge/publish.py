@@ -52,7 +52,7 @@ from sglforge.util import Progress, raise_held, signals_held
 if TYPE_CHECKING:
     from sglforge.bench.cost import PlannedCost
     from sglforge.build import BuildResult, OciBuild
-    from sglforge.candidate import Candidate
+    from sglforge.candidate import Against, Candidate
     from sglforge.gates import BenchRecord, GateResult
     from sglforge.scenario.file import Scenario
     from sglforge.smoke.report import SmokeReport
@@ -158,7 +158,13 @@ def references(
     ``127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d`` plus
     ``...:v0.5.14-rocm700-mi355x`` and ``...:latest-mi355x``.
     """
-    prefix = registry_prefix(registry)
+    return _references(registry_prefix(registry), image, target, default_rocm)
+
+
+def _references(
+    prefix: str, image: str, target: str, default_rocm: bool = True
+) -> tuple[str, tuple[str, ...]]:
+    """:func:`references` in a registry prefix already checked."""
     repo, sep, tag = image.rpartition(":")
     if not sep or "/" in tag:
         raise PublishError(f"{image}: built image reference has no tag", "rebuild: sglforge build")
@@ -217,7 +223,7 @@ class _Run:
     pushed: list[str] = field(default_factory=list)
     digest: str = ""
     source: str = ""  # the image the friendly tags are made from
-    cand: Candidate | None = None  # what the gates prove (set once the run is open)
+    cand: Candidate | None = None  # what the gates prove
 
     @property
     def root(self) -> Path:
@@ -251,10 +257,21 @@ class _Run:
 
 
 def candidate_for(project: Project, req: PublishRequest, say: Progress) -> Candidate:
-    """The candidate of ``req``: its target, parsed scenario and model, probes labelled with
-    the request's labels (the caller closes it)."""
-    from sglforge.candidate import Candidate
+    """The candidate of ``req`` with a publish's gate policy: its target, parsed scenario and
+    model, probes labelled with the request's labels, and the bench compared with the last
+    release in ``req.registry`` (or told why not). The registry is checked here, and its
+    login read (not for a dry run): once, for the whole publish. The caller closes it."""
+    from sglforge.candidate import Candidate, GatePolicy
 
+    prefix = registry_prefix(req.registry)
+    policy = GatePolicy(
+        baseline=_last_release_image,
+        baseline_required=True,  # a publish compares, or says why not (--no-baseline)
+        no_baseline=req.no_baseline,
+        accept_regression=req.accept_regression,
+        registry=prefix,
+        creds=None if req.dry_run else reg.credentials(prefix.split("/", 1)[0]),
+    )
     smoke = req.smoke
     return Candidate(
         project,
@@ -264,14 +281,12 @@ def candidate_for(project: Project, req: PublishRequest, say: Progress) -> Candi
         smoke=smoke,
         labels=req.build.labels,
         say=say,
+        policy=policy,
     )
 
 
 def publish(
-    project: Project,
-    req: PublishRequest,
-    progress: Progress | None = None,
-    candidate: Candidate | None = None,
+    project: Project, req: PublishRequest, candidate: Candidate, progress: Progress | None = None
 ) -> PublishResult:
     """Build or reuse, run the gates, push the immutable tag, verify, move friendly tags, record.
 
@@ -282,22 +297,16 @@ def publish(
     bench: :mod:`sglforge.gates`), ``_push`` (immutable tag, digest check, friendly tags) and
     ``_record`` (release record and CHANGELOG entry, pushed next to the image).
 
-    ``candidate``: the caller's (``upgrade --publish``), holding the image it built from
-    ``req.build`` and the gates it ran already; neither is done again.
+    ``candidate``: made by :func:`candidate_for` (the caller closes it). ``upgrade
+    --publish`` hands over the one holding the image it built from ``req.build`` and the
+    gates it ran already; neither is done again.
     """
-    run = _open(project, req, progress)
-    cand = candidate or candidate_for(project, req, run.say)
-    try:
-        return _publish(run, cand)
-    finally:
-        if candidate is None:
-            cand.close()
+    return _publish(_open(project, req, candidate, progress), candidate)
 
 
 def _publish(run: _Run, cand: Candidate) -> PublishResult:
     from sglforge import gates
 
-    run.cand = cand
     before: tuple[GateResult, ...] = ()
     if not run.req.dry_run:
         # Before the build: blockers a GPU run would hit (issue 24, docs/scan.md); run once
@@ -314,11 +323,6 @@ def _publish(run: _Run, cand: Candidate) -> PublishResult:
     except (PublishError, EngineError) as exc:
         return run.failed(result, "push", exc)
     cand.with_build(run.build_result, run.candidate)
-    cand.standin = run.standin
-    cand.baseline = lambda: _last_release_image(run)
-    cand.baseline_required = True  # a publish compares, or says why not (--no-baseline)
-    cand.no_baseline = run.req.no_baseline
-    cand.accept_regression = run.req.accept_regression
     result = _gated(run, result, _gates(run, cand, gates.AFTER_BUILD))
     if result.error:
         return result
@@ -353,9 +357,12 @@ def _model(req: PublishRequest) -> Path | None:
     return req.smoke.model if req.smoke else None
 
 
-def _open(project: Project, req: PublishRequest, progress: Progress | None) -> _Run:
-    """The registry login and the stand-in rule, checked before the build."""
-    prefix = registry_prefix(req.registry)
+def _open(
+    project: Project, req: PublishRequest, cand: Candidate, progress: Progress | None
+) -> _Run:
+    """The registry login and the stand-in rule, checked before the build (the registry and
+    its login as the candidate's policy holds them)."""
+    prefix, creds = cand.policy.registry, cand.policy.creds
     sc = req.smoke.scenario if req.smoke else None
     if sc is not None and sc.bench is not None and not req.no_baseline:
         # before the login and the build: a comparison known never to pass is refused now,
@@ -363,13 +370,10 @@ def _open(project: Project, req: PublishRequest, progress: Progress | None) -> _
         from sglforge.bench.cost import require_passable
 
         require_passable(sc.bench, sc.path)
-    creds: Credentials | None = None
     if not req.dry_run:
         # Before the build and the smoke run, which can take an hour on real hardware.
-        host = prefix.split("/", 1)[0]
-        creds = reg.credentials(host)
-        reg.check_login(host, creds)
-    run = _Run(project, req, prefix, creds, progress or (lambda _msg: None))
+        reg.check_login(prefix.split("/", 1)[0], creds)
+    run = _Run(project, req, prefix, creds, progress or (lambda _msg: None), cand=cand)
     run.standin = _standin_rule(run)
     if not req.dry_run and _compares(run):
         # U3: the first release is found out now, with one read of the registry's tag list,
@@ -400,7 +404,7 @@ def _last_release(run: _Run) -> tuple[bool | None, str]:
     from sglforge.release import load_records, release_tags
 
     bt = run.target
-    repository = _repository(references(run.prefix, f"{bt.repository}:v", bt.name)[0])
+    repository = _repository(_references(run.prefix, f"{bt.repository}:v", bt.name)[0])
     tags = release_tags(repository, bt.name)
     if tags is None:
         return None, f"{repository} did not answer: whether {bt.name} has a release is unknown"
@@ -423,7 +427,7 @@ def _build(run: _Run, built: BuildResult | None) -> PublishResult:
     else:
         detail = "built by the caller from the same request, reused"
     run.built = built
-    run.immutable, friendly = references(run.prefix, built.image, bt.name, bt.default_rocm)
+    run.immutable, friendly = _references(run.prefix, built.image, bt.name, bt.default_rocm)
     run.moving = () if req.skip_smoke else friendly
     run.clock.done("build", None if req.dry_run else True, detail)
     return PublishResult(
@@ -579,45 +583,51 @@ def _standin_rule(run: _Run) -> bool:
     return True
 
 
-def _last_release_image(run: _Run) -> tuple[str | None, str]:
-    """The previous release of the target, by digest and pulled, to bench against; else
-    (None, why there is no comparison)."""
+def _last_release_image(c: Candidate) -> Against:
+    """The previous release of the candidate's target in the policy's registry, by digest and
+    pulled, to bench against, with its knee bracket; else why there is no comparison (a
+    publish's :class:`~sglforge.candidate.GatePolicy` baseline)."""
     from sglforge.bench.runner import ensure_local
+    from sglforge.candidate import Against
     from sglforge.release import previous_release
 
-    version = run.immutable.rpartition(":")[2]
-    repository = _repository(run.immutable)
-    previous = previous_release(run.root, run.target.name, version, repository, run.creds)
+    bt, creds = c.target, c.policy.creds
+    immutable = _references(c.policy.registry, c.build_result.image, bt.name)[0]
+    repository = _repository(immutable)
+    version = immutable.rpartition(":")[2]
+    previous = previous_release(c.project.root, bt.name, version, repository, creds)
     if previous is None:
-        return None, f"no earlier release of {run.target.name} in {repository}"
+        return Against(None, f"no earlier release of {bt.name} in {repository}")
     # U2: pulled where it was just found (--registry), by digest; the address its record
     # names (another registry name, a mirror, an earlier tryout port) only as a fallback
     here = f"{repository}@{previous.digest}"
     recorded = f"{_repository(previous.image)}@{previous.digest}"
-    run.say(f"bench against the last release {previous.version} ({here})")
+    c.say(f"bench against the last release {previous.version} ({here})")
     failures: list[str] = []
     for against in dict.fromkeys((here, recorded)):
         try:
             # the login of --registry goes to --registry only
-            name = ensure_local(against, run.say, run.creds if against == here else None)
+            name = ensure_local(against, c.say, creds if against == here else None)
             break
         except (SglforgeError, EngineError) as exc:
             failures.append(f"{against}: {exc.message}")
     else:
-        return None, f"the last release's image cannot be pulled ({'; '.join(failures)})"
-    if run.cand is not None:
-        run.cand.knee_prior = _knee_prior(run, previous.smoke.bench if previous.smoke else None)
-    return name, ""
+        why = f"the last release's image cannot be pulled ({'; '.join(failures)})"
+        return Against(None, why)
+    bench = previous.smoke.bench if previous.smoke else None
+    return Against(name, "", _knee_prior(c, bench))
 
 
-def _knee_prior(run: _Run, bench: Mapping[str, object] | None) -> tuple[float, float | None] | None:
+def _knee_prior(
+    c: Candidate, bench: Mapping[str, object] | None
+) -> tuple[float, float | None] | None:
     """The last release's knee bracket for the search to start from: only from a bench of
     the same scenario on the same kind of hardware (a stand-in's knee says nothing of a
     node's)."""
-    if not bench or run.scenario is None:
+    if not bench or c.scenario is None:
         return None
-    hardware = STANDIN_HARDWARE if run.standin else "gpu"
-    return BenchFigures.from_dict(bench).knee_bracket(run.scenario.name, hardware)
+    hardware = STANDIN_HARDWARE if c.standin else "gpu"
+    return BenchFigures.from_dict(bench).knee_bracket(c.scenario.name, hardware)
 
 
 def _record(run: _Run) -> tuple[Release, Recorded]:

@@ -432,17 +432,26 @@ def _prove_target(run: _Upgrade, stage: Project, bt: BuildTarget) -> TargetOutco
             retired = _retire_upstreamed_configs(stage.root, base, req.labels, run.say)
         smoke = _smoke_request(run, stage, bt) if req.smoke else None
         pub = req.publish.request(build, smoke) if req.publish is not None else None
-        with _candidate(run, stage, bt, smoke) as cand:
+        with _candidate(run, stage, bt, smoke, pub) as cand:
             return _built_and_gated(run, stage, build, pub, cand, retired)
     except SglforgeError as exc:
         return TargetOutcome(bt.spec, error=str(exc).splitlines()[0])
 
 
 def _candidate(
-    run: _Upgrade, stage: Project, bt: BuildTarget, smoke: SmokeRequest | None
+    run: _Upgrade,
+    stage: Project,
+    bt: BuildTarget,
+    smoke: SmokeRequest | None,
+    pub: PublishRequest | None,
 ) -> Candidate:
+    """The staged target's candidate: with ``--publish``, publish's (its registry, login and
+    gate policy, made before the build); else the gates' default policy (no registry)."""
     from sglforge.candidate import Candidate
+    from sglforge.publish import candidate_for
 
+    if pub is not None:
+        return candidate_for(stage, pub, run.say)
     return Candidate(
         stage,
         bt,
@@ -514,7 +523,7 @@ def _publish_target(
 
     t = time.monotonic()
     run.say(f"{pub.target.spec}: publishing to {pub.registry}")
-    res = publish(stage, pub, run.say, candidate=cand)
+    res = publish(stage, pub, cand, run.say)
     run.timed(f"smoke+publish {pub.target.spec}", t)
     return replace(
         out,

@@ -31,6 +31,7 @@ from sglforge.progress import current
 from sglforge.publish import (
     PublishResult,
     bench_text,
+    candidate_for,
     failure_summary,
     junit_xml,
     markdown,
@@ -172,7 +173,8 @@ def publish_cmd(
             backoff=backoff,
             changelog=changelog,
         )
-        result = publish(project, req, current())
+        with candidate_for(project, req, current()) as cand:
+            result = publish(project, req, cand, current())
     except SglforgeError as exc:
         # Reports still get written: CI shows why nothing was published.
         _reports(None, target, junit, summary_path, str(exc))

@@ -21,7 +21,7 @@ FIRST_RELEASE_HINT = (
 
 
 def check(c: Candidate) -> GateResult:
-    """Bench the built image (against ``c.baseline()`` when there is one)."""
+    """Bench the built image (against the last release its policy finds, when there is one)."""
     from sglforge.bench import report as bench_report
     from sglforge.bench.runner import run_bench
     from sglforge.errors import EXIT_PROBLEMS, SglforgeError
@@ -31,8 +31,10 @@ def check(c: Candidate) -> GateResult:
         return skipped(NAME, "--skip-smoke: nothing is benched")
     if sc.bench is None:
         return skipped(NAME, "the scenario has no [bench] table")
-    against, unevaluated = c.baseline()
-    if against is None and c.baseline_required and not c.no_baseline:
+    policy = c.policy
+    last = policy.baseline(c)
+    against, unevaluated = last.image, last.why
+    if against is None and policy.baseline_required and not policy.no_baseline:
         why = f"no bench comparison: {unevaluated}"
         return failed(
             NAME,
@@ -43,8 +45,8 @@ def check(c: Candidate) -> GateResult:
             EXIT_PROBLEMS,
         )
     if against is None:
-        if c.no_baseline:
-            unevaluated = f"{unevaluated}; --no-baseline: {c.no_baseline}"
+        if policy.no_baseline:
+            unevaluated = f"{unevaluated}; --no-baseline: {policy.no_baseline}"
         c.say(f"bench: no comparison ({unevaluated})")
     try:
         report = run_bench(
@@ -54,7 +56,7 @@ def check(c: Candidate) -> GateResult:
             against=against,
             no_baseline=unevaluated if against is None else "",
             progress=c.say,
-            knee_prior=c.knee_prior if against else None,
+            knee_prior=last.knee_prior if against else None,
         )
     except SglforgeError as exc:
         hint = f"\n  next: {exc.hint}" if exc.hint else ""
@@ -64,10 +66,10 @@ def check(c: Candidate) -> GateResult:
             f"bench could not run: {exc.message}; nothing was pushed and no tag moved{hint}",
             exc.exit_code,
         )
-    if (report.regressed or report.inconclusive) and c.accept_regression:
+    if (report.regressed or report.inconclusive) and policy.accept_regression:
         # A person decided: the waiver covers a drop and a comparison that could not
         # conclude alike (BenchReport.ok), and the record says so.
-        report = replace(report, accepted_regression=c.accept_regression)
+        report = replace(report, accepted_regression=policy.accept_regression)
     comparison = (
         {"evaluated": True, "against": against}
         if against
