@@ -37,8 +37,9 @@ answered for while building GLM-5.2 and its draft):
   ``get_cu_num``): the shims describe the target's GPU from images/targets.toml instead;
 - the GPU kernels and their runtimes: triton, triton_kernels, aiter, sgl_kernel, flashinfer,
   flash_attn, deep_ep, cuda, cutlass, tilelang, tvm_ffi, vllm, petit_kernel, kt_kernel,
-  pplx_kernels, nixl_ep, megatron, mlx, xielu, amdsmi, pynvml: they need a GPU (or torch) to
-  import; only their import-time surface is read;
+  pplx_kernels, megatron, mlx, xielu, amdsmi, pynvml: they need a GPU (or torch) to
+  import; only their import-time surface is read. nixl_ep, which the ROCm image lacks and
+  sglang only probes for, is absent as there (``shims.ABSENT``);
 - transformers itself (inside the sglang child), and the packages that require torch to import
   (accelerate, compressed_tensors, xgrammar, vector_quantize_pytorch): sglang
   imports transformers' modelling modules, which need the real torch; the configuration is the

@@ -140,7 +140,9 @@ def _config_as_mapping() -> None:
         cq = importlib.import_module("sglang.srt.model_loader.checkpoint_quantization")
     except ImportError:
         return  # older releases read the attribute directly
-    original = cq._as_config_mapping
+    original = getattr(cq, "_as_config_mapping", None)
+    if original is None:
+        return  # 0.5.19's module reads each field with getattr (_get_field): nothing to give
 
     def as_mapping(value, source):
         return (
@@ -326,6 +328,7 @@ def _check_registered(registry, architectures: list) -> None:
     not serve the model natively) or the module defining it failed to import here."""
     import importlib
     import pkgutil
+    import traceback
 
     supported = registry.get_supported_archs()  # 0.5.14 and 0.5.23 alike
     if not architectures or any(a in supported for a in architectures):
@@ -345,10 +348,12 @@ def _check_registered(registry, architectures: list) -> None:
                 try:
                     importlib.import_module(info.name)
                 except Exception as exc:
+                    where = traceback.extract_tb(exc.__traceback__)[-1]
                     raise RuntimeError(
                         f"{arch} is defined in {info.name}, which failed to import under the "
-                        f"construction's stand-ins ({type(exc).__name__}: {exc}); sglang would "
-                        "fall back to its transformers backend"
+                        f"construction's stand-ins ({type(exc).__name__}: {exc}, at "
+                        f"{where.filename}:{where.lineno}); sglang would fall back to its "
+                        "transformers backend"
                     ) from exc
     raise RuntimeError(
         f"this sglang release defines no model class {', '.join(architectures)}: it does not "
@@ -372,8 +377,10 @@ def _build(sa, config: dict, draft: bool) -> dict:
     quant = config.get("quantization_config")
     RECORDER.reset()
     load_config = LoadConfig()
-    quant_config = loader._get_quantization_config(model_config, load_config)
+    # before the quantization config: 0.5.19 resolves the model class there already
+    # (model_loader/loader.py:171 -> utils.py:230), and falls back the same silent way
     _check_registered(ModelRegistry, list(hf_config.architectures or ()))
+    quant_config = loader._get_quantization_config(model_config, load_config)
     cls, _ = ModelRegistry.resolve_model_cls(hf_config.architectures)
     renames = quark.renames(cls, quant_config, hf_config, quant or {})
     model = loader._initialize_model(model_config, load_config, quant_config)

@@ -705,11 +705,22 @@ def install_torch(gpu: dict):
     return torch
 
 
+# Packages the ROCm release image does not install, which sglang only probes for with
+# ``try: import ... except ImportError`` (checked in every release 0.5.14..0.5.23): absent
+# here as there, never a stub. A stub answers such a probe with "installed" and the release's
+# fallback is skipped: 0.5.19/0.5.20's ``srt/layers/moe/token_dispatcher/nixl.py:38-43``
+# then asserts the stub's ``topk_idx_t`` is a torch dtype, glm4_moe.py fails to import, and the
+# registry hides it (``registry.py`` "Ignore import error"): GLM-5.2 fell back to
+# TransformersForCausalLM on our stand-ins only. nixl_ep is NVIDIA's NIXL EP (CUDA/UCX).
+ABSENT = frozenset({"nixl_ep"})
+
+
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Last on sys.meta_path: a module no real finder has (and not sglang) is a stub."""
+    """Last on sys.meta_path: a module no real finder has (and not sglang, nor one of
+    :data:`ABSENT`) is a stub."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname.split(".")[0] in ("sglang",):
+        if fullname.split(".")[0] in ("sglang", *ABSENT):
             return None
         parent = fullname.rpartition(".")[0]
         if parent and not isinstance(sys.modules.get(parent), StubModule):
