@@ -1790,6 +1790,12 @@ def parse_launch(argv: list[str] | None) -> argparse.Namespace | int:
     """The launch as the image's sglang parses it; an exit status where it refuses it."""
     try:
         launch = Launch(image_package())
+        if (
+            launch.server_args is not None
+            and "--model-path" not in launch.parser._option_string_actions
+        ):
+            # 0.5.23: ServerArgs' fields come from arg_groups/fields/*, which the stubs hide
+            raise LookupError("it has no --model-path")
     except Exception as exc:  # noqa: BLE001 - a release whose parser needs more of sglang
         log(f"cannot build the image's sglang parser ({type(exc).__name__}: {exc}); parsing")
         log("the launch with the stand-in's own parser (a subset: FIDELITY-5 M3)")
