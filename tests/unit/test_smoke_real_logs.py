@@ -83,6 +83,33 @@ def test_the_load_crash_also_names_the_bare_assert() -> None:
     }
 
 
+# ---------------------------------------------------------------- captured through sglforge
+
+# Captured on the H200 through sglforge itself (bench/data/h200-2026-12-03 runs 4-6): five healthy
+# boots of `bench --calibrate`, a launch sglang's scheduler crashed in (--tp-size 2 on one GPU) and
+# one its argument parser refused (exit 2 before any server line: `ready` fails it, not a pattern).
+CAPTURED_HEALTHY = sorted(LOGS.glob("real-sglforge-boot-*.log"))
+
+
+def test_the_captured_logs_are_there() -> None:
+    assert len(CAPTURED_HEALTHY) == 5
+    assert "invalid choice: 'nosuch'" in (LOGS / "real-refused-flag.log").read_text()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.stem)
+def test_captured_healthy_boots_match_no_failing_pattern(scenario: Path) -> None:
+    for log in CAPTURED_HEALTHY:
+        matches, _ = _logs_check(scenario, log)
+        assert [m.describe() for m in matches if m.severity == "fail"] == [], log.name
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.stem)
+def test_a_captured_scheduler_crash_fails_the_smoke(scenario: Path) -> None:
+    matches, check = _logs_check(scenario, LOGS / "real-crash-tp2-invalid-device.log")
+    fails = {m.name for m in matches if m.severity == "fail"}
+    assert "process-crash" in fails and not check.passed, fails
+
+
 # --------------------------------------------------------------------------- the release's text
 
 # (file, line, the f-string's text): each crash handler of 0.5.14 whose line "process-crash" names.
