@@ -144,13 +144,24 @@ def test_sglang_base_reports_version_and_path(docker_client, docker_labels, serv
     )
 
 
-def test_sglang_base_extra_files_land_under_workspace(docker_client, docker_labels, server_py):
-    tag = ensure_sglang_base(
-        tag="sglforge-standin/sglang:infra-extra-files",
-        server_py=server_py,
-        files={"python/sglang/srt/marker.py": b"VALUE = 42\n"},
-        client=docker_client,
-    )
+def test_sglang_base_extra_files_land_and_it_is_reused_until_its_content_changes(
+    docker_client, docker_labels, server_py
+):
+    """Extra repository files land under /sgl-workspace; a base is rebuilt only when its
+    content changes, and the outdated one is removed (two builds, not three: the first one
+    shows where the files land)."""
+    tag = "sglforge-standin/sglang:infra-reuse"
+
+    def build(value: bytes) -> str:
+        ensure_sglang_base(
+            tag=tag,
+            server_py=server_py,
+            files={"python/sglang/srt/marker.py": value},
+            client=docker_client,
+        )
+        return str(docker_client.images.get(tag).id)
+
+    first = build(b"VALUE = 42\n")
     out = run_python(
         docker_client,
         tag,
@@ -159,21 +170,8 @@ def test_sglang_base_extra_files_land_under_workspace(docker_client, docker_labe
         workdir="/",
     )
     assert out.split() == ["42", "/sgl-workspace/sglang/python/sglang/srt/marker.py"]
-    docker_client.images.remove(tag)
-
-
-def test_sglang_base_is_reused_until_its_content_changes(docker_client, server_py):
-    tag = "sglforge-standin/sglang:infra-reuse"
-
-    def build(value: bytes) -> str:
-        ensure_sglang_base(
-            tag=tag, server_py=server_py, files={"python/sglang/x.py": value}, client=docker_client
-        )
-        return str(docker_client.images.get(tag).id)
-
-    first = build(b"A = 1\n")
-    assert build(b"A = 1\n") == first
-    second = build(b"A = 2\n")
+    assert build(b"VALUE = 42\n") == first
+    second = build(b"VALUE = 43\n")
     assert second != first
     # The outdated double is removed, not left dangling.
     with pytest.raises(docker.errors.ImageNotFound):
