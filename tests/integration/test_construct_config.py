@@ -75,3 +75,14 @@ def test_a_config_transformers_cannot_read_falls_back_and_says_why(
     for record in got.values():
         source = construct.config_source(record)
         assert source.startswith("sglforge's hfconfig.HFConfig, not transformers' own class: ")
+
+
+def test_a_reading_is_keyed_by_the_config_child_s_own_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record another version of the config child wrote is another key: a warm cache never
+    hands a newer child a stale reading."""
+    config = {"model_type": "glm_moe_dsa", "index_topk_freq": 4}
+    now = hfresolve._key("5.19.0", config)
+    assert now == hfresolve._key("5.19.0", dict(config))
+    assert now != hfresolve._key("5.8.1", config) != hfresolve._key("5.19.0", {**config, "a": 1})
+    monkeypatch.setattr(hfresolve, "_reader", lambda: "another config child")
+    assert hfresolve._key("5.19.0", config) != now

@@ -12,11 +12,12 @@ closure, because reading a configuration never imports them (the config child ru
 them): :data:`NOT_FOR_CONFIG`.
 
 The child's answer (``to_dict()``, the class's aliases and properties) is cached by
-(transformers version, config.json content) and handed to the sglang child, which presents it to
-sglang as the config object (``construct.hfconfig.resolved``). A config transformers' own class
-cannot read here (``trust_remote_code``, a model type it does not know) or an environment that
-cannot be had falls back to sglforge's own reading of config.json (``hfconfig.HFConfig``), and
-the construction says so (``Construction.config_source``).
+(transformers version, the config child's code, config.json content) and handed to the sglang
+child, which presents it to sglang as the config object (``construct.hfconfig.resolved``). A
+config transformers' own class cannot read here (``trust_remote_code``, a model type it does
+not know) or an environment that cannot be had falls back to sglforge's own reading of
+config.json (``hfconfig.HFConfig``), and the construction says so
+(``Construction.config_source``).
 """
 
 from __future__ import annotations
@@ -138,9 +139,16 @@ def environment(tree: Path) -> Environment:
     return Environment(str(got) if got else None, paths)
 
 
+@functools.cache
+def _reader() -> str:
+    """The config child's own code: a record another version of it wrote is another key (a
+    stale reading is never served to a newer child)."""
+    return hashlib.sha256(Path(__file__).with_name("configchild.py").read_bytes()).hexdigest()
+
+
 def _key(transformers: str, config: Mapping[str, Any]) -> str:
     text = json.dumps(config, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(f"transformers=={transformers}\0{text}".encode()).hexdigest()
+    return hashlib.sha256(f"transformers=={transformers}\0{_reader()}\0{text}".encode()).hexdigest()
 
 
 def _write(path: Path, value: Any) -> None:
@@ -174,7 +182,7 @@ def resolve(
     env: Environment, configs: Mapping[str, Mapping[str, Any]], target: TargetEnv | None = None
 ) -> dict[str, Any]:
     """By id: transformers' own reading of each config (the config child's record), or
-    ``{"fallback": reason}``. Cached by (transformers version, config.json content); the
+    ``{"fallback": reason}``. Cached by (transformers version, reader, config.json); the
     child runs fenced (:mod:`sglforge.construct.sandbox`) with ``target``'s variables."""
     if env.transformers is None:
         return {i: {"fallback": f"no transformers: {env.missing}"} for i in configs}
