@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,34 +39,6 @@ MTP = [
 ]
 
 Start = Callable[..., str]
-
-
-def _serve(httpd) -> threading.Thread:
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    return thread
-
-
-@pytest.fixture
-def start() -> Iterator[Start]:
-    """Factory: ``start(*flags, fault="", ready=True, **env)`` serves a stand-in; its base URL."""
-    running = []
-
-    def _start(*flags: str, fault: str = "", ready: bool = True, **env: str) -> str:
-        args = server.build_parser().parse_args(
-            ["--model-path", str(MODEL), "--host", "127.0.0.1", "--port", "0", *flags]
-        )
-        httpd = server.make_server(args, server.parse_faults(fault), env)
-        running.append((httpd, _serve(httpd)))
-        if ready:
-            server.warm_up(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}"
-
-    yield _start
-    for httpd, thread in running:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 def get(url: str) -> tuple[int, bytes]:
