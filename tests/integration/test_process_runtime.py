@@ -61,7 +61,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def scenario_file(folder: Path, load_timeout: float = 20) -> Path:
+def scenario_file(folder: Path, load_timeout: float = 20, priming: bool = False) -> Path:
     """The shipped stand-in scenario as a process-runtime one: no in-image tokenizer, a
     small bench workload (64 requests a knee probe: 59+ bound a TTFT p95), no single stream
     (its prompt program needs transformers)."""
@@ -80,6 +80,7 @@ def scenario_file(folder: Path, load_timeout: float = 20) -> Path:
         # 0.5.14 does), so a group's second request can miss too; 0.48 was read under CI's load
         # (the H200 read 0.484 on a first probe). This test holds the runtime, not the hit.
         ("hit_rate_tolerance = 0.1", "hit_rate_tolerance = 0.2"),
+        ("priming_boot = false", f"priming_boot = {str(priming).lower()}"),
     ]
     for old, new in swaps:
         assert old in text, old
@@ -378,10 +379,31 @@ def test_bench_crash_mid_run_and_hang_are_errors_naming_them(
         run_bench(ROOT, "", req)
 
 
+@pytest.mark.parametrize("priming", [True, False], ids=["primed", "--no-priming-boot"])
+def test_a_calibration_discards_a_priming_boot_and_says_so(
+    site: Path, mark: str, tmp_path: Path, priming: bool
+) -> None:
+    """The first boot of a machine is not like the later ones (H200: 13-23 % apart, the later
+    ones 1.4 %): a calibration boots once more first and discards it, and records that."""
+    from sglforge.bench.runner import BenchProtocol, run_calibration
+
+    sc = load_scenario(scenario_file(tmp_path, priming=True))
+    req = SmokeRequest(scenario=sc, log_dir=tmp_path / "cal", **request(site, mark, free_port()))  # type: ignore[arg-type]
+    protocol = BenchProtocol(priming=priming, noise_profile=tmp_path / "profile.json")
+    profile, path = run_calibration(ROOT, "", req, boots=2, protocol=protocol)
+    logs = sorted(p.name for p in (tmp_path / "cal").glob("*.server.log"))
+    primed = ["priming.server.log"] if priming else []
+    assert logs == ["calibrate-0.server.log", "calibrate-1.server.log", *primed]
+    assert len(profile.boot_means) == 2 and len(profile.boot_seconds) == 2
+    assert json.loads(path.read_text())["priming_boot"] is priming
+    assert marked(mark) == []
+
+
 def test_bench_against_a_server_it_did_not_start_says_no_boot_and_no_comparison(
     site: Path, mark: str, tmp_path: Path
 ) -> None:
-    from sglforge.bench.report import report_dict, text
+    from sglforge.bench.report import report_dict
+    from sglforge.reports.bench import text
 
     sc = load_scenario(scenario_file(tmp_path))
     port = free_port()

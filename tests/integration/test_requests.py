@@ -110,9 +110,10 @@ def test_a_dry_run_publish_lists_every_stage_and_the_bench_s_planned_cost(
     assert "against the last release in 127.0.0.1:9/ns" in steps["bench"]
     planned = doc["bench"]["planned"]
     # 27.4 before issue 40's discarded warm-up probe in every boot (8 x 0.55 minutes, the
-    # calibration rerun of 0.7 no longer needed): 31.1, over issue 29's aim of 30 when all
-    # 8 boots run (the first look can stop after 4 on a calibrated node)
-    assert 0 < planned["node_minutes"] <= 31.5, planned
+    # calibration rerun of 0.7 no longer needed): 31.1, and 33.7 with the priming boot (2.55),
+    # over issue 29's aim of 30 when all 8 boots run (the first look can stop after 4 on a
+    # calibrated node)
+    assert 0 < planned["node_minutes"] <= 34, planned
     assert planned["interim_boots"] == 4 and "declared" in planned["boot_source"]
     assert sum(part["minutes"] for part in planned["parts"]) == pytest.approx(
         planned["node_minutes"], abs=0.2

@@ -33,13 +33,22 @@ def test_the_tp8_gate_plan_says_where_its_node_minutes_go() -> None:
     # calibrates the generated-shared-prefix lengths, so no probe runs twice
     assert parts["warm-up probe"].count == 8 and "calibration" not in parts
     assert parts["speed probe at concurrency 16"].count == 8
-    assert plan.as_dict()["node_minutes"] == pytest.approx(31.1, abs=0.05)
+    # one discarded priming boot (with its warm-up probe) before the first ABBA block: on an
+    # H200 the first boot of each machine lease stood 13-23 % from the later ones (issue 40)
+    assert parts["priming boot"].count == 1
+    assert parts["priming boot"].minutes_each == pytest.approx(
+        2.0 + parts["warm-up probe"].minutes_each
+    )
+    assert plan.as_dict()["node_minutes"] == pytest.approx(33.7, abs=0.05)
+    unprimed = planned_cost(b, priming=False)
+    assert "priming boot" not in {p.name.split(",")[0] for p in unprimed.parts}
+    assert unprimed.as_dict()["node_minutes"] == pytest.approx(31.1, abs=0.05)
     # without the warm-up: the first probe again (0.5.14: GSP lengths), issue 29's 30 held
     bare = planned_cost(b, warmup=False)
     bare_parts = {p.name.split(",")[0].split(":")[0]: p for p in bare.parts}
     assert bare_parts["calibration"].count == 1 and "warm-up probe" not in bare_parts
-    assert bare.node_minutes <= 30
-    assert bare.as_dict()["node_minutes"] == pytest.approx(27.4, abs=0.05)
+    assert bare.node_minutes <= 30  # 27.4 and the priming boot's 2.0 (no warm-up probe in it)
+    assert bare.as_dict()["node_minutes"] == pytest.approx(29.4, abs=0.05)
 
 
 def _probe(rate: float, passes: bool) -> Point:

@@ -237,12 +237,14 @@ def planned_cost(
     noise: Noise | None = None,
     boot_minutes: tuple[float, str] | None = None,
     warmup: bool = True,
+    priming: bool = True,
 ) -> PlannedCost:
     """The plan for one bench of ``bench`` (``compared``: against a baseline, ABBA), its boots
     a side from the node's measured ``noise`` when given (:func:`boots_a_side`), its boot time
     ``boot_minutes`` (minutes, where they were measured) when given, else the declared one.
     ``warmup``: each boot's discarded warm-up probe of the compared shape (unless the
-    scenario's ``[bench.speed] warmup_probe`` is false)."""
+    scenario's ``[bench.speed] warmup_probe`` is false). ``priming``: a comparison's discarded
+    first boot, with its warm-up probe (unless ``[bench.gate] priming_boot`` is false)."""
     per_side = boots_a_side(bench, noise)
     boots = 2 * per_side if compared else 1
     warmup = warmup and bench.speed.warmup_probe
@@ -267,6 +269,11 @@ def planned_cost(
             )
         )
     parts.append(CostPart(f"speed probe at concurrency {bench.speed.concurrency}", boots, speed))
+    if compared and priming and bench.gate.priming_boot:
+        probe = _closed_loop_minutes(bench, warmup_prompts(bench)) if warmup else 0.0
+        parts.append(
+            CostPart("priming boot, discarded (with its warm-up probe)", 1, minutes + probe)
+        )
     ss = bench.single_stream
     if ss is not None:
         each = ss.num_prompts * (ss.output_len / c.single_stream_tok_s) / 60

@@ -68,6 +68,7 @@ class Profile:
     measured_at: str = ""
     warmup_probe: bool = True
     path: str = ""
+    priming_boot: bool = False  # one discarded boot before the K measured ones
     # other figures measured in the same boots (the single stream): name -> (each boot's mean
     # log figure, requests a boot)
     others: tuple[tuple[str, tuple[float, ...], int], ...] = ()
@@ -122,6 +123,7 @@ class Profile:
             "image": self.image,
             "measured_at": self.measured_at,
             "warmup_probe": self.warmup_probe,
+            "priming_boot": self.priming_boot,
             "other_figures": {
                 name: {
                     "boot_means": [math.exp(m) for m in means],
@@ -223,6 +225,7 @@ def from_dict(doc: Mapping[str, Any], path: Path) -> Profile:
         image=str(doc.get("image", "")),
         measured_at=str(doc.get("measured_at", "")),
         warmup_probe=bool(doc.get("warmup_probe", True)),
+        priming_boot=bool(doc.get("priming_boot", False)),
         path=str(path),
         others=tuple(_other(path, name, o) for name, o in others.items()),
     )

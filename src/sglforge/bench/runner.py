@@ -31,7 +31,7 @@ from sglforge.bench.cost import (
     warmup_prompts,
 )
 from sglforge.bench.prompts import program_args
-from sglforge.bench.report import BenchReport, ImageRun, SingleStream, write_outputs
+from sglforge.bench.report import BenchReport, ImageRun, SingleStream, write_json
 from sglforge.bench.stats import (
     HIT_GAUGE,
     PASSED,
@@ -108,6 +108,7 @@ class _Ctx:
     knee_prior: tuple[float, float | None] | None = None
     profile: Any = None  # the node's noise profile (sglforge.bench.noise.Profile) or None
     warmup: bool = True  # a discarded warm-up probe of the compared shape in every boot
+    priming: bool = True  # a discarded boot before the first measured one (compare, calibrate)
     per_side: int = 0  # the boots a side the comparison plans
     rt: Runtime = field(default_factory=ContainerRuntime)  # where server and client run
     host: str = "127.0.0.1"  # the server's host and URL (--server-url's, else 127.0.0.1)
@@ -119,13 +120,16 @@ class _Ctx:
 class BenchProtocol:
     """How a bench measures: ``warmup``, a discarded warm-up probe of the compared shape
     before the compared one in every boot (``[bench.speed] warmup_probe`` can turn it off for
-    a scenario); ``noise_profile``, the node's noise profile file (``bench --calibrate``'s,
+    a scenario); ``priming``, one discarded boot before the first measured one of a
+    comparison or a calibration (``[bench.gate] priming_boot`` can turn it off for a scenario);
+    ``noise_profile``, the node's noise profile file (``bench --calibrate``'s,
     from any node; None: the cache's for this scenario and hardware, if any); and each
     point's time limit in seconds."""
 
     warmup: bool = True
     noise_profile: Path | None = None
     point_timeout: float = 3600.0
+    priming: bool = True  # the scenario's [bench.gate] priming_boot, unless --no-priming-boot
 
 
 def run_bench(
@@ -173,6 +177,7 @@ def run_bench(
         )
     ctx.say = progress or (lambda _m: None)
     ctx.warmup = protocol.warmup and ctx.bench.speed.warmup_probe
+    ctx.priming = protocol.priming and ctx.bench.gate.priming_boot
     if against:
         ctx.profile = _node_profile(ctx, protocol.noise_profile)
         noise = ctx.profile.noise() if ctx.profile else None
@@ -192,6 +197,8 @@ def run_bench(
     if against:
         _baseline_usable(ctx, against)
     order = abba(ctx.per_side) if against else ("candidate",)
+    if against:
+        _prime(ctx, against if order[0] == "baseline" else image, protocol.priming)
     boots: list[_Measured] = []
     searched = False
     for i, side in enumerate(order):
@@ -202,7 +209,7 @@ def run_bench(
         if against and _stops_early(ctx, boots):
             break
     report = _report(ctx, image, against, no_baseline, boots, started, time.monotonic() - t0)
-    write_outputs(report)
+    write_json(report)
     return report
 
 
@@ -623,6 +630,31 @@ def _measure(
     return _Measured(side, order, tuple(points), speed, single, samples, took, ready)
 
 
+def _prime(ctx: _Ctx, image: str, wanted: bool) -> bool:
+    """The priming boot: ``image`` booted once, with its warm-up probe, and discarded before
+    the first measured boot (on an H200 the first boot of each machine lease stood 13-23 %
+    from the others, in either direction; the later ones spread 1.4 %: docs/bench.md). Said
+    in the notes either way; whether it ran."""
+    if not (wanted and ctx.bench.gate.priming_boot):
+        why = "--no-priming-boot" if ctx.bench.gate.priming_boot else (
+            "[bench.gate] priming_boot = false")  # fmt: skip
+        ctx.notes.append(f"priming boot: off ({why}): the first measured boot is the node's first")
+        return False
+    t0 = time.monotonic()
+    with _server(ctx, image, "priming"):
+        ready = time.monotonic() - t0
+        if ctx.warmup:
+            c = ctx.bench.speed.concurrency
+            ctx.say(f"priming boot: warm-up probe (discarded), {warmup_prompts(ctx.bench)} at {c}")
+            _point(ctx, image, "priming-warmup", math.inf, concurrency=c,
+                   num_prompts=warmup_prompts(ctx.bench), discard=True)  # fmt: skip
+    ctx.notes.append(
+        f"priming boot: {image} booted once ({ready:.0f} s to ready) and discarded before the "
+        "first measured boot (the first boot of a machine is not like the later ones)"
+    )
+    return True
+
+
 PROMPTS = "single-stream-prompts.jsonl"
 
 
@@ -892,10 +924,14 @@ def _stops_early(ctx: _Ctx, boots: list[_Measured]) -> bool:
 
 def _planned(ctx: _Ctx, *, compared: bool) -> PlannedCost:
     """The plan with the node profile's noise and measured boot time when there is one."""
-    return _plan_with(ctx.bench, ctx.profile, compared=compared, warmup=ctx.warmup)
+    return _plan_with(
+        ctx.bench, ctx.profile, compared=compared, warmup=ctx.warmup, priming=ctx.priming
+    )
 
 
-def _plan_with(bench: Bench, prof: Any, *, compared: bool, warmup: bool) -> PlannedCost:
+def _plan_with(
+    bench: Bench, prof: Any, *, compared: bool, warmup: bool, priming: bool = True
+) -> PlannedCost:
     noise = prof.noise() if prof and compared else None
     minutes = prof.boot_minutes() if prof else None
     boot = (
@@ -903,7 +939,9 @@ def _plan_with(bench: Bench, prof: Any, *, compared: bool, warmup: bool) -> Plan
         if prof and minutes
         else None
     )
-    return planned_cost(bench, compared=compared, noise=noise, boot_minutes=boot, warmup=warmup)
+    return planned_cost(
+        bench, compared=compared, noise=noise, boot_minutes=boot, warmup=warmup, priming=priming
+    )
 
 
 def run_calibration(
@@ -931,6 +969,7 @@ def run_calibration(
     image = image if ctx.rt.kind == "docker" else ctx.rt.describe(image)
     _reap(ctx)
     ctx.dataset = choose_dataset(_dataset_choices(ctx, image))
+    primed = _prime(ctx, image, protocol.priming)
     measured = [_measure(ctx, image, i, "calibrate", boots, search=False) for i in range(boots)]
     c = ctx.bench.speed.concurrency
     hardware = node_noise.node_hardware(ctx.scenario.standin)
@@ -941,6 +980,7 @@ def run_calibration(
         boot_seconds=[round(m.ready_seconds, 1) for m in measured], image=image,
         warmup_probe=ctx.warmup, others=single if ctx.bench.single_stream else None,
     )  # fmt: skip
+    profile = replace(profile, priming_boot=primed)
     out = protocol.noise_profile or node_noise.default_path(ctx.scenario.name, hardware)
     path = node_noise.save(profile, out)
     node_noise.save(profile, ctx.report_dir / "noise-profile.json")

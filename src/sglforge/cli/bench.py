@@ -14,6 +14,7 @@ from sglforge.cli.options import env_option, runtime_options, scenario_option
 from sglforge.cli.smoke import outputs_writable
 from sglforge.errors import EXIT_OK, EXIT_PROBLEMS
 from sglforge.progress import current
+from sglforge.reports import bench as bench_view
 from sglforge.requests import SmokeRequest
 from sglforge.smoke.runtime import parse_python
 
@@ -67,6 +68,13 @@ from sglforge.smoke.runtime import parse_python
     help="No discarded warm-up probe of the compared shape before the compared one (the "
     "report says so).",
 )
+@click.option(
+    "--no-priming-boot",
+    "no_priming",
+    is_flag=True,
+    help="No discarded first boot before a comparison's or a calibration's measured boots "
+    "(the report says so; the first boot of a machine is not like the later ones).",
+)
 @runtime_options
 @json_option
 @pass_state
@@ -83,6 +91,7 @@ def bench_cmd(
     calibrate: int | None,
     noise_profile: str | None,
     no_warmup: bool,
+    no_priming: bool,
     runtime: str | None,
     python: str | None,
     server_url: str | None,
@@ -99,10 +108,11 @@ def bench_cmd(
     --no-warmup), single-stream decode tok/s and accept length, chart.svg and bench.md beside
     report.json, and the node-minutes it spent and plans.
 
-    With --against REF (an image, or REPO@sha256:...) the two boot in ABBA blocks and the
-    per-request decode tok/s is compared on the boots' measured noise (--calibrate K: measure
-    the node once): a drop below the tolerance at 95 % fails, a pass needs the lower bound
-    above -max_mde, anything else fails as inconclusive. Stand-ins are labelled "standin-cpu".
+    With --against REF (an image, or REPO@sha256:...) the two boot in ABBA blocks, after one
+    discarded priming boot (unless --no-priming-boot), and the per-request decode tok/s is
+    compared on the boots' measured noise (--calibrate K: measure the node once): a drop
+    below the tolerance at 95 % fails, a pass needs the lower bound above -max_mde, anything
+    else fails as inconclusive. Stand-ins are labelled "standin-cpu".
 
     --runtime process runs the server as a local process and the client as `WORDS -m
     sglang.bench_serving` under --python (see `sglforge smoke --help`): no Docker. --server-url
@@ -137,30 +147,30 @@ def bench_cmd(
         python=parse_python(python, "--python") if python else (),
         server_url=server_url,
     )
-    if calibrate:
-        _calibrate(state, image or "", req, calibrate, noise_profile, no_warmup, as_json)
-        return
-    report = run_bench(
-        state.root,
-        image or "",
-        req,
-        against=against,
-        progress=lambda message: say(f"bench: {message}"),
-        protocol=BenchProtocol(not no_warmup, Path(noise_profile) if noise_profile else None),
+    protocol = BenchProtocol(
+        not no_warmup, Path(noise_profile) if noise_profile else None, priming=not no_priming
     )
+    if calibrate:
+        _calibrate(state, image or "", req, calibrate, protocol, as_json)
+        return
+    progress = lambda message: say(f"bench: {message}")  # noqa: E731
+    report = run_bench(state.root, image or "", req, against=against, progress=progress,
+                       protocol=protocol)  # fmt: skip
     _emit(report, junit, as_json)
     click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
 
 
 def _emit(report: core_report.BenchReport, junit: str | None, as_json: bool) -> None:
-    """The report on stdout (text or --json), in the JUnit file and the CI step summary."""
+    """The report on stdout (text or --json), bench.md and chart.svg beside its report.json,
+    in the JUnit file and the CI step summary."""
+    bench_view.write_outputs(report)
     if junit:
-        core_report.write_junit(report, Path(junit))
-    core_report.append_step_summary(report)
+        bench_view.write_junit(report, Path(junit))
+    bench_view.append_step_summary(report)
     if as_json:
         print_json(core_report.report_dict(report), ok=report.ok)
     else:
-        for line in core_report.text(report):
+        for line in bench_view.text(report):
             click.echo(line)
     sys.stdout.flush()
 
@@ -170,8 +180,7 @@ def _calibrate(
     image: str,
     req: SmokeRequest,
     boots: int,
-    out: str | None,
-    no_warmup: bool,
+    protocol: BenchProtocol,
     as_json: bool,
 ) -> None:
     """``bench --calibrate K``: the node profile, written, and what it makes of the gate."""
@@ -182,7 +191,6 @@ def _calibrate(
     if req.server_url:
         raise click.UsageError("--calibrate boots the server K times: drop --server-url")
     say = current().info
-    protocol = BenchProtocol(not no_warmup, Path(out) if out else None)
     profile, path = run_calibration(
         state.root, image, req, boots=boots, protocol=protocol,
         progress=lambda m: say(f"bench: {m}"),
