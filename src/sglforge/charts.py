@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from sglforge import reports
+from sglforge import formats
 
 MEASURED, LIMIT, BASELINE, MARKER, SECOND = "measured", "limit", "baseline", "marker", "second"
 
@@ -100,7 +100,7 @@ def number(v: float) -> str:
 def _quoted(text: str) -> str:
     """``text`` inside a Mermaid quoted string: one line, escaped as Markdown free text, no
     double quote (it would end the string)."""
-    return reports.md_text(text).replace('"', "'")
+    return formats.md_text(text).replace('"', "'")
 
 
 def mermaid(chart: XYChart) -> list[str]:
@@ -148,7 +148,7 @@ def mermaid(chart: XYChart) -> list[str]:
         *plots,
         "```",
         "",
-        legend_line(chart.series) + (f" {reports.md_text(chart.note)}" if chart.note else ""),
+        legend_line(chart.series) + (f" {formats.md_text(chart.note)}" if chart.note else ""),
     ]
 
 
@@ -158,7 +158,7 @@ def legend_line(series: Sequence[Series]) -> str:
     for s in series:
         kind = {"line": "line", "bar": "bars"}[s.kind]
         dashed = " dashed" if s.role == LIMIT and s.kind == "line" else ""
-        items.append(f"{STYLE[s.role][1]}{dashed} {kind}: {reports.md_text(s.name)}")
+        items.append(f"{STYLE[s.role][1]}{dashed} {kind}: {formats.md_text(s.name)}")
     return "Legend: " + "; ".join(items) + "."
 
 

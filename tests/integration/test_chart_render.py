@@ -21,6 +21,8 @@ from gate_records import bench_gate
 from sglforge import publish as publish_mod
 from sglforge.bench import report as bench_report
 from sglforge.bench.stats import Block, Point, compare
+from sglforge.reports import bench as bench_view
+from sglforge.reports import publish as publish_view
 from sglforge.scenario.bench import GENERATED_SHARED_PREFIX, Knee
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +101,7 @@ def _step_summary(report: Any) -> str:
         immutable=report.run.image, friendly=(), scenario=report.scenario, dry_run=False,
         skip_smoke=False, gates=(bench_gate(report),),
     )  # fmt: skip
-    return publish_mod.markdown(result, "mi355x")
+    return publish_view.markdown(result, "mi355x")
 
 
 def _charts(md: str) -> list[Chart]:
@@ -180,7 +182,7 @@ def test_the_rendered_charts_draw_every_series_with_a_legend_and_titles_that_fit
     md = _step_summary(report)
     mermaid = _charts(md)
     assert len(mermaid) == (3 if report.changes else 2)
-    found = render(tmp_path, make.__name__, mermaid, [bench_report.svg(report)], PNG_DIR)
+    found = render(tmp_path, make.__name__, mermaid, [bench_view.svg(report)], PNG_DIR)
     *drawn, svg = found["charts"]
     for chart, m in zip(drawn, mermaid, strict=True):
         _check_mermaid(chart, m, _values(m.block))

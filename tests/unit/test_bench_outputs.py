@@ -17,6 +17,8 @@ from junit_schema import assert_valid_junit
 from sglforge import publish as publish_mod
 from sglforge.bench import report as bench_report
 from sglforge.bench.stats import Block, Point, compare
+from sglforge.reports import bench as bench_view
+from sglforge.reports import publish as publish_view
 from sglforge.scenario.bench import GENERATED_SHARED_PREFIX, Knee
 
 
@@ -77,7 +79,7 @@ def test_the_step_summary_holds_the_table_the_comparison_and_charts_of_the_repor
 ) -> None:
     report = _report(tmp_path)
     doc = bench_report.report_dict(report)
-    md = bench_report.markdown(report)
+    md = bench_view.markdown(report)
     assert "| offered RPS | sustained RPS | output tok/s/node |" in md
     assert "| 6 (knee) | 6.00 | 402 |" in md
     # The comparison as a table: both sides, the change, the interval, the verdict.
@@ -117,7 +119,7 @@ def test_the_junit_carries_the_bench_figures_as_properties_and_system_out(
     tmp_path: Path,
 ) -> None:
     report = _report(tmp_path)
-    xml = bench_report.junit_xml(report)
+    xml = bench_view.junit_xml(report)
     assert_valid_junit(xml)
     root = ET.fromstring(xml.split("\n", 1)[1])
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
@@ -138,7 +140,7 @@ def test_the_junit_carries_the_bench_figures_as_properties_and_system_out(
         steps=(publish_mod.Step("bench", False, 61.0, "FAILED: dropped"),),
         gates=(bench_gate(report, ok=False),), error="bench failed",
     )  # fmt: skip
-    pxml = publish_mod.junit_xml(result, "mi355x")
+    pxml = publish_view.junit_xml(result, "mi355x")
     assert_valid_junit(pxml)
     proot = ET.fromstring(pxml.split("\n", 1)[1])
     pprops = {p.get("name"): p.get("value") for p in proot.iter("property")}
@@ -194,6 +196,6 @@ def test_a_failed_bench_says_what_to_run_next(
     assert not report.ok
     hint = bench_report.next_step(report)
     assert all(e in hint for e in expected) and not any(n in hint for n in not_expected), hint
-    assert f"next: {hint}" in bench_report.text(report)
-    assert f"- next: {hint}" in bench_report.markdown(report)
+    assert f"next: {hint}" in bench_view.text(report)
+    assert f"- next: {hint}" in bench_view.markdown(report)
     assert bench_report.next_step(_report(tmp_path, changes=(_change(1.0),))) == ""

@@ -26,6 +26,7 @@ from sglforge.bench.stats import (
     quantile_upper_bound,
 )
 from sglforge.errors import ConfigError
+from sglforge.reports import bench as bench_view
 from sglforge.scenario.bench import (
     GENERATED_SHARED_PREFIX,
     RANDOM_IDS_SHARED_PREFIX,
@@ -284,17 +285,17 @@ def test_outputs_carry_the_table_the_contract_and_the_stand_in_label(tmp_path: P
     assert doc["single_stream"]["decode_tok_s"] == 213.0
     assert doc["single_stream"]["accept_length"] == 3.4
     assert doc["regression"]["regressed"] is True
-    text = "\n".join(bench_report.text(report))
+    text = "\n".join(bench_view.text(report))
     assert "STAND-IN" in text and "2 (knee)" in text and "REGRESSION" in text
-    md = bench_report.markdown(report)
+    md = bench_view.markdown(report)
     assert "| offered RPS | sustained RPS | output tok/s/node |" in md
     assert "| 2 (knee) | 0.00 | 90 |" in md and "total tok/s (in+out)" in md
-    xml = bench_report.junit_xml(report)
+    xml = bench_view.junit_xml(report)
     assert_valid_junit(xml)
     cases = {c.get("name"): c for c in ET.fromstring(xml.split("\n", 1)[1]).iter("testcase")}
     assert cases["bench.vs-baseline.single_stream_decode_tok_s"].find("failure") is not None
     assert cases["bench.rate-4"].find("skipped") is not None
-    svg = bench_report.svg(report)
+    svg = bench_view.svg(report)
     root = ET.fromstring(svg)  # well-formed
     assert "standin-cpu" not in svg or "STAND-IN" in svg
     texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
@@ -304,7 +305,7 @@ def test_outputs_carry_the_table_the_contract_and_the_stand_in_label(tmp_path: P
     assert any(t.startswith("knee 2 RPS") for t in texts)
     alone = bench_report.report_dict(_report(tmp_path, no_baseline="first release"))
     assert alone["comparison"] == {"ran": False, "conclusive": False, "reason": "first release"}
-    alone_xml = bench_report.junit_xml(_report(tmp_path, no_baseline="first release"))
+    alone_xml = bench_view.junit_xml(_report(tmp_path, no_baseline="first release"))
     assert "first release" in alone_xml and "bench.vs-baseline" in alone_xml
     accepted = bench_report.report_dict(
         _report(tmp_path, changes=(change,), accepted_regression="known: new kernel")

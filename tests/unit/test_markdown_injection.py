@@ -13,11 +13,11 @@ import pytest
 from test_bench_outputs import _report
 from test_publish_helpers import result
 
-from sglforge.bench import report as bench_report
 from sglforge.cli.options import _reason
+from sglforge.formats import md_block, md_code, md_text
 from sglforge.gates.result import GateResult
-from sglforge.publish import markdown
-from sglforge.reports import md_block, md_code, md_text
+from sglforge.reports import bench as bench_view
+from sglforge.reports.publish import markdown
 
 HOSTILE = [
     "$TMP/sc-`x`<b>inj<img src=x onerror=alert(1)>|col|.toml",
@@ -68,7 +68,7 @@ def test_the_publish_summary_escapes_every_free_text(text: str) -> None:
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_the_bench_summary_escapes_the_reasons(tmp_path: Path, text: str) -> None:
-    md = bench_report.markdown(
+    md = bench_view.markdown(
         _report(
             tmp_path,
             scenario=text,

@@ -31,8 +31,8 @@ from sglforge.provenance import (
     provenance_from,
     queue_scan_waivers,
 )
-from sglforge.publish import junit_xml, markdown, summary
 from sglforge.release import from_dict, to_dict
+from sglforge.reports.publish import junit_xml, markdown, summary
 from sglforge.scan import ScanReport
 from sglforge.scan import findings as scan_findings
 from sglforge.scan.findings import FAIL, Finding

@@ -28,16 +28,9 @@ from sglforge.cli.options import (
 )
 from sglforge.errors import SglforgeError, split_hint
 from sglforge.progress import current
-from sglforge.publish import (
-    PublishResult,
-    bench_text,
-    candidate_for,
-    failure_summary,
-    junit_xml,
-    markdown,
-    publish,
-    summary,
-)
+from sglforge.publish import PublishResult, candidate_for, publish
+from sglforge.reports import bench as bench_view
+from sglforge.reports.publish import bench_text, failure_summary, junit_xml, markdown, summary
 from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest
 from sglforge.util import atomic_write, check_output_file, printable
 
@@ -208,6 +201,8 @@ def _reports(
     summary_path: Path | None,
     error: str | None,
 ) -> None:
+    if result is not None and result.bench is not None:
+        bench_view.write_outputs(result.bench.report)  # beside the bench's report.json
     if junit:
         atomic_write(junit, junit_xml(result, target, error))
     if summary_path:

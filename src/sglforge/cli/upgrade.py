@@ -20,7 +20,9 @@ from sglforge.cli.options import (
     upstream_option,
 )
 from sglforge.errors import EXIT_PROBLEMS
+from sglforge.gates.result import bench_record
 from sglforge.progress import current
+from sglforge.reports import bench as bench_view
 from sglforge.requests import UpgradeRequest
 
 
@@ -144,6 +146,10 @@ def upgrade_cmd(
         branch=branch,
     )
     r = upgrade(project, req, current())
+    for t in r.targets:  # bench.md and chart.svg beside each bench's report.json
+        bench = bench_record(t.gates)
+        if bench is not None:
+            bench_view.write_outputs(bench.report)
     if as_json:
         print_json(to_dict(r), ok=r.ready)
     else:

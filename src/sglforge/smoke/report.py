@@ -1,5 +1,5 @@
 """What a smoke run found (``Check``, ``SmokeReport``) and how it is shown: table rows, JSON,
-JUnit (through :mod:`sglforge.reports`), markdown and the CI step summary.
+JUnit (through :mod:`sglforge.formats`), markdown and the CI step summary.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sglforge import reports
+from sglforge import formats
 from sglforge.util import atomic_write
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def table_rows(report: SmokeReport) -> tuple[list[str], list[list[str]]]:
     return ["check", "result", "value", "threshold", "detail"], rows
 
 
-def junit_suite(report: SmokeReport) -> reports.Suite:
+def junit_suite(report: SmokeReport) -> formats.Suite:
     """The run as one JUnit suite: a case ``smoke.<check>`` per check, facts as properties."""
     props: dict[str, object] = {
         "image": report.image,
@@ -137,23 +137,8 @@ def junit_suite(report: SmokeReport) -> reports.Suite:
             for r in report.required:
                 props[f"logs.required.{r.name}"] = f"{r.count}/{r.need}"
             output = "\n".join([*_warning_lines(report), *_required_lines(report)])
-        if c.skipped:
-            case = reports.Case(
-                f"smoke.{c.name}", reports.SKIPPED, c.detail or "not run", seconds=c.seconds
-            )
-        elif not c.passed:
-            message = f"{c.name}: value {_fmt(c.value)}, threshold {_fmt(c.threshold)}"
-            case = reports.Case(
-                f"smoke.{c.name}",
-                reports.FAILED,
-                message + (f": {c.detail}" if c.detail else ""),
-                f"{message}\n{c.detail}",
-                c.seconds,
-            )
-        else:
-            case = reports.Case(f"smoke.{c.name}", seconds=c.seconds)
-        cases.append(replace(case, output=output))
-    return reports.Suite(
+        cases.append(replace(check_case(c), output=output))
+    return formats.Suite(
         name=f"sglforge smoke {report.scenario}",
         classname=f"sglforge.smoke.{report.scenario}",
         cases=tuple(cases),
@@ -164,9 +149,22 @@ def junit_suite(report: SmokeReport) -> reports.Suite:
     )
 
 
+def check_case(c: Check) -> formats.Case:
+    """A smoke check as its JUnit case ``smoke.<check>``, in ``sglforge smoke``'s suite and a
+    publish's alike: skipped with why, failed with the value and the threshold, or passed."""
+    name = f"smoke.{c.name}"
+    if c.skipped:
+        return formats.Case(name, formats.SKIPPED, c.detail or "not run", seconds=c.seconds)
+    if c.passed:
+        return formats.Case(name, seconds=c.seconds)
+    message = f"{c.name}: value {_fmt(c.value)}, threshold {_fmt(c.threshold)}"
+    failed = message + (f": {c.detail}" if c.detail else "")
+    return formats.Case(name, formats.FAILED, failed, f"{message}\n{c.detail}", c.seconds)
+
+
 def junit_xml(report: SmokeReport) -> str:
     """JUnit XML (the schema Jenkins' xUnit plugin validates) of one smoke run."""
-    return reports.junit_xml([junit_suite(report)], "sglforge smoke")
+    return formats.junit_xml([junit_suite(report)], "sglforge smoke")
 
 
 def _warning_lines(report: SmokeReport) -> list[str]:
@@ -195,13 +193,13 @@ def markdown(report: SmokeReport) -> str:
     if report.reason:
         lines += [f"> {report.reason}", ""]
     headers, rows = table_rows(report)
-    lines += reports.md_table(headers, rows)
+    lines += formats.md_table(headers, rows)
     if report.warnings:
         rows = []
         for w in report.warnings:
             first = f"line {w.first_line}: `{w.text[:120]}`" if w.first_line else w.describe()
             rows.append([w.name, str(w.count), first, w.why])
-        lines += ["", *reports.md_table(["warning", "lines", "first", "why"], rows)]
+        lines += ["", *formats.md_table(["warning", "lines", "first", "why"], rows)]
     if report.required:
         rows = []
         for req in report.required:
@@ -209,10 +207,10 @@ def markdown(report: SmokeReport) -> str:
             first = f"line {req.first_line}: `{req.text[:120]}`" if req.first_line else "-"
             rows.append([req.name, result, f"{req.count} (need {req.need})", first, req.why])
         headers = ["required line", "result", "lines", "first", "why"]
-        lines += ["", *reports.md_table(headers, rows)]
+        lines += ["", *formats.md_table(headers, rows)]
     if report.figures:
         figures = [[k, _fmt(v)] for k, v in report.figures.items()]
-        lines += ["", *reports.md_table(["figure", "value"], figures)]
+        lines += ["", *formats.md_table(["figure", "value"], figures)]
     if report.log_tail:
         lines += ["", "<details><summary>last server log lines</summary>", "", "```"]
         lines += list(report.log_tail)
