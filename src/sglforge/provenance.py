@@ -298,10 +298,10 @@ class Smoke:
     passed: bool
     scenario: str = ""
     verdict: str = ""
-    figures: Mapping[str, Any] = field(default_factory=dict)
+    figures: Mapping[str, object] = field(default_factory=dict)  # SmokeFigures.as_dict()
     hardware: str = "gpu"
-    gpus: Mapping[str, Any] = field(default_factory=dict)
-    bench: Mapping[str, Any] | None = None
+    gpus: Mapping[str, object] = field(default_factory=dict)
+    bench: Mapping[str, object] | None = None  # BenchFigures.as_dict(), as the record keeps it
 
     @property
     def standin(self) -> bool:
@@ -578,7 +578,7 @@ class Provenance:
     references: tuple[str, ...] = ()
     smoke: Smoke | None = None
     tested: bool | None = None  # None: no release record found for this image
-    coverage: Mapping[str, Any] | None = None  # the publish coverage gate, from the record
+    coverage: Mapping[str, object] | None = None  # the publish coverage gate, from the record
     # Config items (tuned tables): name, installed path, sha256, status, origin (issue 13).
     configs: tuple[Mapping[str, Any], ...] = ()
     # No release record: the newest local smoke run of this very image (not published)
@@ -589,7 +589,7 @@ class Provenance:
     # none (built before issue 31, or unreadable). ``scan``: the release's scan gate as its
     # record keeps it (waived and refused trailers, or why it did not run).
     scan_waivers: tuple[ScanWaiver, ...] | None = None
-    scan: Mapping[str, Any] | None = None
+    scan: Mapping[str, object] | None = None
 
     @property
     def upstream_version(self) -> str:
