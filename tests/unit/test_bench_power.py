@@ -263,3 +263,27 @@ def test_the_plan_grows_with_the_noise_and_refuses_what_no_budget_reaches() -> N
     # the within-boot part scales with the requests: more requests, fewer boots
     wavy = Noise(0.02, 7, requests=64, within_sd=0.018)
     assert wavy.at(256) < wavy.at(64) == 0.02
+
+
+@pytest.mark.parametrize(
+    ("boot_sd", "within_sd", "measured_at", "asked", "want"),
+    [
+        # at the measured shape: the measured boot-to-boot sd, whatever the waves said
+        (0.014, 0.029, 128, 128, 0.014),  # the H200's calibration (runs 4-6): waves > boots
+        (0.02, 0.01, 64, 64, 0.02),
+        # fewer requests: only the within part grows, and it is at most the whole
+        (0.014, 0.029, 128, 64, 0.014 * 2**0.5),
+        (0.02, 0.01, 64, 16, (0.02**2 - 0.01**2 + 0.01**2 * 4) ** 0.5),
+        # more requests shrink the within part only
+        (0.02, 0.01, 64, 256, (0.02**2 - 0.01**2 + 0.01**2 / 4) ** 0.5),
+        # no within part measured: the boots' sd at any size
+        (0.03, None, 64, 16, 0.03),
+    ],
+)
+def test_the_noise_at_a_shape_never_exceeds_what_the_boots_measured_there(
+    boot_sd: float, within_sd: float | None, measured_at: int, asked: int, want: float
+) -> None:
+    from sglforge.bench.stats import Noise
+
+    noise = Noise(boot_sd, 4, measured_at, within_sd)
+    assert noise.at(asked) == pytest.approx(want, rel=1e-9)
