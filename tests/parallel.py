@@ -61,7 +61,6 @@ SECONDS = {
     "tests/integration/test_scan.py::test_a_regex_mtp_exclude_is_not_honoured_even_at_0_5": 59,
     "tests/docker/test_infra.py::test_sglang_base_reports_version_and_path": 58,
     "tests/docker/test_walkthrough.py::test_the_walkthrough_runs_as_written": 58,
-    "tests/docker/test_release_replica.py::test_the_trimmed_package_root_does_not_matter": 46,
     "tests/docker/test_build.py::test_overlay_holds_exactly_the_patched_files": 43,
     "tests/integration/test_scan.py::test_scan_command_json": 39,
     "tests/integration/test_construct_device.py::test_fusion_holds_from_gfx942_and_goes_b": 39,

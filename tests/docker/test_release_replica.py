@@ -33,7 +33,7 @@ from sglforge import selfcheck
 from sglforge.build import BuildResult
 from sglforge.cli import main
 from sglforge.queue.series import read_series
-from standin.base import ensure_sglang_base
+from standin.base import PACKAGE_DIR, ensure_sglang_base
 from standin.registry import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.pypi]
@@ -214,15 +214,24 @@ def test_a_base_that_shadows_the_package_fails_the_self_check(
 
 
 def test_the_trimmed_package_root_does_not_matter(
-    tmp_path: Path, docker_client, docker_labels
+    tmp_path: Path, replica: str, docker_client, docker_labels
 ) -> None:
     """The replica's one liberty in sglang's own code is a trimmed ``sglang/__init__.py`` (the
     released one imports torch). Here the root imports torch as the real one does, and fails
-    without it: the probe and the self-check never run it, so the build still succeeds."""
-    tag = f"sglforge-standin/sglang-torch-init:{uuid.uuid4().hex[:6]}"
+    without it: the probe and the self-check never run it, so the build still succeeds.
+
+    The root is put back over the replica, not built into a second one: the install is
+    editable, so Python imports the tree's file whichever way it got there."""
+    tag = f"sglforge-test/sglang-torch-init:{uuid.uuid4().hex[:6]}"
     init = b'"""sglang, as released: its imports need torch."""\n\nimport torch  # noqa: F401\n'
-    ensure_sglang_base(
-        "0.5.14", tag=tag, files={"python/sglang/__init__.py": init}, client=docker_client
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "__init__.py").write_bytes(init)
+    (context / "Dockerfile").write_text(
+        f"FROM {replica}\nCOPY __init__.py {PACKAGE_DIR}/__init__.py\n"
+    )
+    docker_client.images.build(
+        path=str(context), tag=tag, labels=docker_labels, network_mode="none", rm=True
     )
     built: str | None = None
     try:
