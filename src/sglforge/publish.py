@@ -203,8 +203,8 @@ class _Run:
 
     Settled before anything long runs (``_open``): the registry prefix and its login, the
     stand-in rule. Then the scan gate, ``_build`` sets ``built`` and the references,
-    ``_candidate`` the image to test and push, the gates after the build ``smoke`` and
-    ``gates``, the push ``pushed``/``digest``/``source``.
+    ``_candidate`` the image to test and push, the push ``pushed``/``digest``/``source``.
+    What the gates found stays on the candidate (``cand.results``), read when recording.
     """
 
     project: Project
@@ -212,6 +212,7 @@ class _Run:
     prefix: str
     creds: Credentials | None
     say: Callable[[str], None]
+    cand: Candidate  # what the gates prove
     clock: _Clock = field(default_factory=_Clock)
     standin: bool = False
     built: BuildResult | None = None
@@ -221,7 +222,6 @@ class _Run:
     pushed: list[str] = field(default_factory=list)
     digest: str = ""
     source: str = ""  # the image the friendly tags are made from
-    cand: Candidate | None = None  # what the gates prove
 
     @property
     def root(self) -> Path:
@@ -371,7 +371,7 @@ def _open(
     if not req.dry_run:
         # Before the build and the smoke run, which can take an hour on real hardware.
         reg.check_login(prefix.split("/", 1)[0], creds)
-    run = _Run(project, req, prefix, creds, progress or (lambda _msg: None), cand=cand)
+    run = _Run(project, req, prefix, creds, progress or (lambda _msg: None), cand)
     run.standin = _standin_rule(run)
     if not req.dry_run and _compares(run):
         # U3: the first release is found out now, with one read of the registry's tag list,
@@ -659,7 +659,7 @@ def _gate_results(run: _Run) -> tuple[GateResult, ...]:
     """Every gate the candidate ran (upgrade --publish's ran before publish got it)."""
     from sglforge.gates import GateResult
 
-    found = run.cand.results.values() if run.cand is not None else ()
+    found = run.cand.results.values()
     return tuple(g for g in found if isinstance(g, GateResult))
 
 
@@ -669,7 +669,7 @@ def _smoke_record(run: _Run, gates: Sequence[GateResult]) -> Smoke | None:
     report, bench = smoke_report(gates), bench_record(gates)
     if report is None or run.scenario is None:
         return None
-    host = None if run.standin or run.cand is None else run.cand.host.facts
+    host = None if run.standin else run.cand.host.facts
     return Smoke(
         report.passed,
         report.scenario or run.scenario.name,
