@@ -240,9 +240,9 @@ def test_the_text_view_pins_the_digest_and_shows_failed_checks() -> None:
         exit_code=7,
     )
     text = render(cannot)
-    for needed in ("smoke check", "preflight.devices", "/dev/kfd missing", "gfx950", "skipped"):
+    for needed in ("check", "threshold", "preflight.devices", "/dev/kfd missing", "gfx950", "skip"):
         assert needed in text, needed
-    assert "smoke check" not in render(done)  # a passed smoke: its figures, not a check table
+    assert "threshold" not in render(done)  # a passed smoke: its figures, not a check table
 
 
 def test_inspect_shows_the_newest_local_smoke_run_as_unpublished(tmp_path: Path) -> None:

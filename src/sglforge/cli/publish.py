@@ -281,24 +281,11 @@ def render(r: PublishResult) -> str:
         for s in r.steps
     ]
     lines.append(table(["step", "result", "time", "detail"], rows))
-    if r.smoke_checks and r.smoke_passed is not True:
-        # what `sglforge smoke` prints: each check with its value and threshold
-        lines.append("")
-        lines.append(
-            table(
-                ["smoke check", "result", "value", "threshold", "detail"],
-                [
-                    (
-                        c.name,
-                        {True: "ok", False: "FAILED", None: "skipped"}[c.outcome],
-                        "" if c.value is None else c.value,
-                        "" if c.threshold is None else c.threshold,
-                        c.detail,
-                    )
-                    for c in r.smoke_checks
-                ],
-            )
-        )
+    if r.smoke is not None and r.smoke_checks and r.smoke_passed is not True:
+        # what `sglforge smoke` prints: each check with its value and threshold (one table)
+        from sglforge.smoke.report import table_rows
+
+        lines += ["", table(*table_rows(r.smoke))]
     if r.smoke_figures:
         lines.append("")
         lines.append(
