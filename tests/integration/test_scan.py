@@ -332,6 +332,17 @@ def test_gate_blocks_unless_a_patch_names_the_finding(tmp_path: Path) -> None:
     again = gate(scenario, "pypi:sglang==0.5.14")
     assert again.ok and said.count(CACHE_HIT) == 1
     assert again.record.report.findings == first.record.report.findings
+    # The key is of the patch bytes the queue read, as the scan applies them: a file changed
+    # on disk after the project read its queue does not change what this run scans (5.2, 4).
+    opened = Project(project, "pypi:sglang==0.5.14")
+    assert opened.queue.patches
+    p1 = next((project / "patches").glob("0001-*.patch"))
+    as_read = p1.read_bytes()
+    p1.write_bytes(as_read + b"\n")
+    with Candidate(opened, opened.target("mi355x"), opened.scenario_file(scenario), model,
+                   say=said.append) as c:  # fmt: skip
+        assert scan_gate.check(c).ok and said.count(CACHE_HIT) == 2
+    p1.write_bytes(as_read)
     # Without 0001 the fused metadata kernel blocks ...
     series = project / "patches" / "series"
     series.write_text(

@@ -202,3 +202,31 @@ def test_bad_series_bytes_and_bad_sources_are_configuration_errors(tmp_path: Pat
     )
     with pytest.raises(ConfigError, match=r"\[sources.'foo'\] must be a table of strings"):
         load_pin(root)
+
+
+def test_each_patch_is_read_once_and_hashed_as_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue hash (the q<hash> of every image tag) is of the bytes ``parse_patch`` read,
+    not of a second read (review 5, 5.2 mend 4): one read per patch file, the hash as before
+    for UTF-8 and non-UTF-8 bytes alike."""
+    import hashlib
+    from collections import Counter
+
+    latin = GOOD.encode().replace(b"+b", b"+\xe9b")  # not UTF-8: kept byte for byte
+    root = project(tmp_path, {"0001-guard.patch": GOOD, "0002-latin.patch": ""})
+    (root / "patches" / "0002-latin.patch").write_bytes(latin)
+    reads: Counter[str] = Counter()
+    real = Path.read_bytes
+
+    def counting(self: Path) -> bytes:
+        reads[self.name] += 1
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", counting)
+    queue = load_queue(root)
+    assert reads["0001-guard.patch"] == 1 and reads["0002-latin.patch"] == 1
+    h = hashlib.sha256(b"sglforge-queue 2\nurl=x\nref=v0.5.14\n")
+    for name, data in (("0001-guard.patch", GOOD.encode()), ("0002-latin.patch", latin)):
+        h.update(f"patch {name} {len(data)}\n".encode() + data)
+    assert queue.hash == h.hexdigest()

@@ -21,6 +21,7 @@ from sglforge.util import (
     atomic_write,
     confined,
     decode_exact,
+    encode_exact,
     one_line,
     recover_transactions,
     sha256_bytes,
@@ -707,8 +708,11 @@ def save_pin(root: Path, pin: Pin) -> None:
 HASH_FORMAT = "sglforge-queue 2"
 
 
-def queue_hash(pin: Pin, entries: tuple[SeriesEntry, ...], root: Path) -> str:
+def queue_hash(pin: Pin, patches: Iterable[Patch], root: Path) -> str:
     """Fingerprint of the queue's content: upstream (url, tag), series order, patch bytes.
+
+    The bytes are those ``parse_patch`` read (``Patch.text`` encodes back to them), so the
+    hash names exactly the patches the queue holds, even when a file changed since.
 
     Only content counts, so the hash is the same before and after any command: the pinned
     commit is left out because it is not another input but what the tag resolves to, and a
@@ -717,10 +721,9 @@ def queue_hash(pin: Pin, entries: tuple[SeriesEntry, ...], root: Path) -> str:
     """
     h = hashlib.sha256()
     h.update(f"{HASH_FORMAT}\nurl={pin.url}\nref={pin.ref}\n".encode())
-    for e in entries:
-        path = root / "patches" / e.name
-        data = path.read_bytes() if path.is_file() else b"<missing>"
-        h.update(f"patch {e.name} {len(data)}\n".encode())
+    for p in patches:
+        data = encode_exact(p.text)
+        h.update(f"patch {p.name} {len(data)}\n".encode())
         h.update(data)
     # Config items (patches/configs/NAME.toml + NAME.csv) are queue content too; a queue
     # without them hashes as before.
@@ -790,7 +793,7 @@ def load_queue(root: Path) -> Queue:
         pin=pin,
         entries=entries,
         patches=tuple(patches),
-        hash=queue_hash(pin, entries, root),
+        hash=queue_hash(pin, patches, root),
         configs=load_items(root),
         stamp=stamp,
     )

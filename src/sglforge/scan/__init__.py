@@ -310,7 +310,7 @@ def cached_scan(
     ref_used, commit, patches = _selected(project, ref, queue)
     key = cache.report_key(
         commit,
-        [(p.name, p.path.read_bytes()) for p in patches],
+        [(p.name, p.sha256) for p in patches],  # the bytes the queue read, not the disk's
         config,
         launch,
         node.device,

@@ -160,14 +160,15 @@ def store_unit(key: str, got: UnitScan) -> None:
 
 def report_key(
     commit: str,
-    patches: Iterable[tuple[str, bytes]],
+    patches: Iterable[tuple[str, str]],
     config: Mapping[str, Any],
     launch: Sequence[str],
     device: Any,
     config_file: str,
     env: Mapping[str, str] | None = None,
 ) -> str:
-    """The key of a whole scan: ``patches`` (name, bytes) applied in order on ``commit``;
+    """The key of a whole scan: ``patches`` (name, sha256 of its bytes as the queue read them,
+    ``Patch.sha256``) applied in order on ``commit``;
     ``env``: the node's variables the construction ran with (they decide shapes)."""
     from dataclasses import asdict
 
@@ -175,7 +176,7 @@ def report_key(
         {
             "code": code_id(),
             "commit": commit,
-            "patches": [(n, hashlib.sha256(b).hexdigest()) for n, b in patches],
+            "patches": [list(p) for p in patches],
             "config": config,
             "launch": list(launch),
             "device": asdict(device),
