@@ -3,7 +3,8 @@ construction on GLM-5.2's config.json (issue 41 item 2).
 
 The config is ``tests/data/glm52/config.json`` (the closest public copy of the checkpoint's; its
 README says what it lacks): ``rope_parameters``, ``index_topk_freq``, ``index_topk_pattern``,
-``index_skip_topk_offset``, a 1M context. The launch is the README's (the MI355X MTP scenario).
+``index_skip_topk_offset``, a 1M context. The launch is the README's (the MI355X MTP
+scenario) as ``scan`` passes it (the scenario's model path, which exists on the node only).
 Each release either constructs GLM-5.2 natively (``GlmMoeDsaForCausalLM`` and its NextN draft)
 or the construction says, with upstream's lines, that the release does not serve it natively
 (``construct.child._check_registered``); never a failure of our own stand-ins, and no
@@ -30,11 +31,11 @@ from typing import Any
 
 import pytest
 
-from sglforge import cache, construct, coverage, pypi
+from sglforge import cache, construct, pypi
 from sglforge.cachekey import opened, seal
 from sglforge.construct import lock
 from sglforge.construct.environment import default_env
-from sglforge.scan import quant
+from sglforge.scan import launch_of, quant
 from sglforge.scan.cache import code_id
 from sglforge.scenario.file import load_scenario
 from sglforge.standin.base import release_wheel
@@ -111,7 +112,8 @@ def test_every_release_from_the_pin_constructs_glm52_or_says_it_is_not_native(
     device = load_targets(REPO).resolve("mi355x").device
     inputs = {
         "config": json.loads((MODEL / "config.json").read_text()),
-        "launch": coverage.launch_args(load_scenario(SCENARIO).args, MODEL),
+        # as ``sglforge scan`` launches it: the scenario's model path, which is the node's
+        "launch": launch_of(load_scenario(SCENARIO))[0],
         "device": device,
         "env": default_env(device.gfx).to_dict()["variables"],
         "code": _construction_code(),

@@ -43,6 +43,7 @@ import logging
 import sys
 import traceback
 import types
+from pathlib import Path, PurePosixPath
 
 from sglforge.construct import quark
 from sglforge.construct.hfconfig import HFConfig, Resolved, resolved
@@ -328,7 +329,6 @@ def _check_registered(registry, architectures: list) -> None:
     not serve the model natively) or the module defining it failed to import here."""
     import importlib
     import pkgutil
-    import traceback
 
     supported = registry.get_supported_archs()  # 0.5.14 and 0.5.23 alike
     if not architectures or any(a in supported for a in architectures):
@@ -479,9 +479,34 @@ def _models(sa, request: dict) -> list[str]:
     return ["main", "draft"] if sa.speculative_algorithm and nextn else ["main"]
 
 
+def _local_checkpoint(request: dict) -> dict:
+    """The request with its ``--model-path`` a local folder holding its config.json, under this
+    child's empty working folder and ending in the launch's own path (a name sglang may read).
+    On the node the scenario mounts the checkpoint there, so sglang finds it local; a path that
+    does not exist here sends it to the Hub instead (0.5.23 ``srt/configs/model_config.py:1751``
+    ``_parse_quant_hf_config`` for a config without ``quantization_config``), where the stubbed
+    ``huggingface_hub`` fails (``except huggingface_hub.errors...``: a TypeError)."""
+    launch = list(request["launch"])
+    for i, arg in enumerate(launch):
+        name, eq, value = arg.partition("=")
+        if name != "--model-path" or (not eq and i + 1 >= len(launch)):
+            continue
+        value = value if eq else launch[i + 1]
+        parts = [p for p in PurePosixPath(value).parts if p not in ("/", ".", "..")]
+        folder = Path.cwd().joinpath("checkpoint", *parts)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(request["config"]))
+        if eq:
+            launch[i] = f"--model-path={folder}"
+        else:
+            launch[i + 1] = str(folder)
+    return {**request, "launch": launch}
+
+
 def run_request(request: dict, gpu: dict) -> dict:
     from sglang.srt.configs.model_config import is_deepseek_dsa
 
+    request = _local_checkpoint(request)
     config = request["config"]
     _hand_in(request, gpu)
     sa = _server_args(request["launch"])
