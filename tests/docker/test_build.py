@@ -65,8 +65,11 @@ def build_base(docker_client: docker.DockerClient, standin_base: str) -> str:
 
 @pytest.fixture(scope="session")
 def wrong_base(docker_client: docker.DockerClient, standin_base: str) -> str:
-    """A base tagged like 0.5.14 that holds sglang 0.5.13 (TEST DOUBLE)."""
-    return ensure_sglang_base("0.5.13", tag=WRONG_TAG, files=base_files(), client=docker_client)
+    """A base tagged like 0.5.14 that holds sglang 0.5.13 (TEST DOUBLE): the 0.5.13 replica
+    the suite builds anyway (tests/docker/test_infra.py), under this tag, not a build of its own."""
+    replica = ensure_sglang_base("0.5.13", client=docker_client)
+    docker_client.images.get(replica).tag(WRONG_TAG)
+    return WRONG_TAG
 
 
 @pytest.fixture(autouse=True)
