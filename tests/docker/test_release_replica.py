@@ -161,9 +161,10 @@ def test_the_release_run_line_reaches_the_server_on_base_and_ours(
 def test_a_base_holding_another_release_is_refused_by_content(
     tmp_path: Path, docker_client, docker_labels
 ) -> None:
-    # No version anywhere in the name: only what the image holds can tell.
+    # No version anywhere in the name: only what the image holds can tell. The suite's 0.5.13
+    # replica under that name (a tag, not a second build of the same content).
     tag = f"sglforge-standin/sglang-candidate:mi35x-{uuid.uuid4().hex[:6]}"
-    ensure_sglang_base("0.5.13", tag=tag, client=docker_client)
+    docker_client.images.get(ensure_sglang_base("0.5.13", client=docker_client)).tag(tag)
     try:
         root = copy_real_project(tmp_path / "project")
         res = CliRunner().invoke(
