@@ -44,7 +44,7 @@ def _fake_bench(monkeypatch: pytest.MonkeyPatch) -> None:
     from sglforge.bench.stats import Point
     from sglforge.scenario.bench import Knee
 
-    def run_bench(root: Path, image: str, req: Any, **kw: Any) -> Any:
+    def run_bench(project: Any, image: str, req: Any, **kw: Any) -> Any:
         def point(rate: float, tok: float, p95: float) -> Point:
             return Point(rate, tok * 1.4, tok, p95 / 2, p95, 1.0, 0.6, sustained_rps=rate)
 
@@ -63,7 +63,7 @@ def _fake_bench(monkeypatch: pytest.MonkeyPatch) -> None:
             baseline=None,
             changes=(),
             refused=(),
-            report_dir=root / "build" / "bench" / f"{sc.name}-20261202T000000Z-abcd1234",
+            report_dir=project.root / "build" / "bench" / f"{sc.name}-20261202T000000Z-abcd1234",
             started_at="2026-12-02T00:00:00+00:00",
             duration_s=61.0,
             repeats=2,

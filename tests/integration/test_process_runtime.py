@@ -366,7 +366,7 @@ def test_bench_crash_mid_run_and_hang_are_errors_naming_them(
         **request(site, mark, free_port(), STANDIN_FAULT="crash-later"),  # type: ignore[arg-type]
     )
     with pytest.raises(BenchError, match=r"the server exited with code 1 during the bench"):
-        run_bench(ROOT, "", req)
+        run_bench(Project(ROOT), "", req)
     assert marked(mark) == []
     (tmp_path / "h").mkdir()
     hung = load_scenario(scenario_file(tmp_path / "h", load_timeout=1))
@@ -376,7 +376,7 @@ def test_bench_crash_mid_run_and_hang_are_errors_naming_them(
         **request(site, mark, free_port(), STANDIN_FAULT="hang"),  # type: ignore[arg-type]
     )
     with pytest.raises(BenchError, match=r"not ready after 1 s"):
-        run_bench(ROOT, "", req)
+        run_bench(Project(ROOT), "", req)
 
 
 @pytest.mark.parametrize("priming", [True, False], ids=["primed", "--no-priming-boot"])
@@ -390,7 +390,7 @@ def test_a_calibration_discards_a_priming_boot_and_says_so(
     sc = load_scenario(scenario_file(tmp_path, priming=True))
     req = SmokeRequest(scenario=sc, log_dir=tmp_path / "cal", **request(site, mark, free_port()))  # type: ignore[arg-type]
     protocol = BenchProtocol(priming=priming, noise_profile=tmp_path / "profile.json")
-    profile, path = run_calibration(ROOT, "", req, boots=2, protocol=protocol)
+    profile, path = run_calibration(Project(ROOT), "", req, boots=2, protocol=protocol)
     logs = sorted(p.name for p in (tmp_path / "cal").glob("*.server.log"))
     primed = ["priming.server.log"] if priming else []
     assert logs == ["calibrate-0.server.log", "calibrate-1.server.log", *primed]
@@ -418,8 +418,8 @@ def test_bench_against_a_server_it_did_not_start_says_no_boot_and_no_comparison(
         req = SmokeRequest(scenario=sc, log_dir=tmp_path / "b", server_url=url,
                            env=base["env"], runtime="process", python=(sys.executable,))  # type: ignore[arg-type]  # fmt: skip
         with pytest.raises(ConfigError, match="--against"):
-            run_bench(ROOT, "", req, against="old")
-        report = run_bench(ROOT, "", req)
+            run_bench(Project(ROOT), "", req, against="old")
+        report = run_bench(Project(ROOT), "", req)
     assert report.ok, report
     assert report.boot_seconds == () and report.baseline is None
     assert "a server sglforge did not start" in report.no_baseline

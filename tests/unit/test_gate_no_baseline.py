@@ -52,7 +52,7 @@ def candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Make, li
         cand.built = Built()  # type: ignore[assignment]
         return cand
 
-    def run_bench(root: Path, image: str, req: Any, **kw: Any) -> Any:
+    def run_bench(project: Project, image: str, req: Any, **kw: Any) -> Any:
         calls.append(kw)
         raise RuntimeError("stop here: the gate decided to run the bench")
 

@@ -152,6 +152,7 @@ def at_limit():
         ("upgrade.py", "upgrade", "UpgradeRequest"),
         ("runner.py", "run_smoke", "SmokeRequest"),
         ("runner.py", "run_bench", "SmokeRequest"),
+        ("runner.py", "run_calibration", "SmokeRequest"),
         ("tune.py", "tune", "TuneRequest"),
     ],
 )
@@ -163,6 +164,29 @@ def test_a_pipeline_takes_its_request(module: str, function: str, request_type: 
     # and no target name beside it
     names = _parameters(matches[0])
     assert "target" not in names and "targets" not in names, (function, names)
+
+
+@pytest.mark.parametrize(
+    ("module", "function"),
+    [
+        ("build.py", "build_image"),
+        ("publish.py", "publish"),
+        ("upgrade.py", "upgrade"),
+        ("runner.py", "run_smoke"),
+        ("runner.py", "run_bench"),
+        ("runner.py", "run_calibration"),
+    ],
+)
+def test_a_pipeline_takes_the_opened_project(module: str, function: str) -> None:
+    """The project opened once is handed down, not its root to be opened again (review 5,
+    5.2 mend 8)."""
+    matches = [fn for path, fn in _functions() if path.name == module and fn.name == function]
+    assert matches, f"{module}: no {function}"
+    first = matches[0].args.args[0]
+    assert (first.arg, ast.unparse(first.annotation or ast.Constant(None))) == (
+        "project",
+        "Project",
+    ), function
 
 
 def test_no_second_way_to_open_a_project() -> None:

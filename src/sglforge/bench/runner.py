@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglforge.bench.cost import (
     PlannedCost,
@@ -70,6 +70,9 @@ from sglforge.smoke.runtime import (
     runtime_for,
 )
 from sglforge.util import check_output_dir, confined, work_dir
+
+if TYPE_CHECKING:
+    from sglforge.project import Project
 
 BENCH_COMMAND = ("python3", "-m", "sglang.bench_serving")
 STANDIN_HARDWARE = "standin-cpu"
@@ -133,7 +136,7 @@ class BenchProtocol:
 
 
 def run_bench(
-    root: Path,
+    project: Project,
     image: str,
     req: SmokeRequest,
     *,
@@ -162,7 +165,7 @@ def run_bench(
     refused point is a report (``ok`` False), not an exception.
     """
     protocol = protocol or BenchProtocol()
-    ctx = _prepare(root, req, protocol.point_timeout)
+    ctx = _prepare(project, req, protocol.point_timeout)
     if against and ctx.server_url:
         raise ConfigError(
             f"--against {against} with --server-url {ctx.server_url}: the comparison boots "
@@ -229,7 +232,7 @@ def plan(sc: Scenario, *, compared: bool = True) -> PlannedCost:
     return _plan_with(sc.bench, prof, compared=compared, warmup=True)
 
 
-def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
+def _prepare(project: Project, req: SmokeRequest, point_timeout: float) -> _Ctx:
     scenario = req.scenario
     model, port, report_dir, env, labels = req.model, req.port, req.log_dir, req.env, req.labels
     if scenario.bench is None:
@@ -243,7 +246,7 @@ def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
         folder = check_output_dir(report_dir, "--report-dir")
     else:
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        parent = work_dir(root, "bench")
+        parent = work_dir(project.root, "bench")
         run_id = uuid.uuid4().hex[:8]
         folder = confined(parent, f"{scenario.name}-{stamp}-{run_id}", "report folder", "")
         folder.mkdir(parents=True)
@@ -252,7 +255,7 @@ def _prepare(root: Path, req: SmokeRequest, point_timeout: float) -> _Ctx:
     if req.server_url:
         host, port, base = parse_server_url(req.server_url)
     return _Ctx(
-        root=root,
+        root=project.root,
         scenario=scenario,
         bench=scenario.bench,
         port=port,
@@ -945,7 +948,7 @@ def _plan_with(
 
 
 def run_calibration(
-    root: Path,
+    project: Project,
     image: str,
     req: SmokeRequest,
     *,
@@ -963,7 +966,7 @@ def run_calibration(
     if boots < 2:
         raise ConfigError(f"--calibrate {boots}: a spread needs 2 boots or more", "use 6 or more")
     protocol = protocol or BenchProtocol()
-    ctx = _prepare(root, req, protocol.point_timeout)
+    ctx = _prepare(project, req, protocol.point_timeout)
     ctx.say = progress or (lambda _m: None)
     ctx.warmup = protocol.warmup and ctx.bench.speed.warmup_probe
     image = image if ctx.rt.kind == "docker" else ctx.rt.describe(image)

@@ -154,7 +154,7 @@ def bench_cmd(
         _calibrate(state, image or "", req, calibrate, protocol, as_json)
         return
     progress = lambda message: say(f"bench: {message}")  # noqa: E731
-    report = run_bench(state.root, image or "", req, against=against, progress=progress,
+    report = run_bench(state.project, image or "", req, against=against, progress=progress,
                        protocol=protocol)  # fmt: skip
     _emit(report, junit, as_json)
     click.get_current_context().exit(EXIT_OK if report.ok else EXIT_PROBLEMS)
@@ -192,7 +192,7 @@ def _calibrate(
         raise click.UsageError("--calibrate boots the server K times: drop --server-url")
     say = current().info
     profile, path = run_calibration(
-        state.root, image, req, boots=boots, protocol=protocol,
+        state.project, image, req, boots=boots, protocol=protocol,
         progress=lambda m: say(f"bench: {m}"),
     )  # fmt: skip
     bench = req.scenario.bench

@@ -50,7 +50,7 @@ def check(c: Candidate) -> GateResult:
         c.say(f"bench: no comparison ({unevaluated})")
     try:
         report = run_bench(
-            c.project.root,
+            c.project,
             c.build_result.image,
             req,
             against=against,
