@@ -29,8 +29,8 @@ def project(base: Path) -> Path:
 def main() -> int:
     from pipelines import open_project
     from pipelines import upgrade_at as upgrade
+    from sglforge.patches.check import select_tags
     from sglforge.queue.series import ref_version
-    from sglforge.upgrade import latest_release
     from standin.base import ensure_sglang_base
 
     upstream = "pypi:sglang>=0.5.10"
@@ -38,7 +38,7 @@ def main() -> int:
     try:
         root = project(base / "a")
         t = time.perf_counter()
-        newest = latest_release(open_project(root, upstream))
+        newest = select_tags(open_project(root, upstream).upstream, ">=0")[-1]  # as --to latest
         print(f"newest release: {newest} (history ready in {time.perf_counter() - t:.1f} s)")
         ensure_sglang_base(str(ref_version(newest)))
         labels = {"io.sglforge.managed": "1", "io.sglforge.test": "1"}

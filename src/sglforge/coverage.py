@@ -62,12 +62,6 @@ SCHEMES = {"QuarkW4A4MXFp4MoE": ("QuantType.per_1x32", "torch.float4_e2m1fn_x2")
 ACTIVATIONS = {"silu": "ActivationType.Silu", "gelu": "ActivationType.Gelu"}
 
 
-def padded_m(m: int, rule: AiterRule | None = None) -> int:
-    """``rule``'s aiter's token bucket for a forward of ``m`` tokens (its ``get_padded_M``;
-    default: :func:`sglforge.aiter_rules.default_rule`)."""
-    return (rule or default_rule()).buckets(m)
-
-
 @dataclass(frozen=True)
 class Shape:
     """One fused-MoE problem as aiter keys it (everything but gfx, cu_num and the token)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sglforge import changelog
-from sglforge.changelog import Entry, render_entry
+from sglforge.changelog import Entry
 from sglforge.engine import images as engine_images
 from sglforge.engine import registry as reg
 from sglforge.engine.credentials import Credentials
@@ -530,14 +530,6 @@ def changelog_parts(release: Release, diff: PatchDiff, since: str | None = None)
             for p in diff.dropped
         )
     return Entry((pin, _image_line(release)), sections)
-
-
-def changelog_entry(
-    release: Release, diff: PatchDiff, version: str | None = None, since: str | None = None
-) -> str:
-    """The Keep a Changelog entry for ``release`` alone, headed by its fork ``version``."""
-    heading = f"## [{version or release.version}] - {release.date}"
-    return render_entry(heading, changelog_parts(release, diff, since))
 
 
 def write_changelog(

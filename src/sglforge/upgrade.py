@@ -115,11 +115,6 @@ class UpgradeResult:
     report_md: Path | None = None
 
 
-def latest_release(project: Project, pre: bool = False) -> str:
-    """The newest upstream tag that parses as a version (pre-releases only with ``pre``)."""
-    return _newest(project.upstream, pre)
-
-
 def _newest(up: Upstream, pre: bool) -> str:
     tags = select_tags(up, ">=0", pre=pre)
     if not tags:

@@ -11,17 +11,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from crash import CRASH_EXIT, crash_command
-from pipelines import open_project
 from pipelines import upgrade_at as upgrade
 from sglforge.cli import main
 from sglforge.queue.series import load_queue
-from sglforge.upgrade import latest_release
 from synthetic import NO_CONFLICT, make_project, make_upstream, snapshot
-
-
-def test_latest_release_parses_versions(tmp_path: Path) -> None:
-    root = make_project(tmp_path, make_upstream(tmp_path), NO_CONFLICT)
-    assert latest_release(open_project(root)) == "v1.1"
 
 
 def test_upgrade_retires_with_evidence_and_reports(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ from sglforge.bench.stats import (
     hit_rate,
     knee,
     metric_sums,
-    min_requests,
     point_from_result,
     quantile_upper_bound,
 )
@@ -172,7 +171,7 @@ def test_the_knee_is_the_highest_rate_within_the_rule_below_the_first_failure() 
 
 def test_a_probe_passes_only_when_its_p95_is_bounded_with_confidence() -> None:
     # MLPerf-style: the p95 upper bound at 95 % needs 59 requests; 32 cannot pass.
-    assert min_requests(0.95, 0.95) == 59
+    assert quantile_upper_bound([0.1] * 58) is None and quantile_upper_bound([0.1] * 59) == 0.1
     assert quantile_upper_bound([0.1] * 32) is None
     fast = [0.5] * 63 + [0.9]
     assert quantile_upper_bound(fast) == 0.9

@@ -45,7 +45,10 @@ FP4 = coverage.Shape(
 
 
 def test_token_buckets_are_aiter_s_get_padded_m() -> None:
-    assert [coverage.padded_m(m) for m in (0, 1, 2, 3, 5, 16, 17, 1000, 1025, 32767)] == [
+    from sglforge.aiter_rules import default_rule
+
+    padded_m = default_rule().buckets
+    assert [padded_m(m) for m in (0, 1, 2, 3, 5, 16, 17, 1000, 1025, 32767)] == [
         1,
         1,
         2,
@@ -57,7 +60,7 @@ def test_token_buckets_are_aiter_s_get_padded_m() -> None:
         2048,
         32768,
     ]
-    assert [coverage.padded_m(m) for m in (32768, 100000, 131072, 500000)] == [
+    assert [padded_m(m) for m in (32768, 100000, 131072, 500000)] == [
         32768,
         32768,
         131072,

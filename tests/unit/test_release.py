@@ -12,7 +12,6 @@ from sglforge.errors import ConfigError
 from sglforge.provenance import PatchFacts, Smoke
 from sglforge.release import (
     Release,
-    changelog_entry,
     diff_patches,
     find_by_digest,
     from_dict,
@@ -20,6 +19,7 @@ from sglforge.release import (
     record_path,
     record_release,
     to_dict,
+    write_changelog,
 )
 
 HEADER = """# Changelog
@@ -199,10 +199,13 @@ def test_entry_without_changelog_file_starts_one(tmp_path: Path) -> None:
     assert text.index("## [Unreleased]") < text.index("## [v0.5.14")
 
 
-def test_diff_without_previous_and_entry_figures() -> None:
+def test_diff_without_previous_and_entry_figures(tmp_path: Path) -> None:
     diff = diff_patches(None, (P1,))
     assert diff.added == (P1,) and diff.previous is None
-    failed = changelog_entry(make_release(smoke=Smoke(False, "s", "ttft too slow")), diff)
+    write_changelog(
+        tmp_path / "CHANGELOG.md", make_release(smoke=Smoke(False, "s", "ttft too slow")), diff
+    )
+    failed = (tmp_path / "CHANGELOG.md").read_text()
     assert "smoke FAILED (scenario `s`): ttft too slow" in failed
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.scan.jit import JitTree, cuda_includes, is_cuda_only, jit_trees
+from sglforge.scan.jit import JitTree, is_cuda_only, jit_trees, unit_scan
 
 ROOT = "python/sglang/jit_kernel"
 
@@ -22,7 +22,7 @@ def tree_with(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def active(tree: Path, unit: str = "csrc/k.cuh") -> list[tuple[str, int, str]]:
-    found, _ = cuda_includes(tree, JitTree(ROOT), f"{ROOT}/{unit}")
+    found = unit_scan(tree, JitTree(ROOT), f"{ROOT}/{unit}").found
     return [(Path(c.file).name, c.line, c.header) for c in found]
 
 

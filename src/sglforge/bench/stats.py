@@ -87,11 +87,6 @@ def quantile_upper_bound(
     return None
 
 
-def min_requests(q: float = 0.95, confidence: float = 0.95) -> int:
-    """The fewest requests whose largest TTFT bounds the ``q`` quantile at ``confidence``."""
-    return math.ceil(math.log(1 - confidence) / math.log(q))
-
-
 def metric_sums(text: str) -> dict[str, float]:
     """Every metric of a Prometheus text exposition, summed over its label sets."""
     out: dict[str, float] = {}

@@ -343,12 +343,3 @@ def _same_outcome(
     values = " ".join([*ran.values(), *macros.values()])
     texts = [files.text(p) for p in read if files.blob(p) is not None]
     return not any(n in t for n in differ for t in [values, *texts])
-
-
-def cuda_includes(
-    tree: Path, jit: JitTree, unit: str, passes: Iterable[Mapping[str, str]] = ()
-) -> tuple[list[CudaInclude], list[str]]:
-    """The active CUDA-only includes of translation unit ``unit`` (relative to ``tree``) in
-    each ROCm pass (host and device by default), and the preprocessor's errors."""
-    got = unit_scan(tree, jit, unit, passes)
-    return list(got.found), list(got.errors)
