@@ -32,6 +32,13 @@ def test_upgrade_retires_with_evidence_and_reports(tmp_path: Path) -> None:
         "0002-fix-b.patch",
         "0003-fix-c.patch",
     ]
+    # the write-back deletes what it retired: patches/ holds the queue's files only (a
+    # retired patch left beside them would be an orphan that lint flags)
+    assert sorted(p.name for p in (root / "patches").glob("*.patch")) == [
+        "0001-fix-a.patch",
+        "0002-fix-b.patch",
+        "0003-fix-c.patch",
+    ]
     retired = (root / "patches/retired/0006-fix-g.patch").read_text()
     assert "Retired: v1.1: Applies-To <1.1 excludes 1.1" in retired
     data = json.loads(r.report_json.read_text())
