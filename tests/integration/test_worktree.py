@@ -335,3 +335,35 @@ def test_python_only_upstream_skips_files_outside_python(tmp_path: Path) -> None
         load_queue(root), py_only, "v1.0", up.resolve("v1.0"), pin, root / "build" / "tmp"
     ).patches
     assert st.status == "skipped" and "python/ only" in st.detail
+
+
+def test_the_pin_check_reads_what_this_machine_saw_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pinned_commit`` records what it resolved into the observations it read, keeping the
+    others, without reading build/upstream/observed.json a second time (5.2 mend 10)."""
+    import json
+
+    from sglforge.queue.upstream import open_upstream, pinned_commit
+
+    root = make_project(tmp_path, make_upstream(tmp_path))
+    observed = root / "build" / "upstream" / "observed.json"
+    observed.parent.mkdir(parents=True, exist_ok=True)
+    other = {"source": "elsewhere", "ref": "v0.9", "commit": "0" * 40}
+    observed.write_text(json.dumps({"elsewhere v0.9": other}))
+    q = load_queue(root)
+    up = open_upstream(root, q.pin)
+    reads: list[Path] = []
+    real = Path.read_text
+
+    def counting(self: Path, *a: object, **k: object) -> str:
+        if self.name == observed.name:
+            reads.append(self)
+        return real(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    pinned_commit(root, q.pin, up)
+    assert len(reads) == 1
+    monkeypatch.undo()
+    doc = json.loads(observed.read_text())
+    assert doc["elsewhere v0.9"] == other and doc[f"{up.key} v1.0"]["ref"] == "v1.0"

@@ -389,13 +389,16 @@ def _observed(root: Path) -> dict[str, dict[str, str]]:
     return data if isinstance(data, dict) else {}
 
 
-def _observe(root: Path, key: str, ref: str, what: str, value: str) -> None:
+def _observe(
+    root: Path, seen: dict[str, dict[str, str]], key: str, ref: str, what: str, value: str
+) -> None:
+    """Remember ``value`` in ``seen`` (what ``_observed`` read for this run) and write it."""
     import json
 
     from sglforge.errors import LocalDiskError
     from sglforge.util import atomic_write
 
-    data = _observed(root)
+    data = dict(seen)
     data[f"{key} {ref}"] = {"source": key, "ref": ref, what: value}
     try:
         atomic_write(_observed_path(root), json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -432,7 +435,7 @@ def pinned_commit(root: Path, pin: Pin, up: Upstream, record: bool = False) -> s
         if record and pin.commit is None:
             save_pin(root, dataclasses.replace(pin, commit=commit))
         elif expected is None:
-            _observe(root, up.key, pin.ref, "commit", commit)
+            _observe(root, seen, up.key, pin.ref, "commit", commit)
         return commit
     # Another source (a mirror, a local clone, PyPI wheels) has commits of its own; a PyPI
     # history is rebuilt from wheels, so its content (tree), not its commit, is what we pin.
@@ -455,7 +458,7 @@ def pinned_commit(root: Path, pin: Pin, up: Upstream, record: bool = False) -> s
             sources[up.key] = {"ref": pin.ref, "tree": tree}
             save_pin(root, dataclasses.replace(pin, sources=sources))
     elif not recorded.get("tree"):
-        _observe(root, up.key, pin.ref, "tree", tree)
+        _observe(root, seen, up.key, pin.ref, "tree", tree)
     return commit
 
 
