@@ -489,3 +489,28 @@ def test_fix_patch_2_after_review_on_the_real_queue(
     gone = [ln for ln in old.splitlines() if ln not in kept]
     assert all(ln.startswith((" python/", " 3 files", "index ", "@@ ")) for ln in gone), gone
     assert cli(root, "patches", "lint")[0] == 0
+
+
+def test_a_move_reads_the_worktree_record_once(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack verb reads the worktree's record once, also the full way (patches/ touched
+    since the record: the quick way declines, the full one decides): the quick check, the
+    move and the stack it answers share it (review 5, 5.2 mend 10)."""
+    from sglforge.patches.stack import move_stack, parse_move
+
+    apply_queue(Project(project))
+    reads: list[str] = []
+    real = Path.read_text
+
+    def counting(self: Path, *a: object, **k: object) -> str:
+        if self.name.endswith(".sglforge.json"):
+            reads.append(self.name)
+        return real(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    for verb, top in (("pop", B), ("push", C)):
+        os.utime(project / "patches" / "series")  # a new stamp: the full way
+        reads.clear()
+        moved = move_stack(Project(project), parse_move(verb, None))
+        assert moved.top == top and len(reads) == 1, (verb, reads)

@@ -30,6 +30,7 @@ from sglforge.patches.status import CLEAN, CONFLICT, SKIPPED, UPSTREAMED
 from sglforge.project import Project
 from sglforge.queue.series import (
     Patch,
+    Pin,
     Queue,
     SeriesEntry,
     load_pin,
@@ -82,14 +83,18 @@ class Stack:
     stale: bool = False
 
 
-def read_stack(queue: Queue, ref: str | None = None) -> Stack:
+def read_stack(queue: Queue, ref: str | None = None, record: WorktreeRecord | None = None) -> Stack:
     """The stack of the worktree for ``ref`` (default: the pin), read from the worktree's own
     history: a patch is applied when the commit its record names is on the worktree's branch
     (a commit reset away is not; a patch `git am` stopped on is a conflict, not applied).
-    Reads only. Without a worktree, every patch is unapplied."""
+    Reads only. Without a worktree, every patch is unapplied. ``record``: the worktree's
+    record as the caller holds it (a move just wrote it), else it is read."""
     ref = ref or queue.pin.ref
     wt = worktree_path(queue.root, ref)
-    record = read_record(queue.root, ref) if (wt / ".git").exists() else None
+    if not (wt / ".git").exists():
+        record = None
+    elif record is None:
+        record = read_record(queue.root, ref)
     if record is None:
         return _stack(ref, wt, False, _all_unapplied(queue))
     history = set(git.commits_between(wt, record.upstream_commit)) if record.head else set()
@@ -176,11 +181,13 @@ class _Open:
         return max((i + 1 for i, p in enumerate(self.patches) if p.commit), default=0)
 
 
-def _open(queue: Queue, ref: str, edits_ok: bool = False) -> _Open | None:
-    """The worktree of ``ref`` ready to move; None when there is none yet. PatchError when
-    it holds work a move would lose: a stopped `git am`, edits, commits not exported."""
+def _open(
+    queue: Queue, ref: str, record: WorktreeRecord | None, edits_ok: bool = False
+) -> _Open | None:
+    """The worktree of ``ref`` (``record``: its record, read once by the verb) ready to move;
+    None when there is none yet. PatchError when it holds work a move would lose: a stopped
+    `git am`, edits, commits not exported."""
     wt = worktree_path(queue.root, ref)
-    record = read_record(queue.root, ref)
     if not (wt / ".git").exists() or record is None:
         return None
     _refuse_unsaved(wt, record, ref, _ref(queue, ref), _at(queue, ref), edits_ok)
@@ -300,12 +307,17 @@ def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
     current top (one ``git am``); neither reads more of the queue than the record says
     changed, nor asks upstream anything when its commit is in the local mirror."""
     with project_lock(project.root):
-        quick = _quick_move(project, move, ref)
+        pin = load_pin(project.root)
+        # the worktree record, read once for the verb (the quick way and the full one)
+        read_for = pin.ref if ref in (None, pin.ref) else None
+        seen = read_record(project.root, pin.ref) if read_for else None
+        quick = _quick_move(project, move, ref, pin, seen)
         if quick is not None:
             return quick
         queue = project.fresh_queue()
         ref = project.upstream.tag(ref) if ref else queue.pin.ref
-        opened = _open(queue, ref)
+        record = seen if ref == read_for else read_record(queue.root, ref)
+        opened = _open(queue, ref, record)
         height = opened.height if opened else 0
         from sglforge.patches.edit import find_entry
 
@@ -314,23 +326,25 @@ def move_stack(project: Project, move: Move, ref: str | None = None) -> Stack:
         _refuse_direction(names, opened, move, n, height)
         if n < height and opened is not None:
             same = opened.record.queue_hash == queue.hash
-            moved, _ = _pop_to(queue.root, opened, n, patches_stamp(queue.root) if same else "")
+            moved, record = _pop_to(
+                queue.root, opened, n, patches_stamp(queue.root) if same else ""
+            )
         else:
-            moved = _push_to(project, queue, ref, n, opened)
-        stack = read_stack(queue, ref)
+            moved, record = _push_to(project, queue, ref, n, opened)
+        stack = read_stack(queue, ref, record)
     return replace(stack, action=move.verb, moved=moved)
 
 
-def _quick_move(project: Project, move: Move, ref: str | None) -> Stack | None:
-    """The move at the pin while patches/ stands as the worktree record last saw it (its
+def _quick_move(
+    project: Project, move: Move, ref: str | None, pin: Pin, record: WorktreeRecord | None
+) -> Stack | None:
+    """The move at the pin while patches/ stands as the worktree ``record`` last saw it (its
     stamp): the record's entries are then the series', and only the patches pushed are read
     (no parse of the whole queue, no upstream). None where the full way must decide."""
     root = project.root
-    pin = load_pin(root)
     if ref not in (None, pin.ref) or project.upstream_option not in (None, pin.url):
         return None  # another ref or upstream: its commit is resolved the full way
     wt = worktree_path(root, pin.ref)
-    record = read_record(root, pin.ref)
     if record is None or not record.stamp or not (wt / ".git").exists():
         return None
     if record.stamp != patches_stamp(root):
@@ -410,11 +424,11 @@ def _pop_to(
 
 def _push_to(
     project: Project, queue: Queue, ref: str, n: int, opened: _Open | None
-) -> tuple[str, ...]:
+) -> tuple[tuple[str, ...], WorktreeRecord | None]:
     """Apply the series up to entry ``n``: onto the current top when it can (``_push_on_top``:
     one ``git am`` of the patches pushed), else the worktree made again from upstream with
     the first ``n`` patches (``apply_at``: git am --3way, skips, conflicts as `patches apply`
-    has them); the rest recorded unapplied."""
+    has them); the rest recorded unapplied. (The patches pushed, the record written.)"""
     height = opened.height if opened else 0
     up = project.upstream
     pin_commit = project.pin_commit()
@@ -427,16 +441,18 @@ def _push_to(
         todo = list(queue.patches[height:n])
         pushed = _push_on_top(queue.root, ref, opened, n, todo, patches_stamp(queue.root))
         if pushed is not None:
-            return pushed[0]
+            return pushed
     part = replace(queue, entries=queue.entries[:n], patches=queue.patches[:n])
     # `_open` found nothing to lose in a recorded worktree but bytecode caches, which
     # apply's own check would count as edits: it may start over without asking.
     done = apply_at(part, up, ref, commit, pin_commit, force=opened is not None)
     rest = tuple(AppliedPatch(e.name, UNAPPLIED, None) for e in queue.entries[n:])
-    record = read_record(queue.root, ref)
+    record = read_record(queue.root, ref)  # as apply_at wrote it
     if record is not None:
-        write_record(queue.root, replace(record, patches=record.patches + rest, complete=not rest))
-    return tuple(p.name for p in done.patches[height:] if p.commit)
+        record = write_record(
+            queue.root, replace(record, patches=record.patches + rest, complete=not rest)
+        )
+    return tuple(p.name for p in done.patches[height:] if p.commit), record
 
 
 def _push_on_top(
@@ -494,7 +510,7 @@ def refresh_top(project: Project, ref: str | None = None) -> Refreshed:
     with project_lock(project.root):
         queue = project.fresh_queue()
         ref = project.upstream.tag(ref) if ref else queue.pin.ref
-        opened = _open(queue, ref, edits_ok=True)
+        opened = _open(queue, ref, read_record(queue.root, ref), edits_ok=True)
         wt = worktree_path(queue.root, ref)
         if opened is None:
             raise WorktreeMissing(
