@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,27 +36,6 @@ def real() -> Callable[[str], str]:
 
     archive = zipfile.ZipFile(release_wheel("0.5.14"))
     return lambda path: archive.read(f"sglang/{path}").decode()
-
-
-@pytest.fixture
-def start() -> Iterator[Start]:
-    """``start(*flags, **env)``: a warmed-up stand-in on a free port; its base URL."""
-    running = []
-
-    def _start(*flags: str, **env: str) -> str:
-        argv = ["--model-path", str(MODEL), "--host", "127.0.0.1", "--port", "0", *flags]
-        httpd = server.make_server(server.build_parser().parse_args(argv), frozenset(), env)
-        thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-        thread.start()
-        running.append((httpd, thread))
-        server.warm_up(httpd)
-        return f"http://127.0.0.1:{httpd.server_address[1]}"
-
-    yield _start
-    for httpd, thread in running:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:
