@@ -669,17 +669,6 @@ def _refused(wheel: Path, why: str) -> UpstreamError:
     )
 
 
-def _wheel_files(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
-    """repo path -> (git mode, content) for the sources in the wheel's package folders."""
-    with _open_wheel(wheel) as zf:
-        try:
-            return {m.path: (m.mode, zf.read(m.info)) for m in _members(zf, wheel, project)}
-        except _Hostile as exc:
-            raise _refused(wheel, str(exc)) from None
-        except _BAD_WHEEL as exc:
-            raise _refused(wheel, f"not a readable wheel ({exc})") from None
-
-
 @contextlib.contextmanager
 def _open_wheel(wheel: Path) -> Iterator[zipfile.ZipFile]:
     try:

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from test_pypi_history import PROJECT, make_wheel
 
 from index_server import IndexServer, serve
 from sglforge import git, index, pypi
 from sglforge.errors import UpstreamError
+from synthetic import git as run_git
 
 SHAPES = ["simple", "simple-json", "simple-html", "legacy-json"]
 
@@ -335,7 +338,7 @@ def test_a_wheel_is_imported_as_pip_installs_it(tmp_path: Path) -> None:
             ("fakeglang/fifo", b"", stat.S_IFIFO | 0o644),
         ],
     )
-    files = pypi._wheel_files(wheel, PROJECT)
+    files = imported(wheel, PROJECT)
     assert sorted(files) == ["python/fakeglang/__init__.py"]
 
 
@@ -356,7 +359,7 @@ def test_zip_bombs_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     for name, (entries, said) in cases.items():
         wheel = _hostile_wheel(tmp_path / f"fakeglang-1.0-py3-none-{name}.whl", entries)
         with pytest.raises(UpstreamError) as err:
-            pypi._wheel_files(wheel, PROJECT)
+            imported(wheel, PROJECT)
         assert said in str(err.value) and "removed from the cache" in str(err.value), name
         assert not wheel.exists(), name
 
@@ -463,3 +466,69 @@ def test_verbose_says_which_index_and_mirror_and_wheel(
     assert f"wheels from http://***@{host}/simple (from $PIP_INDEX_URL)" in err
     assert f"upstream pypi:{PROJECT}>=0.1: mirror " in again.stderr, again.stderr
     assert secret not in err + first.stdout + again.stderr + again.stdout
+
+
+def imported(wheel: Path, project: str) -> dict[str, tuple[str, bytes]]:
+    """repo path -> (git mode, bytes) of ``wheel`` as the store imports it (``_import_release``
+    into a new store beside the wheel, read back with git)."""
+    store = wheel.parent / f"{wheel.name}.store.git"
+    pypi._init(store)
+    pypi._import_release(store, Version("1.0"), wheel, project)
+    fmt = "--format=%(objectmode) %(path)"
+    listing = run_git(store, "ls-tree", "-r", fmt, "v1.0").splitlines()
+    out = {}
+    for line in listing:
+        mode, path = line.split(" ", 1)
+        blob = subprocess.run(
+            ["git", "-C", str(store), "cat-file", "blob", f"v1.0:{path}"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        out[path] = (mode, blob)
+    return out
+
+
+def _plain_wheel(path: Path, entries: dict[str, tuple[bytes, int]]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, (data, mode) in entries.items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = mode << 16
+            zf.writestr(info, data)
+    return path
+
+
+def test_wheel_files_keep_only_the_package_sources(tmp_path: Path) -> None:
+    wheel = _plain_wheel(
+        tmp_path / "sglang-1.0-cp311-cp311-manylinux_2_34_x86_64.whl",
+        {
+            "sglang/__init__.py": (b"x = 1\n", 0o100644),
+            "sglang/tool.sh": (b"#!/bin/sh\n", 0o100755),
+            "sglang/srt/grpc/_core.cpython-311-x86_64-linux-gnu.so": (b"\x7fELF", 0o100755),
+            "sglang/jit/k.cuh": (b"#pragma once\n", 0o100644),
+            "sglang/__pycache__/x.cpython-311.pyc": (b"junk", 0o100644),
+            "sglang-1.0.dist-info/METADATA": (b"Name: sglang\n", 0o100644),
+            "tools/get_version_tag.py": (b"pass\n", 0o100644),
+        },
+    )
+    files = imported(wheel, "sglang")
+    assert files == {
+        "python/sglang/__init__.py": ("100644", b"x = 1\n"),
+        "python/sglang/tool.sh": ("100755", b"#!/bin/sh\n"),
+        "python/sglang/jit/k.cuh": ("100644", b"#pragma once\n"),
+    }
+
+
+def test_wheel_without_the_package_folder_is_an_upstream_error(tmp_path: Path) -> None:
+    wheel = _plain_wheel(tmp_path / "other-1.0-py3-none-any.whl", {"other/x.py": (b"", 0o100644)})
+    with pytest.raises(UpstreamError, match="no sglang/ package folder"):
+        imported(wheel, "sglang")
+
+
+def test_unreadable_wheel_names_the_file_and_how_to_recover(tmp_path: Path) -> None:
+    wheel = tmp_path / "sglang-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not a zip")
+    with pytest.raises(UpstreamError) as err:
+        imported(wheel, "sglang")
+    # removed from the cache, so the next run downloads it again (issue 42)
+    assert str(wheel) in err.value.message and "removed from the cache" in err.value.message
+    assert not wheel.exists()
