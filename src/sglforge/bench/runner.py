@@ -310,7 +310,7 @@ def _server_command(ctx: _Ctx) -> list[str]:
 
 def _dataset_choices(ctx: _Ctx, image: str) -> list[str]:
     """The ``--dataset-name`` choices of the image's own bench_serving (its ``--help``)."""
-    text = _client(ctx, image, ["--help"], "help", expect_file=False)
+    text = _help(ctx, image, "help")
     m = _CHOICES.search(re.sub(r"\s+", " ", text))
     if not m:
         raise BenchError(
@@ -318,6 +318,73 @@ def _dataset_choices(ctx: _Ctx, image: str) -> list[str]:
             "run: " + ctx.rt.shell(image, ["python3", "-m", "sglang.bench_serving", "--help"]),
         )
     return [c.strip() for c in m.group(1).split(",")]
+
+
+HELP_CACHE = "bench-help"  # under the user cache: bench_serving --help of an image, by its ID
+
+
+def _help(ctx: _Ctx, image: str, name: str) -> str:
+    """``python3 -m sglang.bench_serving --help`` in ``image``, written to ``name``.log.
+
+    A Docker image is content-addressed: the same ID runs the same client, so its help text
+    is kept in the user cache under the ID, sealed with this machine's key (a hint, never a
+    verdict: an entry whose HMAC does not check is a miss, and the client runs). A bench
+    against a baseline reads it twice per image and each run costs a container (25-45 s on a
+    loaded CI machine). The process runtime's environment has no such ID: it always runs."""
+    image_id = _image_id(ctx, image)
+    cached = _cached_help(image_id) if image_id else None
+    if cached is not None:
+        log = ctx.report_dir / f"{name}.log"
+        log.write_text(cached, encoding="utf-8")
+        return cached
+    text = _client(ctx, image, ["--help"], name, expect_file=False)
+    if image_id:
+        _store_help(image_id, text)
+    return text
+
+
+def _image_id(ctx: _Ctx, image: str) -> str | None:
+    if ctx.rt.kind != "docker" or ctx.server_url:
+        return None
+    from sglforge.engine import images as engine_images
+    from sglforge.engine.errors import EngineError
+
+    try:
+        info = engine_images.inspect(image)
+    except EngineError:  # no ID, no cache: the client runs and says what is wrong
+        return None
+    return info.id if info is not None and re.fullmatch(r"sha256:[0-9a-f]{64}", info.id) else None
+
+
+def _help_entry(image_id: str) -> Path:
+    from sglforge.cache import cache_root
+
+    return cache_root() / HELP_CACHE / f"{image_id.removeprefix('sha256:')}.json"
+
+
+def _cached_help(image_id: str) -> str | None:
+    from sglforge.cachekey import opened
+    from sglforge.util import read_json
+
+    try:
+        doc = opened(HELP_CACHE, image_id, read_json(_help_entry(image_id)))
+    except (OSError, ValueError, RecursionError):
+        return None
+    text = doc.get("help") if doc else None
+    return text if isinstance(text, str) and text else None
+
+
+def _store_help(image_id: str, text: str) -> None:
+    from sglforge.cachekey import seal
+    from sglforge.util import atomic_write
+
+    sealed = seal(HELP_CACHE, image_id, {"help": text})
+    if sealed is None:
+        return
+    try:
+        atomic_write(_help_entry(image_id), json.dumps(sealed, sort_keys=True))
+    except OSError:
+        pass  # a cache that cannot be written only costs time
 
 
 def _client(
@@ -818,7 +885,7 @@ def _baseline_usable(ctx: _Ctx, against: str) -> None:
     ``--bench``, say) cannot be benched. BaselineUnusable (exit 10) names the missing module,
     instead of a failure after the candidate's boots that reads like a smoke preflight's."""
     try:
-        _client(ctx, against, ["--help"], "baseline-help", expect_file=False)
+        _help(ctx, against, "baseline-help")
     except BenchError as exc:
         log = ctx.report_dir / "baseline-help.log"
         text = log.read_text(errors="replace") if log.is_file() else exc.message

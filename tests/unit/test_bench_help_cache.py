@@ -1,0 +1,82 @@
+"""bench_serving's ``--help`` of a Docker image is kept under the image's ID, sealed with this
+machine's key: the same content-addressed image runs the same client, so a bench against a
+baseline (and the suite's benches of one image) start its container once, not each time. The
+entry is a hint: a planted or damaged one is a miss and the client runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sglforge.bench import runner
+
+ID_A = "sha256:" + "a" * 64
+ID_B = "sha256:" + "b" * 64
+HELP = "usage: bench_serving.py [--dataset-name {sharegpt,random,generated-shared-prefix}]"
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    monkeypatch.setenv("SGLFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SGLFORGE_KEYS", str(tmp_path / "keys"))
+    ran: list[str] = []
+    ids = {"img-a": ID_A, "img-a-again": ID_A, "img-b": ID_B}
+
+    def client(ctx: object, image: str, args: list[str], name: str, **_: object) -> str:
+        ran.append(image)
+        return f"{HELP} ({image})"
+
+    monkeypatch.setattr(runner, "_client", client)
+    monkeypatch.setattr(
+        runner, "_image_id", lambda ctx, image: ids.get(image) if ctx.rt.kind == "docker" else None
+    )
+    return ran
+
+
+def _ctx(tmp_path: Path, kind: str = "docker") -> SimpleNamespace:
+    folder = tmp_path / f"report-{kind}"
+    folder.mkdir(exist_ok=True)
+    return SimpleNamespace(rt=SimpleNamespace(kind=kind), server_url=None, report_dir=folder)
+
+
+def test_one_client_run_per_image_id(calls: list[str], tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    first = runner._help(ctx, "img-a", "help")
+    # another tag of the same image, and the baseline check: the cached text, no container
+    assert runner._help(ctx, "img-a-again", "baseline-help") == first
+    assert calls == ["img-a"]
+    assert (ctx.report_dir / "baseline-help.log").read_text() == first
+    # another image ID is another entry
+    runner._help(ctx, "img-b", "help")
+    assert calls == ["img-a", "img-b"]
+
+
+def test_a_planted_or_damaged_entry_is_a_miss(calls: list[str], tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    runner._help(ctx, "img-a", "help")
+    entry = runner._help_entry(ID_A)
+    doc = json.loads(entry.read_text())
+    for bad in (
+        {**doc, "help": "usage: --dataset-name {planted}"},  # the text changed, the HMAC not
+        {"help": doc["help"]},  # no HMAC
+        "[]",
+    ):
+        entry.write_text(bad if isinstance(bad, str) else json.dumps(bad))
+        assert runner._help(ctx, "img-a", "help") == f"{HELP} (img-a)"
+    assert calls == ["img-a"] * 4
+    # an entry moved under another image's name does not check either
+    runner._help(ctx, "img-a", "help")
+    runner._help_entry(ID_B).write_text(entry.read_text())
+    runner._help(ctx, "img-b", "help")
+    assert calls[-1] == "img-b"
+
+
+def test_the_process_runtime_always_runs_the_client(calls: list[str], tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, kind="process")
+    runner._help(ctx, "img-a", "help")
+    runner._help(ctx, "img-a", "help")
+    assert calls == ["img-a", "img-a"]
+    assert not (tmp_path / "cache" / runner.HELP_CACHE).exists()
