@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     return ran
 
 
-def _ctx(tmp_path: Path, kind: str = "docker") -> SimpleNamespace:
+def _ctx(tmp_path: Path, kind: str = "docker") -> Any:  # the fields _help reads
     folder = tmp_path / f"report-{kind}"
     folder.mkdir(exist_ok=True)
     return SimpleNamespace(rt=SimpleNamespace(kind=kind), server_url=None, report_dir=folder)
