@@ -315,7 +315,9 @@ def print_sglforge_table(f: dict[str, object]) -> None:
     print(_sd_row(f, "all_128", "boot-to-boot sd, the gate's figure: warm-up, then 128 requests"))
     print(_sd_row(f, "first_64", "same boots, the first 64 of those requests"))
     print(_sd_row(f, "first_32", "same boots, the first 32 of those requests"))
-    print(_sd_row(f, "no_warmup_32", "same boots, no warm-up: the first 32 requests after the boot"))
+    print(
+        _sd_row(f, "no_warmup_32", "same boots, no warm-up: the first 32 requests after the boot")
+    )
     print(_sd_row(f, "output_tok_s", "same boots, output tok/s of the 128 (another figure)"))
     print(_sd_row(f, "median_itl_ms", "same boots, median ITL of the 128 (another figure)"))
     g = f["warmup_gain"]  # type: ignore[assignment]
@@ -335,7 +337,6 @@ def print_sglforge_table(f: dict[str, object]) -> None:
     print(
         f"| the gate's figure by run: A off / B off / B affinity on | {b['run4']} / {b['run5']} / {b['run6']} tok/s | |"
     )
-
 
 
 def main() -> None:
