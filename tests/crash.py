@@ -2,7 +2,7 @@
 
 ``crash_command(n, ...)`` is a command line that runs sglforge (or a snippet of Python) with
 ``os.replace`` wrapped so that the process dies with ``os._exit(99)`` right after the ``n``-th
-rename a journalled multi-file change makes (``sglforge.util._roll_forward``): the moment a
+rename a journalled multi-file change makes (``sglforge.transactions._roll_forward``): the moment a
 power cut would leave the queue half written if the journal did not exist.
 """
 

@@ -31,7 +31,8 @@ from sglforge.provenance import LABEL_CONFIG_PREFIX
 from sglforge.queue.series import ref_version
 from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest, UpgradeRequest
-from sglforge.util import atomic_write, commit_files, confined, project_lock
+from sglforge.transactions import commit_files
+from sglforge.util import atomic_write, confined, project_lock
 
 if TYPE_CHECKING:
     from sglforge.candidate import Candidate

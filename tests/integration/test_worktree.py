@@ -256,7 +256,7 @@ def test_a_reader_during_a_write_never_half_applies_it(tmp_path: Path) -> None:
     writer's lock instead of deleting the writer's temp files."""
     import threading
 
-    from sglforge.util import commit_files, queue_lock, recover_transactions
+    from sglforge.transactions import commit_files, queue_lock, recover_transactions
 
     pdir = tmp_path / "patches"
     pdir.mkdir()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglforge.util import atomic_write, commit_files, recover_transactions
+from sglforge.transactions import commit_files, recover_transactions
+from sglforge.util import atomic_write
 
 
 def mode(path: Path) -> int:

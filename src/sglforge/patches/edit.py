@@ -1,6 +1,6 @@
 """Queue edits quilt and StGit users reach for: import, drop, rename, reorder.
 
-Each edit is one all-or-nothing change of ``patches/`` (``util.commit_files``) under the project
+Each edit is one all-or-nothing change of ``patches/`` (``transactions``) under the project
 lock. The series keeps its comments and each entry its own line (options, comments): an edit
 only changes which entry sits in which slot. Patches are never rewritten except for the trailers
 an edit is about (``Retired:`` on drop, ``Depends-On:`` naming a renamed patch).
@@ -32,8 +32,9 @@ from sglforge.queue.series import (
     trailer_problem,
     validate_patch,
 )
+from sglforge.transactions import commit_files
 from sglforge.urls import scrub, scrub_secrets, scrub_text, secrets_in, shown
-from sglforge.util import commit_files, confined, one_line, project_lock, read_exact
+from sglforge.util import confined, one_line, project_lock, read_exact
 
 # git format-patch's mbox separator: one per commit in a file (a pull request's .patch).
 _MBOX_FROM = re.compile(r"^From [0-9a-f]{40} Mon Sep 17 00:00:00 2001$", re.M)

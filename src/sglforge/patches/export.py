@@ -19,7 +19,8 @@ from sglforge.patches.apply import (
 from sglforge.patches.check import git_reason
 from sglforge.project import Project
 from sglforge.queue.series import Queue, check_trailers, load_queue, read_series, split_patch
-from sglforge.util import commit_files, confined, project_lock, read_exact
+from sglforge.transactions import commit_files
+from sglforge.util import confined, project_lock, read_exact
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from sglforge.patches.export import context_width
 from sglforge.patches.refresh import rewrite_series
 from sglforge.project import Project
 from sglforge.queue.series import Patch, Queue, split_patch
-from sglforge.util import commit_files, confined, project_lock
+from sglforge.transactions import commit_files
+from sglforge.util import confined, project_lock
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from sglforge.queue.series import (
     split_patch,
     trailer_problem,
 )
+from sglforge.transactions import commit_files
 from sglforge.urls import scrub_secrets
-from sglforge.util import commit_files, encode_exact, one_line, project_lock
+from sglforge.util import encode_exact, one_line, project_lock
 
 # The trailers `patches header --set` edits, as DEP-3 and lint know them.
 KEYS = (

@@ -27,7 +27,7 @@ from sglforge.queue.series import (
     scan_text,
     trailer_problem,
 )
-from sglforge.util import recover_transactions
+from sglforge.transactions import recover_transactions
 
 PATCH_SUFFIXES = (".patch", ".diff")
 

@@ -2,7 +2,7 @@
 
 The series is replayed with ``git am --3way`` in a scratch worktree; only when every patch
 went through are the patch files, series, pin and CHANGELOG.md replaced, in one journalled
-change (see ``sglforge.util.commit_files``). Patches upstream already has are retired to
+change (see ``sglforge.transactions.commit_files``). Patches upstream already has are retired to
 ``patches/retired/`` with the evidence, never deleted.
 """
 
@@ -37,7 +37,8 @@ from sglforge.queue.upstream import (
     pins_commit,
     with_upstream,
 )
-from sglforge.util import commit_files, confined, project_lock, read_exact
+from sglforge.transactions import commit_files
+from sglforge.util import confined, project_lock, read_exact
 
 
 @dataclass(frozen=True)

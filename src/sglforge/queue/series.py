@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglforge.errors import ConfigError
 from sglforge.queue.configs import ConfigItem, load_items
+from sglforge.transactions import recover_transactions
 from sglforge.urls import scrub_secrets, secrets_in
 from sglforge.util import (
     atomic_write,
@@ -23,7 +24,6 @@ from sglforge.util import (
     decode_exact,
     encode_exact,
     one_line,
-    recover_transactions,
     sha256_bytes,
 )
 
