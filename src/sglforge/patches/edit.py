@@ -723,7 +723,7 @@ def _order_fix(
         and (before.index(other) < before.index(stuck)) != (after.index(other) < after.index(stuck))
     ]
     if not swapped:
-        return f"put {moving} back, then `sglforge patches check --ref {queue.pin.ref}`", ""
+        return f"sglforge patches check --ref {queue.pin.ref}   (the queue as it stands)", ""
     was = before.index(swapped[0]) < before.index(stuck)  # stuck was written on top of it
     other = swapped[-1] if was else swapped[0]  # the nearest place that keeps every pair
     why = f" (it was written {'on top of' if was else 'before'} {other})"
