@@ -287,3 +287,32 @@ def test_the_noise_at_a_shape_never_exceeds_what_the_boots_measured_there(
 
     noise = Noise(boot_sd, 4, measured_at, within_sd)
     assert noise.at(asked) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("base", "cand", "want"),
+    [
+        # one boot a side, no profile: the boots measured both sides, nothing measured the noise
+        ([[372.4]], [[373.9]], "372.4 -> 373.9 (+0.4%, 90% CI none, 1+1 boots"),
+        ([[500.0, 510.0]], [[450.0, 460.0]], "505.0 -> 455.0 (-9.9%, 90% CI none, 1+1 boots"),
+        # one side never booted: the other side's figure, nothing to compare it with
+        ([[372.4]], [], "372.4 -> - (-, 90% CI -, 1+0 boots"),
+        ([], [[373.9]], "- -> 373.9 (-, 90% CI -, 0+1 boots"),
+    ],
+)
+def test_an_inconclusive_comparison_shows_what_its_boots_measured(
+    base: list[list[float]], cand: list[list[float]], want: str
+) -> None:
+    """Never "0.0 -> 0.0 (+0.0 %)" for boots that measured 372.4 and 373.9 (issue 45's run),
+    and never an infinity in the JSON."""
+    import json
+
+    from sglforge.reports.bench import _change_line
+
+    c = compare("decode_tok_s", _blocks(base, cand))
+    assert c.status == INCONCLUSIVE
+    line = _change_line(c)
+    assert line.startswith(f"decode_tok_s {want}"), line
+    assert "minimum detectable drop none)" in line, line
+    doc = json.loads(json.dumps(c.as_dict(), allow_nan=False))
+    assert doc["ci"] == [None, None] and doc["minimum_detectable_effect"] is None

@@ -379,12 +379,13 @@ class Change:
             "why": self.why or None,
             "baseline": self.baseline,
             "candidate": self.candidate,
-            "delta": self.mean,
-            "ci": [self.low, self.high],
+            "delta": self.mean if all(self.boots) else None,
+            # JSON has no infinity: None where nothing measured the noise (no interval)
+            "ci": [x if math.isfinite(x) else None for x in (self.low, self.high)],
             "ci_level": 1 - 2 * (1 - self.confidence),
             "confidence": self.confidence,
             "tolerance": self.tolerance,
-            "minimum_detectable_effect": self.mde,
+            "minimum_detectable_effect": self.mde if math.isfinite(self.mde) else None,
             "power": self.power,
             "boots": {"baseline": self.boots[0], "candidate": self.boots[1]},
             "requests": {"baseline": self.requests[0], "candidate": self.requests[1]},
@@ -618,23 +619,36 @@ def compare(
     nb, nc = len(by_side["baseline"]), len(by_side["candidate"])
     reqs = tuple(sum(len(b.samples) for b in by_side[s]) for s in SIDES)
     empty = Change(
-        figure, 0.0, 0.0, 0.0, 0.0, 0.0, confidence, tolerance, math.inf, POWER, (nb, nc),
-        (reqs[0], reqs[1]), boot_sd, None, INCONCLUSIVE, max_mde=max_mde,
+        figure, 0.0, 0.0, 0.0, -math.inf, math.inf, confidence, tolerance, math.inf, POWER,
+        (nb, nc), (reqs[0], reqs[1]), boot_sd, None, INCONCLUSIVE, max_mde=max_mde,
     )  # fmt: skip
     if nb == 0 or nc == 0:
-        return replace(empty, why=f"no {'baseline' if nb == 0 else 'candidate'} boot measured")
+        measured = {  # the side that booted keeps its figure (geometric mean of its boots)
+            side: math.exp(statistics.fmean(statistics.fmean(map(math.log, b.samples)) for b in bs))
+            for side, bs in by_side.items()
+            if bs and all(b.samples for b in bs)
+        }
+        return replace(
+            empty, why=f"no {'baseline' if nb == 0 else 'candidate'} boot measured",
+            baseline=measured.get("baseline", 0.0), candidate=measured.get("candidate", 0.0),
+        )  # fmt: skip
     logs = _Logs.of(by_side)
     per_boot = round(sum(reqs) / (nb + nc))
     used = _noise_used(logs, noise, per_boot, boot_sd)
     drop_z, keep_z, final = _boundaries(looks, min(nb, nc), 1 - confidence)
     observed = math.sqrt(logs.squares() / logs.dof) if logs.dof > 0 else None
+    d = logs.mc - logs.mb
     if used.dof <= 0:
         why = (
             "one boot a side and no node profile: nothing measured the boot-to-boot noise "
             "(run sglforge bench --calibrate on this node, or boot more a side)"
         )
-        return replace(empty, why=why, observed_sd=observed, within_sd=logs.within_sd())
-    d = logs.mc - logs.mb
+        # what the boots measured, with no interval around it (none can be computed)
+        return replace(
+            empty, why=why, observed_sd=observed, within_sd=logs.within_sd(),
+            baseline=math.exp(logs.mb), candidate=math.exp(logs.mc), mean=math.expm1(d),
+            low=-math.inf, high=math.inf,
+        )  # fmt: skip
     se = used.sd * math.sqrt(1 / nb + 1 / nc)
     c_drop, c_keep = t_boundary(drop_z, used.dof), t_boundary(keep_z, used.dof)
     high, low = d + c_drop * se, d - c_keep * se

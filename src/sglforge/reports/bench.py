@@ -138,11 +138,32 @@ def _change_line(c: Change) -> str:
     )
     level = 1 - 2 * (1 - c.confidence)
     return (
-        f"{c.figure} {c.baseline:.1f} -> {c.candidate:.1f} ({c.mean:+.1%}, {level:.0%} CI "
-        f"{c.low:+.1%}..{c.high:+.1%}, {c.boots[0]}+{c.boots[1]} boots, "
-        f"{c.requests[0]}+{c.requests[1]} requests, minimum detectable drop {c.mde:.1%}): "
+        f"{c.figure} {_side(c, 0)} -> {_side(c, 1)} ({_mean(c)}, {level:.0%} CI "
+        f"{_interval(c)}, {c.boots[0]}+{c.boots[1]} boots, "
+        f"{c.requests[0]}+{c.requests[1]} requests, minimum detectable drop {_mde(c)}): "
         f"{verdict}"
     )
+
+
+def _side(c: Change, side: int) -> str:
+    """A side's measured figure, or "-" where no boot of that side was measured."""
+    return f"{(c.baseline, c.candidate)[side]:.1f}" if c.boots[side] else "-"
+
+
+def _mean(c: Change) -> str:
+    return f"{c.mean:+.1%}" if all(c.boots) else "-"
+
+
+def _interval(c: Change) -> str:
+    """The interval, or "none" where nothing measured the noise (one boot a side, no
+    profile: the change is shown, its interval cannot be)."""
+    if not all(c.boots):
+        return "-"
+    return f"{c.low:+.1%}..{c.high:+.1%}" if math.isfinite(c.low + c.high) else "none"
+
+
+def _mde(c: Change) -> str:
+    return f"{c.mde:.1%}" if math.isfinite(c.mde) else "none"
 
 
 def _cost_line(report: BenchReport) -> str:
@@ -213,12 +234,12 @@ def comparison_rows(report: BenchReport) -> tuple[tuple[str, ...], list[tuple[st
         rows.append(
             (
                 c.figure,
-                f"{c.baseline:.1f}",
-                f"{c.candidate:.1f}",
-                f"{c.mean:+.1%}",
-                f"{c.low:+.1%}..{c.high:+.1%}" if level else "-",
+                _side(c, 0),
+                _side(c, 1),
+                _mean(c),
+                _interval(c) if level else "-",
                 f"{c.boots[0]}+{c.boots[1]}",
-                f"{c.mde:.1%}",
+                _mde(c),
                 c.status if c.status != INCONCLUSIVE else f"inconclusive ({c.why})",
             )
         )
@@ -287,7 +308,7 @@ def _change_words(c: Change) -> str:
     verdict = {"regressed": "REGRESSION", "passed": "no significant drop"}.get(
         c.status, "inconclusive"
     )
-    return f"{c.mean:+.1%} ({level:.0%} CI {c.low:+.1%}..{c.high:+.1%}), {verdict}"
+    return f"{_mean(c)} ({level:.0%} CI {_interval(c)}), {verdict}"
 
 
 def _compared_chart(report: BenchReport) -> charts.XYChart:
@@ -404,7 +425,8 @@ def junit_figures(bench: BenchFigures | None) -> dict[str, object]:
     for c in changes if isinstance(changes, list | tuple) else ():
         name = f"figure.bench.vs_baseline.{c['figure']}"
         out[f"{name}.delta"] = rounded(c.get("delta"), 4)
-        out[f"{name}.ci"] = " ".join(f"{x:+.4f}" for x in c.get("ci") or ())
+        ci = [x for x in c.get("ci") or () if isinstance(x, int | float)]
+        out[f"{name}.ci"] = " ".join(f"{x:+.4f}" for x in ci) if len(ci) == 2 else "none"
         out[f"{name}.minimum_detectable_effect"] = rounded(c.get("minimum_detectable_effect"), 4)
         out[f"{name}.status"] = c.get("status")
     return {k: v for k, v in out.items() if v is not None}
