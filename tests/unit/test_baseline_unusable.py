@@ -45,7 +45,7 @@ def test_a_baseline_that_cannot_bench_is_named_with_its_own_exit_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log: str, named: str
 ) -> None:
     monkeypatch.setattr(runner, "_client", failing_client(log))
-    ctx = SimpleNamespace(report_dir=tmp_path)
+    ctx = SimpleNamespace(report_dir=tmp_path, rt=SimpleNamespace(kind="process"), server_url=None)
     with pytest.raises(BaselineUnusable) as err:
         runner._baseline_usable(ctx, "127.0.0.1:5000/ns/sglang@sha256:ab")  # type: ignore[arg-type]
     exc = err.value
@@ -59,4 +59,7 @@ def test_a_baseline_whose_client_starts_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runner, "_client", lambda *a, **k: "usage: bench_serving ...")
-    runner._baseline_usable(SimpleNamespace(report_dir=tmp_path), "img")  # type: ignore[arg-type]
+    runner._baseline_usable(
+        SimpleNamespace(report_dir=tmp_path, rt=SimpleNamespace(kind="process"), server_url=None),
+        "img",
+    )  # type: ignore[arg-type]
