@@ -587,6 +587,21 @@ def _verdict(low: float, high: float, gate: tuple[float, float], final: bool) ->
     )
 
 
+def _one_side(empty: Change, by_side: Mapping[str, Sequence[Block]]) -> Change:
+    """No comparison: one side never booted. The side that did keeps its figure (the
+    geometric mean of its boots); the other reads 0.0 with no boots, shown as "-"."""
+    measured = {
+        side: math.exp(statistics.fmean(statistics.fmean(map(math.log, b.samples)) for b in bs))
+        for side, bs in by_side.items()
+        if bs and all(b.samples for b in bs)
+    }
+    missing = "baseline" if not by_side.get("baseline") else "candidate"
+    return replace(
+        empty, why=f"no {missing} boot measured",
+        baseline=measured.get("baseline", 0.0), candidate=measured.get("candidate", 0.0),
+    )  # fmt: skip
+
+
 def compare(
     figure: str,
     blocks: Sequence[Block],
@@ -623,15 +638,7 @@ def compare(
         (nb, nc), (reqs[0], reqs[1]), boot_sd, None, INCONCLUSIVE, max_mde=max_mde,
     )  # fmt: skip
     if nb == 0 or nc == 0:
-        measured = {  # the side that booted keeps its figure (geometric mean of its boots)
-            side: math.exp(statistics.fmean(statistics.fmean(map(math.log, b.samples)) for b in bs))
-            for side, bs in by_side.items()
-            if bs and all(b.samples for b in bs)
-        }
-        return replace(
-            empty, why=f"no {'baseline' if nb == 0 else 'candidate'} boot measured",
-            baseline=measured.get("baseline", 0.0), candidate=measured.get("candidate", 0.0),
-        )  # fmt: skip
+        return _one_side(empty, by_side)
     logs = _Logs.of(by_side)
     per_boot = round(sum(reqs) / (nb + nc))
     used = _noise_used(logs, noise, per_boot, boot_sd)

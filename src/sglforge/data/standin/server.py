@@ -1378,6 +1378,8 @@ class Engine:
             self.last_receive = time.time()
             if emit is not None:
                 emit(self._out(req, done, finish if done >= len(words) else None))
+        # the finished request's output is sent either way (an empty text still comes back)
+        self.last_receive = time.time()
         out = self._out(req, len(words), finish)
         if counted and log_metrics:
             with self.lock:
