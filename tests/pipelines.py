@@ -165,7 +165,7 @@ def publish_at(
     changelog: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
-    from sglforge.engine.reference import check_registry
+    from sglforge.engine.reference import Registry
     from sglforge.publish import candidate_for, publish
 
     project = open_project(where, upstream)
@@ -184,7 +184,7 @@ def publish_at(
         smoke = smoke_request(chosen, model, port, labels=labels)
     req = PublishRequest(
         build=build,
-        registry=check_registry(registry),
+        registry=Registry(registry),
         smoke=smoke,
         allow_standin=allow_standin,
         accept_regression=accept_regression,
@@ -215,6 +215,10 @@ def upgrade_at(
     project = open_project(where, upstream)
     publish_keys = {f.name for f in dataclasses.fields(PublishOptions)}
     given = {k: options.pop(k) for k in list(options) if k in publish_keys}
+    if isinstance(given.get("registry"), str):  # as the command line makes it
+        from sglforge.engine.reference import Registry
+
+        given["registry"] = Registry(given["registry"])
     if options.pop("publish", False):
         options["publish"] = PublishOptions(**given)
     req = UpgradeRequest(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sglforge import construct
     from sglforge.build import BuildResult
     from sglforge.engine.credentials import Credentials
+    from sglforge.engine.reference import Registry
     from sglforge.project import Project
     from sglforge.queue.configs import BaseTables
     from sglforge.requests import SmokeRequest
@@ -72,7 +73,7 @@ class GatePolicy:
     baseline_required: bool = False  # publish: compare with the last release, or say why not
     no_baseline: str | None = None  # --no-baseline REASON
     accept_regression: str | None = None  # --accept-regression REASON
-    registry: str = ""  # the registry prefix the release is pushed to ("" none)
+    registry: Registry | None = None  # the registry the release is pushed to (None: none)
     creds: Credentials | None = field(default=None, repr=False)
 
 

@@ -26,6 +26,7 @@ from sglforge.engine import reference as engine_ref
 from sglforge.engine import registry as reg
 from sglforge.engine.credentials import Credentials
 from sglforge.engine.errors import EngineError
+from sglforge.engine.reference import Registry
 from sglforge.errors import (
     ConfigError,
     NoBaseline,
@@ -138,31 +139,17 @@ class PublishResult:
 # --- scenarios and references ---------------------------------------------------------------
 
 
-def registry_prefix(registry: str) -> str:
-    """``127.0.0.1:5000`` or ``ghcr.io/org`` with scheme and trailing slashes removed.
-
-    ConfigError (exit 2) for credentials in it (never echoed), an uppercase or malformed
-    repository path, or a bad port: checked before the build.
-    """
-    return engine_ref.check_registry(registry)
-
-
 def references(
-    registry: str, image: str, target: str, default_rocm: bool = True
+    registry: Registry, image: str, target: str, default_rocm: bool = True
 ) -> tuple[str, tuple[str, ...]]:
     """The immutable registry reference for ``image`` and its friendly references.
 
     ``sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d`` in ``127.0.0.1:5000`` gives
     ``127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d`` plus
-    ``...:v0.5.14-rocm700-mi355x`` and ``...:latest-mi355x``.
+    ``...:v0.5.14-rocm700-mi355x`` and ``...:latest-mi355x``. The registry was checked when
+    it was made (where the command line read ``--registry``), not again here.
     """
-    return _references(registry_prefix(registry), image, target, default_rocm)
-
-
-def _references(
-    prefix: str, image: str, target: str, default_rocm: bool = True
-) -> tuple[str, tuple[str, ...]]:
-    """:func:`references` in a registry prefix already checked."""
+    prefix = registry.prefix
     repo, sep, tag = image.rpartition(":")
     if not sep or "/" in tag:
         raise PublishError(f"{image}: built image reference has no tag", "rebuild: sglforge build")
@@ -209,7 +196,7 @@ class _Run:
 
     project: Project
     req: PublishRequest
-    prefix: str
+    registry: Registry
     creds: Credentials | None
     say: Callable[[str], None]
     cand: Candidate  # what the gates prove
@@ -257,18 +244,17 @@ class _Run:
 def candidate_for(project: Project, req: PublishRequest, say: Progress) -> Candidate:
     """The candidate of ``req`` with a publish's gate policy: its target, parsed scenario and
     model, probes labelled with the request's labels, and the bench compared with the last
-    release in ``req.registry`` (or told why not). The registry is checked here, and its
-    login read (not for a dry run): once, for the whole publish. The caller closes it."""
+    release in ``req.registry`` (or told why not). The registry's login is read here (not for
+    a dry run): once, for the whole publish. The caller closes it."""
     from sglforge.candidate import Candidate, GatePolicy
 
-    prefix = registry_prefix(req.registry)
     policy = GatePolicy(
         baseline=_last_release_image,
         baseline_required=True,  # a publish compares, or says why not (--no-baseline)
         no_baseline=req.no_baseline,
         accept_regression=req.accept_regression,
-        registry=prefix,
-        creds=None if req.dry_run else reg.credentials(prefix.split("/", 1)[0]),
+        registry=req.registry,
+        creds=None if req.dry_run else reg.credentials(req.registry.host),
     )
     smoke = req.smoke
     return Candidate(
@@ -360,7 +346,7 @@ def _open(
 ) -> _Run:
     """The registry login and the stand-in rule, checked before the build (the registry and
     its login as the candidate's policy holds them)."""
-    prefix, creds = cand.policy.registry, cand.policy.creds
+    registry, creds = _registry(cand), cand.policy.creds
     sc = req.smoke.scenario if req.smoke else None
     if sc is not None and sc.bench is not None and not req.no_baseline:
         # before the login and the build: a comparison known never to pass is refused now,
@@ -370,8 +356,8 @@ def _open(
         require_passable(sc.bench, sc.path)
     if not req.dry_run:
         # Before the build and the smoke run, which can take an hour on real hardware.
-        reg.check_login(prefix.split("/", 1)[0], creds)
-    run = _Run(project, req, prefix, creds, progress or (lambda _msg: None), cand)
+        reg.check_login(registry.host, creds)
+    run = _Run(project, req, registry, creds, progress or (lambda _msg: None), cand)
     run.standin = _standin_rule(run)
     if not req.dry_run and _compares(run):
         # U3: the first release is found out now, with one read of the registry's tag list,
@@ -384,6 +370,13 @@ def _open(
                 FIRST_RELEASE_HINT,
             )
     return run
+
+
+def _registry(cand: Candidate) -> Registry:
+    """The registry a publish's candidate pushes to (``candidate_for`` puts it in the policy)."""
+    registry = cand.policy.registry
+    assert registry is not None, "publish's candidate comes from candidate_for (with a registry)"
+    return registry
 
 
 def _compares(run: _Run) -> bool:
@@ -402,7 +395,7 @@ def _last_release(run: _Run) -> tuple[bool | None, str]:
     from sglforge.release import load_records, release_tags
 
     bt = run.target
-    repository = _repository(_references(run.prefix, f"{bt.repository}:v", bt.name)[0])
+    repository = _repository(references(run.registry, f"{bt.repository}:v", bt.name)[0])
     tags = release_tags(repository, bt.name)
     if tags is None:
         return None, f"{repository} did not answer: whether {bt.name} has a release is unknown"
@@ -425,12 +418,12 @@ def _build(run: _Run, built: BuildResult | None) -> PublishResult:
     else:
         detail = "built by the caller from the same request, reused"
     run.built = built
-    run.immutable, friendly = _references(run.prefix, built.image, bt.name, bt.default_rocm)
+    run.immutable, friendly = references(run.registry, built.image, bt.name, bt.default_rocm)
     run.moving = () if req.skip_smoke else friendly
     run.clock.done("build", None if req.dry_run else True, detail)
     return PublishResult(
         target=bt.key,
-        registry=run.prefix,
+        registry=run.registry.prefix,
         image=built.image,
         immutable=run.immutable,
         friendly=run.moving,
@@ -590,7 +583,7 @@ def _last_release_image(c: Candidate) -> Against:
     from sglforge.release import previous_release
 
     bt, creds = c.target, c.policy.creds
-    immutable = _references(c.policy.registry, c.build_result.image, bt.name)[0]
+    immutable = references(_registry(c), c.build_result.image, bt.name)[0]
     repository = _repository(immutable)
     version = immutable.rpartition(":")[2]
     previous = previous_release(c.project.root, bt.name, version, repository, creds)

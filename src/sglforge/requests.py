@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sglforge.errors import ConfigError
 
 if TYPE_CHECKING:
+    from sglforge.engine.reference import Registry
     from sglforge.scenario.file import Scenario
     from sglforge.targets import BuildTarget
 
@@ -94,7 +95,7 @@ class PublishRequest:
     """Build (or reuse), smoke, push and tag one target's image."""
 
     build: BuildRequest
-    registry: str  # HOST[:PORT][/NS], checked (engine.reference.check_registry)
+    registry: Registry  # checked once, where --registry was read
     smoke: SmokeRequest | None  # None: --skip-smoke, the release is recorded as untested
     allow_standin: bool = False
     accept_regression: str | None = None
@@ -122,7 +123,7 @@ class PublishOptions:
     """How to publish, apart from what is built and smoked: one value the command line builds,
     which ``upgrade --publish`` copies into each target's ``PublishRequest`` whole."""
 
-    registry: str  # HOST[:PORT][/NS], checked (engine.reference.check_registry)
+    registry: Registry  # checked once, where --registry was read
     allow_standin: bool = False
     accept_regression: str | None = None
     attempts: int = 4
@@ -172,7 +173,3 @@ class UpgradeRequest:
         object.__setattr__(self, "targets", tuple(self.targets))
         _freeze(self, "labels")
         check_mode(self.mode)
-        if self.publish is not None and not self.publish.registry:
-            raise ConfigError(
-                "--publish needs --registry REG", "sglforge upgrade --publish --registry REG"
-            )

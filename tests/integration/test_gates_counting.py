@@ -38,7 +38,7 @@ from helpers_build import VERSION, make_build_project
 from sglforge import bases, construct, selfcheck
 from sglforge.cli import main
 from sglforge.construct.built import Construction, Model, Tokens
-from sglforge.engine import images, registry
+from sglforge.engine import images, reference, registry
 from sglforge.engine.images import ImageInfo
 from sglforge.engine.registry import Pushed, RemoteTag
 from sglforge.git import mirror
@@ -138,6 +138,7 @@ def counted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Counter[str]:
         "upstream.toml read": (series, "load_pin"),
         "targets.toml read": (sglforge.targets, "load_targets"),
         "upstream opened": (upstream, "open_upstream"),
+        "registry checked": (reference, "check_registry"),
     }
     for name, (module, attr) in readers.items():
         real = getattr(module, attr)
@@ -303,6 +304,7 @@ ONCE = {
     "aiter probe": 1,
     "engine build": 1,
     "smoke runs": 1,
+    "registry checked": 1,  # where --registry is read; the core takes the Registry value
 }
 
 

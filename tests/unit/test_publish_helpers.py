@@ -10,9 +10,11 @@ import pytest
 
 from gate_records import smoke_gate
 from junit_schema import assert_valid_junit
+from sglforge.engine import reference
+from sglforge.engine.reference import Registry
 from sglforge.errors import ConfigError
 from sglforge.provenance import provenance_from
-from sglforge.publish import PublishResult, Step, references, registry_prefix
+from sglforge.publish import PublishResult, Step, references
 from sglforge.reports.publish import STAGES, junit_xml, markdown, summary
 from sglforge.scenario.file import find_scenario
 from sglforge.smoke.report import Check
@@ -21,7 +23,7 @@ IMAGE = "sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d"
 
 
 def test_references_immutable_first_then_friendly_tags() -> None:
-    immutable, friendly = references("127.0.0.1:5000", IMAGE, "mi355x")
+    immutable, friendly = references(Registry("127.0.0.1:5000"), IMAGE, "mi355x")
     assert immutable == "127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x-q1a2b3c4d"
     assert friendly == (
         "127.0.0.1:5000/sglforge/sglang:v0.5.14-rocm700-mi355x",
@@ -29,20 +31,30 @@ def test_references_immutable_first_then_friendly_tags() -> None:
     )
     # A ROCm flavour that is not the target's default gets its own latest tag.
     other = "sglforge/sglang:v0.5.14-rocm720-mi355x-q1a2b3c4d"
-    _, friendly = references("ghcr.io/org/", other, "mi355x", default_rocm=False)
+    _, friendly = references(Registry("ghcr.io/org/"), other, "mi355x", default_rocm=False)
     assert friendly == (
         "ghcr.io/org/sglforge/sglang:v0.5.14-rocm720-mi355x",
         "ghcr.io/org/sglforge/sglang:latest-mi355x-rocm720",
     )
 
 
-def test_registry_prefix_needs_a_host() -> None:
-    assert registry_prefix("http://127.0.0.1:5000/") == "127.0.0.1:5000"
-    assert registry_prefix("ghcr.io/org") == "ghcr.io/org"
-    with pytest.raises(ConfigError, match="registry host"):
-        registry_prefix("myteam")
-    with pytest.raises(ConfigError, match="empty"):
-        registry_prefix(" ")
+def test_a_registry_is_checked_when_made_and_never_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = Registry("http://127.0.0.1:5000/")
+    assert (made.prefix, made.host, str(made)) == ("127.0.0.1:5000",) * 3
+    ns = Registry("ghcr.io/org")
+    assert (ns.prefix, ns.host) == ("ghcr.io/org", "ghcr.io")
+    with pytest.raises(ConfigError, match="--registry 'myteam': 'myteam' is not a registry host"):
+        Registry("myteam")
+    with pytest.raises(ConfigError, match="--registry is empty"):
+        Registry(" ")
+    checked: list[str] = []
+    real = reference.check_registry
+    monkeypatch.setattr(reference, "check_registry", lambda t: checked.append(t) or real(t))
+    references(ns, IMAGE, "mi355x")
+    references(ns, IMAGE, "mi300x", default_rocm=False)
+    assert checked == []  # the value carries its check; the core does not repeat it
+    Registry("ghcr.io/org")
+    assert checked == ["ghcr.io/org"]  # (the counter counts)
 
 
 def scenario(folder: Path, name: str, target: str | None) -> Path:

@@ -5,13 +5,16 @@ everywhere (``--target``, ``--upstream``, ``--offline``, ``--label``, ``--base-i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from sglforge.cli.complete import complete_scenarios, complete_targets
 from sglforge.errors import ConfigError
 from sglforge.requests import MODES
+
+if TYPE_CHECKING:
+    from sglforge.engine.reference import Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -249,15 +252,16 @@ def mode_option(f: F) -> F:
     )(f)
 
 
-def _registry(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """The registry validated as it is read: nothing runs with a reference that cannot push,
-    and credentials in it are refused without being echoed."""
+def _registry(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Registry | None:
+    """The registry validated as it is read, the one time it is: nothing runs with a reference
+    that cannot push, and credentials in it are refused without being echoed. The core takes
+    the ``Registry`` value and never checks it again."""
     if value is None:
         return None
-    from sglforge.engine.reference import check_registry
+    from sglforge.engine.reference import Registry
 
     try:
-        return check_registry(value)
+        return Registry(value)
     except ConfigError as exc:  # the message never holds the credentials
         raise click.BadParameter(str(exc)) from None
 

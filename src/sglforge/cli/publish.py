@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -33,6 +34,9 @@ from sglforge.reports import bench as bench_view
 from sglforge.reports.publish import bench_text, failure_summary, junit_xml, markdown, summary
 from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest
 from sglforge.util import atomic_write, check_output_file, printable
+
+if TYPE_CHECKING:
+    from sglforge.engine.reference import Registry
 
 
 @main.command("publish")
@@ -87,7 +91,7 @@ from sglforge.util import atomic_write, check_output_file, printable
 def publish_cmd(
     state: State,
     target: str,
-    registry: str,
+    registry: Registry,
     model: str | None,
     port: int | None,
     scenario: str | None,
@@ -172,7 +176,7 @@ def publish_cmd(
         # Reports still get written: CI shows why nothing was published.
         _reports(None, target, junit, summary_path, str(exc))
         if as_json:
-            doc = failure_summary(target, registry, exc)
+            doc = failure_summary(target, registry.prefix, exc)
             error_document(doc, exc.exit_code, exc.message, exc.hint)
         raise
     _reports(result, target, junit, summary_path, result.error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,11 +20,23 @@ from sglforge.cli.options import (
     targets_option,
     upstream_option,
 )
-from sglforge.errors import EXIT_PROBLEMS
+from sglforge.errors import EXIT_PROBLEMS, ConfigError
 from sglforge.gates.result import bench_record
 from sglforge.progress import current
 from sglforge.reports import bench as bench_view
 from sglforge.requests import UpgradeRequest
+
+if TYPE_CHECKING:
+    from sglforge.engine.reference import Registry
+
+
+def _needed(registry: Registry | None) -> Registry:
+    """``--publish``'s registry: refused before anything runs when none was given."""
+    if registry is None:
+        raise ConfigError(
+            "--publish needs --registry REG", "sglforge upgrade --publish --registry REG"
+        )
+    return registry
 
 
 @main.command("upgrade")
@@ -92,7 +105,7 @@ def upgrade_cmd(
     no_baseline: str | None,
     retries: int,
     backoff: float,
-    registry: str | None,
+    registry: Registry | None,
     mode: str,
     offline: bool,
     report_dir: Path | None,
@@ -121,7 +134,7 @@ def upgrade_cmd(
     options = None
     if do_publish:
         options = PublishOptions(
-            registry=registry or "",
+            registry=_needed(registry),
             allow_standin=allow_standin,
             accept_regression=accept_regression,
             no_baseline=no_baseline,

@@ -124,6 +124,29 @@ def check_registry(text: str, what: str = "--registry") -> str:
     return value
 
 
+@dataclass(frozen=True)
+class Registry:
+    """A registry to push to, ``HOST[:PORT][/NAMESPACE]``: checked once, when it is made
+    (where the command line reads ``--registry``), then carried whole to the core.
+
+    ``Registry("http://127.0.0.1:5000/").prefix == "127.0.0.1:5000"``; BadReference (exit 2)
+    as :func:`check_registry` says, naming the value (never credentials) and what to pass.
+    """
+
+    prefix: str  # normalised: no scheme, no trailing slash
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", check_registry(self.prefix))
+
+    @property
+    def host(self) -> str:
+        """``HOST[:PORT]``: what its login is kept under."""
+        return self.prefix.split("/", 1)[0]
+
+    def __str__(self) -> str:
+        return self.prefix
+
+
 def _check_host(host: str, where: str, hint: str) -> None:
     m = _HOST.match(host)
     if not m or not is_host(host):
@@ -218,6 +241,7 @@ def is_loopback(registry: str) -> bool:
 __all__ = [
     "DEFAULT_REGISTRY",
     "ImageRef",
+    "Registry",
     "check_registry",
     "is_loopback",
     "parse",
