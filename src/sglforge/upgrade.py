@@ -36,6 +36,7 @@ from sglforge.util import atomic_write, confined, project_lock
 
 if TYPE_CHECKING:
     from sglforge.candidate import Candidate
+    from sglforge.queue.configs import BaseTables
     from sglforge.targets import BuildTarget
 
 STAGED = ("patches", "images", "smoke")
@@ -278,7 +279,12 @@ def _upgrade_staged(run: _Upgrade, stage: Project) -> UpgradeResult:
     run.timed("check+refresh", t)
     if not refreshed.ok:
         return run.report(refreshed, False, _conflict_reason(run, refreshed))
-    outcomes = [_prove_target(run, stage, bt) for bt in req.targets] if req.build else []
+    outcomes = []
+    if req.build:
+        # The config items the new bases' aiter carries leave the staged queue once, before
+        # any build: every target's outcome names the same retired set.
+        retired = _retire_upstreamed_configs(stage, _bases(run), req.labels, run.say)
+        outcomes = [_prove_target(run, stage, bt, retired) for bt in req.targets]
     failed = [o for o in outcomes if o.error or (req.smoke and o.smoke_passed is False)]
     if failed:
         reason = "; ".join(f"{o.target}: {o.error or 'smoke failed'}" for o in failed)
@@ -405,13 +411,13 @@ def _write_back(root: Path, stage: Path) -> None:
     commit_files(root / "patches", files)
 
 
-def _prove_target(run: _Upgrade, stage: Project, bt: BuildTarget) -> TargetOutcome:
+def _prove_target(
+    run: _Upgrade, stage: Project, bt: BuildTarget, retired: tuple[str, ...]
+) -> TargetOutcome:
     """Build the staged queue for ``bt`` once and prove it with the gates publish runs (the
-    scan before the build); with ``--publish``, publish gets the candidate, build and all."""
-    from sglforge import bases
-
+    scan before the build); with ``--publish``, publish gets the candidate, build and all.
+    ``retired``: the config items this upgrade retired as upstreamed (named in the outcome)."""
     req = run.req
-    version = str(ref_version(run.new_ref) or run.new_ref.lstrip("v"))
     build = BuildRequest(
         target=bt,
         mode=req.mode,
@@ -420,12 +426,6 @@ def _prove_target(run: _Upgrade, stage: Project, bt: BuildTarget) -> TargetOutco
         offline=req.offline,
     )
     try:
-        retired: tuple[str, ...] = ()
-        if req.base_image:
-            # The one template rule, and {date} resolved before the base is probed.
-            base = bases.base_ref(bt, version, req.base_image)
-            base = bases.resolve_base(base, bt, req.offline, run.say)
-            retired = _retire_upstreamed_configs(stage.root, base, req.labels, run.say)
         smoke = _smoke_request(run, stage, bt) if req.smoke else None
         pub = req.publish.request(build, smoke) if req.publish is not None else None
         with _candidate(run, stage, bt, smoke, pub) as cand:
@@ -546,33 +546,82 @@ def _gate_target(run: _Upgrade, cand: Candidate, out: TargetOutcome) -> TargetOu
     )
 
 
+def _bases(run: _Upgrade) -> tuple[tuple[str, str | None], ...]:
+    """Each target's name and its base with ``--base-image``: the one template rule, and
+    {date} resolved before the base is probed (None when that fails: the target's build then
+    says why). None at all without ``--base-image`` (the targets' own bases are not probed)."""
+    from sglforge import bases
+
+    req = run.req
+    if not req.base_image:
+        return ()
+    version = str(ref_version(run.new_ref) or run.new_ref.lstrip("v"))
+    found: list[tuple[str, str | None]] = []
+    for bt in req.targets:
+        try:
+            base = bases.base_ref(bt, version, req.base_image)
+            found.append((bt.name, bases.resolve_base(base, bt, req.offline, run.say)))
+        except SglforgeError:
+            found.append((bt.name, None))
+    return tuple(found)
+
+
 def _retire_upstreamed_configs(
-    stage: Path, base: str, labels: Mapping[str, str] | None, say: Callable[[str], None]
+    stage: Project,
+    bases: Sequence[tuple[str, str | None]],
+    labels: Mapping[str, str] | None,
+    say: Callable[[str], None],
 ) -> tuple[str, ...]:
-    """Move the staged config items ``base``'s aiter already carries to patches/retired/configs/.
+    """Move the staged config items the new bases' aiter already carries to
+    patches/retired/configs/, and reload the staged project so nothing later reads them.
 
-    Such an item's keys are all in the base's tables with the same kernel choice: installing it
-    would duplicate keys (the build refuses those) and it has nothing left to add.
+    ``bases``: each target built and its base (None: unknown). An item goes when at least one
+    target is its own (``target`` in its TOML) and every such target's base carries its keys
+    with the same kernel choice: installing it would duplicate keys (the build refuses those)
+    and it has nothing left to add. Each base is probed once, and only for a target with items;
+    a base without aiter, or one that cannot be read, keeps its targets' items (their build
+    then says why).
     """
-    from sglforge.overlay_configs import base_aiter
-    from sglforge.queue.configs import load_items, upstreamed
+    from sglforge.queue.configs import upstreamed
 
-    items = load_items(stage)
-    if not items:
+    if not bases:
         return ()
-    tables = base_aiter(base, labels)
-    if tables is None:
-        return ()
+    probed: dict[str, BaseTables | None] = {}
     retired = []
-    dest = stage / "patches" / "retired" / "configs"
-    for item in items:
-        if upstreamed(item, tables):
-            dest.mkdir(parents=True, exist_ok=True)
-            for rel in (item.meta_file, item.csv_file):
-                shutil.move(stage / rel, dest / Path(rel).name)
-            say(f"config item {item.name}: {base}'s aiter carries every row: upstreamed, retired")
-            retired.append(item.name)
+    dest = stage.root / "patches" / "retired" / "configs"
+    for item in stage.queue.configs:
+        wanted = [base for name, base in bases if name == item.target]
+        known = [base for base in wanted if base is not None]
+        if not known or len(known) < len(wanted):
+            continue
+        for base in known:
+            if base not in probed:
+                probed[base] = _base_tables(base, labels, say)
+        tables = [probed[base] for base in known]
+        if not all(t is not None and upstreamed(item, t) for t in tables):
+            continue
+        dest.mkdir(parents=True, exist_ok=True)
+        for rel in (item.meta_file, item.csv_file):
+            shutil.move(stage.root / rel, dest / Path(rel).name)
+        where = ", ".join(sorted(set(known)))
+        say(f"config item {item.name}: {where}'s aiter carries every row: upstreamed, retired")
+        retired.append(item.name)
+    if retired:
+        stage.reload()  # the queue as read still holds the items moved
     return tuple(retired)
+
+
+def _base_tables(
+    base: str, labels: Mapping[str, str] | None, say: Callable[[str], None]
+) -> BaseTables | None:
+    """``base``'s aiter tables, None when it has none or cannot be read (said)."""
+    from sglforge.overlay_configs import base_aiter
+
+    try:
+        return base_aiter(base, labels)
+    except SglforgeError as exc:
+        say(f"{base}: aiter not read ({str(exc).splitlines()[0]}); its config items kept")
+        return None
 
 
 def _write_report(root: Path, result: UpgradeResult, report_dir: Path | None) -> UpgradeResult:

@@ -244,16 +244,21 @@ def test_the_standin_smoke_passes_with_the_item_and_fails_without(
 def test_upgrade_retires_an_item_the_base_s_aiter_already_carries(
     tmp_path: Path, built: BuildResult, replica: str, docker_labels
 ) -> None:
+    from sglforge.project import Project
     from sglforge.upgrade import _retire_upstreamed_configs
 
     said: list[str] = []
     stage = copy_real_project(tmp_path / "stage")
+    staged = Project(stage)
     # The bare replica lacks the rows: nothing retired, the item stays in the queue.
-    assert _retire_upstreamed_configs(stage, replica, docker_labels, said.append) == ()
+    bare = (("mi355x", replica),)
+    assert _retire_upstreamed_configs(staged, bare, docker_labels, said.append) == ()
     assert (stage / "patches" / "configs" / f"{ITEM}.csv").is_file()
     # Our image's aiter merges the item's rows it can read: as a base it carries them all.
-    retired = _retire_upstreamed_configs(stage, built.image, docker_labels, said.append)
+    ours = (("mi355x", built.image),)
+    retired = _retire_upstreamed_configs(staged, ours, docker_labels, said.append)
     assert retired == (ITEM,)
     assert not (stage / "patches" / "configs" / f"{ITEM}.csv").exists()
     assert (stage / "patches" / "retired" / "configs" / f"{ITEM}.toml").is_file()
     assert load_items(stage) == () and "upstreamed, retired" in said[-1]
+    assert staged.queue.configs == ()  # the staged project reloaded

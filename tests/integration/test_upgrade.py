@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
+from test_gates_counting import _project, _with_items
+from test_gates_counting import counted as counted  # the outside systems replaced
 
 from crash import CRASH_EXIT, crash_command
 from pipelines import upgrade_at as upgrade
@@ -146,3 +151,50 @@ def test_a_patch_rewritten_for_the_new_release_is_named_in_the_changelog(tmp_pat
         "`python/pkg/d.py`." in changelog
     ), changelog
     assert "0001-fix-a" not in changelog
+
+
+def test_a_two_target_upgrade_retires_an_upstreamed_config_item_once(
+    tmp_path: Path, counted: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two targets of one item's GPU (mi355x on two ROCm versions) whose new base's aiter
+    carries every row of the queue's config item: the item is retired once, before either
+    build (the base probed once), both outcomes name it, and the project's patches/ no longer
+    holds it (review 5, 5.2 mend 6; the second target once saw an empty retired set)."""
+    from sglforge import bases
+    from synthetic import git as run_git
+
+    item = "glm52-mxfp4-moe-gfx950"
+    p, _scenario, _model = _project(tmp_path)
+    _with_items(p.root)
+    run_git(p.upstream, "tag", "v0.5.15")
+    rows = (p.root / "patches" / "configs" / f"{item}.csv").read_text()
+    real = bases.aiter_configs
+    monkeypatch.setattr(
+        bases,
+        "aiter_configs",  # the new base's aiter merges the item's file as its own
+        lambda ref, labels=None: dataclasses.replace(
+            real(ref, labels), model_configs={"glm5_fp4_tuned_fmoe.csv": rows}
+        ),
+    )
+    said: list[str] = []
+    r = upgrade(
+        p.root,
+        "v0.5.15",
+        upstream=p.upstream,
+        targets=("mi355x", "mi355x-rocm720"),
+        base_image="sglforge-standin/sglang-build:v{version}-rocm700-mi35x",
+        offline=True,
+        smoke=False,
+        progress=said.append,
+    )
+    assert r.ready and r.applied, r.reason
+    assert [t.target for t in r.targets] == ["mi355x", "mi355x-rocm720"]
+    assert [t.configs for t in r.targets] == [((item, "upstreamed"),)] * 2
+    assert counted["aiter probe"] == 1 and counted["engine build"] == 2, counted
+    assert sum("upstreamed, retired" in line for line in said) == 1, said
+    configs, retired = p.root / "patches" / "configs", p.root / "patches" / "retired" / "configs"
+    assert not list(configs.glob(f"{item}.*")) and load_queue(p.root).configs == ()
+    assert sorted(f.name for f in retired.iterdir()) == [f"{item}.csv", f"{item}.toml"]
+    assert (retired / f"{item}.csv").read_text() == rows
+    md = r.report_md.read_text()
+    assert all(f"| {t} | {item} | upstreamed |" in md for t in ("mi355x", "mi355x-rocm720"))
