@@ -10,6 +10,10 @@ of this user, created on first use; a key file that is a link, another user's, r
 others, or of another size is not used (every entry then reads as a miss, and nothing is
 signed). The key is mixed with ``/etc/machine-id`` where there is one, so a key file copied
 to another machine signs nothing that machine trusts.
+
+:func:`read_sealed` and :func:`write_sealed` are every cache's one way to an entry on disk: a
+bounded read whose every failure is a miss, and a write through a temporary file and a rename
+whose failure only costs time.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ import hmac
 import json
 import os
 import stat
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from sglforge.util import JSON_CAP, loads_bounded
 
 KEYS_ENV = "SGLFORGE_KEYS"
 _KEY_BYTES = 32
@@ -53,18 +60,31 @@ def _key(folder: Path) -> bytes | None:
 
 
 def _read_key(path: Path) -> bytes | None:
+    raw = _read_file(path, _KEY_BYTES, private=True)
+    return raw if raw is not None and len(raw) == _KEY_BYTES else None
+
+
+def _read_file(path: Path, limit: int, *, private: bool = False) -> bytes | None:
+    """The bytes of the regular file ``path`` when it holds at most ``limit`` (refused by its
+    size, unread; a FIFO does not block the open); with ``private``, only a file of this user
+    that no one else can read, not behind a link. None for anything else."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if private else 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, flags)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
-        raw = os.read(fd, _KEY_BYTES + 1)
+        if private and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+            return None
+        raw = os.read(fd, limit + 1)
+    except OSError:
+        return None
     finally:
         os.close(fd)
-    return raw if len(raw) == _KEY_BYTES else None
+    return raw if len(raw) <= limit else None
 
 
 def _make_key(folder: Path) -> bytes | None:
@@ -113,4 +133,45 @@ def opened(kind: str, name: str, doc: object) -> dict[str, Any] | None:
     return body if hmac.compare_digest(given, _mac(key, kind, name, body)) else None
 
 
-__all__ = ["KEYS_ENV", "keys_folder", "opened", "seal"]
+def read_sealed(
+    path: Path, kind: str, name: str, *, limit: int = JSON_CAP
+) -> dict[str, Any] | None:
+    """The entry at ``path`` without its HMAC, when it is a JSON object of at most ``limit``
+    bytes sealed here as ``kind``/``name``; anything else a miss (None): absent, not a regular
+    file (a planted FIFO does not block), larger than ``limit`` (refused by its size, unread),
+    damaged, nested too deep, planted or moved (issue 42, F6, F11)."""
+    raw = _read_file(path, limit)
+    if raw is None:
+        return None
+    try:
+        return opened(kind, name, loads_bounded(raw, cap=limit))
+    except (ValueError, RecursionError):  # JsonRefused is a ValueError
+        return None
+
+
+def write_sealed(path: Path, kind: str, name: str, doc: dict[str, Any]) -> bool:
+    """Write ``doc`` sealed as ``kind``/``name`` to ``path`` through a temporary file in its
+    folder and a rename (a reader sees a whole entry or none; a crash's torn one fails its
+    seal), 0600, not fsynced. True when written; False, never an error, when there is no key
+    or the disk refused (a cache that cannot be written only costs time)."""
+    sealed = seal(kind, name, doc)
+    if sealed is None:
+        return False
+    raw = json.dumps(sealed, sort_keys=True).encode()
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError:
+        return False
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return True
+
+
+__all__ = ["KEYS_ENV", "keys_folder", "opened", "read_sealed", "seal", "write_sealed"]

@@ -363,28 +363,17 @@ def _help_entry(image_id: str) -> Path:
 
 
 def _cached_help(image_id: str) -> str | None:
-    from sglforge.cachekey import opened
-    from sglforge.util import read_json
+    from sglforge.cachekey import read_sealed
 
-    try:
-        doc = opened(HELP_CACHE, image_id, read_json(_help_entry(image_id)))
-    except (OSError, ValueError, RecursionError):
-        return None
+    doc = read_sealed(_help_entry(image_id), HELP_CACHE, image_id)
     text = doc.get("help") if doc else None
     return text if isinstance(text, str) and text else None
 
 
 def _store_help(image_id: str, text: str) -> None:
-    from sglforge.cachekey import seal
-    from sglforge.util import atomic_write
+    from sglforge.cachekey import write_sealed
 
-    sealed = seal(HELP_CACHE, image_id, {"help": text})
-    if sealed is None:
-        return
-    try:
-        atomic_write(_help_entry(image_id), json.dumps(sealed, sort_keys=True))
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    write_sealed(_help_entry(image_id), HELP_CACHE, image_id, {"help": text})
 
 
 def _client(

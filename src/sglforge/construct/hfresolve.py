@@ -25,9 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import sys
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,28 +150,17 @@ def _key(transformers: str, config: Mapping[str, Any]) -> str:
 
 
 def _write(path: Path, value: Any) -> None:
-    from sglforge.cachekey import seal
+    from sglforge.cachekey import write_sealed
 
-    sealed = seal("config-child", path.name, {"record": value})  # a hint, never a verdict
-    if sealed is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(sealed, f)
-    os.replace(tmp, path)
+    write_sealed(path, "config-child", path.name, {"record": value})  # a hint, never a verdict
 
 
 def _cached(path: Path) -> dict[str, Any] | None:
-    """The config child's cached record at ``path``: through the bounded reader, sealed by
-    this machine (``sglforge.cachekey``) and an object; anything else a miss (F6, F11)."""
-    from sglforge.cachekey import opened
-    from sglforge.util import read_json
+    """The config child's cached record at ``path``: sealed by this machine and an object
+    (``sglforge.cachekey.read_sealed``); anything else a miss (F6, F11)."""
+    from sglforge.cachekey import read_sealed
 
-    try:
-        doc = opened("config-child", path.name, read_json(path))
-    except (OSError, ValueError, RecursionError):
-        return None
+    doc = read_sealed(path, "config-child", path.name)
     record = doc.get("record") if doc is not None else None
     return record if isinstance(record, dict) else None
 

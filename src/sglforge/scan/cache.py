@@ -64,48 +64,21 @@ def _entry(kind: str, key: str) -> Path:
 
 
 def _load(kind: str, key: str) -> dict[str, Any] | None:
-    """The entry ``key`` of ``kind``: through the bounded reader, and only when its HMAC
-    under this machine's key checks (``sglforge.cachekey``); absent, damaged, too large or
-    too deep, of another shape, or planted by whoever wrote the cache: a miss (issue 42, F6,
-    F11), rewritten by this run."""
-    from sglforge.cachekey import opened
-    from sglforge.util import read_json
+    """The entry ``key`` of ``kind`` when it reads sealed (``sglforge.cachekey.read_sealed``)
+    and of this layout; anything else a miss, rewritten by this run."""
+    from sglforge.cachekey import read_sealed
 
-    try:
-        doc = opened(f"scan/{kind}", key, read_json(_entry(kind, key)))
-    except (OSError, ValueError, RecursionError):
-        return None
+    doc = read_sealed(_entry(kind, key), f"scan/{kind}", key)
     return doc if doc is not None and doc.get("version") == VERSION else None
 
 
 def _store(kind: str, key: str, doc: dict[str, Any]) -> None:
-    """Write an entry, sealed with its HMAC, through a temporary file and a rename. Not
-    fsynced (a cold scan writes one per kernel source): an entry a crash left empty or torn
-    reads as damaged, a miss. Without a key nothing is written."""
-    import tempfile
+    """Write an entry sealed (``sglforge.cachekey.write_sealed``: not fsynced, as a cold scan
+    writes one per kernel source; a failed write or no key: nothing written)."""
+    from sglforge.cachekey import write_sealed
 
-    from sglforge.cachekey import seal
-
-    path = _entry(kind, key)
-    sealed = seal(f"scan/{kind}", key, {"version": VERSION, **doc})
-    if sealed is None:
-        return
-    raw = json.dumps(sealed, sort_keys=True).encode()
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass  # a cache that cannot be written (full disk, read-only home) only costs time
-    else:
-        _touch(path.parent.parent)
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+    if write_sealed(_entry(kind, key), f"scan/{kind}", key, {"version": VERSION, **doc}):
+        _touch(_folder(kind))
 
 
 def _touch(folder: Path) -> None:
