@@ -205,7 +205,7 @@ def _base(version: str, bench: bool, say: _progress.Progress, folder: Path) -> t
     try:
         with say.task(f"stand-in base {tag}"):
             base.ensure_sglang_base(version, tag, bench=bench)
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+    except (BuildError, OSError, subprocess.CalledProcessError) as exc:
         # debootstrap, pip download or the docker build failed: their output is in the text
         log = folder / "base-build.log"
         atomic_write(log, f"{type(exc).__name__}: {exc}\n")

@@ -75,6 +75,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -88,6 +89,7 @@ import docker
 import docker.errors
 
 from sglforge import git
+from sglforge.errors import BuildError, LocalDiskError
 
 # The stand-in sglang server: a program copied into the image, shipped as package data.
 SERVER_PY = Path(__file__).resolve().parents[1] / "data" / "standin" / "server.py"
@@ -299,7 +301,27 @@ def cache_dir() -> Path:
             continue
         if os.access(path, os.W_OK):
             return path
-    raise RuntimeError(f"no writable stand-in cache folder among {candidates}")
+    raise LocalDiskError(
+        f"no writable stand-in cache folder: {', '.join(map(str, candidates))}",
+        "make one writable, or name another: SGLFORGE_STANDIN_CACHE=/a/writable/folder",
+    )
+
+
+def _failed(what: str, output: str, log_name: str, hint: str) -> BuildError:
+    """A BuildError for a step of a stand-in's build: ``what`` and the last line of the step's
+    ``output`` on one line; the whole output kept in ``cache_dir()/logs/LOG_NAME.log`` (named
+    in the hint), since a message is one or two lines."""
+    from sglforge.errors import SglforgeError
+    from sglforge.util import atomic_write
+
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    last = lines[-1][:300] if lines else "no output"
+    log = cache_dir() / "logs" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', log_name)}.log"
+    try:
+        atomic_write(log, output)
+    except (OSError, SglforgeError):
+        return BuildError(f"{what}: {last}", hint)
+    return BuildError(f"{what}: {last}", f"{hint}; the whole output: {log}")
 
 
 @contextlib.contextmanager
@@ -419,8 +441,14 @@ def _debootstrap_tarball(digest: str) -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             log = rootfs / "debootstrap" / "debootstrap.log"
-            tail = log.read_text()[-2000:] if log.is_file() else proc.stderr[-2000:]
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+            raise _failed(
+                f"debootstrap {DEBIAN_SUITE} (the stand-in {DEBIAN_TAG}) from {cmd[-1]} "
+                f"failed ({proc.returncode})",
+                log.read_text() if log.is_file() else proc.stderr,
+                f"debootstrap-{DEBIAN_SUITE}",
+                f"check the mirror answers: curl -fsI {cmd[-1]}/dists/{DEBIAN_SUITE}/Release "
+                "(another: SGLFORGE_DEBIAN_MIRROR=URL), then run again",
+            )
         for rel in TRIM:
             target = rootfs / rel
             if target.is_dir():
@@ -461,7 +489,12 @@ def ensure_debian_base(client: docker.DockerClient | None = None) -> str:
         ]
         client.api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=changes)
         if not _image_with_hash(client, DEBIAN_TAG, digest):
-            raise RuntimeError(f"docker import did not produce {DEBIAN_TAG} with {HASH_LABEL}")
+            raise BuildError(
+                f"docker import of {tarball} did not produce {DEBIAN_TAG} "
+                f"labelled {HASH_LABEL}={digest}",
+                f"docker image inspect {DEBIAN_TAG}; rm {tarball} to take it afresh, "
+                "then run again",
+            )
         return DEBIAN_TAG
 
 
@@ -644,16 +677,25 @@ def standin_tokenizer(dest: Path) -> Path:
 
                 listed = [f for f in index.files(name) if f.filename == sdist.name]
                 if not listed:
-                    raise RuntimeError(f"{sdist.name}: not on the package index")
+                    raise BuildError(
+                        f"{sdist.name} (the stand-in tokenizer's source) is not on the "
+                        f"package index ({index.config().describe()})",
+                        f"see what it lists: python3 -m pip index versions {name}",
+                    )
                 folder.mkdir(parents=True, exist_ok=True)
                 index.download(listed[0], sdist, what=f"downloading {sdist.name}")
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(sdist) as tf:
-        for member in tf.getmembers():
-            if member.isfile() and member.name.startswith(TOKENIZER_MEMBER):
-                data = tf.extractfile(member)
-                assert data is not None
-                (dest / member.name[len(TOKENIZER_MEMBER) :]).write_bytes(data.read())
+        members = [m for m in tf.getmembers() if m.isfile() and m.name.startswith(TOKENIZER_MEMBER)]
+        if not members:
+            raise BuildError(
+                f"{sdist}: no {TOKENIZER_MEMBER}* file in it (the stand-in tokenizer)",
+                f"rm -r {folder} to download it afresh, then run again",
+            )
+        for member in members:
+            data = tf.extractfile(member)
+            assert data is not None
+            (dest / member.name[len(TOKENIZER_MEMBER) :]).write_bytes(data.read())
     return dest
 
 
@@ -663,7 +705,15 @@ def _pip_download(dest: Path, requirements: list[str], deps: bool) -> None:
     cmd += ["--dest", str(dest), *(() if deps else ("--no-deps",)), *requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+        shown = ", ".join(requirements[:3]) + (
+            f" and {len(requirements) - 3} more" * (len(requirements) > 3)
+        )
+        raise _failed(
+            f"pip download of {shown} into {dest} failed ({proc.returncode})",
+            f"$ {shlex.join(cmd)}\n{proc.stdout}{proc.stderr}",
+            f"pip-download-{dest.name.removesuffix('.part')}",
+            "the log's first line is the command: run it to see why, then run again",
+        )
 
 
 def _pyproject(describe: bool) -> str:
@@ -1020,8 +1070,11 @@ def _build_replica(client: docker.DockerClient, tag: str, recipe: _Recipe, diges
             )
         except docker.errors.BuildError as exc:
             log = "".join(str(x.get("stream", x.get("error", ""))) for x in exc.build_log)
-            raise RuntimeError(
-                f"building {tag} failed after {time.monotonic() - started:.0f}s:\n{log[-3000:]}"
+            raise _failed(
+                f"docker build {tag} (a stand-in) failed after {time.monotonic() - started:.0f}s",
+                log or str(exc),
+                f"docker-build-{tag}",
+                "the failing step is the log's last; fix it, then run again",
             ) from exc
     if recipe.bench:
         _check_bench_client(client, tag)
@@ -1041,8 +1094,9 @@ def _check_bench_client(client: docker.DockerClient, tag: str) -> None:
         last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), "no output")
         with contextlib.suppress(docker.errors.APIError):
             client.images.remove(tag, force=True)
-        raise RuntimeError(
-            f"{tag}: {' '.join(cmd)} exited {exc.exit_status}: {last.strip()}\n"
-            "the bench client cannot start in the replica, so the image was removed; "
-            "the dependencies come from sglforge.standin.benchdeps (report it with this line)"
+        raise BuildError(
+            f"{tag}: {' '.join(cmd)} exited {exc.exit_status}: {last.strip()} "
+            "(the bench client cannot start in it: the image was removed)",
+            "its dependencies come from sglforge.standin.benchdeps: report this error "
+            "with `sglforge --version`",
         ) from exc
