@@ -21,17 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglforge.errors import ConfigError, SglforgeError
-from sglforge.figures import BenchFigures, SmokeFigures
-from sglforge.gates.result import GateResult, bench_record, smoke_figures, smoke_report
 from sglforge.patches.apply import safe_ref
 from sglforge.patches.check import select_tags
-from sglforge.patches.refresh import PatchOutcome, RefreshResult, refresh_queue
+from sglforge.patches.refresh import RefreshResult, refresh_queue
 from sglforge.project import Project
 from sglforge.provenance import LABEL_CONFIG_PREFIX
 from sglforge.queue.series import ref_version
 from sglforge.queue.upstream import Upstream, hint_upstream, with_upstream
 from sglforge.requests import BuildRequest, PublishRequest, SmokeRequest, UpgradeRequest
 from sglforge.transactions import commit_files
+from sglforge.upgrade_result import TargetOutcome, UpgradeResult
 from sglforge.util import atomic_write, confined, project_lock
 
 if TYPE_CHECKING:
@@ -42,79 +41,6 @@ if TYPE_CHECKING:
 STAGED = ("patches", "images", "smoke")
 # why an upgrade that does not publish skips the bench gate (it would compare with nothing)
 NO_BENCH = "upgrade without --publish: no registry, so no last release to bench against"
-
-
-@dataclass(frozen=True)
-class TargetOutcome:
-    target: str
-    image: str | None = None
-    build_mode: str | None = None
-    up_to_date: bool | None = None
-    build_seconds: float | None = None
-    changed_files: tuple[str, ...] = ()
-    published: tuple[str, ...] = ()
-    error: str = ""
-    # (config item, status at this target's base): "upstreamed" (the base's aiter carries
-    # every row with the same kernel choice: retired) or "installed"
-    configs: tuple[tuple[str, str], ...] = ()
-    # every gate with what it found or why it was skipped: the one carrier of what the gates
-    # found (the smoke and bench properties read it)
-    gates: tuple[GateResult, ...] = ()
-
-    @property
-    def smoke_passed(self) -> bool | None:
-        report = smoke_report(self.gates)
-        return None if report is None else report.passed
-
-    @property
-    def smoke_verdict(self) -> str:
-        report = smoke_report(self.gates)
-        return "" if report is None else report.verdict
-
-    @property
-    def smoke_figures(self) -> SmokeFigures:
-        return smoke_figures(self.gates)
-
-    @property
-    def bench(self) -> BenchFigures | None:
-        """The bench's figures with the delta against the last release (publish runs it)."""
-        record = bench_record(self.gates)
-        return None if record is None else record.figures
-
-    def to_dict(self) -> dict[str, object]:
-        """The JSON form (a target of the upgrade report)."""
-        return {
-            "target": self.target,
-            "image": self.image,
-            "build_mode": self.build_mode,
-            "up_to_date": self.up_to_date,
-            "build_seconds": self.build_seconds,
-            "changed_files": list(self.changed_files),
-            "smoke_passed": self.smoke_passed,
-            "smoke_verdict": self.smoke_verdict,
-            "smoke_figures": self.smoke_figures.as_dict(),
-            "bench": None if self.bench is None else self.bench.as_dict(),
-            "published": list(self.published),
-            "error": self.error,
-            "configs": [list(c) for c in self.configs],
-            "gates": [g.to_dict() for g in self.gates],
-        }
-
-
-@dataclass(frozen=True)
-class UpgradeResult:
-    old_ref: str
-    new_ref: str
-    new_commit: str | None
-    ready: bool  # ready to merge: queue refreshed and every target built and passed
-    applied: bool  # the staged queue was written back to the project
-    reason: str
-    patches: tuple[PatchOutcome, ...]
-    targets: tuple[TargetOutcome, ...]
-    changelog: tuple[str, ...]
-    stages: dict[str, float]
-    report_json: Path | None = None
-    report_md: Path | None = None
 
 
 def _newest(up: Upstream, pre: bool) -> str:
@@ -625,6 +551,8 @@ def _base_tables(
 
 
 def _write_report(root: Path, result: UpgradeResult, report_dir: Path | None) -> UpgradeResult:
+    from sglforge.reports.upgrade import markdown
+
     folder = report_dir or (root / "build" / "upgrade")
     folder.mkdir(parents=True, exist_ok=True)
     name = f"report-{safe_ref(result.new_ref)}"
@@ -646,74 +574,3 @@ def to_dict(result: UpgradeResult) -> dict[str, Any]:
     data["report_md"] = str(result.report_md) if result.report_md else None
     data["generated"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     return data
-
-
-def markdown(result: UpgradeResult) -> str:
-    """The human report: pins, per patch what happened, builds, smoke figures, CHANGELOG."""
-    lines = [
-        f"# sglforge upgrade {result.old_ref} -> {result.new_ref}",
-        "",
-        f"**{'READY TO MERGE' if result.ready else 'NOT READY'}**: {result.reason}",
-        "",
-        f"- old pin: `{result.old_ref}`",
-        f"- new pin: `{result.new_ref}`"
-        + (f" (`{result.new_commit[:12]}`)" if result.new_commit else ""),
-        f"- written to the project: {'yes' if result.applied else 'no (nothing changed)'}",
-        "",
-    ]
-    if result.patches:
-        lines += [
-            "## Patches",
-            "",
-            "| patch | action | status at new ref | detail |",
-            "|---|---|---|---|",
-        ]
-        for p in result.patches:
-            detail = p.where
-            lines.append(f"| {p.name} | {p.action} | {p.status} | {detail.replace('|', '/')} |")
-        lines.append("")
-    if result.targets:
-        lines += [
-            "## Images and smoke tests",
-            "",
-            "| target | image | mode | build s | smoke | figures | error |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for t in result.targets:
-            figures = ", ".join(f"{k}={v}" for k, v in sorted(t.smoke_figures.items()))
-            smoke = t.smoke_verdict or ("-" if t.smoke_passed is None else str(t.smoke_passed))
-            lines.append(
-                f"| {t.target} | `{t.image or '-'}` | {t.build_mode or '-'} | "
-                f"{t.build_seconds if t.build_seconds is not None else '-'} | {smoke} | "
-                f"{figures or '-'} | {t.error or ''} |"
-            )
-        lines.append("")
-        benched = [t for t in result.targets if t.bench]
-        if benched:
-            from sglforge.release import bench_line
-
-            lines += ["## Serving benchmark", ""]
-            lines += [f"- {t.target}: {bench_line(t.bench)}" for t in benched]
-            lines.append("")
-    gated = [(t.target, g) for t in result.targets for g in t.gates]
-    if gated:
-        lines += ["## Gates", "", "| target | gate | result | detail |", "|---|---|---|---|"]
-        for target, g in gated:
-            word = "skipped" if not g.ran else "passed" if g.ok else "FAILED"
-            detail = (g.why or g.detail).replace("|", "/")
-            lines.append(f"| {target} | {g.name} | {word} | {detail} |")
-        lines.append("")
-    configs = [(t.target, name, st) for t in result.targets for name, st in t.configs]
-    if configs:
-        lines += ["## Config items", "", "| target | item | status |", "|---|---|---|"]
-        lines += [f"| {t} | {n} | {st} |" for t, n, st in configs]
-        lines.append("")
-    if result.changelog:
-        lines += ["## CHANGELOG entry (Unreleased, Changed)", ""]
-        lines += [f"- {c}" for c in result.changelog]
-        lines.append("")
-    if result.stages:
-        lines += ["## Time by stage", "", "| stage | seconds |", "|---|---|"]
-        lines += [f"| {k} | {v:.2f} |" for k, v in result.stages.items()]
-        lines.append("")
-    return "\n".join(lines)

@@ -484,7 +484,8 @@ def test_simulated_acceptance_is_refused_for_smoke_and_bench(
 
 
 def test_the_upgrade_report_carries_the_bench_and_its_delta() -> None:
-    from sglforge.upgrade import TargetOutcome, UpgradeResult, markdown, to_dict
+    from sglforge.reports.upgrade import markdown
+    from sglforge.upgrade import TargetOutcome, UpgradeResult, to_dict
 
     bench = {
         "hardware": "gpu",
