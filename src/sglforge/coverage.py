@@ -52,7 +52,8 @@ from sglforge.targets import Device, device_of_gfx
 
 if TYPE_CHECKING:
     from sglforge.project import Project
-    from sglforge.scenario.file import Scenario
+    from sglforge.scenario.file import AcceptedMiss, Scenario
+    from sglforge.targets import BuildTarget
 
 TUNED_BASE, TUNED_ITEM, MISS = "tuned-base", "tuned-item", "miss"
 # aiter/jit/utils/chip_info.py gfx_from_cu_num: 256 -> gfx950 (MI355X), 304/80 -> gfx942.
@@ -400,22 +401,6 @@ def read_model(model_dir: Path) -> dict[str, Any]:
     return data
 
 
-def shapes(
-    tree: Path,
-    model_dir: Path,
-    args: Sequence[str],
-    device: Device,
-    pad: Buckets | None = None,
-    env: construct.TargetEnv | None = None,
-) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]], construct.Construction]:
-    """The fused-MoE layers and token buckets of the main model and (with MTP) the draft
-    (``pad``: the base's aiter's token bucket; ``env``: the node's environment)."""
-    config = read_model(model_dir)
-    built = construct.build(tree, config, launch_args(args, model_dir), device, env)
-    layers, buckets = shapes_of(built, config, pad)
-    return layers, buckets, built
-
-
 def shapes_of(
     built: construct.Construction, config: Mapping[str, Any], pad: Buckets | None = None
 ) -> tuple[list[Layer], dict[str, tuple[list[int], list[int]]]]:
@@ -440,28 +425,51 @@ def coverage(
     gfx: str = "gfx950",
     environment: construct.TargetEnv | None = None,
     *,
-    on: Device | construct.Construction | None = None,
+    device: Device | None = None,
 ) -> Coverage:
-    """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``.
+    """Every fused-MoE lookup of the launch, resolved against ``base`` plus ``items``: the
+    model folder's ``config.json`` read and the launch constructed here (``configs coverage``,
+    ``configs tune``; a publish's candidate has both: :func:`of_construction`).
 
     ``environment``: the node's variables (``construct.environment.target_env``; default: the
     release image's for ``gfx``): the construction runs with them and aiter's
-    ``AITER_CONFIG_FMOE`` is read from them. ``on``: the target's GPU to construct the launch
-    for (default: the shipped target of ``gfx``), or a construction a caller already ran on
-    it (``Candidate.construction``, with the same environment)."""
+    ``AITER_CONFIG_FMOE`` is read from them. ``device``: the target's GPU to construct the
+    launch for (default: the shipped target of ``gfx``)."""
+    environment = _environment(gfx, environment)
+    config = read_model(model_dir)
+    launch = launch_args(args, model_dir)
+    built = construct.build(tree, config, launch, device or device_of_gfx(gfx), environment)
+    return of_construction(built, config, tree, base, items, gfx, environment)
+
+
+def _environment(gfx: str, environment: construct.TargetEnv | None) -> construct.TargetEnv:
+    """``environment``, or the release image's for ``gfx``; ConfigError for an unknown gfx
+    (checked before any construction runs)."""
     if gfx not in CU_NUM:
         raise ConfigError(f"gfx {gfx!r}: no known CU count (known: {', '.join(sorted(CU_NUM))})")
-    rule = base.aiter or default_rule()
-    if environment is None:
-        from sglforge.construct.environment import default_env
+    if environment is not None:
+        return environment
+    from sglforge.construct.environment import default_env
 
-        environment = default_env(gfx)
-    if isinstance(on, construct.Construction):
-        built = on
-        layers, buckets = shapes_of(on, read_model(model_dir), rule.buckets)
-    else:
-        device = on or device_of_gfx(gfx)
-        layers, buckets, built = shapes(tree, model_dir, args, device, rule.buckets, environment)
+    return default_env(gfx)
+
+
+def of_construction(
+    built: construct.Construction,
+    config: Mapping[str, Any],
+    tree: Path,
+    base: BaseTables,
+    items: Sequence[ConfigItem],
+    gfx: str = "gfx950",
+    environment: construct.TargetEnv | None = None,
+) -> Coverage:
+    """The lookups of a construction already run (``Candidate.construction``) of the model
+    ``config`` it was run on (``Candidate.model_config``; the model folder is not read
+    again), on ``tree`` in ``environment`` (the construction's), resolved against ``base``
+    plus ``items``."""
+    environment = _environment(gfx, environment)
+    rule = base.aiter or default_rule()
+    layers, buckets = shapes_of(built, config, rule.buckets)
     tables, notes = merged_tables(base, items, environment.as_dict())
     if built.config_source:  # transformers' own class, or the fallback and why (never silent)
         notes.append(f"config.json read by {built.config_source}")
@@ -526,39 +534,44 @@ def default_tree(project: Project) -> Path:
     return tree
 
 
+def items_of(project: Project, target: BuildTarget | None) -> list[ConfigItem]:
+    """The queue's items a build of ``target`` at the pin installs (the build's own choice:
+    the target's name; None: every target's)."""
+    queue = project.queue
+    version = str(queue.pin.version) if queue.pin.version else None
+    return items_for(queue.configs, target.name if target else None, version)
+
+
 def for_scenario(
     project: Project,
+    target: BuildTarget | None,
     model_dir: Path,
     scenario: Scenario,
     base: BaseTables,
     tree: Path | None = None,
     gfx: str | None = None,
-    built: construct.Construction | None = None,
     base_env: construct.environment.Image | None = None,
 ) -> Coverage:
-    """The coverage of one smoke scenario's launch on a base, with the queue's items (the
-    pin, the items and the targets as the project read them), in the node's environment:
-    the release image's (``base_env``: its ``Env`` and packages, when sglforge has the image,
-    else the replica's list), the target's defaults, the scenario's
-    ``[container.env]`` (``construct.environment.target_env``, as ``Candidate.environment``)."""
+    """The coverage of one smoke scenario's launch for ``target`` (resolved by the caller;
+    None: the scenario names none) on a base, with the queue's items, in the node's
+    environment: the release image's (``base_env``: its ``Env`` and packages, when sglforge
+    has the image, else the replica's list), the target's defaults, the scenario's
+    ``[container.env]`` (``construct.environment.target_env``, as ``Candidate.environment``).
+    The launch is constructed here (``configs coverage``); a publish's gate takes the
+    candidate's construction instead (:func:`of_construction`)."""
     from sglforge.construct.environment import target_env
 
-    target = project.target(scenario.target) if scenario.target else None
     if gfx is None:
         gfx = target.gpu_arch if target else "gfx950"
-    environment = target_env(gfx, target, scenario, base_env)
-    queue = project.queue
-    version = str(queue.pin.version) if queue.pin.version else None
-    items = items_for(queue.configs, scenario.target, version)
     return coverage(
         tree or default_tree(project),
         model_dir,
         scenario.args,
         base,
-        items,
+        items_of(project, target),
         gfx=gfx,
-        environment=environment,
-        on=built or (target.target.device if target else None),
+        environment=target_env(gfx, target, scenario, base_env),
+        device=target.target.device if target else None,
     )
 
 
@@ -599,9 +612,9 @@ def describe(x: Lookup) -> str:
     )
 
 
-def gate(cov: Coverage, accepted: Sequence[Any] = ()) -> Gate:
+def gate(cov: Coverage, accepted: Sequence[AcceptedMiss] = ()) -> Gate:
     """Hot misses (the main model's lookups) fail, except those a ``[[coverage.accept]]`` names
-    (``scenario.file.AcceptedMiss``: model, expert, topk, inter_dim, optional tokens)."""
+    (model, expert, topk, inter_dim, optional tokens)."""
     failing, allowed = [], []
     for x in cov.hot_misses():
         s = x.shape

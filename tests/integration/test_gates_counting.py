@@ -36,6 +36,8 @@ from click.testing import CliRunner
 import sglforge
 from helpers_build import VERSION, make_build_project
 from sglforge import bases, construct, selfcheck
+from sglforge import coverage as coverage_module
+from sglforge import scan as scan_package
 from sglforge.cli import main
 from sglforge.construct.built import Construction, Model, Tokens
 from sglforge.engine import images, reference, registry
@@ -139,6 +141,8 @@ def counted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Counter[str]:
         "targets.toml read": (sglforge.targets, "load_targets"),
         "upstream opened": (upstream, "open_upstream"),
         "registry checked": (reference, "check_registry"),
+        "model config read": (scan_package, "read_model_config"),
+        "model config read again": (coverage_module, "read_model"),
     }
     for name, (module, attr) in readers.items():
         real = getattr(module, attr)
@@ -305,6 +309,8 @@ ONCE = {
     "engine build": 1,
     "smoke runs": 1,
     "registry checked": 1,  # where --registry is read; the core takes the Registry value
+    "model config read": 1,  # the candidate's, which the construction and coverage take
+    "model config read again": 0,  # (coverage reading the model folder itself)
 }
 
 

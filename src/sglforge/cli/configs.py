@@ -120,10 +120,12 @@ def coverage_cmd(
     project = st.project
     from sglforge.construct.environment import image_facts
 
+    sc = project.scenario_named(scenario)
     result = coverage.for_scenario(
         project,
+        project.target(sc.target) if sc.target else None,  # resolved here, once
         model_dir,
-        project.scenario_named(scenario),
+        sc,
         base,
         tree,
         gfx,

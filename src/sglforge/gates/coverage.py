@@ -24,7 +24,7 @@ def check(c: Candidate) -> GateResult:
     if sc is None:
         return skipped(NAME, "no smoke scenario (--skip-smoke)")
     config = c.model_config
-    if config is None or c.model is None:
+    if config is None:
         return skipped(NAME, f"no config.json in the scenario's model folder ({c.model})")
     if not config.get("n_routed_experts") and not config.get("num_experts"):
         return skipped(NAME, "the model has no routed experts (no fused-MoE lookups)")
@@ -35,14 +35,16 @@ def check(c: Candidate) -> GateResult:
     base = c.base_tables
     if base is None:
         return skipped(NAME, "the base image has no aiter tables")
-    cov = coverage.for_scenario(
-        c.project,
-        c.model,
-        sc,
-        base,
+    # the candidate's facts: its construction of the config it read, on its tree, for its
+    # target (the items that target's build installs), in its environment
+    cov = coverage.of_construction(
+        c.construction,
+        config,
         tree,
+        base,
+        coverage.items_of(c.project, c.target),
         gfx=c.target.gpu_arch,
-        built=c.construction,
+        environment=c.environment,
     )
     gate = coverage.gate(cov, sc.accepted_misses)
     accepted = f", {len(gate.accepted)} accepted" if gate.accepted else ""
