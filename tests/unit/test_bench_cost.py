@@ -48,6 +48,9 @@ def test_the_tp8_gate_plan_says_where_its_node_minutes_go() -> None:
     bare_parts = {p.name.split(",")[0].split(":")[0]: p for p in bare.parts}
     assert bare_parts["calibration"].count == 1 and "warm-up probe" not in bare_parts
     assert bare.node_minutes <= 30  # 27.4 and the priming boot's 2.0 (no warm-up probe in it)
+    primed = [p for p in bare.parts if p.name.startswith("priming boot")]
+    assert [p.name for p in primed] == ["priming boot, discarded (no warm-up probe)"]
+    assert primed[0].minutes_each == pytest.approx(2.0)
     assert bare.as_dict()["node_minutes"] == pytest.approx(29.4, abs=0.05)
 
 

@@ -271,9 +271,8 @@ def planned_cost(
     parts.append(CostPart(f"speed probe at concurrency {bench.speed.concurrency}", boots, speed))
     if compared and priming and bench.gate.priming_boot:
         probe = _closed_loop_minutes(bench, warmup_prompts(bench)) if warmup else 0.0
-        parts.append(
-            CostPart("priming boot, discarded (with its warm-up probe)", 1, minutes + probe)
-        )
+        what = "with its warm-up probe" if warmup else "no warm-up probe"
+        parts.append(CostPart(f"priming boot, discarded ({what})", 1, minutes + probe))
     ss = bench.single_stream
     if ss is not None:
         each = ss.num_prompts * (ss.output_len / c.single_stream_tok_s) / 60
