@@ -313,6 +313,46 @@ def test_a_prefill_stalls_every_running_decode_on_its_rank(real) -> None:
     assert prefilled >= 0.4 and max(gaps) >= 0.35, (prefilled, max(gaps))
 
 
+def test_a_prefill_waits_for_the_decode_step_in_flight(real) -> None:
+    # 0.5.14's scheduler loop takes new requests only between forward passes: receive, pick
+    # the next batch, run it (event_loop_normal; the overlap loop in the same order)
+    sched = real("srt/managers/scheduler.py")
+    for loop in ("event_loop_normal", "event_loop_overlap"):
+        body = _method(sched, loop)
+        recv = body.index("self.request_receiver.recv_requests()")
+        assert recv < body.index("self.get_next_batch_to_run()", recv), loop
+    normal = _method(sched, "event_loop_normal")
+    assert normal.index("get_next_batch_to_run()") < normal.index("self.run_batch(batch)")
+
+    # decode steps of 1 s (MTP accepts several tokens a step; 5 tok/s); a 10-token prompt's
+    # prefill costs 1 ms: what its first token waits for is the step already running
+    argv = ["--model-path", str(MODEL), *MTP]
+    env = {"STANDIN_DECODE_TOK_S": "5", "STANDIN_RAW_ACCEPT_LENGTH": "5"}
+    engine = server.Engine(server.build_parser().parse_args(argv), frozenset(), env)
+    steps: list[float] = []
+    params = {"max_new_tokens": 40, "ignore_eos": True}
+    running = threading.Thread(
+        target=engine.generate,
+        args=("a long one", params, lambda _c: steps.append(time.monotonic())),
+    )
+    running.start()
+    while len(steps) < 2:  # the prefill's token, then the first verify step
+        time.sleep(0.01)
+    time.sleep(0.1)  # inside the second step (about 1 s long)
+    began = time.monotonic()
+    first: list[float] = []
+    engine.generate(
+        " ".join(f"q{i}" for i in range(10)),
+        {"max_new_tokens": 1},
+        lambda _c: first.append(time.monotonic()),
+    )
+    running.join()
+    (step_end,) = [t for t in steps if t > began][:1]
+    # the short prompt's token came after the step in flight ended, not ~0.2 s after arrival
+    assert first[0] >= step_end - 0.05, (first[0] - began, step_end - began)
+    assert first[0] - began >= 0.6, first[0] - began
+
+
 # --------------------------------------------------------------------------- health
 
 

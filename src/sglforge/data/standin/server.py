@@ -862,6 +862,9 @@ class Rank:
         # requests waiting for or running their prefill: the running ones' decode waits for
         # them (Engine._decode_start)
         self.prefilling = 0
+        # when the decode step in flight on this rank ends (monotonic): a prefill starts no
+        # earlier (Engine._prefill)
+        self.step_end = 0.0
         self.idle = threading.Condition()
         self.running = 0
         self.waiting = 0
@@ -1254,7 +1257,11 @@ class Engine:
 
         The cache is matched when the request is scheduled and the prompt inserted only after
         its prefill ran, one prefill at a time in arrival order (module doc): a request that
-        arrives while another with its prefix is still prefilling gets no hit."""
+        arrives while another with its prefix is still prefilling gets no hit. A prefill
+        starts only once the decode step in flight on its rank has ended: 0.5.14's scheduler
+        loop receives requests, picks the next batch and runs it, in that order
+        (``scheduler.py:1505-1524``, ``event_loop_normal``; the overlap loop alike), so a
+        request that arrives during a forward pass waits for it."""
         if not counted:
             clock = time.monotonic() + max(0.001, self.cost.prefill(len(ids), jitter))
             _sleep_until(clock)
@@ -1269,7 +1276,9 @@ class Engine:
             # The costs are a schedule, not pauses: each step ends at its time, so the Python
             # work between steps (tokens, events, a loaded CPU) is absorbed and the figures
             # are the cost model's; a step that cannot keep up ends late.
-            clock = time.monotonic() + max(0.001, self.cost.prefill(len(ids) - cached, jitter))
+            with self.lock:
+                start = max(time.monotonic(), rank.step_end)
+            clock = start + max(0.001, self.cost.prefill(len(ids) - cached, jitter))
             _sleep_until(clock)
             with self.lock:
                 rank.cache.insert(ids)
@@ -1373,6 +1382,9 @@ class Engine:
             if done:
                 clock = self._decode_start(rank, clock)
             clock += self.cost.decode(step, rank.running, jitter)
+            if counted:
+                with self.lock:  # this step is in flight until clock: a prefill waits for it
+                    rank.step_end = max(rank.step_end, clock)
             _sleep_until(clock)
             done += step
             self.last_receive = time.time()
