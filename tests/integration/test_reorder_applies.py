@@ -110,3 +110,25 @@ def test_apply_at_the_pin_does_not_say_move_the_pin(
     assert code != 0 and "0005-fix-x.patch does not apply at v1.0" in err, err
     assert "am --continue" in err and "patches export --ref v1.0" in err, err
     assert "move the pin" not in err and "upgrade --to" not in err, err
+
+
+@pytest.mark.parametrize("renumber", [False, True])
+def test_force_writes_the_order_and_says_which_patch_to_mend_and_how(
+    root: Path, renumber: bool
+) -> None:
+    """`--force` writes an order the check refuses (StGit's float, then a fix by hand): the
+    note names the patch that stops applying (under its new name when renumbered), the hunk
+    and the stack verb that stops on it; that verb then stops there, as the note says."""
+    extra = ("--renumber",) if renumber else ()
+    code, out, err = cli(root, "patches", "reorder", "fix-a2", "--first", *extra)
+    assert code != 0 and "--force" in err, err  # the refusal offers it
+    code, out, err = cli(root, "patches", "reorder", "fix-a2", "--first", "--force", *extra)
+    assert code == 0, err
+    stuck = "0001-fix-a2.patch" if renumber else A2
+    assert series(root)[0] == stuck
+    assert f"moved anyway (--force): {stuck} would not apply at v1.0" in out, out
+    assert "python/pkg/a.py hunk 1" in out and f"patches goto {stuck}" in out, out
+    # what the note promises: goto stops on that patch, with git am's way on
+    code, out, err = cli(root, "patches", "goto", stuck)
+    assert code != 0, out
+    assert stuck in err and "am --continue" in err, err

@@ -581,6 +581,11 @@ def rename_cmd(st: State, name: str, new: str, as_json: bool) -> None:
     is_flag=True,
     help="Also rename every file's NNNN- to its place in the series (alone: only that).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write an order under which a patch stops applying at the pin (then mend it by hand).",
+)
 @json_option
 @pass_state
 def reorder_cmd(
@@ -591,6 +596,7 @@ def reorder_cmd(
     first: bool,
     last: bool,
     renumber: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Move patch NAME in the series (a Depends-On never ends up naming a later patch).
@@ -599,10 +605,14 @@ def reorder_cmd(
     Examples:
       sglforge patches reorder 0003 --before 0001 && sglforge patches check
       sglforge patches reorder 0003 --first --renumber   # 0003-x becomes 0001-x, and so on
+      sglforge patches reorder 0003 --first --force   # it stops applying: mend it by hand
+
+    An order under which a patch stops applying at the pin is refused, naming the patch, the
+    hunk and the reorder that fixes it; --force writes it anyway and says how to mend it.
     """
     from sglforge.patches.edit import reorder_patch
 
-    r = reorder_patch(st.project, name, before, after, first, last, renumber)
+    r = reorder_patch(st.project, name, before, after, first, last, renumber, force)
     _render_edit(r, as_json)
     if not as_json:
         _say_if_stale(st)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -605,11 +605,15 @@ def reorder_patch(
     first: bool = False,
     last: bool = False,
     renumber: bool = False,
+    force: bool = False,
 ) -> Edited:
     """Move patch ``name`` in the series (``before``/``after`` another, ``first``, ``last``);
     refused when a Depends-On would then name a later patch. With ``renumber`` every file's
     ``NNNN-`` becomes its place in the series (renamed as ``rename`` does: the series and
-    every Depends-On follow); ``renumber`` alone only renumbers."""
+    every Depends-On follow); ``renumber`` alone only renumbers. An order under which a patch
+    stops applying at the pin is refused, unless ``force``: then it is written and the note
+    says which patch no longer applies and how to mend it (StGit's float, quilt's edit of
+    the series)."""
     wheres = sum((before is not None, after is not None, first, last))
     if wheres > 1 or (wheres == 0 and not renumber):
         raise ConfigError(
@@ -644,8 +648,11 @@ def reorder_patch(
         renamed = _numbers_in_order(order) if renumber else {}
         if order == _names(queue) and not renamed:
             return Edited("reorder", (moving,), tuple(order), "unchanged")
+        stuck = None
         if order != _names(queue):
-            _refuse_if_it_cannot_apply(project, queue, order, moving)
+            stuck = _cannot_apply(project, queue, order, moving)
+        if stuck is not None and not force:
+            raise stuck[1]
         moved = next(p for p in queue.patches if p.name == moving)
         shared = [
             p.name for p in queue.patches if p.name != moving and set(p.files) & set(moved.files)
@@ -665,16 +672,31 @@ def reorder_patch(
         note = "; ".join(
             x for x in (note, f"moved; {len(renamed)} file(s) renamed to their place") if x
         )
+    if stuck is not None:
+        note = "; ".join(x for x in (_forced_note(stuck, renamed), note) if x)
     return Edited("reorder", (moving,), tuple(order), note)
 
 
-def _refuse_if_it_cannot_apply(
+def _forced_note(stuck: tuple[str, PatchError], renamed: Mapping[str, str]) -> str:
+    """What ``reorder --force`` wrote anyway: the refusal's first line, the patch under its
+    new name, and how the stack mends it."""
+    name = renamed.get(stuck[0], stuck[0])
+    what = stuck[1].message.removesuffix("; patches/series was not changed")
+    for old, new in renamed.items():
+        what = what.replace(old, new)
+    return (
+        f"moved anyway (--force): {what}; `sglforge patches goto {name}` stops on it: "
+        "resolve, `git am --continue`, then `sglforge patches export`"
+    )
+
+
+def _cannot_apply(
     project: Project, queue: Queue, order: list[str], moving: str
-) -> None:
-    """Refuse ``order`` when a patch that applies at the pin in the series as it stands would
-    not in ``order`` (issue 45, U14): the new series is tried at the pin as ``patches check``
-    tries it (``git apply --cached`` on a private index, the bytes ``git am`` gets in
-    ``apply``), and the old one only when the new one fails."""
+) -> tuple[str, PatchError] | None:
+    """(the patch, the refusal) when a patch that applies at the pin in the series as it
+    stands would not in ``order`` (issue 45, U14), else None: the new series is tried at the
+    pin as ``patches check`` tries it (``git apply --cached`` on a private index, the bytes
+    ``git am`` gets in ``apply``), and the old one only when the new one fails."""
     from sglforge.patches.check import CONFLICT, check_ref
     from sglforge.util import scratch_dir
 
@@ -692,19 +714,19 @@ def _refuse_if_it_cannot_apply(
 
     new = conflicts(order)
     if not new:
-        return
+        return None
     old = conflicts(_names(queue))
     fresh = [name for name in new if name not in old]
     if not fresh:
-        return  # the series does not apply at the pin as it stands either: not this move's doing
+        return None  # the series does not apply at the pin as it stands either: not this move
     name = fresh[0]
     st = new[name]
     where = st.hunks[0] if st.hunks else st.detail.removeprefix("does not apply: ")
     fix, why = _order_fix(queue, _names(queue), order, name, moving)
-    raise PatchError(
+    return name, PatchError(
         f"{name} would not apply at {queue.pin.ref} in that order: {where}{why}; "
         "patches/series was not changed",
-        fix,
+        f"{fix} (or the same reorder with --force, to mend {name} by hand)",
     )
 
 
