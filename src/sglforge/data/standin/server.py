@@ -87,9 +87,9 @@ Where it differs from the real server, on purpose:
   filler words.
 - A prefill stalls the decode of every running request on its rank, as 0.5.14 runs a new
   prefill batch instead of the running decode batch (``scheduler.py:2655-2665``;
-  ``--enable-mixed-chunk`` off by default, ``server_args.py:788-791``). Kinder still, known: a
-  prefill that arrives during a decode step starts at once here, after that step on a node
-  (one decode step, about 10 ms, of time to first token).
+  ``--enable-mixed-chunk`` off by default, ``server_args.py:788-791``); and a prefill that
+  arrives during a decode step starts when that step ends, as 0.5.14's scheduler loop takes
+  new requests only between forward passes (``scheduler.py:1505-1524``).
 - ``/health`` and ``/health_generate`` send a 1-token request through the scheduler (FCFS
   behind the queue, not counted in ``/metrics``) and answer 200 only after a 1 s sleep once
   the scheduler sent anything since the check began, 503 after
