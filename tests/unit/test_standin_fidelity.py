@@ -282,6 +282,22 @@ def test_a_tokenizer_s_own_template_marks_templated_text() -> None:
 # --------------------------------------------------------------------------- prefill vs decode
 
 
+def _one_running(
+    env: dict[str, str], prompt: str, tokens: int
+) -> tuple[server.Engine, threading.Thread, list[float]]:
+    """An MTP engine with ``env`` and one request of ``tokens`` outputs decoding on a thread
+    (started); the list gets each of its streamed chunks' times."""
+    argv = ["--model-path", str(MODEL), *MTP]
+    engine = server.Engine(server.build_parser().parse_args(argv), frozenset(), env)
+    times: list[float] = []
+    params = {"max_new_tokens": tokens, "ignore_eos": True}
+    running = threading.Thread(
+        target=engine.generate, args=(prompt, params, lambda _c: times.append(time.monotonic()))
+    )
+    running.start()
+    return engine, running, times
+
+
 def test_a_prefill_stalls_every_running_decode_on_its_rank(real) -> None:
     # 0.5.14 runs a new prefill batch instead of the running decode batch...
     sched = real("srt/managers/scheduler.py")
@@ -293,16 +309,8 @@ def test_a_prefill_stalls_every_running_decode_on_its_rank(real) -> None:
     field = real("srt/server_args.py").split("enable_mixed_chunk: A[", 1)[1]
     assert field[: field.index("\n\n")].rstrip().endswith("] = False")
 
-    argv = ["--model-path", str(MODEL), *MTP]
     env = {"STANDIN_DECODE_TOK_S": "100", "STANDIN_PREFILL_US_PER_TOKEN": "100"}
-    engine = server.Engine(server.build_parser().parse_args(argv), frozenset(), env)
-    arrivals: list[float] = []
-    params = {"max_new_tokens": 120, "ignore_eos": True}
-    running = threading.Thread(
-        target=engine.generate,
-        args=("a short one", params, lambda _c: arrivals.append(time.monotonic())),
-    )
-    running.start()
+    engine, running, arrivals = _one_running(env, "a short one", 120)
     time.sleep(0.15)  # decoding, at 10 ms per step
     began = time.monotonic()
     engine.generate(" ".join(f"p{i}" for i in range(4000)), {"max_new_tokens": 1})  # 0.4 s
@@ -326,16 +334,8 @@ def test_a_prefill_waits_for_the_decode_step_in_flight(real) -> None:
 
     # decode steps of 1 s (MTP accepts several tokens a step; 5 tok/s); a 10-token prompt's
     # prefill costs 1 ms: what its first token waits for is the step already running
-    argv = ["--model-path", str(MODEL), *MTP]
     env = {"STANDIN_DECODE_TOK_S": "5", "STANDIN_RAW_ACCEPT_LENGTH": "5"}
-    engine = server.Engine(server.build_parser().parse_args(argv), frozenset(), env)
-    steps: list[float] = []
-    params = {"max_new_tokens": 40, "ignore_eos": True}
-    running = threading.Thread(
-        target=engine.generate,
-        args=("a long one", params, lambda _c: steps.append(time.monotonic())),
-    )
-    running.start()
+    engine, running, steps = _one_running(env, "a long one", 40)
     while len(steps) < 2:  # the prefill's token, then the first verify step
         time.sleep(0.01)
     time.sleep(0.1)  # inside the second step (about 1 s long)
