@@ -502,22 +502,16 @@ def of_construction(
 def items_for(
     items: Sequence[ConfigItem], target: str | None, version: str | None
 ) -> list[ConfigItem]:
-    """The queue's items a build of ``target`` at sglang ``version`` installs."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
+    """The queue's items a build of ``target`` at sglang ``version`` installs: the build's own
+    rule (``overlay_configs.stage``: the target's name, ``item_applies``); None: any."""
+    from sglforge.overlay_configs import item_applies
 
-    out = []
-    for item in items:
-        if target is not None and item.target != target:
-            continue
-        if item.applies_to and version:
-            try:
-                if Version(version) not in SpecifierSet(item.applies_to):
-                    continue
-            except InvalidVersion:
-                pass
-        out.append(item)
-    return out
+    return [
+        item
+        for item in items
+        if (target is None or item.target == target)
+        and (version is None or item_applies(item, version))
+    ]
 
 
 def default_tree(project: Project) -> Path:
